@@ -1,0 +1,42 @@
+# `make demo`: set up, then make the shapes data, train, evaluate and caption on the embedded default.
+# `make test`: set up, then run the test suite (what CI runs).
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+DATA ?= data/shapes
+RUN ?= runs/shapes_soft
+
+.PHONY: install demo test lint clean
+
+install: $(VENV)/.installed
+
+# torch/torchvision are pinned here to the builds this project is tested with; setup.cfg keeps ranges.
+$(VENV)/.installed: setup.cfg pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet torch==2.14.1 torchvision==0.29.1
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $@
+
+demo: install
+	@start=$$(date +%s); \
+	$(PY) -m captioning.cli make-shapes --out $(DATA) && \
+	$(PY) train.py --config configs/shapes_soft.yaml data.root=$(DATA) train.out_dir=$(RUN) && \
+	$(PY) eval.py --checkpoint $(RUN)/best.pt --split test --out $(RUN)/metrics_test.json && \
+	$(PY) -m captioning.cli caption $(DATA)/images/test/test_00000.png $(DATA)/images/test/test_00001.png \
+		$(DATA)/images/test/test_00002.png --checkpoint $(RUN)/best.pt --overlays $(RUN)/overlays && \
+	echo && echo "demo done in $$(( $$(date +%s) - start )) s:" && \
+	echo "  data:        $(DATA) (images, COCO captions, Karpathy split, object boxes)" && \
+	echo "  checkpoints: $(RUN)/best.pt, $(RUN)/last.pt" && \
+	echo "  metrics:     $(RUN)/metrics_test.json; captions: $(RUN)/results_test.json" && \
+	echo "  overlays:    $(RUN)/overlays/<image>/ (one PNG per word + grid.png)" && \
+	echo "  tensorboard: $(VENV)/bin/tensorboard --logdir $(RUN)/tensorboard"
+
+test: install
+	$(PY) -m pytest -q
+
+lint: install
+	$(VENV)/bin/ruff check captioning tests train.py eval.py benchmarks
+
+clean:
+	rm -rf $(VENV) runs data *.egg-info

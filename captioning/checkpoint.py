@@ -1,0 +1,62 @@
+"""Checkpoints: state dicts plus plain data, written atomically, read without unpickling code.
+
+A checkpoint holds everything needed to caption (config, vocabulary, decoder weights, grid) and to
+resume training exactly (optimizer, scheduler, step, position in the epoch, RNG states, the best
+metric so far). The frozen encoder is not stored: its weights are rebuilt from the config.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from captioning.config import Config, from_dict
+from captioning.model import Captioner, build_decoder
+from captioning.vocab import Vocabulary
+
+FORMAT_VERSION = 1
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file that is missing, unreadable or not one of ours; the message names it."""
+
+
+def save_checkpoint(path: str | Path, payload: dict[str, Any]) -> None:
+    """Write to a temporary file in the same folder, then rename: a kill mid-save never leaves a
+    truncated checkpoint under the real name."""
+    path = Path(path)
+    temporary = path.with_name(f".{path.name}.tmp")
+    torch.save({"format_version": FORMAT_VERSION, **payload}, temporary)
+    os.replace(temporary, path)
+
+
+def load_checkpoint(path: str | Path) -> dict[str, Any]:
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError as error:
+        raise CheckpointError(f"{path}: checkpoint not found") from error
+    except Exception as error:  # noqa: BLE001 - corrupt zips, pickles with code, truncated files alike
+        raise CheckpointError(f"{path}: not a readable checkpoint ({error.__class__.__name__})") from error
+    if not isinstance(payload, dict) or payload.get("format_version") != FORMAT_VERSION:
+        raise CheckpointError(f"{path}: not a captioning checkpoint (format version {FORMAT_VERSION})")
+    return payload
+
+
+def captioner_from_checkpoint(path: str | Path, *, device: str | torch.device = "cpu") -> tuple[Captioner, Vocabulary, Config]:
+    """The model, vocabulary and config of a checkpoint, in eval mode on `device`."""
+    payload = load_checkpoint(path)
+    config = from_dict(payload["config"], where=f"{path}: config")
+    vocab = Vocabulary(payload["vocab"])
+    model = Captioner.from_config(config, vocab_size=len(vocab))
+    model.decoder.load_state_dict(payload["decoder"])
+    return model.to(device).eval(), vocab, config
+
+
+def decoder_from_checkpoint(payload: dict[str, Any], config: Config) -> torch.nn.Module:
+    """The decoder alone, for work on cached annotations."""
+    decoder = build_decoder(config, vocab_size=len(payload["vocab"]), annotation_dim=int(payload["annotation_dim"]))
+    decoder.load_state_dict(payload["decoder"])
+    return decoder.eval()

@@ -1,0 +1,217 @@
+"""Command-line entry points: `captioning make-shapes | caption | train | evaluate`, and the bodies of
+train.py and eval.py.
+
+Expected failures (bad config, missing data, unreadable checkpoint or image, weights that cannot be
+had) end in one line on stderr naming the file and the problem, and a non-zero exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import torch
+
+from captioning.checkpoint import CheckpointError
+from captioning.config import ConfigError
+from captioning.data.images import ImageReadError
+from captioning.data.karpathy import DatasetError
+from captioning.data.shapes import SHAPES_DEFAULT_COUNTS
+from captioning.encoder import EncoderWeightsError
+from captioning.training import TrainingError
+
+EXPECTED_ERRORS = (CheckpointError, ConfigError, DatasetError, EncoderWeightsError, ImageReadError, TrainingError)
+
+
+def _guarded(function: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return function(args)
+        except EXPECTED_ERRORS as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+    return run
+
+
+def _device(name: str | None) -> torch.device:
+    return torch.device(name or ("cuda" if torch.cuda.is_available() else "cpu"))
+
+
+# make-shapes ---------------------------------------------------------------------------------------
+
+def _make_shapes(args: argparse.Namespace) -> int:
+    from captioning.data.shapes import make_shapes
+
+    split_file = make_shapes(args.out, {"train": args.train, "val": args.val, "test": args.test}, seed=args.seed,
+                             image_size=args.image_size)
+    print(f"wrote {args.train} / {args.val} / {args.test} images with 5 captions each; split file {split_file}")
+    return 0
+
+
+# train ---------------------------------------------------------------------------------------------
+
+def _add_train_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", help="YAML config (default: the embedded default, configs/shapes_soft.yaml)")
+    parser.add_argument("--resume", action="store_true", help="continue from OUT_DIR/last.pt")
+    parser.add_argument("--device", help="cpu, cuda, cuda:1 ... (default: cuda if available)")
+    parser.add_argument("overrides", nargs="*", metavar="key.sub=value", help="config overrides")
+
+
+@_guarded
+def _train(args: argparse.Namespace) -> int:
+    from captioning.config import load_config
+    from captioning.training import fit
+
+    config = load_config(args.config, args.overrides)
+    summary = fit(config, resume=args.resume, device=_device(args.device))
+    print(f"best {summary['metric']} {summary['best_metric']:.4f} after {summary['steps']} steps "
+          f"({summary['seconds']:.0f} s); checkpoints: {summary['best']}, {summary['last']}")
+    return 0
+
+
+def train_main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="train.py", description="Train a Show, Attend and Tell captioner.")
+    _add_train_arguments(parser)
+    return _train(parser.parse_args(argv))
+
+
+# evaluate ------------------------------------------------------------------------------------------
+
+def _add_eval_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--checkpoint", required=True)
+    parser.add_argument("--split", default="test")
+    parser.add_argument("--beam-size", type=int, help="default: the checkpoint config's decode.beam_size")
+    parser.add_argument("--out", help="write the metrics here as JSON")
+    parser.add_argument("--results", help="COCO results file [{image_id, caption}] (default: beside --out)")
+    parser.add_argument("--device")
+    parser.add_argument("overrides", nargs="*", metavar="key.sub=value", help="e.g. data.root=/data/shapes")
+
+
+@_guarded
+def _evaluate(args: argparse.Namespace) -> int:
+    from captioning.checkpoint import decoder_from_checkpoint, load_checkpoint
+    from captioning.config import apply_overrides, from_dict
+    from captioning.data.splits import load_splits
+    from captioning.evaluation import evaluate_split
+    from captioning.vocab import Vocabulary
+
+    device = _device(args.device)
+    payload = load_checkpoint(args.checkpoint)
+    config = from_dict(payload["config"], where=f"{args.checkpoint}: config")
+    apply_overrides(config, args.overrides)
+    split = load_splits(config, (args.split,), device=device)[args.split]
+    decoder = decoder_from_checkpoint(payload, config).to(device)
+    beam_size = args.beam_size or config.decode.beam_size
+    metrics, results = evaluate_split(
+        decoder, split.annotations, image_ids=split.image_ids, references=split.references,
+        vocab=Vocabulary(payload["vocab"]), grid=split.grid, grounding=split.grounding, beam_size=beam_size,
+        max_length=config.decode.max_length, length_penalty=config.decode.length_penalty, device=device)
+    print(f"{args.checkpoint} on {args.split} ({len(results)} images, beam {beam_size})")
+    for name, value in metrics.items():
+        print(f"  {name:<30} {value:.4f}" if isinstance(value, float) else f"  {name:<30} {value}")
+    if "attention_correctness" in metrics:
+        ratio = metrics["attention_correctness"] / metrics["attention_correctness_chance"]
+        print(f"  {'attention / chance':<30} {ratio:.2f}x")
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps({"checkpoint": args.checkpoint, "split": args.split,
+                                              "beam_size": beam_size, **metrics}, indent=2))
+        print(f"metrics: {args.out}")
+    results_path = args.results or (str(Path(args.out).with_name(f"results_{args.split}.json")) if args.out else None)
+    if results_path:
+        Path(results_path).write_text(json.dumps(results))
+        print(f"captions (COCO results format): {results_path}")
+    return 0
+
+
+def eval_main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="eval.py", description="Score a checkpoint's captions on a split.")
+    _add_eval_arguments(parser)
+    return _evaluate(parser.parse_args(argv))
+
+
+# caption -------------------------------------------------------------------------------------------
+
+def _caption(args: argparse.Namespace) -> int:
+    from captioning.checkpoint import captioner_from_checkpoint
+    from captioning.data.images import load_image, to_tensor
+    from captioning.visualize import save_overlays
+
+    device = _device(args.device)
+    try:
+        model, vocab, config = captioner_from_checkpoint(args.checkpoint, device=device)
+    except (CheckpointError, ConfigError, EncoderWeightsError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    beam_size = args.beam_size or config.decode.beam_size
+    failures = 0
+    used_names: set[str] = set()
+    for path in args.images:
+        try:
+            image = load_image(path)
+        except ImageReadError as error:
+            print(f"error: {error}", file=sys.stderr)
+            failures += 1
+            continue
+        pixels = to_tensor(image, size=config.data.image_size, mean=model.encoder.mean, std=model.encoder.std)
+        captions, grid = model.generate(pixels[None].to(device), beam_size=beam_size,
+                                        max_length=config.decode.max_length,
+                                        length_penalty=config.decode.length_penalty)
+        tokens = captions.tokens[0].tolist()
+        words = vocab.decode(tokens)
+        caption = " ".join(words)
+        if args.json:
+            print(json.dumps({"image": path, "caption": caption, "tokens": words}), flush=True)
+        else:
+            print(f"{path}\t{caption}", flush=True)
+        if args.overlays:
+            name = Path(path).stem
+            while name in used_names:
+                name += "_"
+            used_names.add(name)
+            alphas = captions.alphas[0, : len(words)].view(len(words), *grid).float().cpu().numpy()
+            save_overlays(image, words, alphas, Path(args.overlays) / name)
+    return 1 if failures else 0
+
+
+# captioning ... ------------------------------------------------------------------------------------
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="captioning", description="Show, Attend and Tell image captioning.")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    shapes = commands.add_parser("make-shapes", help="generate the synthetic shapes dataset")
+    shapes.add_argument("--out", required=True)
+    shapes.add_argument("--train", type=int, default=SHAPES_DEFAULT_COUNTS["train"])
+    shapes.add_argument("--val", type=int, default=SHAPES_DEFAULT_COUNTS["val"])
+    shapes.add_argument("--test", type=int, default=SHAPES_DEFAULT_COUNTS["test"])
+    shapes.add_argument("--seed", type=int, default=0)
+    shapes.add_argument("--image-size", type=int, default=224)
+    shapes.set_defaults(run=_make_shapes)
+
+    caption = commands.add_parser("caption", help="caption images, optionally with per-word attention overlays")
+    caption.add_argument("images", nargs="+", metavar="IMAGE")
+    caption.add_argument("--checkpoint", required=True)
+    caption.add_argument("--beam-size", type=int, help="default: the checkpoint config's decode.beam_size")
+    caption.add_argument("--overlays", metavar="DIR", help="write a folder of per-word overlays per image here")
+    caption.add_argument("--json", action="store_true", help="one JSON object per line")
+    caption.add_argument("--device")
+    caption.set_defaults(run=_caption)
+
+    train = commands.add_parser("train", help="the same as train.py")
+    _add_train_arguments(train)
+    train.set_defaults(run=_train)
+
+    evaluate = commands.add_parser("evaluate", help="the same as eval.py")
+    _add_eval_arguments(evaluate)
+    evaluate.set_defaults(run=_evaluate)
+
+    args = parser.parse_args(argv)
+    return args.run(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,60 @@
+"""Reading images and turning them into encoder input, keeping track of where the input came from.
+
+The encoder sees a square crop: the shorter side is resized to S and the centre S x S is kept. The
+crop box, in the original image's pixels, lets an attention map be drawn back onto the original.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image, UnidentifiedImageError
+
+
+class ImageReadError(ValueError):
+    """An image file that is missing or cannot be decoded."""
+
+
+def load_image(path: str | Path) -> Image.Image:
+    """Any file PIL reads (grayscale, palette, CMYK, 16-bit) as 8-bit RGB."""
+    try:
+        with Image.open(path) as image:
+            image.load()
+    except FileNotFoundError as error:
+        raise ImageReadError(f"{path}: no such file") from error
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as error:
+        raise ImageReadError(f"{path}: cannot read image ({error})") from error
+    if image.mode in ("I;16", "I;16B", "I;16L", "I"):  # 16/32-bit grayscale: scale, don't clip
+        array = np.asarray(image, dtype=np.float64)
+        top = 65535.0 if array.max() > 255 else 255.0
+        image = Image.fromarray((array / top * 255).round().astype(np.uint8))
+    return image.convert("RGB")
+
+
+def crop_box(width: int, height: int) -> tuple[float, float, float, float]:
+    """The centred square (x0, y0, x1, y1) that a resize-shorter-side + centre-crop keeps."""
+    side = min(width, height)
+    x0, y0 = (width - side) / 2, (height - side) / 2
+    return x0, y0, x0 + side, y0 + side
+
+
+def to_tensor(image: Image.Image, *, size: int, mean: tuple[float, ...], std: tuple[float, ...]) -> torch.Tensor:
+    """RGB image -> normalized [3, size, size] float tensor of its centre square."""
+    image = image.resize((size, size), Image.BICUBIC, box=crop_box(*image.size), reducing_gap=None)
+    pixels = torch.from_numpy(np.asarray(image, dtype=np.float32) / 255.0).permute(2, 0, 1)  # [3, S, S]
+    return (pixels - torch.tensor(mean)[:, None, None]) / torch.tensor(std)[:, None, None]
+
+
+def attention_on_image(alpha: np.ndarray, *, width: int, height: int) -> np.ndarray:
+    """An attention map [Hg, Wg] over the encoder's input, drawn onto the original image: [height, width].
+
+    Upsampled bilinearly over the centre square that the encoder saw (see `crop_box`); zero outside it.
+    """
+    x0, y0, x1, y1 = (int(round(v)) for v in crop_box(width, height))
+    grid = torch.as_tensor(np.asarray(alpha, dtype=np.float32))[None, None]  # [1, 1, Hg, Wg]
+    square = torch.nn.functional.interpolate(grid, size=(y1 - y0, x1 - x0), mode="bilinear", align_corners=False)
+    heat = np.zeros((height, width), dtype=np.float32)
+    heat[y0:y1, x0:x1] = square[0, 0].numpy()
+    return heat

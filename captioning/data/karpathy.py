@@ -1,0 +1,52 @@
+"""Karpathy-style split files: one JSON listing every image with its split and its sentences.
+
+The format of `dataset_coco.json`, `dataset_flickr8k.json` and `dataset_flickr30k.json` (entries
+with `filepath` + `filename`, or `filename` alone for Flickr), and of the shapes dataset.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class DatasetError(ValueError):
+    """A dataset file that is missing or malformed; the message names it."""
+
+
+@dataclass(frozen=True)
+class ImageRecord:
+    image_id: int
+    path: Path
+    captions: tuple[str, ...]  # raw reference sentences
+
+
+def read_split(split_file: str | Path, split: str, *, image_root: str | Path | None = None) -> list[ImageRecord]:
+    """Images of one split ('train' also takes Karpathy's 'restval'), in file order.
+
+    Image paths are image_root / filepath / filename, image_root defaulting to the file's folder.
+    """
+    split_file = Path(split_file)
+    image_root = Path(image_root) if image_root is not None else split_file.parent
+    try:
+        entries = json.loads(split_file.read_text())["images"]
+    except FileNotFoundError as error:
+        raise DatasetError(f"{split_file}: split file not found") from error
+    except (json.JSONDecodeError, KeyError, TypeError) as error:
+        raise DatasetError(f"{split_file}: not a Karpathy-style split file ({error.__class__.__name__}: {error})") from error
+    wanted = {"train", "restval"} if split == "train" else {split}
+    records = []
+    for position, entry in enumerate(entries):
+        try:
+            if entry["split"] not in wanted:
+                continue
+            image_id = int(entry.get("cocoid", entry.get("imgid", position)))
+            path = image_root / entry.get("filepath", "") / entry["filename"]
+            captions = tuple(sentence["raw"] for sentence in entry["sentences"])
+        except (KeyError, TypeError, ValueError) as error:
+            raise DatasetError(f"{split_file}: image entry {position} is malformed (missing {error})") from error
+        records.append(ImageRecord(image_id=image_id, path=path, captions=captions))
+    if not records:
+        raise DatasetError(f"{split_file}: no images in split '{split}'")
+    return records

@@ -1,0 +1,172 @@
+"""Scoring generated captions: COCO caption metrics, attention correctness and relation accuracy.
+
+Caption metrics come from pycocoevalcap, the code behind the COCO leaderboard: one generated
+caption per image against all its references. Its PTB tokenizer and METEOR run on Java; without
+Java we say so and score BLEU, ROUGE-L and CIDEr on the project's own tokenization.
+
+Attention correctness (Liu et al., 2017, "Attention Correctness in Neural Image Captioning"): for
+every generated word that names an object, the share of its attention map, upsampled to the image
+and normalized, that falls inside that object's box. Its chance level is the same for a uniform
+map, i.e. the box's share of the image.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+import shutil
+import sys
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from captioning.data.images import attention_on_image
+from captioning.data.shapes import COLOURS, RELATIONS, SHAPES, SIZES, Grounding, ShapeObject, relation
+from captioning.decoder import AttentionDecoder
+from captioning.decoding import decode
+from captioning.vocab import Vocabulary, tokenize
+
+JAVA_METRICS = ("METEOR", "the PTB tokenizer")
+
+
+def java_available() -> bool:
+    return shutil.which("java") is not None
+
+
+def _quietly(function, *args):
+    """pycocoevalcap prints its internals to stdout; keep our output readable."""
+    with contextlib.redirect_stdout(io.StringIO()):
+        return function(*args)
+
+
+def caption_metrics(references: dict[int, Sequence[str]], candidates: dict[int, str], *,
+                    full: bool = True) -> dict[str, float]:
+    """BLEU-1..4, METEOR, ROUGE-L and CIDEr of one candidate per image against its references.
+
+    `full=False` is the fast, Java-free subset used to pick checkpoints during training: BLEU and
+    CIDEr on the project's tokenization.
+    """
+    from pycocoevalcap.bleu.bleu import Bleu
+    from pycocoevalcap.cider.cider import Cider
+    from pycocoevalcap.rouge.rouge import Rouge
+
+    use_java = full and java_available()
+    if full and not use_java:
+        print(f"warning: java not found, so {' and '.join(JAVA_METRICS)} are skipped; BLEU, ROUGE_L and CIDEr "
+              "are computed on the project's own tokenization (install a Java runtime for the standard numbers)",
+              file=sys.stderr)
+    if use_java:
+        from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer
+
+        tokenizer = PTBTokenizer()
+        gts = _quietly(tokenizer.tokenize, {i: [{"caption": c} for c in refs] for i, refs in references.items()})
+        res = _quietly(tokenizer.tokenize, {i: [{"caption": candidates[i]}] for i in references})
+    else:
+        gts = {i: [" ".join(tokenize(c)) for c in refs] for i, refs in references.items()}
+        res = {i: [" ".join(tokenize(candidates[i]))] for i in references}
+    metrics: dict[str, float] = {}
+    bleu, _ = _quietly(Bleu(4).compute_score, gts, res)
+    metrics.update({f"Bleu_{n + 1}": float(b) for n, b in enumerate(bleu)})
+    if use_java:
+        from pycocoevalcap.meteor.meteor import Meteor
+
+        metrics["METEOR"] = float(_quietly(Meteor().compute_score, gts, res)[0])
+    if full:
+        metrics["ROUGE_L"] = float(_quietly(Rouge().compute_score, gts, res)[0])
+    metrics["CIDEr"] = float(_quietly(Cider().compute_score, gts, res)[0])
+    return metrics
+
+
+_PHRASE = rf"(?:({'|'.join(SIZES)}) )?({'|'.join(COLOURS)}) ({'|'.join(SHAPES)})"
+_RELATION = re.compile(rf"{_PHRASE} ({'|'.join(RELATIONS)}) a {_PHRASE}")
+
+
+def _find(objects: Sequence[ShapeObject], shape: str, colour: str | None) -> int | None:
+    """The object a phrase names: by shape and colour, or by shape alone if that is unambiguous."""
+    matches = [i for i, o in enumerate(objects) if o.shape == shape and (colour is None or o.colour == colour)]
+    if not matches and colour is not None:
+        return _find(objects, shape, None)
+    return matches[0] if len(matches) == 1 else None
+
+
+def word_objects(words: Sequence[str], objects: Sequence[ShapeObject]) -> list[tuple[int, int]]:
+    """(word index, object index) for each generated shape noun that names an object in the image."""
+    links = []
+    for position, word in enumerate(words):
+        if word in SHAPES:
+            colour = words[position - 1] if position > 0 and words[position - 1] in COLOURS else None
+            target = _find(objects, word, colour)
+            if target is not None:
+                links.append((position, target))
+    return links
+
+
+def box_mass(alpha: np.ndarray, box: Sequence[float], *, width: int, height: int) -> float:
+    """Share of an attention map [Hg, Wg], drawn on a width x height image, inside box (x0, y0, x1, y1)."""
+    heat = attention_on_image(alpha, width=width, height=height)  # [height, width]
+    heat = np.clip(heat, 0, None)
+    x0, y0, x1, y1 = box
+    ys, xs = np.mgrid[0:height, 0:width] + 0.5  # pixel centres
+    inside = (xs >= x0) & (xs <= x1) & (ys >= y0) & (ys <= y1)
+    return float(heat[inside].sum() / heat.sum())
+
+
+def box_share(box: Sequence[float], *, width: int, height: int) -> float:
+    """The chance level: what a uniform map puts inside the box (the crop is the whole square image)."""
+    return box_mass(np.ones((1, 1)), box, width=width, height=height)
+
+
+def grounding_scores(words: Sequence[str], alphas: np.ndarray, truth: Grounding) -> tuple[list[float], list[float], list[bool]]:
+    """Per named word: attention mass in its box and the chance level; per stated relation: true or not.
+
+    words: generated words; alphas [n_words, Hg, Wg], the map that generated each word.
+    """
+    correct, chance = [], []
+    for position, target in word_objects(words, truth.objects):
+        box = truth.objects[target].box
+        correct.append(box_mass(alphas[position], box, width=truth.width, height=truth.height))
+        chance.append(box_share(box, width=truth.width, height=truth.height))
+    relations = []
+    for match in _RELATION.finditer(" ".join(words)):
+        _, colour_a, shape_a, stated, _, colour_b, shape_b = match.groups()
+        a, b = _find(truth.objects, shape_a, colour_a), _find(truth.objects, shape_b, colour_b)
+        relations.append(a is not None and b is not None and relation(truth.objects[a], truth.objects[b]) == stated)
+    return correct, chance, relations
+
+
+@torch.no_grad()
+def evaluate_split(decoder: AttentionDecoder, annotations: np.ndarray, *, image_ids: Sequence[int],
+                   references: Sequence[Sequence[str]], vocab: Vocabulary, grid: tuple[int, int],
+                   grounding: Sequence[Grounding] | None = None, beam_size: int = 1, max_length: int = 20,
+                   length_penalty: float = 0.0, batch_size: int = 100, full: bool = True,
+                   device: str | torch.device = "cpu") -> tuple[dict[str, float], list[dict]]:
+    """Decode every image of a split and score it. annotations [N, L, D].
+
+    Returns the metrics and the COCO results list [{"image_id", "caption"}].
+    """
+    decoder.eval()
+    results, correct, chance, relations = [], [], [], []
+    for start in range(0, len(image_ids), batch_size):
+        batch = torch.from_numpy(np.asarray(annotations[start:start + batch_size], dtype=np.float32)).to(device)
+        captions = decode(decoder, batch, beam_size=beam_size, max_length=max_length, length_penalty=length_penalty)
+        for row in range(batch.shape[0]):
+            index = start + row
+            words = vocab.decode(captions.tokens[row].tolist())
+            results.append({"image_id": int(image_ids[index]), "caption": " ".join(words)})
+            if grounding is not None:
+                alphas = captions.alphas[row, : len(words)].view(len(words), *grid).float().cpu().numpy()
+                c, h, r = grounding_scores(words, alphas, grounding[index])
+                correct += c
+                chance += h
+                relations += r
+    metrics = caption_metrics({i: refs for i, refs in zip(image_ids, references)},
+                              {r["image_id"]: r["caption"] for r in results}, full=full)
+    if grounding is not None:
+        metrics["attention_correctness"] = float(np.mean(correct)) if correct else float("nan")
+        metrics["attention_correctness_chance"] = float(np.mean(chance)) if chance else float("nan")
+        metrics["attention_words"] = len(correct)
+        metrics["relation_accuracy"] = float(np.mean(relations)) if relations else float("nan")
+        metrics["relations_generated"] = len(relations)
+    return metrics, results

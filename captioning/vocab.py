@@ -1,0 +1,79 @@
+"""Caption normalization, tokenization and the word vocabulary.
+
+Training targets and evaluation references go through the same `tokenize`, so a word is the same
+word on both sides. nltk's Treebank tokenizer is rule-based and needs no data download.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import unicodedata
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from nltk.tokenize import TreebankWordTokenizer
+
+PAD, START, END, UNK = "<pad>", "<start>", "<end>", "<unk>"
+SPECIALS = (PAD, START, END, UNK)
+
+_TOKENIZER = TreebankWordTokenizer()
+_QUOTES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"'})
+_PUNCTUATION = re.compile(r"^[^\w]+$")
+
+
+def tokenize(caption: str) -> list[str]:
+    """Lower-cased word tokens without punctuation: 'A red, round Circle.' -> [a, red, round, circle]."""
+    text = unicodedata.normalize("NFKC", caption).translate(_QUOTES).lower()
+    return [token for token in _TOKENIZER.tokenize(text) if not _PUNCTUATION.match(token)]
+
+
+class Vocabulary:
+    """Words <-> ids; ids 0..3 are <pad>, <start>, <end>, <unk>."""
+
+    def __init__(self, words: Sequence[str]):
+        if tuple(words[: len(SPECIALS)]) != SPECIALS:
+            raise ValueError(f"a vocabulary must start with {SPECIALS}")
+        self.words = list(words)
+        self.index = {word: i for i, word in enumerate(self.words)}
+        if len(self.index) != len(self.words):
+            raise ValueError("a vocabulary cannot hold the same word twice")
+
+    pad_id, start_id, end_id, unk_id = 0, 1, 2, 3
+
+    @classmethod
+    def build(cls, captions: Iterable[Sequence[str]], min_count: int = 1) -> Vocabulary:
+        """From tokenized training captions; words seen fewer than min_count times become <unk>."""
+        counts = Counter(token for caption in captions for token in caption)
+        kept = sorted(word for word, count in counts.items() if count >= min_count)
+        return cls(list(SPECIALS) + kept)
+
+    def __len__(self) -> int:
+        return len(self.words)
+
+    def encode(self, tokens: Sequence[str], max_length: int | None = None) -> list[int]:
+        """<start> w1 .. wn <end>, with at most max_length words (clipping training targets only)."""
+        ids = [self.index.get(token, self.unk_id) for token in tokens]
+        if max_length is not None:
+            ids = ids[:max_length]
+        return [self.start_id, *ids, self.end_id]
+
+    def decode(self, ids: Iterable[int]) -> list[str]:
+        """Words up to the first <end>, without special tokens."""
+        words = []
+        for i in ids:
+            i = int(i)
+            if i == self.end_id:
+                break
+            if i in (self.pad_id, self.start_id):
+                continue
+            words.append(self.words[i])
+        return words
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.words, indent=0))
+
+    @classmethod
+    def load(cls, path: str | Path) -> Vocabulary:
+        return cls(json.loads(Path(path).read_text()))
