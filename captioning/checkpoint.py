@@ -45,7 +45,8 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     return payload
 
 
-def captioner_from_checkpoint(path: str | Path, *, device: str | torch.device = "cpu") -> tuple[Captioner, Vocabulary, Config]:
+def captioner_from_checkpoint(path: str | Path, *,
+                               device: str | torch.device = "cpu") -> tuple[Captioner, Vocabulary, Config]:
     """The model, vocabulary and config of a checkpoint, in eval mode on `device`."""
     payload = load_checkpoint(path)
     config = from_dict(payload["config"], where=f"{path}: config")

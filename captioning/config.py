@@ -100,6 +100,14 @@ def _merge(target: Any, values: dict[str, Any], where: str) -> None:
                 raise ConfigError(f"{where}: '{key}' must be a mapping")
             _merge(current, value, f"{where}.{key}" if where else key)
         else:
+            if isinstance(value, dict):  # e.g. `train.lr.x=1`: no field takes a mapping, so `x` is unknown
+                raise ConfigError(f"{where}: '{key}' is a value, not a section (got keys {', '.join(map(str, value))})")
+            if isinstance(value, str) and "float" in str(known[key].type):
+                # YAML 1.1 reads `1e-4` (no dot) as a string; a float field takes it as the number it is.
+                try:
+                    value = float(value)
+                except ValueError:
+                    raise ConfigError(f"{where}: '{key}' must be a number, got '{value}'") from None
             setattr(target, key, value)
 
 

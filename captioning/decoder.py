@@ -62,7 +62,8 @@ class AttentionDecoder(nn.Module):
         state = DecoderState(h=torch.tanh(self.init_h(mean)), c=self.init_c(mean))
         return self.attention.prepare(annotations), state
 
-    def _advance(self, memory: Memory, state: DecoderState, embedded: torch.Tensor) -> tuple[DecoderState, torch.Tensor, AttentionOutput]:
+    def _advance(self, memory: Memory, state: DecoderState,
+                 embedded: torch.Tensor) -> tuple[DecoderState, torch.Tensor, AttentionOutput]:
         """One recurrence step: attend with h_{t-1}, gate, update the LSTM. embedded [B, E]."""
         attended = self.attention(memory, state.h)
         z = torch.sigmoid(self.gate(state.h)) * attended.context  # [B, D], beta_t * z_t
@@ -73,7 +74,8 @@ class AttentionDecoder(nn.Module):
         """Deep output layer, Eq. 7; works on [B, E] or [B, T, E] alike."""
         return self.out(self.dropout(embedded + self.out_h(self.dropout(h)) + self.out_z(z)))
 
-    def step(self, memory: Memory, state: DecoderState, tokens: torch.Tensor) -> tuple[torch.Tensor, DecoderState, AttentionOutput]:
+    def step(self, memory: Memory, state: DecoderState,
+             tokens: torch.Tensor) -> tuple[torch.Tensor, DecoderState, AttentionOutput]:
         """One word for decoding: previous tokens [B] -> logits [B, V], new state, attention."""
         embedded = self.embed(tokens)  # [B, E]
         state, z, attended = self._advance(memory, state, embedded)

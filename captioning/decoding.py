@@ -53,7 +53,8 @@ def greedy(decoder: AttentionDecoder, annotations: torch.Tensor, *, max_length: 
         if finished.all():
             break
     tokens_t = torch.stack(tokens, 1)  # [B, T]
-    return Captions(tokens=tokens_t, alphas=torch.stack(alphas, 1), lengths=_lengths(tokens_t, Vocabulary.end_id), scores=scores)
+    return Captions(tokens=tokens_t, alphas=torch.stack(alphas, 1), lengths=_lengths(tokens_t, Vocabulary.end_id),
+                    scores=scores)
 
 
 @torch.no_grad()

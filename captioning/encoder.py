@@ -80,7 +80,10 @@ def _resnet(name: str, *, weights_path: str | None) -> nn.Module:
     builder = getattr(torchvision.models, name)
     if weights_path is not None:
         model = builder(weights=None)
-        model.load_state_dict(_load_state_dict(weights_path))
+        try:
+            model.load_state_dict(_load_state_dict(weights_path))
+        except RuntimeError as error:  # missing/unexpected keys or shapes: another architecture's file
+            raise EncoderWeightsError(f"{weights_path}: not a {name} state dict ({str(error)[:300]})") from error
         return model
     weights = torchvision.models.get_model_weights(name).DEFAULT
     try:
@@ -93,7 +96,8 @@ def _resnet(name: str, *, weights_path: str | None) -> nn.Module:
         ) from error
 
 
-def build_encoder(*, name: str = "efficientnet_lite0", layer: str = "stride16", weights_path: str | None = None) -> Encoder:
+def build_encoder(*, name: str = "efficientnet_lite0", layer: str = "stride16",
+                  weights_path: str | None = None) -> Encoder:
     """A frozen, eval-mode pretrained encoder cut at the chosen layer."""
     if name == "efficientnet_lite0":
         if layer not in _EFFICIENTNET_LAYERS:

@@ -118,7 +118,8 @@ def box_share(box: Sequence[float], *, width: int, height: int) -> float:
     return box_mass(np.ones((1, 1)), box, width=width, height=height)
 
 
-def grounding_scores(words: Sequence[str], alphas: np.ndarray, truth: Grounding) -> tuple[list[float], list[float], list[bool]]:
+def grounding_scores(words: Sequence[str], alphas: np.ndarray,
+                     truth: Grounding) -> tuple[list[float], list[float], list[bool]]:
     """Per named word: attention mass in its box and the chance level; per stated relation: true or not.
 
     words: generated words; alphas [n_words, Hg, Wg], the map that generated each word.

@@ -103,13 +103,13 @@ def fit(config: Config, *, resume: bool = False, device: str | torch.device = "c
     vocab.save(out / "vocab.json")
 
     annotation_dim = train.annotations.shape[2]
+    torch.manual_seed(t.seed)  # before the decoder is built: its initial weights follow train.seed
+    random.seed(t.seed)
     decoder = build_decoder(config, vocab_size=len(vocab), annotation_dim=annotation_dim).to(device)
     optimizer = torch.optim.Adam(decoder.parameters(), lr=t.lr)
     scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, mode="max", factor=t.lr_decay,
                                                            patience=t.lr_patience)
     progress = Progress()
-    torch.manual_seed(t.seed)
-    random.seed(t.seed)
     if checkpoint is not None:
         decoder.load_state_dict(checkpoint["decoder"])
         optimizer.load_state_dict(checkpoint["optimizer"])
@@ -147,15 +147,18 @@ def fit(config: Config, *, resume: bool = False, device: str | torch.device = "c
         save_checkpoint(out / "last.pt", payload())
         if improved:
             save_checkpoint(out / "best.pt", payload())
-        summary = ", ".join(f"{k} {metrics[k]:.3f}" for k in ("Bleu_4", "CIDEr", "attention_correctness") if k in metrics)
+        shown = ("Bleu_4", "CIDEr", "attention_correctness")
+        summary = ", ".join(f"{k} {metrics[k]:.3f}" for k in shown if k in metrics)
         tqdm.write(f"step {progress.step} epoch {progress.epoch}: {summary}{' (best)' if improved else ''}")
         return progress.stale_evaluations >= t.early_stop_patience
 
     stop = early_stopped = False
     while progress.epoch < t.epochs and not stop:
         batches = _epoch_batches(len(dataset), batch_size=t.batch_size, seed=t.seed, epoch=progress.epoch)
+        # Its own generator: a DataLoader otherwise draws its worker seed from the global RNG each
+        # epoch, so a resumed run (one more DataLoader) would get different dropout masks.
         loader = DataLoader(dataset, batch_sampler=batches[progress.batch_in_epoch:], collate_fn=collate,
-                            num_workers=t.num_workers)
+                            num_workers=t.num_workers, generator=torch.Generator().manual_seed(t.seed))
         bar = tqdm(loader, desc=f"epoch {progress.epoch}", unit="batch", initial=progress.batch_in_epoch,
                    total=len(batches), leave=False, disable=None)
         for batch in bar:
@@ -171,7 +174,8 @@ def fit(config: Config, *, resume: bool = False, device: str | torch.device = "c
             if t.max_steps is not None and progress.step >= t.max_steps:
                 stop = True
                 break
-            if t.eval_every_steps and progress.step % t.eval_every_steps == 0 and progress.batch_in_epoch < len(batches):
+            mid_epoch = progress.batch_in_epoch < len(batches)
+            if t.eval_every_steps and progress.step % t.eval_every_steps == 0 and mid_epoch:
                 stop = early_stopped = evaluate_and_save()
                 if stop:
                     break

@@ -34,7 +34,8 @@ def read_split(split_file: str | Path, split: str, *, image_root: str | Path | N
     except FileNotFoundError as error:
         raise DatasetError(f"{split_file}: split file not found") from error
     except (json.JSONDecodeError, KeyError, TypeError) as error:
-        raise DatasetError(f"{split_file}: not a Karpathy-style split file ({error.__class__.__name__}: {error})") from error
+        problem = f"{error.__class__.__name__}: {error}"
+        raise DatasetError(f"{split_file}: not a Karpathy-style split file ({problem})") from error
     wanted = {"train", "restval"} if split == "train" else {split}
     records = []
     for position, entry in enumerate(entries):

@@ -39,6 +39,7 @@ INVERSE = dict(zip(RELATIONS, ("to the right of", "to the left of", "below", "ab
 NUMBERS = {2: "two", 3: "three"}
 SPLITS = ("train", "val", "test")
 SHAPES_DEFAULT_COUNTS = {"train": 4000, "val": 500, "test": 500}
+Caption = list[tuple[str, int | None]]  # words, each with the index of the object it names (or None)
 
 
 @dataclass
@@ -135,19 +136,19 @@ def _draw(rng: np.random.Generator, objects: list[ShapeObject], size: int) -> Im
     return canvas.resize((size, size), Image.LANCZOS).filter(ImageFilter.SMOOTH)
 
 
-def _phrase(obj: ShapeObject, index: int, with_size: bool) -> list[tuple[str, int | None]]:
+def _phrase(obj: ShapeObject, index: int, with_size: bool) -> Caption:
     """'a small red circle' as (word, object index or None) pairs."""
-    words: list[tuple[str, int | None]] = [("a", None)]
+    words: Caption = [("a", None)]
     if with_size:
         words.append((obj.size, index))
     return words + [(obj.colour, index), (obj.shape, index)]
 
 
-def _words(text: str) -> list[tuple[str, int | None]]:
+def _words(text: str) -> Caption:
     return [(word, None) for word in text.split()]
 
 
-def _captions(rng: np.random.Generator, objects: list[ShapeObject], size: int) -> list[list[tuple[str, int | None]]]:
+def _captions(rng: np.random.Generator, objects: list[ShapeObject], size: int) -> list[Caption]:
     """Five captions, each a list of (word, linked object index or None)."""
     n = len(objects)
     if n == 1:
@@ -167,7 +168,7 @@ def _captions(rng: np.random.Generator, objects: list[ShapeObject], size: int) -
         if k == 2:
             i, j, rel = j, i, INVERSE[rel]
         captions.append(_phrase(objects[i], i, k == 0) + _words(rel) + _phrase(objects[j], j, k == 0))
-    listing: list[tuple[str, int | None]] = []
+    listing: Caption = []
     for position, i in enumerate(sorted(range(n), key=lambda i: objects[i].centre[0])):
         if position:
             listing += _words("and")
@@ -177,7 +178,8 @@ def _captions(rng: np.random.Generator, objects: list[ShapeObject], size: int) -
     return captions
 
 
-def generate_image(seed: int, split: str, index: int, image_size: int) -> tuple[Image.Image, list[ShapeObject], list[list[tuple[str, int | None]]]]:
+def generate_image(seed: int, split: str, index: int,
+                   image_size: int) -> tuple[Image.Image, list[ShapeObject], list[Caption]]:
     """One image, its objects and its captions; a function of (seed, split, index) alone."""
     rng = np.random.default_rng([seed, SPLITS.index(split), index])
     objects = _place_objects(rng, image_size)

@@ -1,0 +1,87 @@
+"""Shared fixtures: a tiny shapes dataset with its feature cache, and a tiny model trained on it.
+
+The real EfficientNet-Lite0 encoder is slow on a CPU, so the dataset is tiny (24 / 8 / 8 images at
+96², a 6x6 grid at stride 16) and its features are computed once per session; every fixture that
+trains reuses that cache.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+
+from captioning.config import Config, load_config
+
+# Every tensor here is tiny and the machines are small (2 cores): one intra-op thread avoids
+# oversubscription, which made the decoder steps several times slower when anything else ran.
+torch.set_num_threads(1)
+
+REPO = Path(__file__).resolve().parents[1]
+IMAGE_SIZE = 96  # a 6x6 grid at stride 16
+COUNTS = {"train": 24, "val": 8, "test": 8}
+TINY = (
+    f"data.image_size={IMAGE_SIZE}",
+    "model.embed_dim=16", "model.hidden_dim=32", "model.attention_dim=16",
+    "train.batch_size=16",  # 24 images x 5 captions = 120 pairs: 8 batches per epoch
+    "train.epochs=100", "train.early_stop_patience=100", "train.lr=0.01",
+    "decode.beam_size=2", "decode.max_length=12",
+)
+
+
+@dataclass(frozen=True)
+class TinyRun:
+    data_root: Path  # the shapes dataset, with its feature cache under features/
+    overrides: tuple[str, ...]  # data.root and the tiny sizes, for train.py / eval.py command lines
+    run_dir: Path  # train.out_dir of the tiny run
+    checkpoint: Path  # best.pt
+    last: Path  # last.pt
+    steps: int
+
+
+@pytest.fixture(scope="session")
+def shapes_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny shapes dataset whose train/val/test features are already cached."""
+    from captioning.data.shapes import make_shapes
+    from captioning.data.splits import load_splits
+
+    root = tmp_path_factory.mktemp("shapes")
+    make_shapes(root, COUNTS, seed=0, image_size=IMAGE_SIZE)
+    config = load_config(None, [f"data.root={root}", *TINY])
+    load_splits(config, ("train", "val", "test"))
+    return root
+
+
+@pytest.fixture(scope="session")
+def tiny_config(shapes_root: Path) -> Callable[..., Config]:
+    """tiny_config(out_dir, "key=value", ...) -> a tiny config on the session's shapes data."""
+
+    def make(out_dir: str | Path, *overrides: str) -> Config:
+        return load_config(None, [f"data.root={shapes_root}", *TINY, f"train.out_dir={out_dir}", *overrides])
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory, shapes_root: Path,
+             tiny_config: Callable[..., Config]) -> TinyRun:
+    """A tiny model trained for a few steps: best.pt / last.pt for the CLI and evaluation tests."""
+    from captioning.training import fit
+
+    run_dir = tmp_path_factory.mktemp("run")
+    steps = 80  # enough for captions that name shapes ("a red diamond"), so attention gets scored
+    summary = fit(tiny_config(run_dir, f"train.max_steps={steps}"))
+    assert summary["steps"] == steps
+    return TinyRun(data_root=shapes_root, overrides=(f"data.root={shapes_root}", *TINY), run_dir=run_dir,
+                   checkpoint=run_dir / "best.pt", last=run_dir / "last.pt", steps=steps)
+
+
+@pytest.fixture(scope="session")
+def encoder():
+    """The real frozen encoder, built once."""
+    from captioning.encoder import build_encoder
+
+    return build_encoder(name="efficientnet_lite0", layer="stride16")

@@ -1,0 +1,197 @@
+"""The command line on real image files, good and bad: caption, overlays, make-shapes, train."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+import captioning.training as training
+from captioning.cli import main, train_main
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def images(tiny_run, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """Real files in the formats people have: PNG, JPEG, grayscale, an odd size; plus bad ones."""
+    folder = tmp_path_factory.mktemp("images")
+    scenes = [Image.open(p).convert("RGB") for p in sorted((tiny_run.data_root / "images" / "test").glob("*.png"))]
+    paths = {
+        "png": folder / "scene.png",
+        "jpeg": folder / "photo.jpg",
+        "gray": folder / "gray.png",
+        "odd": folder / "odd.png",
+        "twin": folder / "other" / "scene.png",  # same stem as "png", another folder
+    }
+    paths["twin"].parent.mkdir()
+    scenes[0].save(paths["png"])
+    scenes[1].save(paths["jpeg"], quality=90)
+    scenes[2].convert("L").save(paths["gray"])
+    scenes[3].resize((123, 77)).save(paths["odd"])
+    scenes[4].save(paths["twin"])
+    garbage = folder / "garbage.png"
+    garbage.write_bytes(np.random.default_rng(0).integers(0, 256, 3000, dtype=np.uint8).tobytes())
+    return {**{k: str(v) for k, v in paths.items()}, "garbage": str(garbage), "missing": str(folder / "missing.jpg")}
+
+
+@pytest.fixture(scope="module")
+def vocabulary(tiny_run) -> set[str]:
+    return set(torch.load(tiny_run.checkpoint, map_location="cpu", weights_only=True)["vocab"])
+
+
+def _safe(word: str) -> str:
+    return re.sub(r"[^\w-]", "_", word) or "_"
+
+
+def _lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.strip()]
+
+
+# caption -------------------------------------------------------------------------------------------
+
+
+def test_caption_prints_path_tab_caption_per_image(tiny_run, images, vocabulary, capsys) -> None:
+    given = [images["png"], images["jpeg"], images["gray"], images["odd"]]
+    code = main(["caption", *given, "--checkpoint", str(tiny_run.checkpoint)])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert captured.err == ""
+    lines = _lines(captured.out)
+    assert len(lines) == len(given)
+    for line, path in zip(lines, given):
+        printed_path, caption = line.split("\t")
+        assert printed_path == path
+        assert set(caption.split()) <= vocabulary - {"<pad>", "<start>", "<end>"}
+    assert any(line.split("\t")[1] for line in lines)  # the tiny model does say something
+
+
+def test_caption_json_matches_plain_output(tiny_run, images, capsys) -> None:
+    given = [images["png"], images["odd"]]
+    assert main(["caption", *given, "--checkpoint", str(tiny_run.checkpoint), "--beam-size", "1"]) == 0
+    plain = [line.split("\t")[1] for line in _lines(capsys.readouterr().out)]
+    assert main(["caption", *given, "--checkpoint", str(tiny_run.checkpoint), "--beam-size", "1", "--json"]) == 0
+    objects = [json.loads(line) for line in _lines(capsys.readouterr().out)]
+    assert [o["image"] for o in objects] == given
+    for obj, caption in zip(objects, plain):
+        assert set(obj) >= {"image", "caption", "tokens"}
+        assert isinstance(obj["tokens"], list) and all(isinstance(t, str) for t in obj["tokens"])
+        assert obj["caption"] == " ".join(obj["tokens"]) == caption
+
+
+def test_caption_overlays_one_png_per_word_and_a_grid(tiny_run, images, tmp_path: Path, capsys) -> None:
+    given = [images["png"], images["odd"], images["twin"]]
+    out = tmp_path / "overlays"
+    code = main(["caption", *given, "--checkpoint", str(tiny_run.checkpoint), "--json", "--overlays", str(out)])
+    assert code == 0
+    objects = [json.loads(line) for line in _lines(capsys.readouterr().out)]
+    folders = ["scene", "odd", "scene_"]  # the second scene.png does not overwrite the first
+    assert sorted(p.name for p in out.iterdir()) == sorted(folders)
+    assert any(o["tokens"] for o in objects)
+    for obj, folder in zip(objects, folders):
+        words = sorted((out / folder).glob("[0-9][0-9]_*.png"))
+        assert [p.name for p in words] == [f"{i:02d}_{_safe(t)}.png" for i, t in enumerate(obj["tokens"])]
+        assert (out / folder / "grid.png").is_file()
+        with Image.open(obj["image"]) as original:
+            size = original.size
+        for path in [*words, out / folder / "grid.png"]:
+            with Image.open(path) as picture:
+                picture.load()
+                if path.name != "grid.png":
+                    assert picture.size == size  # drawn on the original, not on the encoder's crop
+
+
+def test_bad_images_are_reported_and_the_rest_captioned(tiny_run, images, capsys) -> None:
+    given = [images["png"], images["garbage"], images["gray"], images["missing"]]
+    code = main(["caption", *given, "--checkpoint", str(tiny_run.checkpoint)])
+    captured = capsys.readouterr()
+    assert code == 1
+    assert [line.split("\t")[0] for line in _lines(captured.out)] == [images["png"], images["gray"]]
+    errors = _lines(captured.err)
+    assert len(errors) == 2
+    assert images["garbage"] in errors[0] and images["missing"] in errors[1]
+
+
+@pytest.mark.parametrize("kind", ["garbage", "missing", "foreign"])
+def test_bad_checkpoint_is_a_one_line_error(images, tmp_path: Path, capsys, kind: str) -> None:
+    checkpoint = tmp_path / f"{kind}.pt"
+    if kind == "garbage":
+        checkpoint.write_bytes(b"\x89 definitely not a checkpoint" * 20)
+    elif kind == "foreign":
+        torch.save({"model": {"w": torch.zeros(2)}}, checkpoint)
+    code = main(["caption", images["png"], "--checkpoint", str(checkpoint)])
+    captured = capsys.readouterr()
+    assert code != 0
+    assert captured.out == ""
+    errors = _lines(captured.err)
+    assert len(errors) == 1 and str(checkpoint) in errors[0]
+
+
+def test_caption_exit_code_end_to_end_in_a_subprocess(tiny_run, images) -> None:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    result = subprocess.run(
+        [sys.executable, "-m", "captioning.cli", "caption", images["jpeg"], images["garbage"],
+         "--checkpoint", str(tiny_run.checkpoint), "--beam-size", "1"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1, result.stderr
+    lines = _lines(result.stdout)
+    assert len(lines) == 1 and lines[0].startswith(images["jpeg"] + "\t")
+    errors = _lines(result.stderr)
+    assert len(errors) == 1 and images["garbage"] in errors[0]
+
+
+# make-shapes ---------------------------------------------------------------------------------------
+
+
+def test_make_shapes_command(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "shapes"
+    code = main(["make-shapes", "--out", str(out), "--train", "3", "--val", "1", "--test", "1", "--image-size", "64"])
+    assert code == 0
+    assert "dataset_shapes.json" in capsys.readouterr().out
+    split = json.loads((out / "dataset_shapes.json").read_text())["images"]
+    assert [e["split"] for e in split] == ["train"] * 3 + ["val", "test"]
+    for name in ("captions_train.json", "captions_val.json", "captions_test.json", "objects.json"):
+        assert (out / name).is_file()
+    pictures = sorted((out / "images").rglob("*.png"))
+    assert len(pictures) == 5
+    for path in pictures:
+        with Image.open(path) as picture:
+            assert picture.size == (64, 64)
+
+
+# train ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("override", "named"), [
+    ("train.bogus_key=1", "bogus_key"),
+    ("trian.epochs=1", "trian"),
+    ("model.hidden_dim.extra=3", "hidden_dim"),
+])
+def test_train_unknown_override_is_a_one_line_error(override: str, named: str, tmp_path: Path, capsys,
+                                                    monkeypatch) -> None:
+    def must_not_train(*args, **kwargs):
+        raise AssertionError("training started despite a bad config")
+
+    monkeypatch.setattr(training, "fit", must_not_train)
+    code = train_main(["--config", str(REPO / "configs" / "shapes_soft.yaml"), f"train.out_dir={tmp_path}", override])
+    captured = capsys.readouterr()
+    assert code != 0
+    errors = _lines(captured.err)
+    assert len(errors) == 1 and named in errors[0]
+
+
+def test_train_command_trains_and_resumes(tiny_run, tmp_path: Path, capsys) -> None:
+    common = [*tiny_run.overrides, f"train.out_dir={tmp_path}"]
+    assert main(["train", *common, "train.max_steps=2"]) == 0
+    assert "best CIDEr" in capsys.readouterr().out
+    assert main(["train", "--resume", *common, "train.max_steps=3"]) == 0
+    payload = torch.load(tmp_path / "last.pt", map_location="cpu", weights_only=True)
+    assert payload["progress"]["step"] == 3

@@ -1,0 +1,150 @@
+"""Config loading: defaults, one level of `base:`, the file, then `key.sub=value` overrides."""
+
+from __future__ import annotations
+
+import pytest
+
+from captioning.config import Config, ConfigError, apply_overrides, from_dict, load_config
+
+
+def write(path, text):
+    path.write_text(text)
+    return path
+
+
+def test_no_file_gives_the_dataclass_defaults():
+    assert load_config() == Config()
+
+
+def test_file_values_override_defaults_and_leave_the_rest(tmp_path):
+    path = write(tmp_path / "run.yaml", "model:\n  hidden_dim: 32\n  gate: vector\ntrain:\n  lr: 0.01\n")
+    config = load_config(path)
+    assert config.model.hidden_dim == 32
+    assert config.model.gate == "vector"
+    assert config.train.lr == 0.01
+    assert config.model.embed_dim == Config().model.embed_dim
+    assert config.decode == Config().decode
+
+
+def test_base_is_read_first_relative_to_the_file_and_the_file_wins(tmp_path):
+    (tmp_path / "bases").mkdir()
+    write(tmp_path / "bases" / "common.yaml", "model:\n  hidden_dim: 64\n  embed_dim: 24\ntrain:\n  epochs: 3\n")
+    (tmp_path / "runs").mkdir()
+    path = write(tmp_path / "runs" / "child.yaml", "base: ../bases/common.yaml\nmodel:\n  hidden_dim: 32\n")
+    config = load_config(path)
+    assert config.model.hidden_dim == 32  # the file beats its base
+    assert config.model.embed_dim == 24  # from the base
+    assert config.train.epochs == 3  # from the base
+    assert config.train.lr == Config().train.lr  # from the defaults
+
+
+def test_a_base_naming_a_base_is_an_error(tmp_path):
+    write(tmp_path / "grand.yaml", "train:\n  epochs: 1\n")
+    write(tmp_path / "base.yaml", "base: grand.yaml\ntrain:\n  epochs: 2\n")
+    path = write(tmp_path / "child.yaml", "base: base.yaml\n")
+    with pytest.raises(ConfigError, match="base"):
+        load_config(path)
+
+
+def test_missing_base_file_is_a_config_error(tmp_path):
+    path = write(tmp_path / "child.yaml", "base: nowhere.yaml\n")
+    with pytest.raises(ConfigError, match="nowhere.yaml"):
+        load_config(path)
+
+
+@pytest.mark.parametrize("text, key", [
+    ("modle:\n  hidden_dim: 3\n", "modle"),
+    ("model:\n  hiden_dim: 3\n", "hiden_dim"),
+    ("train:\n  lr: 0.1\n  ds_wieght: 1.0\n", "ds_wieght"),
+])
+def test_unknown_keys_in_a_file_raise_naming_the_key(tmp_path, text, key):
+    path = write(tmp_path / "bad.yaml", text)
+    with pytest.raises(ConfigError, match=key):
+        load_config(path)
+
+
+def test_unknown_key_in_the_base_raises_too(tmp_path):
+    write(tmp_path / "base.yaml", "decode:\n  beam_szie: 2\n")
+    path = write(tmp_path / "child.yaml", "base: base.yaml\n")
+    with pytest.raises(ConfigError, match="beam_szie"):
+        load_config(path)
+
+
+def test_a_section_given_a_scalar_is_an_error(tmp_path):
+    path = write(tmp_path / "bad.yaml", "model: 3\n")
+    with pytest.raises(ConfigError, match="model"):
+        load_config(path)
+
+
+def test_a_file_that_is_not_a_mapping_is_an_error(tmp_path):
+    path = write(tmp_path / "bad.yaml", "- 1\n- 2\n")
+    with pytest.raises(ConfigError):
+        load_config(path)
+
+
+def test_overrides_are_parsed_as_yaml_and_applied_after_the_file(tmp_path):
+    path = write(tmp_path / "run.yaml", "model:\n  hidden_dim: 32\ntrain:\n  max_steps: 5\n")
+    config = load_config(path, ["model.hidden_dim=48", "train.max_steps=null", "model.dropout=0.5",
+                                "encoder.weights_path=/some/where.pt", "data.dataset=shapes", "model.gate=vector"])
+    assert config.model.hidden_dim == 48 and isinstance(config.model.hidden_dim, int)
+    assert config.train.max_steps is None
+    assert config.model.dropout == 0.5
+    assert config.encoder.weights_path == "/some/where.pt"
+    assert config.model.gate == "vector"
+
+
+def test_value_may_contain_an_equals_sign():
+    config = load_config(None, ["train.out_dir=runs/a=b"])
+    assert config.train.out_dir == "runs/a=b"
+
+
+def test_exponent_without_a_dot_is_a_number_in_a_float_field():
+    # PyYAML (YAML 1.1) reads `1e-4` as a string; the optimizer would fail on it much later.
+    config = load_config(None, ["train.lr=1e-4"])
+    assert config.train.lr == pytest.approx(1e-4)
+    assert isinstance(config.train.lr, float)
+    with pytest.raises(ConfigError, match="lr"):
+        load_config(None, ["train.lr=fast"])
+
+
+def test_exponent_in_a_yaml_file_is_a_number_too(tmp_path):
+    path = write(tmp_path / "run.yaml", "train:\n  lr: 3e-4\n")
+    assert load_config(path).train.lr == pytest.approx(3e-4)
+
+
+@pytest.mark.parametrize("override, message", [
+    ("model.hiden_dim=3", "unknown key 'hiden_dim'"),
+    ("modle.hidden_dim=3", "unknown key 'modle'"),
+    ("train.lr.x=1", "'lr' is a value, not a section"),  # `x` would otherwise silently become lr={'x': 1}
+])
+def test_unknown_override_keys_raise_naming_the_key(override, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, [override])
+
+
+def test_apply_overrides_rejects_unknown_keys_and_leaves_known_values():
+    config = Config()
+    with pytest.raises(ConfigError, match="unknown key 'beam'"):
+        apply_overrides(config, ["decode.beam=5"])
+    assert config.decode == Config().decode
+
+
+def test_override_without_equals_sign_is_an_error():
+    with pytest.raises(ConfigError, match="key.sub=value"):
+        load_config(None, ["model.hidden_dim"])
+
+
+def test_apply_overrides_changes_the_config_in_place_and_returns_it():
+    config = Config()
+    returned = apply_overrides(config, ["decode.beam_size=5", "train.seed=3"])
+    assert returned is config
+    assert config.decode.beam_size == 5
+    assert config.train.seed == 3
+    assert apply_overrides(config, []) == config
+
+
+def test_round_trip_through_to_dict_and_from_dict():
+    config = apply_overrides(Config(), ["model.hidden_dim=12", "train.max_steps=7"])
+    assert from_dict(config.to_dict()) == config
+    with pytest.raises(ConfigError, match="bogus"):
+        from_dict({"train": {"bogus": 1}})

@@ -1,0 +1,239 @@
+"""Greedy decoding and batched beam search on small random (and one hand-built) decoders."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from captioning.attention import build_attention
+from captioning.decoder import AttentionDecoder
+from captioning.decoding import Captions, beam_search, decode, greedy
+from captioning.vocab import Vocabulary
+
+B, L, D, H, V = 2, 9, 8, 16, 11
+PAD, START, END = Vocabulary.pad_id, Vocabulary.start_id, Vocabulary.end_id
+SEEDS = [0, 1, 2, 3, 4, 5]
+
+
+def make_decoder(seed: int, *, sharpness: float = 3.0, embed_dim: int = 8) -> AttentionDecoder:
+    """A random decoder; `sharpness` scales the output layer so that captions end at varied lengths."""
+    torch.manual_seed(seed)
+    attention = build_attention(kind="soft", score="additive", annotation_dim=D, hidden_dim=H, attention_dim=8)
+    decoder = AttentionDecoder(vocab_size=V, annotation_dim=D, embed_dim=embed_dim, hidden_dim=H,
+                               attention=attention, dropout=0.3).eval()
+    with torch.no_grad():
+        decoder.out.weight.mul_(sharpness)
+    return decoder
+
+
+def make_annotations(seed: int, batch: int = B) -> torch.Tensor:
+    return torch.randn(batch, L, D, generator=torch.Generator().manual_seed(100 + seed))
+
+
+def check_captions(captions: Captions, batch: int, max_length: int) -> None:
+    tokens, alphas, lengths = captions.tokens, captions.alphas, captions.lengths
+    steps = tokens.shape[1]
+    assert tokens.dtype == torch.long and tokens.shape[0] == batch and 1 <= steps <= max_length
+    assert alphas.shape == (batch, steps, L)
+    assert lengths.shape == (batch,) and captions.scores.shape == (batch,)
+    assert (alphas >= 0).all()
+    torch.testing.assert_close(alphas.sum(2), torch.ones(batch, steps))
+    assert torch.isfinite(captions.scores).all() and (captions.scores <= 0).all()
+    for b in range(batch):
+        n = int(lengths[b])
+        assert (tokens[b, :n] != END).all()
+        if n < steps:  # ended: <end>, then only padding
+            assert tokens[b, n] == END
+            assert (tokens[b, n + 1:] == PAD).all()
+        else:
+            assert n == steps == max_length  # never ended: ran to the limit
+
+
+def teacher_forced_score(decoder, annotations, captions):
+    """Sum of log-probs of each returned caption (up to and including <end>), and its attention maps."""
+    tokens = captions.tokens
+    inputs = torch.cat([torch.full_like(tokens[:, :1], START), tokens[:, :-1]], dim=1)
+    with torch.no_grad():
+        output = decoder(annotations, inputs)
+    log_probs = torch.log_softmax(output.logits, 2).gather(2, tokens[..., None])[..., 0]  # [B, T]
+    counted = torch.arange(tokens.shape[1])[None] <= captions.lengths[:, None]  # words and the <end>
+    return (log_probs * counted).sum(1), output.alphas
+
+
+@pytest.mark.parametrize("seed", SEEDS[:3])
+@pytest.mark.parametrize("search", ["greedy", "beam3"])
+def test_outputs_are_well_formed(seed, search):
+    decoder, annotations = make_decoder(seed), make_annotations(seed)
+    if search == "greedy":
+        captions = greedy(decoder, annotations, max_length=7)
+    else:
+        captions = beam_search(decoder, annotations, beam_size=3, max_length=7)
+    check_captions(captions, B, 7)
+
+
+def test_the_random_models_give_a_mix_of_ended_and_unended_captions():
+    """Guards the other tests: they must see captions that end early as well as ones that run to the limit."""
+    lengths = torch.cat([greedy(make_decoder(s), make_annotations(s), max_length=7).lengths for s in SEEDS])
+    assert (lengths < 7).any() and (lengths == 7).any()
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_beam_size_one_equals_greedy(seed):
+    decoder, annotations = make_decoder(seed), make_annotations(seed, batch=3)
+    g = greedy(decoder, annotations, max_length=8)
+    b = beam_search(decoder, annotations, beam_size=1, max_length=8)
+    assert torch.equal(b.tokens, g.tokens)
+    assert torch.equal(b.lengths, g.lengths)
+    torch.testing.assert_close(b.alphas, g.alphas)
+    torch.testing.assert_close(b.scores, g.scores)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("search", ["greedy", "beam1", "beam2", "beam4"])
+def test_scores_and_maps_match_teacher_forcing_on_the_returned_caption(seed, search):
+    """The search's bookkeeping (back-pointers, frozen finished beams) returns a consistent hypothesis."""
+    decoder, annotations = make_decoder(seed), make_annotations(seed)
+    if search == "greedy":
+        captions = greedy(decoder, annotations, max_length=8)
+    else:
+        captions = beam_search(decoder, annotations, beam_size=int(search[4:]), max_length=8)
+    scores, alphas = teacher_forced_score(decoder, annotations, captions)
+    torch.testing.assert_close(captions.scores, scores, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(captions.alphas, alphas, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_batched_beam_search_equals_one_image_at_a_time(seed, beam_size):
+    decoder, annotations = make_decoder(seed), make_annotations(seed, batch=3)
+    batched = beam_search(decoder, annotations, beam_size=beam_size, max_length=8)
+    for b in range(3):
+        alone = beam_search(decoder, annotations[b:b + 1], beam_size=beam_size, max_length=8)
+        steps = alone.tokens.shape[1]  # alone may stop earlier than the batch
+        assert torch.equal(batched.tokens[b, :steps], alone.tokens[0])
+        assert (batched.tokens[b, steps:] == PAD).all()
+        assert batched.lengths[b] == alone.lengths[0]
+        torch.testing.assert_close(batched.scores[b], alone.scores[0], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(batched.alphas[b, :steps], alone.alphas[0], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("seed", SEEDS[:4])
+def test_beam_search_as_wide_as_the_vocabulary_is_exact_over_two_words(seed):
+    """With K = V and two steps, beam search keeps every first word, so it must find the best caption."""
+    decoder, annotations = make_decoder(seed, sharpness=1.0), make_annotations(seed)
+    with torch.no_grad():
+        memory, state = decoder.prepare(annotations)
+        first, state, _ = decoder.step(memory, state, torch.full((B,), START))
+        first = torch.log_softmax(first, 1)  # [B, V]
+        best = []
+        for b in range(B):
+            candidates = [float(first[b, END])]  # <end> at once
+            for w in range(V):
+                if w == END:
+                    continue
+                rows = torch.tensor([b])
+                second, _, _ = decoder.step(memory.select(rows), state.select(rows), torch.tensor([w]))
+                candidates.append(float(first[b, w] + torch.log_softmax(second, 1).max()))
+            best.append(max(candidates))
+    beam = beam_search(decoder, annotations, beam_size=V, max_length=2)
+    g = greedy(decoder, annotations, max_length=2)
+    torch.testing.assert_close(beam.scores, torch.tensor(best), rtol=1e-5, atol=1e-5)
+    assert (beam.scores >= g.scores - 1e-5).all()
+
+
+@pytest.mark.parametrize("seed", SEEDS[:3])
+def test_a_model_that_cannot_end_still_gets_a_full_length_caption(seed):
+    decoder, annotations = make_decoder(seed), make_annotations(seed)
+    with torch.no_grad():
+        decoder.out.bias[END] = -1e4
+    for captions in (beam_search(decoder, annotations, beam_size=3, max_length=6),
+                     beam_search(decoder, annotations, beam_size=3, max_length=6, length_penalty=1.0),
+                     greedy(decoder, annotations, max_length=6)):
+        assert captions.tokens.shape == (B, 6)
+        assert (captions.tokens != END).all()
+        assert captions.lengths.tolist() == [6] * B
+        assert torch.isfinite(captions.scores).all()
+        check_captions(captions, B, 6)
+
+
+def markov_decoder(next_word: dict[int, dict[int, float]]) -> AttentionDecoder:
+    """A real decoder whose next-word distribution depends on the previous word only, as given.
+
+    embed_dim = V, the embedding row of word w holds log p(. | w), and the output layer passes it
+    through unchanged (the hidden-state and context paths are zeroed).
+    """
+    decoder = make_decoder(0, embed_dim=V)
+    table = torch.full((V, V), math.log(1e-3))
+    for previous, probs in next_word.items():
+        rest = (1.0 - sum(probs.values())) / (V - len(probs))
+        table[previous] = math.log(rest)
+        for word, p in probs.items():
+            table[previous, word] = math.log(p)
+    with torch.no_grad():
+        decoder.embed.weight.copy_(table)
+        decoder.out.weight.copy_(torch.eye(V))
+        decoder.out.bias.zero_()
+        for layer in (decoder.out_h, decoder.out_z):
+            layer.weight.zero_()
+        decoder.out_h.bias.zero_()
+    return decoder
+
+
+def test_length_penalty_changes_the_ranking_in_a_constructed_case():
+    # from <start>: <end> 0.5, "w" 0.45; after "w": <end> 0.9.
+    # raw scores: [<end>] = log .5 = -0.69 beats [w <end>] = log .45 + log .9 = -0.90;
+    # divided by (words + 1): -0.69 / 1 loses to -0.90 / 2 = -0.45.
+    w = 4
+    decoder = markov_decoder({START: {END: 0.5, w: 0.45}, w: {END: 0.9, w: 0.05}})
+    annotations = make_annotations(0)
+    raw = beam_search(decoder, annotations, beam_size=2, max_length=5, length_penalty=0.0)
+    assert raw.tokens[:, 0].tolist() == [END, END]
+    assert raw.lengths.tolist() == [0, 0]
+    torch.testing.assert_close(raw.scores, torch.full((B,), math.log(0.5)))
+    normalized = beam_search(decoder, annotations, beam_size=2, max_length=5, length_penalty=1.0)
+    assert normalized.tokens[:, :2].tolist() == [[w, END]] * B
+    assert normalized.lengths.tolist() == [1, 1]
+    torch.testing.assert_close(normalized.scores, torch.full((B,), math.log(0.45) + math.log(0.9)))  # raw sum
+    check_captions(normalized, B, 5)
+    # greedy takes the locally best first word
+    assert greedy(decoder, annotations, max_length=5).tokens[:, 0].tolist() == [END, END]
+
+
+@pytest.mark.parametrize("length_penalty", [0.0, 0.7, 2.0])
+def test_length_penalty_values_give_valid_captions(length_penalty):
+    decoder, annotations = make_decoder(1), make_annotations(1)
+    check_captions(beam_search(decoder, annotations, beam_size=3, max_length=6, length_penalty=length_penalty), B, 6)
+
+
+def test_image_side_work_is_done_once_per_image_not_per_beam_or_step():
+    decoder, annotations = make_decoder(0), make_annotations(0, batch=3)
+    calls = []
+    handle = decoder.attention.score.key.register_forward_hook(lambda module, args, out: calls.append(args[0].shape[0]))
+    try:
+        beam_search(decoder, annotations, beam_size=4, max_length=6)
+        greedy(decoder, annotations, max_length=6)
+    finally:
+        handle.remove()
+    assert calls == [3, 3]
+
+
+def test_decode_dispatches_on_beam_size():
+    decoder, annotations = make_decoder(2), make_annotations(2)
+    g = greedy(decoder, annotations, max_length=6)
+    one = decode(decoder, annotations, beam_size=1, max_length=6)
+    assert torch.equal(one.tokens, g.tokens)
+    b = beam_search(decoder, annotations, beam_size=3, max_length=6, length_penalty=0.5)
+    three = decode(decoder, annotations, beam_size=3, max_length=6, length_penalty=0.5)
+    assert torch.equal(three.tokens, b.tokens)
+    torch.testing.assert_close(three.scores, b.scores)
+
+
+def test_decoding_leaves_the_decoder_untouched_and_needs_no_grad():
+    decoder, annotations = make_decoder(0), make_annotations(0)
+    before = {k: v.clone() for k, v in decoder.state_dict().items()}
+    captions = beam_search(decoder, annotations.requires_grad_(True), beam_size=2, max_length=5)
+    assert not captions.alphas.requires_grad and not captions.scores.requires_grad
+    for key, value in decoder.state_dict().items():
+        assert torch.equal(value, before[key]), key

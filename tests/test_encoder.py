@@ -1,0 +1,213 @@
+"""Pretrained encoders: real ImageNet weights offline, grid geometry, frozen eval mode, weight errors.
+
+The expensive objects (the EfficientNet classifier, the encoders, a ResNet-101 weights file) are built
+once per module. Nothing here touches the network: the one test of the download path replaces it.
+"""
+
+from __future__ import annotations
+
+import socket
+import urllib.error
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from captioning.data.images import to_tensor
+from captioning.encoder import EncoderWeightsError, build_encoder, efficientnet_lite0_imagenet
+
+skimage_data = pytest.importorskip("skimage.data")
+
+HALF = (0.5, 0.5, 0.5)
+
+
+@pytest.fixture(autouse=True)
+def no_network(monkeypatch):
+    """Any attempt to open a connection fails loudly instead of reaching out."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a test tried to use the network")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+
+
+def photo(name: str, *, size: int = 224, mean=HALF, std=HALF) -> torch.Tensor:
+    return to_tensor(Image.fromarray(getattr(skimage_data, name)()), size=size, mean=mean, std=std)  # [3, S, S]
+
+
+@pytest.fixture(scope="module")
+def classifier():
+    torch.manual_seed(0)
+    return efficientnet_lite0_imagenet(weights_path=None).eval()
+
+
+@pytest.fixture(scope="module")
+def images():
+    return torch.stack([photo("chelsea"), photo("coffee")])  # [2, 3, 224, 224]
+
+
+@pytest.fixture(scope="module")
+def classified(classifier, images):
+    """One classifier forward over both photos: logits and the stride-16/32 block outputs (forward hooks)."""
+    captured = {}
+    hooks = [classifier.blocks[i].register_forward_hook(lambda module, args, out, i=i: captured.setdefault(i, out))
+             for i in (4, 6)]
+    try:
+        with torch.no_grad():
+            logits = classifier(images)  # [2, 1000]
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return logits, {"stride16": captured[4], "stride32": captured[6]}
+
+
+@pytest.fixture(scope="module")
+def lite_encoders():
+    return {layer: build_encoder(name="efficientnet_lite0", layer=layer) for layer in ("stride16", "stride32")}
+
+
+@pytest.fixture(scope="module")
+def encoded(lite_encoders, images):
+    with torch.no_grad():
+        return {layer: encoder(images) for layer, encoder in lite_encoders.items()}
+
+
+@pytest.mark.parametrize("row, label", [(0, 285), (1, 967)])  # chelsea: Egyptian cat; coffee: espresso
+def test_shipped_efficientnet_weights_classify_real_photos(classified, row, label):
+    logits, _ = classified
+    assert logits.shape == (2, 1000)
+    assert int(logits[row].argmax()) == label, logits[row].topk(5)
+
+
+@pytest.mark.parametrize("layer, dim, grid", [("stride16", 112, (14, 14)), ("stride32", 320, (7, 7))])
+def test_efficientnet_annotations_and_grid(lite_encoders, encoded, layer, dim, grid):
+    annotations, got_grid = encoded[layer]
+    assert got_grid == grid
+    assert annotations.shape == (2, grid[0] * grid[1], dim)
+    assert lite_encoders[layer].dim == dim
+    assert torch.isfinite(annotations).all()
+    assert (lite_encoders[layer].mean, lite_encoders[layer].std) == (HALF, HALF)  # the [-1, 1] the TF weights expect
+
+
+@pytest.mark.parametrize("layer", ["stride16", "stride32"])
+def test_encoders_are_frozen_and_in_eval_mode(lite_encoders, layer):
+    encoder = lite_encoders[layer]
+    params = list(encoder.parameters())
+    assert params and not any(p.requires_grad for p in params)
+    assert not encoder.training
+    assert not any(module.training for module in encoder.modules())
+
+
+@pytest.mark.parametrize("layer", ["stride16", "stride32"])
+def test_encoder_is_cut_from_the_pretrained_classifier(classified, encoded, layer):
+    """The annotations are the classifier's own block features: the weights and the cut are right."""
+    features = classified[1][layer]  # [2, D, Hg, Wg]
+    annotations, (_, width) = encoded[layer]
+    torch.testing.assert_close(annotations, features.flatten(2).transpose(1, 2))
+    # cell i is row i // Wg, column i % Wg of the feature map
+    torch.testing.assert_close(annotations[1, width * 2 + 5], features[1, :, 2, 5])
+
+
+def test_eval_mode_features_do_not_depend_on_the_batch(lite_encoders, encoded, images):
+    with torch.no_grad():
+        alone, _ = lite_encoders["stride16"](images[1:])
+    torch.testing.assert_close(encoded["stride16"][0][1:], alone, rtol=1e-4, atol=1e-5)
+
+
+def test_unknown_encoder_or_layer_is_an_error():
+    with pytest.raises(ValueError, match="vgg"):
+        build_encoder(name="vgg", layer="stride16")
+    with pytest.raises(ValueError, match="stride8"):
+        build_encoder(name="efficientnet_lite0", layer="stride8")
+    with pytest.raises(ValueError, match="stride8"):
+        build_encoder(name="resnet101", layer="stride8")
+
+
+# ResNet through a local weights file ------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def resnet_file(tmp_path_factory):
+    import torchvision
+
+    torch.manual_seed(1)
+    state = torchvision.models.resnet101(weights=None).state_dict()
+    path = tmp_path_factory.mktemp("weights") / "resnet101.pth"
+    torch.save(state, path)
+    yield path, state
+    path.unlink()  # 170 MB: do not leave it in pytest's kept temp dirs
+
+
+def test_resnet101_loads_a_local_weights_file(resnet_file):
+    path, state = resnet_file
+    torch.manual_seed(2)  # a different random init than the file's: only loading makes them equal
+    encoder = build_encoder(name="resnet101", layer="stride32", weights_path=str(path))
+    torch.testing.assert_close(encoder.body[0].weight, state["conv1.weight"])  # body[0] is conv1
+    torch.testing.assert_close(encoder.body[7][2].conv3.weight, state["layer4.2.conv3.weight"])
+    assert not any(p.requires_grad for p in encoder.parameters())
+    assert not encoder.training
+    assert encoder.dim == 2048
+    assert encoder.mean == (0.485, 0.456, 0.406)
+    image = photo("chelsea", mean=encoder.mean, std=encoder.std)[None]
+    with torch.no_grad():
+        annotations, grid = encoder(image)
+    assert grid == (7, 7)
+    assert annotations.shape == (1, 49, 2048)
+    assert torch.isfinite(annotations).all()
+
+
+def test_resnet_offline_without_weights_says_how_to_get_them(monkeypatch, tmp_path):
+    import torch.hub
+
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path))  # no cached file will be found
+    calls = []
+
+    def offline(url, *args, **kwargs):
+        calls.append(url)
+        raise urllib.error.URLError("no network (test)")
+
+    monkeypatch.setattr(torch.hub, "download_url_to_file", offline)  # what load_state_dict_from_url calls
+    with pytest.raises(EncoderWeightsError) as info:
+        build_encoder(name="resnet101", layer="stride32")
+    message = str(info.value)
+    assert calls, "the torchvision weights download path was not exercised"
+    assert "encoder.weights_path" in message
+    assert calls[0] in message  # the URL to fetch by hand
+    assert str(tmp_path) in message  # where a downloaded file would be found
+    assert "URLError" in message
+
+
+@pytest.mark.parametrize("name", ["efficientnet_lite0", "resnet101"])
+def test_missing_weights_file_is_named(tmp_path, name):
+    missing = tmp_path / "nowhere" / "weights.pth"
+    with pytest.raises(EncoderWeightsError, match="weights.pth") as info:
+        build_encoder(name=name, layer="stride32", weights_path=str(missing))
+    assert str(missing) in str(info.value)
+
+
+@pytest.mark.parametrize("name", ["efficientnet_lite0", "resnet101"])
+def test_garbage_weights_file_is_named(tmp_path, name):
+    garbage = tmp_path / "garbage.pth"
+    garbage.write_bytes(np.random.default_rng(0).bytes(4096))
+    with pytest.raises(EncoderWeightsError) as info:
+        build_encoder(name=name, layer="stride32", weights_path=str(garbage))
+    assert str(garbage) in str(info.value)
+
+
+@pytest.mark.parametrize("name", ["efficientnet_lite0", "resnet101"])
+def test_weights_that_are_not_a_state_dict_are_named(tmp_path, name):
+    path = tmp_path / "list.pth"
+    torch.save([torch.zeros(3)], path)
+    with pytest.raises(EncoderWeightsError, match="state dict") as info:
+        build_encoder(name=name, layer="stride32", weights_path=str(path))
+    assert str(path) in str(info.value)
+
+
+@pytest.mark.parametrize("name", ["efficientnet_lite0", "resnet101"])
+def test_weights_of_another_architecture_are_named(tmp_path, name):
+    path = tmp_path / "tiny.pth"
+    torch.save(torch.nn.Linear(3, 2).state_dict(), path)
+    with pytest.raises(EncoderWeightsError) as info:
+        build_encoder(name=name, layer="stride32", weights_path=str(path))
+    assert str(path) in str(info.value)

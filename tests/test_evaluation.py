@@ -1,0 +1,214 @@
+"""Evaluation: attention mass in boxes, word-object matching, relation checks, caption metrics, eval.py."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import captioning.evaluation as evaluation
+from captioning.cli import eval_main
+from captioning.data.karpathy import read_split
+from captioning.data.shapes import Grounding, ShapeObject
+from captioning.evaluation import (
+    box_mass,
+    box_share,
+    caption_metrics,
+    grounding_scores,
+    java_available,
+    word_objects,
+)
+
+SIDE, GRID = 224, 14
+CELL = SIDE / GRID  # 16 pixels
+
+
+def _one_hot(row: int, column: int, grid: int = GRID) -> np.ndarray:
+    alpha = np.zeros((grid, grid), dtype=np.float32)
+    alpha[row, column] = 1.0
+    return alpha
+
+
+def _cell_box(row: int, column: int, grow: float = 0.0) -> tuple[float, float, float, float]:
+    """The pixels of a grid cell, grown by `grow` cells on every side."""
+    return ((column - grow) * CELL, (row - grow) * CELL, (column + 1 + grow) * CELL, (row + 1 + grow) * CELL)
+
+
+# box_mass / box_share ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cell", [(6, 7), (0, 0), (13, 13), (2, 11)])
+def test_box_mass_of_a_one_hot_map(cell: tuple[int, int]) -> None:
+    alpha = _one_hot(*cell)
+    # Bilinear upsampling spreads a cell's weight up to one cell beyond it: a box around that
+    # neighbourhood holds all of it, a box far away none.
+    assert box_mass(alpha, _cell_box(*cell, grow=1.0), width=SIDE, height=SIDE) == pytest.approx(1.0, abs=1e-6)
+    far = ((cell[1] + 7) % GRID, (cell[0] + 7) % GRID)
+    assert box_mass(alpha, _cell_box(far[1], far[0]), width=SIDE, height=SIDE) == pytest.approx(0.0, abs=1e-9)
+    own = box_mass(alpha, _cell_box(*cell), width=SIDE, height=SIDE)
+    assert own > 0.5  # most of it lands on the cell itself
+    for neighbour in ((cell[0] + 1, cell[1]), (cell[0], cell[1] - 1)):
+        if 0 <= neighbour[0] < GRID and 0 <= neighbour[1] < GRID:
+            assert box_mass(alpha, _cell_box(*neighbour), width=SIDE, height=SIDE) < own
+
+
+def test_whole_image_box_holds_all_mass() -> None:
+    alpha = np.random.default_rng(0).random((GRID, GRID))
+    assert box_mass(alpha, (0, 0, SIDE, SIDE), width=SIDE, height=SIDE) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("box", [(0, 0, 112, 224), (10, 20, 60, 100), (100, 100, 132, 132)])
+def test_uniform_map_gives_the_box_area_share(box: tuple[float, float, float, float]) -> None:
+    area = (box[2] - box[0]) * (box[3] - box[1]) / SIDE**2
+    uniform = box_mass(np.full((GRID, GRID), 1 / GRID**2), box, width=SIDE, height=SIDE)
+    assert uniform == pytest.approx(area, rel=0.02)
+    assert box_share(box, width=SIDE, height=SIDE) == pytest.approx(area, rel=0.02)
+    assert box_share(box, width=SIDE, height=SIDE) == pytest.approx(uniform, rel=1e-6)
+
+
+# word_objects and grounding_scores -----------------------------------------------------------------
+
+
+def _words(text: str) -> list[str]:
+    return text.split()
+
+
+RED_CIRCLE = ShapeObject("circle", "red", "small", (16.0, 96.0, 48.0, 128.0))  # left, middle row
+BLUE_SQUARE = ShapeObject("square", "blue", "large", (160.0, 80.0, 208.0, 128.0))  # right, middle row
+GREEN_CIRCLE = ShapeObject("circle", "green", "small", (96.0, 0.0, 128.0, 32.0))  # top centre
+
+
+def test_word_objects_matches_named_shapes() -> None:
+    objects = [RED_CIRCLE, BLUE_SQUARE]
+    words = _words("a red circle to the left of a blue square")
+    assert word_objects(words, objects) == [(2, 0), (9, 1)]
+    assert word_objects(_words("a blue square and a red circle"), objects) == [(2, 1), (6, 0)]
+    assert word_objects(_words("a green triangle"), objects) == []  # absent from the image: skipped
+    assert word_objects(_words("a yellow diamond above a red circle"), objects) == [(6, 0)]
+    assert word_objects(_words("a circle"), objects) == [(1, 0)]  # unambiguous without a colour
+
+
+def test_word_objects_uses_colour_to_disambiguate() -> None:
+    objects = [RED_CIRCLE, BLUE_SQUARE, GREEN_CIRCLE]
+    assert word_objects(_words("a green circle"), objects) == [(2, 2)]
+    assert word_objects(_words("a red circle"), objects) == [(2, 0)]
+    assert word_objects(_words("a circle"), objects) == []  # two circles: ambiguous, skipped
+
+
+def test_grounding_scores_checks_relations_and_attention() -> None:
+    truth = Grounding(objects=[RED_CIRCLE, BLUE_SQUARE], width=SIDE, height=SIDE)
+    true_words = _words("a small red circle to the left of a large blue square")
+    false_words = _words("a red circle to the right of a blue square")
+    wrong_axis = _words("a red circle above a blue square")
+    alphas = np.full((len(true_words), GRID, GRID), 1 / GRID**2, dtype=np.float32)
+    alphas[3] = _one_hot(6, 1)  # "circle" looks at the circle (cell centre x 24, y 104)
+    alphas[11] = _one_hot(13, 0)  # "square" looks at the bottom left corner, far from the square
+    correct, chance, relations = grounding_scores(true_words, alphas, truth)
+    assert relations == [True]
+    assert len(correct) == len(chance) == 2
+    assert correct[0] > 0.5 and correct[1] == pytest.approx(0.0, abs=1e-9)
+    assert chance[0] == pytest.approx(box_share(RED_CIRCLE.box, width=SIDE, height=SIDE))
+    assert chance[1] == pytest.approx(48 * 48 / SIDE**2, rel=0.02)
+    assert correct[0] > 5 * chance[0]
+
+    _, _, relations = grounding_scores(false_words, alphas[: len(false_words)], truth)
+    assert relations == [False]
+    _, _, relations = grounding_scores(wrong_axis, alphas[: len(wrong_axis)], truth)
+    assert relations == [False]  # the two differ most along x, so "above" is not what holds
+    _, _, relations = grounding_scores(_words("a blue square to the right of a red circle"), alphas, truth)
+    assert relations == [True]
+
+
+def test_grounding_scores_relation_with_an_absent_object_is_false() -> None:
+    truth = Grounding(objects=[RED_CIRCLE, BLUE_SQUARE], width=SIDE, height=SIDE)
+    words = _words("a red circle to the left of a yellow diamond")
+    alphas = np.full((len(words), GRID, GRID), 1 / GRID**2, dtype=np.float32)
+    correct, _, relations = grounding_scores(words, alphas, truth)
+    assert relations == [False] and len(correct) == 1
+
+
+# caption_metrics -----------------------------------------------------------------------------------
+
+REFERENCES = {
+    1: ["a red circle to the left of a blue square", "two shapes a red circle and a blue square"],
+    2: ["a small yellow diamond on a light background", "a yellow diamond in the centre"],
+    3: ["a green triangle above a purple circle", "a purple circle below a green triangle"],
+}
+IDENTICAL = {i: refs[0] for i, refs in REFERENCES.items()}
+UNRELATED = {i: "zebras graze quietly near an old river bank" for i in REFERENCES}
+
+
+def test_caption_metrics_identical_and_unrelated() -> None:
+    same = caption_metrics(REFERENCES, IDENTICAL, full=False)
+    assert {f"Bleu_{n}" for n in range(1, 5)} | {"CIDEr"} <= set(same)
+    assert "METEOR" not in same
+    assert same["Bleu_4"] == pytest.approx(1.0, abs=1e-6)
+    assert same["CIDEr"] > 1.0
+    other = caption_metrics(REFERENCES, UNRELATED, full=False)
+    assert other["Bleu_4"] == pytest.approx(0.0, abs=1e-6)
+    assert other["CIDEr"] == pytest.approx(0.0, abs=1e-6)
+    assert other["Bleu_1"] < same["Bleu_1"]
+
+
+def test_caption_metrics_use_the_project_tokenization() -> None:
+    shouting = {i: caption.upper() + "." for i, caption in IDENTICAL.items()}
+    assert caption_metrics(REFERENCES, shouting, full=False)["Bleu_4"] == pytest.approx(1.0, abs=1e-6)
+
+
+@pytest.mark.skipif(not java_available(), reason="java is not installed")
+def test_caption_metrics_full_with_java() -> None:
+    metrics = caption_metrics(REFERENCES, IDENTICAL, full=True)
+    assert {"Bleu_4", "METEOR", "ROUGE_L", "CIDEr"} <= set(metrics)
+    assert metrics["METEOR"] > 0.9 and metrics["ROUGE_L"] == pytest.approx(1.0, abs=1e-6)
+    assert metrics["Bleu_4"] == pytest.approx(1.0, abs=1e-6)
+
+
+def test_caption_metrics_without_java_warn_and_still_score(monkeypatch, capsys) -> None:
+    monkeypatch.setattr(evaluation, "java_available", lambda: False)
+    metrics = caption_metrics(REFERENCES, IDENTICAL, full=True)
+    err = capsys.readouterr().err
+    assert "METEOR" in err and "java" in err.lower()
+    assert "METEOR" not in metrics
+    assert {"Bleu_1", "Bleu_4", "ROUGE_L", "CIDEr"} <= set(metrics)
+    assert metrics["ROUGE_L"] == pytest.approx(1.0, abs=1e-6) and metrics["Bleu_4"] == pytest.approx(1.0, abs=1e-6)
+
+
+# eval.py on the tiny checkpoint --------------------------------------------------------------------
+
+
+def test_eval_main_writes_metrics_and_results(tiny_run, tmp_path: Path, capsys) -> None:
+    out = tmp_path / "eval" / "metrics.json"
+    code = eval_main(["--checkpoint", str(tiny_run.checkpoint), "--split", "test", "--beam-size", "2",
+                      "--out", str(out), f"data.root={tiny_run.data_root}"])
+    assert code == 0
+    metrics = json.loads(out.read_text())
+    expected = {"Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4", "ROUGE_L", "CIDEr", "attention_correctness",
+                "attention_correctness_chance", "relation_accuracy"}
+    if java_available():
+        expected.add("METEOR")
+    assert expected <= set(metrics), expected - set(metrics)
+    assert metrics["split"] == "test" and metrics["beam_size"] == 2
+    assert all(0.0 <= metrics[f"Bleu_{n}"] <= 1.0 for n in range(1, 5))
+    if metrics["attention_words"]:
+        assert 0.0 < metrics["attention_correctness_chance"] < 0.5  # shapes are small against the image
+        assert 0.0 <= metrics["attention_correctness"] <= 1.0
+    else:
+        assert math.isnan(metrics["attention_correctness"])
+    results = json.loads((out.parent / "results_test.json").read_text())
+    test_ids = [r.image_id for r in read_split(tiny_run.data_root / "dataset_shapes.json", "test")]
+    assert [r["image_id"] for r in results] == test_ids
+    assert all(set(r) == {"image_id", "caption"} and isinstance(r["caption"], str) for r in results)
+    assert any(r["caption"] for r in results)
+    printed = capsys.readouterr().out
+    assert "CIDEr" in printed and str(out) in printed
+    assert metrics["CIDEr"] >= 0.0
+
+
+def test_eval_main_bad_override_is_one_line_error(tiny_run, capsys) -> None:
+    code = eval_main(["--checkpoint", str(tiny_run.checkpoint), "data.nonsense=1"])
+    assert code != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "nonsense" in err[0]

@@ -1,0 +1,233 @@
+"""Training: checkpoint contents, exact resume, overfitting one batch, non-finite losses, atomic saves."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+import captioning.checkpoint as checkpoint_module
+import captioning.training as training
+from captioning.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from captioning.config import Config, ModelConfig, from_dict
+from captioning.data.dataset import Batch
+from captioning.data.karpathy import read_split
+from captioning.model import build_decoder
+from captioning.training import TrainingError, fit, train_step
+from captioning.vocab import SPECIALS
+
+
+@pytest.fixture(scope="module")
+def batches_per_epoch(shapes_root: Path, tiny_config, tmp_path_factory: pytest.TempPathFactory) -> int:
+    config = tiny_config(tmp_path_factory.mktemp("unused"))
+    pairs = sum(len(r.captions) for r in read_split(shapes_root / config.data.split_file, "train"))
+    batches = math.ceil(pairs / config.train.batch_size)
+    assert batches == 8  # 24 images x 5 captions in batches of 16: the interruptions below rely on it
+    return batches
+
+
+# checkpoints of a real run -------------------------------------------------------------------------
+
+
+def test_checkpoint_holds_everything_and_loads_without_code(tiny_run, batches_per_epoch: int) -> None:
+    for path in (tiny_run.last, tiny_run.checkpoint):
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+        for key in ("config", "vocab", "decoder", "optimizer", "scheduler", "progress", "rng", "grid",
+                    "annotation_dim"):
+            assert key in payload, key
+    payload = torch.load(tiny_run.last, map_location="cpu", weights_only=True)
+    assert payload["progress"]["step"] == tiny_run.steps
+    assert payload["progress"]["epoch"] == tiny_run.steps // batches_per_epoch
+    assert payload["progress"]["batch_in_epoch"] == tiny_run.steps % batches_per_epoch
+    assert payload["progress"]["history"] and math.isfinite(payload["progress"]["best_metric"])
+    assert tuple(payload["vocab"][:4]) == SPECIALS and "circle" in payload["vocab"]
+    assert payload["grid"] == [6, 6] and payload["annotation_dim"] == 112
+    assert payload["config"]["train"]["max_steps"] == tiny_run.steps
+    assert payload["optimizer"]["state"]  # Adam moments, not just hyper-parameters
+    assert isinstance(payload["rng"]["torch"], torch.Tensor)
+    assert "python" in payload["rng"]
+    assert "best" in payload["scheduler"] or payload["scheduler"]
+    config = from_dict(payload["config"])
+    decoder = build_decoder(config, vocab_size=len(payload["vocab"]), annotation_dim=payload["annotation_dim"])
+    decoder.load_state_dict(payload["decoder"])  # strict: every tensor there, with the right shape
+    assert load_checkpoint(tiny_run.last)["progress"]["step"] == tiny_run.steps
+
+
+# exact resume --------------------------------------------------------------------------------------
+
+
+def _state(path: Path) -> dict:
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+@pytest.mark.parametrize("interrupt", [5, 8], ids=["mid-epoch", "epoch-end"])
+def test_resume_continues_exactly(tmp_path: Path, tiny_config, batches_per_epoch: int, interrupt: int) -> None:
+    """Run A trains 2N steps straight; run B trains N, stops, and resumes to 2N: same weights.
+
+    Both evaluate (and so step the LR scheduler) at the same steps: every N steps mid-epoch, at
+    each epoch's end and at the end. Dropout stays on, so the RNG state must be restored too.
+    """
+    total = 2 * interrupt
+    evaluate = f"train.eval_every_steps={interrupt}"
+    config_a = tiny_config(tmp_path / "a", f"train.max_steps={total}", evaluate)
+    assert config_a.model.dropout > 0
+    fit(config_a)
+
+    torch.manual_seed(1234)  # whatever the global RNG was doing before must not matter
+    fit(tiny_config(tmp_path / "b", f"train.max_steps={interrupt}", evaluate))
+    stopped = _state(tmp_path / "b" / "last.pt")["progress"]
+    assert stopped["step"] == interrupt
+    if interrupt % batches_per_epoch:  # really inside an epoch: the rest of it is still to do
+        assert (stopped["epoch"], stopped["batch_in_epoch"]) == (0, interrupt)
+    else:
+        assert (stopped["epoch"], stopped["batch_in_epoch"]) == (1, 0)
+    torch.manual_seed(999)
+    fit(tiny_config(tmp_path / "b", f"train.max_steps={total}", evaluate), resume=True)
+
+    a, b = _state(tmp_path / "a" / "last.pt"), _state(tmp_path / "b" / "last.pt")
+    assert a["progress"]["step"] == b["progress"]["step"] == total
+    assert a["progress"]["epoch"] == b["progress"]["epoch"] >= 1  # the run crossed an epoch boundary
+    assert a["decoder"].keys() == b["decoder"].keys()
+    for name in a["decoder"]:
+        assert torch.equal(a["decoder"][name], b["decoder"][name]), name
+    for key, moments in a["optimizer"]["state"].items():
+        for name, value in moments.items():
+            assert torch.equal(value, b["optimizer"]["state"][key][name]), (key, name)
+    assert a["scheduler"] == b["scheduler"]
+    # The same evaluations at the same steps with the same results (repr, so that nan == nan).
+    assert ([repr({k: v for k, v in h.items() if k != "seconds"}) for h in a["progress"]["history"]]
+            == [repr({k: v for k, v in h.items() if k != "seconds"}) for h in b["progress"]["history"]])
+
+
+def test_same_config_gives_same_weights_whatever_the_global_rng(tmp_path: Path, tiny_config) -> None:
+    torch.manual_seed(1)
+    fit(tiny_config(tmp_path / "x", "train.max_steps=2"))
+    torch.manual_seed(2)
+    torch.rand(100)
+    fit(tiny_config(tmp_path / "y", "train.max_steps=2"))
+    x, y = _state(tmp_path / "x" / "last.pt")["decoder"], _state(tmp_path / "y" / "last.pt")["decoder"]
+    assert all(torch.equal(x[name], y[name]) for name in x)
+    z_config = tiny_config(tmp_path / "z", "train.max_steps=2", "train.seed=1")
+    fit(z_config)
+    z = _state(tmp_path / "z" / "last.pt")["decoder"]
+    assert not torch.equal(x["out.weight"], z["out.weight"])  # the seed does matter
+
+
+# overfitting one batch -----------------------------------------------------------------------------
+
+
+def _tiny_decoder(dropout: float = 0.0, vocab_size: int = 11, annotation_dim: int = 8):
+    config = Config(model=ModelConfig(embed_dim=16, hidden_dim=16, attention_dim=16, dropout=dropout))
+    return build_decoder(config, vocab_size=vocab_size, annotation_dim=annotation_dim)
+
+
+def _fixed_batch() -> Batch:
+    generator = torch.Generator().manual_seed(0)
+    annotations = torch.randn(2, 9, 8, generator=generator)  # [B, L, D]: B=2, 3x3 grid, D=8
+    tokens = torch.tensor([[1, 4, 5, 6, 7, 8, 2], [1, 9, 10, 4, 2, 0, 0]])
+    return Batch(annotations=annotations, tokens=tokens, lengths=torch.tensor([7, 5]))
+
+
+def test_overfit_one_batch() -> None:
+    torch.manual_seed(0)
+    decoder = _tiny_decoder()
+    optimizer = torch.optim.Adam(decoder.parameters(), lr=1e-2)
+    batch = _fixed_batch()
+    history = [train_step(decoder, batch, optimizer, grad_clip=5.0, ds_weight=0.0, ds_target="one")["xe"]
+               for _ in range(150)]
+    assert history[0] > 1.5  # about log(11) at the start
+    assert history[-1] < 0.3 * history[0], history[::10]
+    assert history[-1] < 0.1
+
+
+# non-finite losses ---------------------------------------------------------------------------------
+
+
+def test_non_finite_loss_raises_before_any_update() -> None:
+    torch.manual_seed(0)
+    decoder = _tiny_decoder()
+    optimizer = torch.optim.Adam(decoder.parameters(), lr=1e-2)
+    with torch.no_grad():
+        decoder.out.bias[5] = float("nan")
+    before = {name: value.clone() for name, value in decoder.state_dict().items()}
+    with pytest.raises(TrainingError, match="non-finite"):
+        train_step(decoder, _fixed_batch(), optimizer, grad_clip=5.0, ds_weight=0.0, ds_target="one")
+    after = decoder.state_dict()
+    assert all(torch.equal(before[n], after[n]) for n in before if n != "out.bias")
+    assert not optimizer.state  # the optimizer never stepped
+
+
+def test_non_finite_loss_in_fit_keeps_the_last_good_checkpoint(tmp_path: Path, tiny_config, monkeypatch) -> None:
+    real = training.cross_entropy
+    calls = []
+
+    def poisoned(logits, targets, mask):
+        calls.append(1)
+        loss = real(logits, targets, mask)
+        return loss * float("nan") if len(calls) == 5 else loss
+
+    monkeypatch.setattr(training, "cross_entropy", poisoned)
+    out = tmp_path / "run"
+    config = tiny_config(out, "train.max_steps=10", "train.eval_every_steps=3")
+    with pytest.raises(TrainingError, match="non-finite"):
+        fit(config)
+    assert len(calls) == 5
+    payload = load_checkpoint(out / "last.pt")  # written at step 3, still there and readable
+    assert payload["progress"]["step"] == 3
+    assert all(torch.isfinite(v).all() for v in payload["decoder"].values())
+    assert not list(out.glob(".*.tmp")) and not list(out.glob("*.tmp"))
+
+
+# atomic saves --------------------------------------------------------------------------------------
+
+
+def test_save_checkpoint_leaves_no_temporary_file(tmp_path: Path) -> None:
+    path = tmp_path / "last.pt"
+    save_checkpoint(path, {"decoder": {"w": torch.arange(3.0)}, "progress": {"step": 7}})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.pt"]
+    payload = load_checkpoint(path)
+    assert torch.equal(payload["decoder"]["w"], torch.arange(3.0)) and payload["progress"]["step"] == 7
+    save_checkpoint(path, {"progress": {"step": 8}})  # overwriting works the same way
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.pt"]
+    assert load_checkpoint(path)["progress"]["step"] == 8
+
+
+def test_a_save_that_dies_midway_leaves_the_old_checkpoint(tmp_path: Path, monkeypatch) -> None:
+    path = tmp_path / "last.pt"
+    save_checkpoint(path, {"progress": {"step": 1}})
+    real_save = torch.save
+
+    def dying_save(obj, target, *args, **kwargs):
+        Path(target).write_bytes(b"PK\x03\x04 half a zip")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(checkpoint_module.torch, "save", dying_save)
+    with pytest.raises(OSError, match="disk full"):
+        save_checkpoint(path, {"progress": {"step": 2}})
+    monkeypatch.setattr(checkpoint_module.torch, "save", real_save)
+    assert load_checkpoint(path)["progress"]["step"] == 1
+
+
+def test_unreadable_checkpoints_raise_checkpoint_error_naming_the_path(tmp_path: Path) -> None:
+    garbage = tmp_path / "garbage.pt"
+    garbage.write_bytes(b"\x00\x01 not a checkpoint" * 50)
+    truncated = tmp_path / "truncated.pt"
+    save_checkpoint(truncated, {"decoder": {"w": torch.zeros(1000)}})
+    truncated.write_bytes(truncated.read_bytes()[:500])
+    foreign = tmp_path / "foreign.pt"
+    torch.save({"state_dict": {}}, foreign)  # a torch file, but not one of ours
+    missing = tmp_path / "missing.pt"
+    for path in (garbage, truncated, foreign, missing):
+        with pytest.raises(CheckpointError) as error:
+            load_checkpoint(path)
+        assert str(path) in str(error.value)
+        assert "\n" not in str(error.value)
+
+
+def test_checkpoint_with_pickled_code_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "evil.pt"
+    torch.save({"format_version": checkpoint_module.FORMAT_VERSION, "payload": Path("/etc/passwd")}, path)
+    with pytest.raises(CheckpointError, match="evil.pt"):
+        load_checkpoint(path)
