@@ -17,20 +17,31 @@ import yaml
 
 @dataclass
 class DataConfig:
-    dataset: str = "shapes"  # only the Karpathy-format reader exists so far; COCO/Flickr come next
-    root: str = "data/shapes"  # holds the split JSON, images/ and, for shapes, objects.json
-    split_file: str = "dataset_shapes.json"
+    # shapes | coco | flickr8k | flickr30k | karpathy (any Karpathy-format split file): read from
+    # `split_file`; coco_official: the official captions_*2014.json files through pycocotools.
+    dataset: str = "shapes"
+    root: str = "data/shapes"  # every relative path below is relative to this folder
+    split_file: str = "dataset_shapes.json"  # Karpathy-format: dataset_coco.json, dataset_flickr8k.json ...
+    image_dir: str = ""  # images are image_dir/filepath/filename (Flickr entries have no filepath)
+    train_captions: str = "annotations/captions_train2014.json"  # coco_official only
+    train_images: str = "train2014"
+    val_captions: str = "annotations/captions_val2014.json"  # coco_official: serves as val and test
+    val_images: str = "val2014"
     image_size: int = 224  # the encoder's square input; the shorter side is resized, then centre-cropped
     min_word_count: int = 1
     max_caption_length: int = 20  # clips training targets only, never references
+    feature_cache: bool = True  # frozen encoder: train on cached annotations; False runs it on the fly
+    bucket_batches: bool = True  # batches of captions of similar length (less padding per step)
 
 
 @dataclass
 class EncoderConfig:
-    name: str = "efficientnet_lite0"  # or "resnet101"
-    layer: str = "stride16"  # stride16 (14x14 at 224²) or stride32 (7x7)
+    name: str = "efficientnet_lite0"  # or resnet101, resnet152, vgg19 (resnet18/34/50 for small tests)
+    layer: str = "stride16"  # stride16 (14x14 at 224²; vgg19: conv5_4) or stride32 (7x7 at 224², 14x14 at 448²)
     weights_path: str | None = None  # a local state dict, for machines that cannot download
     batch_size: int = 32  # when computing the feature cache
+    fine_tune_from: str | None = None  # e.g. layer4: train this stage and the later ones (no feature cache)
+    lr: float = 1e-4  # the learning rate of the fine-tuned part
 
 
 @dataclass
@@ -64,6 +75,12 @@ class TrainConfig:
     eval_every_steps: int | None = None  # also evaluate mid-epoch every this many steps
     val_images: int | None = None  # decode only the first N validation images when evaluating
     num_workers: int = 0
+    pin_memory: bool = True  # only used when training on a GPU
+    save_every_steps: int | None = None  # also write last.pt every this many steps (resume after a kill)
+    log_every_steps: int = 10  # losses to TensorBoard and log.jsonl
+    log_images: int = 3  # validation images with per-word overlays in TensorBoard at each evaluation
+    amp: bool = False  # autocast: bf16 where supported, else fp16 with a gradient scaler
+    compile: bool = False  # torch.compile the decoder
 
 
 @dataclass

@@ -2,13 +2,20 @@
 
 Notation: B batch, S input side, D channels, (Hg, Wg) the feature grid, L = Hg * Wg cells.
 
-The paper attends over VGG conv5_4: a stride-16 layer, 14x14x512 at 224². A small CNN's last
-stride-32 layer gives only 7x7 cells, each of which sees most of the image, so attention has little
-room to say *where*; we default to the stride-16 layer (see docs/results.md for the measurements).
+The paper attends over VGG-19 conv5_4 (after its ReLU, before the last max-pool): a stride-16
+layer, 14x14x512 at 224². A small CNN's last stride-32 layer gives only 7x7 cells at 224², each of
+which sees most of the image, so attention has little room to say *where*; we default to the
+stride-16 layer (see docs/results.md for the measurements). The grid is always what the network
+gives for the input size (ResNet's stride-32 layer4 at 448² gives 14x14): never an upsampled one.
+
+The encoder is frozen and in eval mode unless `fine_tune_from` names a stage: that stage and the
+later ones train (and follow `.train()`), the earlier ones stay frozen in eval mode, so their
+batch-norm statistics never drift.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from pathlib import Path
 
 import torch
@@ -17,7 +24,12 @@ from torch import nn
 # Stages of tf_efficientnet_lite0 (timm's `blocks`): 3 -> 80 channels and 4 -> 112 at stride 16,
 # 5 -> 192 and 6 -> 320 at stride 32. We take the last block of each stride.
 _EFFICIENTNET_LAYERS = {"stride16": (4, 112), "stride32": (6, 320)}
-_RESNET_LAYERS = {"stride16": ("layer3", 1024), "stride32": ("layer4", 2048)}
+_RESNET_LAYERS = {"stride16": "layer3", "stride32": "layer4"}
+_RESNETS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152")  # 18-50: small tests, ablations
+# VGG-19: conv5_4 after its ReLU is stride 16 (the paper's layer); adding the last pool gives stride 32.
+_VGG_LAYERS = {"stride16": "relu5_4", "stride32": "pool5"}
+ENCODERS = ("efficientnet_lite0", *_RESNETS, "vgg19")
+IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 
 class EncoderWeightsError(RuntimeError):
@@ -25,14 +37,38 @@ class EncoderWeightsError(RuntimeError):
 
 
 class Encoder(nn.Module):
-    """images [B, 3, S, S] (already normalized) -> annotations [B, L, D] and the grid (Hg, Wg)."""
+    """images [B, 3, S, S] (already normalized) -> annotations [B, L, D] and the grid (Hg, Wg).
 
-    def __init__(self, *, body: nn.Module, dim: int, mean: tuple[float, ...], std: tuple[float, ...]):
+    `body` is a sequence of named stages (conv1 .. layer4, conv1_1 .. relu5_4, conv_stem .. block6).
+    """
+
+    def __init__(self, *, body: nn.Sequential, dim: int, mean: tuple[float, ...], std: tuple[float, ...]):
         super().__init__()
         self.body = body
         self.dim = dim
         self.mean = mean  # the normalization the weights were trained with; the data pipeline applies it
         self.std = std
+        self.trainable: list[str] = []  # the stages that fine-tune, in order
+
+    def fine_tune(self, first: str | None) -> Encoder:
+        """Freeze everything, then let stage `first` and every later stage train (None: all frozen)."""
+        names = [name for name, _ in self.body.named_children()]
+        if first is not None and first not in names:
+            raise ValueError(f"encoder.fine_tune_from '{first}' is not a stage of this encoder "
+                             f"(stages: {', '.join(names)})")
+        self.trainable = [] if first is None else names[names.index(first):]
+        self.requires_grad_(False)
+        for name in self.trainable:
+            getattr(self.body, name).requires_grad_(True)
+        return self.train(self.training)
+
+    def train(self, mode: bool = True) -> Encoder:
+        """Only the fine-tuned stages follow `mode`; frozen ones stay in eval mode (batch-norm statistics)."""
+        super().train(False)
+        self.training = mode and bool(self.trainable)
+        for name in self.trainable:
+            getattr(self.body, name).train(mode)
+        return self
 
     def forward(self, images: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int]]:
         features = self.body(images)  # [B, D, Hg, Wg]
@@ -74,7 +110,8 @@ def _load_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
     return state
 
 
-def _resnet(name: str, *, weights_path: str | None) -> nn.Module:
+def _torchvision(name: str, *, weights_path: str | None) -> nn.Module:
+    """A torchvision classifier with ImageNet weights: from `weights_path`, or the weights API."""
     import torchvision
 
     builder = getattr(torchvision.models, name)
@@ -96,25 +133,53 @@ def _resnet(name: str, *, weights_path: str | None) -> nn.Module:
         ) from error
 
 
-def build_encoder(*, name: str = "efficientnet_lite0", layer: str = "stride16",
-                  weights_path: str | None = None) -> Encoder:
-    """A frozen, eval-mode pretrained encoder cut at the chosen layer."""
+def _vgg_stages(features: nn.Sequential) -> OrderedDict[str, nn.Module]:
+    """torchvision's numbered VGG layers under the paper's names: conv1_1, relu1_1, ..., pool5."""
+    stages: OrderedDict[str, nn.Module] = OrderedDict()
+    block, index = 1, 1
+    for module in features:
+        if isinstance(module, nn.MaxPool2d):
+            stages[f"pool{block}"] = module
+            block, index = block + 1, 1
+        elif isinstance(module, nn.Conv2d):
+            stages[f"conv{block}_{index}"] = module
+        else:
+            stages[f"relu{block}_{index}"] = module
+            index += 1
+    return stages
+
+
+def _cut(stages: OrderedDict[str, nn.Module], last: str) -> nn.Sequential:
+    names = list(stages)
+    return nn.Sequential(OrderedDict((name, stages[name]) for name in names[: names.index(last) + 1]))
+
+
+def build_encoder(*, name: str = "efficientnet_lite0", layer: str = "stride16", weights_path: str | None = None,
+                  fine_tune_from: str | None = None) -> Encoder:
+    """A pretrained encoder cut at the chosen layer: frozen and in eval mode, but for the stages
+    from `fine_tune_from` on."""
+    layers = {"efficientnet_lite0": _EFFICIENTNET_LAYERS, "vgg19": _VGG_LAYERS,
+              **{resnet: _RESNET_LAYERS for resnet in _RESNETS}}
+    if name not in layers:
+        raise ValueError(f"unknown encoder '{name}' (known: {', '.join(ENCODERS)})")
+    if layer not in layers[name]:
+        raise ValueError(f"encoder layer '{layer}' unknown for {name} (known: {', '.join(layers[name])})")
     if name == "efficientnet_lite0":
-        if layer not in _EFFICIENTNET_LAYERS:
-            raise ValueError(f"encoder layer '{layer}' unknown for {name} (known: {', '.join(_EFFICIENTNET_LAYERS)})")
         model = efficientnet_lite0_imagenet(weights_path=weights_path)
         last, dim = _EFFICIENTNET_LAYERS[layer]
-        body = nn.Sequential(model.conv_stem, model.bn1, *model.blocks[: last + 1])
-        encoder = Encoder(body=body, dim=dim, mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5))
-    elif name in ("resnet101", "resnet152"):
-        if layer not in _RESNET_LAYERS:
-            raise ValueError(f"encoder layer '{layer}' unknown for {name} (known: {', '.join(_RESNET_LAYERS)})")
-        model = _resnet(name, weights_path=weights_path)
-        last, dim = _RESNET_LAYERS[layer]
-        stages = ["conv1", "bn1", "relu", "maxpool", "layer1", "layer2", "layer3", "layer4"]
-        body = nn.Sequential(*(getattr(model, s) for s in stages[: stages.index(last) + 1]))
-        encoder = Encoder(body=body, dim=dim, mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
+        stages = OrderedDict([("conv_stem", model.conv_stem), ("bn1", model.bn1)])
+        stages.update((f"block{i}", block) for i, block in enumerate(model.blocks))
+        encoder = Encoder(body=_cut(stages, f"block{last}"), dim=dim, mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5))
+    elif name == "vgg19":
+        model = _torchvision(name, weights_path=weights_path)
+        encoder = Encoder(body=_cut(_vgg_stages(model.features), _VGG_LAYERS[layer]), dim=512,
+                          mean=IMAGENET_MEAN, std=IMAGENET_STD)
     else:
-        raise ValueError(f"unknown encoder '{name}' (known: efficientnet_lite0, resnet101, resnet152)")
-    encoder.requires_grad_(False)
-    return encoder.eval()
+        model = _torchvision(name, weights_path=weights_path)
+        last = _RESNET_LAYERS[layer]
+        stages = OrderedDict((s, getattr(model, s)) for s in
+                             ("conv1", "bn1", "relu", "maxpool", "layer1", "layer2", "layer3", "layer4"))
+        basic = name in ("resnet18", "resnet34")  # basic blocks: 4x fewer channels than bottlenecks
+        dim = {"layer3": 1024, "layer4": 2048}[last] // (4 if basic else 1)
+        encoder = Encoder(body=_cut(stages, last), dim=dim, mean=IMAGENET_MEAN, std=IMAGENET_STD)
+    return encoder.fine_tune(fine_tune_from).eval()

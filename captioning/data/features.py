@@ -3,59 +3,81 @@
 Notation: N images, L grid cells, D channels.
 
 With a frozen encoder the annotations of an image never change, so recomputing them every epoch
-is pure waste: the cache makes an epoch a decoder-only pass. Each split is one .npy array
-[N, L, D] (memory-mapped when read, so it need not fit in RAM) plus a small JSON naming the image
-ids, the grid and the encoder that produced it; a cache made by another encoder is recomputed.
+is pure waste: the cache makes an epoch a decoder-only pass (docs/benchmarks.md has the measured
+speed-up). Each split is one .npy array [N, L, D] (memory-mapped when read, so it need not fit in
+RAM) plus a small JSON naming the image ids, the grid and the rows whose image could not be read;
+a cache made for another list of images is recomputed.
+
+Writing goes into a preallocated memory-mapped `.SPLIT.partial.npy` with a progress marker
+(`.SPLIT.progress.json`, the number of rows done, replaced atomically after the rows are flushed):
+an interrupted run (COCO's 123 287 images take a while) resumes at the first row not yet done.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 from tqdm import tqdm
 
-from captioning.data.images import load_image, to_tensor
+from captioning.data.images import ImageReadError, load_image, to_tensor
 from captioning.data.karpathy import ImageRecord
 from captioning.encoder import Encoder
 
 
 class ImageFiles(Dataset):
-    """Normalized encoder input for a list of image records."""
+    """Normalized encoder input for a list of image records: (row, pixels [3, S, S] or None, error).
 
-    def __init__(self, records: list[ImageRecord], *, size: int, mean: tuple[float, ...], std: tuple[float, ...]):
-        self.records, self.size, self.mean, self.std = records, size, mean, std
+    Decoding happens here, in the DataLoader workers; each call opens and closes its own file, so
+    no handle is shared across processes. An unreadable image gives None and the reason instead
+    of killing the whole run.
+    """
+
+    def __init__(self, records: list[ImageRecord], *, size: int, mean: tuple[float, ...], std: tuple[float, ...],
+                 first: int = 0):
+        self.records, self.size, self.mean, self.std, self.first = records, size, mean, std, first
 
     def __len__(self) -> int:
-        return len(self.records)
+        return len(self.records) - self.first
 
-    def __getitem__(self, index: int) -> torch.Tensor:
-        return to_tensor(load_image(self.records[index].path), size=self.size, mean=self.mean, std=self.std)
+    def __getitem__(self, index: int) -> tuple[int, torch.Tensor | None, str | None]:
+        row = self.first + index
+        try:
+            image = load_image(self.records[row].path)
+        except ImageReadError as error:
+            return row, None, str(error)
+        return row, to_tensor(image, size=self.size, mean=self.mean, std=self.std), None
 
 
-@torch.no_grad()
-def compute_annotations(encoder: Encoder, records: list[ImageRecord], *, image_size: int, batch_size: int = 32,
-                        device: str | torch.device = "cpu", num_workers: int = 0,
-                        description: str = "features") -> tuple[np.ndarray, tuple[int, int]]:
-    """Annotations [N, L, D] as fp16, with the grid (Hg, Wg)."""
-    images = ImageFiles(records, size=image_size, mean=encoder.mean, std=encoder.std)
-    loader = DataLoader(images, batch_size=batch_size, num_workers=num_workers)
-    encoder = encoder.to(device).eval()
-    grid: tuple[int, int] = (0, 0)
-    out: np.ndarray | None = None
-    start = 0
-    for batch in tqdm(loader, desc=description, unit="batch", leave=False, disable=None):
-        annotations, grid = encoder(batch.to(device))  # [b, L, D]
-        annotations = annotations.to(torch.float16).cpu().numpy()
-        if out is None:
-            out = np.empty((len(records), *annotations.shape[1:]), dtype=np.float16)
-        out[start:start + len(annotations)] = annotations
-        start += len(annotations)
-    return out, grid
+class ImageBatch(NamedTuple):
+    rows: list[int]  # the readable images' positions in the record list
+    pixels: torch.Tensor | None  # [b, 3, S, S], None when no image of the batch could be read
+    failures: list[tuple[int, str]]  # (row, reason) of each unreadable image
+
+
+def collate_images(items: list[tuple[int, torch.Tensor | None, str | None]]) -> ImageBatch:
+    readable = [(row, pixels) for row, pixels, _ in items if pixels is not None]
+    return ImageBatch(rows=[row for row, _ in readable],
+                      pixels=torch.stack([p for _, p in readable]) if readable else None,
+                      failures=[(row, error) for row, _, error in items if error is not None])
+
+
+def warn_unreadable(reason: str) -> None:
+    tqdm.write(f"warning: skipping an unreadable image: {reason}", file=sys.stderr)
+
+
+class Cached(NamedTuple):
+    annotations: np.ndarray  # [N, L, D] fp16, memory-mapped
+    grid: tuple[int, int]  # (Hg, Wg)
+    unreadable: list[int]  # rows whose image could not be read (their annotations are zeros)
 
 
 def cache_dir(root: str | Path, *, encoder: str, layer: str, image_size: int, weights_path: str | None) -> Path:
@@ -63,26 +85,84 @@ def cache_dir(root: str | Path, *, encoder: str, layer: str, image_size: int, we
     return Path(root) / "features" / tag
 
 
-def load_or_compute(directory: Path, split: str, records: list[ImageRecord], *, encoder_factory, image_size: int,
-                    batch_size: int = 32, device: str | torch.device = "cpu") -> tuple[np.ndarray, tuple[int, int]]:
+def _fingerprint(ids: list[int]) -> str:
+    return hashlib.sha1(json.dumps(ids).encode()).hexdigest()
+
+
+def _write_json(path: Path, value: dict) -> None:
+    temporary = path.with_name(f"{path.name}.tmp")
+    temporary.write_text(json.dumps(value))
+    os.replace(temporary, path)
+
+
+@torch.no_grad()
+def write_cache(directory: Path, split: str, records: list[ImageRecord], *, encoder: Encoder, image_size: int,
+                batch_size: int = 32, device: str | torch.device = "cpu", num_workers: int = 0) -> Cached:
+    """Compute the annotations of a split into DIRECTORY/SPLIT.npy, resuming an interrupted run."""
+    directory.mkdir(parents=True, exist_ok=True)
+    partial, marker = directory / f".{split}.partial.npy", directory / f".{split}.progress.json"
+    ids = [r.image_id for r in records]
+    progress = json.loads(marker.read_text()) if marker.exists() and partial.exists() else None
+    if progress is not None and progress.get("fingerprint") != _fingerprint(ids):
+        progress = None  # another list of images: start over
+    out = np.lib.format.open_memmap(partial, mode="r+") if progress is not None else None
+    done = progress["done"] if progress is not None else 0
+    unreadable: list[int] = progress["unreadable"] if progress is not None else []
+    grid: tuple[int, int] = tuple(progress["grid"]) if progress is not None else (0, 0)
+    encoder = encoder.to(device).eval()
+    images = ImageFiles(records, size=image_size, mean=encoder.mean, std=encoder.std, first=done)
+    loader = DataLoader(images, batch_size=batch_size, num_workers=num_workers, collate_fn=collate_images,
+                        pin_memory=torch.device(device).type == "cuda")
+    bar = tqdm(loader, desc=f"{split} features", unit="batch", leave=False, disable=None)
+    for batch in bar:
+        for row, reason in batch.failures:
+            warn_unreadable(reason)
+            unreadable.append(row)
+        if batch.pixels is not None:
+            annotations, grid = encoder(batch.pixels.to(device, non_blocking=True))  # [b, L, D]
+            annotations = annotations.to(torch.float16).cpu().numpy()
+            if out is None:  # the first batch tells the shape [N, L, D]
+                out = np.lib.format.open_memmap(partial, mode="w+", dtype=np.float16,
+                                                shape=(len(records), *annotations.shape[1:]))
+            out[batch.rows] = annotations
+        done += len(batch.rows) + len(batch.failures)
+        if out is not None:  # rows first, then the marker that says they are there
+            out.flush()
+            _write_json(marker, {"fingerprint": _fingerprint(ids), "done": done, "grid": list(grid),
+                                 "unreadable": unreadable})
+    if out is None:
+        raise ImageReadError(f"{split}: none of the {len(records)} images could be read")
+    out[unreadable] = 0
+    out.flush()
+    del out
+    array_path = directory / f"{split}.npy"
+    os.replace(partial, array_path)
+    (directory / f"{split}.json").write_text(json.dumps({"image_ids": ids, "grid": list(grid),
+                                                         "unreadable": sorted(unreadable)}))
+    marker.unlink()
+    return Cached(np.load(array_path, mmap_mode="r"), grid, sorted(unreadable))
+
+
+def read_cache(directory: Path, split: str, records: list[ImageRecord]) -> Cached | None:
+    """The complete cache of a split for exactly these images, memory-mapped; None if there is none."""
+    array_path, meta_path = directory / f"{split}.npy", directory / f"{split}.json"
+    if not (array_path.exists() and meta_path.exists()):
+        return None
+    meta = json.loads(meta_path.read_text())
+    if meta.get("image_ids") != [r.image_id for r in records]:
+        return None
+    return Cached(np.load(array_path, mmap_mode="r"), tuple(meta["grid"]), list(meta.get("unreadable", [])))
+
+
+def load_or_compute(directory: Path, split: str, records: list[ImageRecord], *, encoder_factory: Callable[[], Encoder],
+                    image_size: int, batch_size: int = 32, device: str | torch.device = "cpu",
+                    num_workers: int = 0) -> Cached:
     """The cached annotations of a split (memory-mapped), computing and storing them if needed.
 
-    `encoder_factory()` builds the encoder only when something must be computed. The array is
-    written under a temporary name and renamed, so an interrupted run never leaves a cache that
-    looks complete.
+    `encoder_factory()` builds the encoder only when something must be computed.
     """
-    array_path, meta_path = directory / f"{split}.npy", directory / f"{split}.json"
-    ids = [r.image_id for r in records]
-    if array_path.exists() and meta_path.exists():
-        meta = json.loads(meta_path.read_text())
-        if meta.get("image_ids") == ids:
-            return np.load(array_path, mmap_mode="r"), tuple(meta["grid"])
-    directory.mkdir(parents=True, exist_ok=True)
-    encoder = encoder_factory()
-    annotations, grid = compute_annotations(encoder, records, image_size=image_size, batch_size=batch_size,
-                                            device=device, description=f"{split} features")
-    temporary = array_path.with_suffix(".tmp.npy")
-    np.save(temporary, annotations)
-    os.replace(temporary, array_path)
-    meta_path.write_text(json.dumps({"image_ids": ids, "grid": list(grid), "shape": list(annotations.shape)}))
-    return np.load(array_path, mmap_mode="r"), grid
+    cached = read_cache(directory, split, records)
+    if cached is not None:
+        return cached
+    return write_cache(directory, split, records, encoder=encoder_factory(), image_size=image_size,
+                       batch_size=batch_size, device=device, num_workers=num_workers)

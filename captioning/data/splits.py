@@ -12,19 +12,42 @@ import numpy as np
 import torch
 
 from captioning.config import Config
+from captioning.data.coco import read_records
 from captioning.data.features import cache_dir, load_or_compute
-from captioning.data.karpathy import DatasetError, ImageRecord, read_split
+from captioning.data.karpathy import ImageRecord
 from captioning.data.shapes import SHAPES_DEFAULT_COUNTS, Grounding, make_shapes, read_grounding
-from captioning.encoder import build_encoder
+from captioning.encoder import Encoder, build_encoder
+
+
+class Rows:
+    """The rows `index` of a (memory-mapped) array, read lazily: rows[a:b] reads only those rows."""
+
+    def __init__(self, array: np.ndarray, index: list[int]):
+        self.array, self.index = array, np.asarray(index, dtype=np.int64)
+        self.shape = (len(index), *array.shape[1:])
+        self.dtype = array.dtype
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def __getitem__(self, key: int | slice) -> np.ndarray | Rows:
+        if isinstance(key, slice):  # still lazy: a view of the chosen rows
+            return Rows(self.array, self.index[key].tolist())
+        return self.array[self.index[key]]
+
+    def __array__(self, dtype: np.dtype | None = None, copy: bool | None = None) -> np.ndarray:
+        rows = self.array[self.index]
+        return rows if dtype is None else rows.astype(dtype)
 
 
 @dataclass
 class Split:
     name: str
     records: list[ImageRecord]
-    annotations: np.ndarray  # [N, L, D] fp16, memory-mapped
-    grid: tuple[int, int]  # (Hg, Wg), L = Hg * Wg
+    annotations: np.ndarray | Rows | None  # [N, L, D] fp16, memory-mapped; None when the encoder runs on the fly
+    grid: tuple[int, int] | None  # (Hg, Wg), L = Hg * Wg; known once annotations exist
     grounding: list[Grounding] | None  # per image, for attention correctness
+    unreadable: int = 0  # images of the split skipped because they could not be read
 
     @property
     def image_ids(self) -> list[int]:
@@ -35,24 +58,55 @@ class Split:
         return [r.captions for r in self.records]
 
 
-def load_splits(config: Config, names: tuple[str, ...], *, device: str | torch.device = "cpu") -> dict[str, Split]:
-    """The named splits, computing any missing annotation cache with one shared encoder."""
+def encoder_from_config(config: Config) -> Encoder:
+    e = config.encoder
+    return build_encoder(name=e.name, layer=e.layer, weights_path=e.weights_path, fine_tune_from=e.fine_tune_from)
+
+
+def uses_feature_cache(config: Config) -> bool:
+    """A fine-tuned encoder changes its annotations at every step: only a frozen one can be cached."""
+    return config.data.feature_cache and config.encoder.fine_tune_from is None
+
+
+def features_dir(config: Config) -> Path:
     d, e = config.data, config.encoder
-    if d.dataset != "shapes" and d.dataset != "karpathy":
-        raise DatasetError(f"unknown dataset '{d.dataset}' (known: shapes, karpathy)")
+    return cache_dir(d.root, encoder=e.name, layer=e.layer, image_size=d.image_size, weights_path=e.weights_path)
+
+
+def ensure_shapes(config: Config) -> None:
+    """The embedded default makes its own data: `python train.py` works on a fresh clone."""
+    d = config.data
     root = Path(d.root)
-    directory = cache_dir(root, encoder=e.name, layer=e.layer, image_size=d.image_size, weights_path=e.weights_path)
-    encoder = functools.cache(lambda: build_encoder(name=e.name, layer=e.layer, weights_path=e.weights_path))
     if d.dataset == "shapes" and not (root / d.split_file).exists():
-        # The embedded default makes its own data: `python train.py` works on a fresh clone.
         print(f"{root / d.split_file} not found: generating the shapes dataset there", file=sys.stderr)
         make_shapes(root, dict(SHAPES_DEFAULT_COUNTS), image_size=d.image_size)
-    objects = root / "objects.json"
+
+
+def load_splits(config: Config, names: tuple[str, ...], *, device: str | torch.device = "cpu",
+                features: bool = True, num_workers: int = 0) -> dict[str, Split]:
+    """The named splits; with `features`, their cached annotations, computing any missing cache with
+    one shared encoder. Images that cannot be read are left out of the split, with a warning."""
+    ensure_shapes(config)
+    objects = Path(config.data.root) / "objects.json"
+    encoder = functools.cache(lambda: encoder_from_config(config))
     splits = {}
     for name in names:
-        records = read_split(root / d.split_file, name)
-        annotations, grid = load_or_compute(directory, name, records, encoder_factory=encoder,
-                                            image_size=d.image_size, batch_size=e.batch_size, device=device)
+        records = read_records(config.data, name)
         grounding = read_grounding(objects, [r.image_id for r in records]) if objects.exists() else None
-        splits[name] = Split(name, records, annotations, grid, grounding)
+        if not features:
+            splits[name] = Split(name, records, None, None, grounding)
+            continue
+        cached = load_or_compute(features_dir(config), name, records, encoder_factory=encoder,
+                                 image_size=config.data.image_size, batch_size=config.encoder.batch_size,
+                                 device=device, num_workers=num_workers)
+        annotations: np.ndarray | Rows = cached.annotations
+        if cached.unreadable:
+            print(f"warning: {name}: {len(cached.unreadable)} of {len(records)} images could not be read and are "
+                  "left out", file=sys.stderr)
+            bad = set(cached.unreadable)
+            keep = [i for i in range(len(records)) if i not in bad]
+            annotations = Rows(cached.annotations, keep)
+            records = [records[i] for i in keep]
+            grounding = [grounding[i] for i in keep] if grounding is not None else None
+        splits[name] = Split(name, records, annotations, cached.grid, grounding, unreadable=len(cached.unreadable))
     return splits

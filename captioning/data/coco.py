@@ -1,0 +1,64 @@
+"""The real datasets: COCO 2014 and Flickr8k/30k, as lists of image records per split.
+
+Two ways to read COCO 2014:
+  - Karpathy's split file `dataset_coco.json` (the splits every paper since 2015 reports on):
+    `train` + `restval` for training (113 287 images), `val` and `test` with 5 000 images each;
+    images at ROOT/IMAGE_DIR/filepath/filename, i.e. ROOT/train2014/... and ROOT/val2014/....
+  - The official `captions_train2014.json` / `captions_val2014.json`, read with pycocotools: train
+    is train2014 (82 783 images) and val2014 (40 504) serves as both val and test.
+Flickr8k and Flickr30k come as Karpathy files whose entries have a `filename` but no `filepath`:
+all images lie in one folder, `data.image_dir` (e.g. Flicker8k_Dataset, flickr30k-images).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from pathlib import Path
+
+from captioning.config import DataConfig
+from captioning.data.karpathy import DatasetError, ImageRecord, read_split
+
+KARPATHY_DATASETS = ("shapes", "coco", "flickr8k", "flickr30k", "karpathy")
+DATASETS = (*KARPATHY_DATASETS, "coco_official")
+SPLITS = ("train", "val", "test")
+
+
+def read_coco_captions(annotation_file: str | Path, image_dir: str | Path) -> list[ImageRecord]:
+    """Every image of an official COCO captions file, with all its captions, in image-id order."""
+    from pycocotools.coco import COCO
+
+    annotation_file = Path(annotation_file)
+    if not annotation_file.is_file():
+        raise DatasetError(f"{annotation_file}: COCO captions file not found")
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):  # pycocotools prints its progress
+            coco = COCO(str(annotation_file))
+        records = []
+        for image_id in sorted(coco.getImgIds()):
+            image = coco.loadImgs(image_id)[0]
+            captions = tuple(a["caption"] for a in coco.loadAnns(coco.getAnnIds(imgIds=image_id)))
+            if captions:
+                records.append(ImageRecord(image_id=int(image_id), path=Path(image_dir) / image["file_name"],
+                                           captions=captions))
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError, AssertionError) as error:
+        raise DatasetError(f"{annotation_file}: not a COCO captions file ({error.__class__.__name__}: {error})") \
+            from error
+    if not records:
+        raise DatasetError(f"{annotation_file}: no captioned images")
+    return records
+
+
+def read_records(data: DataConfig, split: str) -> list[ImageRecord]:
+    """The images and raw reference captions of one split of the configured dataset."""
+    if data.dataset not in DATASETS:
+        raise DatasetError(f"unknown dataset '{data.dataset}' (known: {', '.join(DATASETS)})")
+    if split not in SPLITS:
+        raise DatasetError(f"unknown split '{split}' (known: {', '.join(SPLITS)})")
+    root = Path(data.root)
+    if data.dataset == "coco_official":
+        if split == "train":
+            return read_coco_captions(root / data.train_captions, root / data.train_images)
+        return read_coco_captions(root / data.val_captions, root / data.val_images)
+    return read_split(root / data.split_file, split, image_root=root / data.image_dir)
