@@ -1,8 +1,9 @@
 """Checkpoints: state dicts plus plain data, written atomically, read without unpickling code.
 
 A checkpoint holds everything needed to caption (config, vocabulary, decoder weights, grid) and to
-resume training exactly (optimizer, scheduler, step, position in the epoch, RNG states, the best
-metric so far). The frozen encoder is not stored: its weights are rebuilt from the config.
+resume training exactly (optimizer, scheduler, gradient scaler, step, position in the epoch, RNG
+states, the best metric so far). A frozen encoder is not stored: its weights are rebuilt from the
+config; a fine-tuned one is.
 """
 
 from __future__ import annotations
@@ -53,6 +54,8 @@ def captioner_from_checkpoint(path: str | Path, *,
     vocab = Vocabulary(payload["vocab"])
     model = Captioner.from_config(config, vocab_size=len(vocab))
     model.decoder.load_state_dict(payload["decoder"])
+    if "encoder" in payload:  # fine-tuned (encoder.fine_tune_from): its own weights, not the pretrained ones
+        model.encoder.load_state_dict(payload["encoder"])
     return model.to(device).eval(), vocab, config
 
 

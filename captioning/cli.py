@@ -1,5 +1,5 @@
-"""Command-line entry points: `captioning make-shapes | caption | train | evaluate`, and the bodies of
-train.py and eval.py.
+"""Command-line entry points: `captioning make-shapes | prepare | prepare-features | caption | train |
+evaluate`, and the bodies of train.py and eval.py (which torchrun starts once per process).
 
 Expected failures (bad config, missing data, unreadable checkpoint or image, weights that cannot be
 had) end in one line on stderr naming the file and the problem, and a non-zero exit code.
@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -67,8 +69,56 @@ def _train(args: argparse.Namespace) -> int:
 
     config = load_config(args.config, args.overrides)
     summary = fit(config, resume=args.resume, device=_device(args.device))
+    if os.environ.get("RANK", "0") != "0":  # under torchrun, rank 0 speaks for all
+        return 0
+    if summary["interrupted"]:
+        print(f"stopped by {summary['interrupted']} after {summary['steps']} steps; {summary['last']} saved: "
+              "continue with --resume", file=sys.stderr)
+        return 128 + signal.Signals[summary["interrupted"]].value
+    skipped = f"; {summary['skipped_images']} unreadable training images skipped" if summary["skipped_images"] else ""
     print(f"best {summary['metric']} {summary['best_metric']:.4f} after {summary['steps']} steps "
-          f"({summary['seconds']:.0f} s); checkpoints: {summary['best']}, {summary['last']}")
+          f"({summary['seconds']:.0f} s){skipped}; checkpoints: {summary['best']}, {summary['last']}")
+    return 0
+
+
+# prepare, prepare-features -------------------------------------------------------------------------
+
+def _add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", help="YAML config (default: the embedded default)")
+    parser.add_argument("overrides", nargs="*", metavar="key.sub=value", help="config overrides")
+
+
+@_guarded
+def _prepare(args: argparse.Namespace) -> int:
+    from captioning.config import load_config
+    from captioning.prepare import prepare_vocabulary, vocabulary_path
+
+    config = load_config(args.config, args.overrides)
+    vocab, stats = prepare_vocabulary(config)
+    print(f"vocabulary of {len(vocab)} words (min count {config.data.min_word_count}, from "
+          f"{stats['captions']} training captions with {stats['distinct_words']} distinct words; "
+          f"{stats['unk_share']:.2%} of their tokens become <unk>): {vocabulary_path(config)}")
+    print(f"caption length: median {stats['length_p50']:.0f}, 99th percentile {stats['length_p99']:.0f} words; "
+          f"{stats['clipped_share']:.2%} of training captions clipped at {config.data.max_caption_length}")
+    return 0
+
+
+@_guarded
+def _prepare_features(args: argparse.Namespace) -> int:
+    from captioning.config import load_config
+    from captioning.data.splits import features_dir
+    from captioning.prepare import prepare_features
+
+    config = load_config(args.config, args.overrides)
+    if config.encoder.fine_tune_from is not None:
+        print(f"note: encoder.fine_tune_from={config.encoder.fine_tune_from}: training runs the encoder on the "
+              "fly and does not read this cache (evaluation of a frozen encoder would)", file=sys.stderr)
+    splits = prepare_features(config, splits=tuple(args.splits.split(",")), device=_device(args.device))
+    for name, split in splits.items():
+        unreadable = f", {split.unreadable} unreadable images left out" if split.unreadable else ""
+        print(f"{name}: {len(split.records)} images, annotations {list(split.annotations.shape)} "
+              f"(grid {split.grid[0]}x{split.grid[1]}){unreadable}")
+    print(f"cache: {features_dir(config)}")
     return 0
 
 
@@ -102,11 +152,22 @@ def _evaluate(args: argparse.Namespace) -> int:
     payload = load_checkpoint(args.checkpoint)
     config = from_dict(payload["config"], where=f"{args.checkpoint}: config")
     apply_overrides(config, args.overrides)
-    split = load_splits(config, (args.split,), device=device)[args.split]
+    fine_tuned = "encoder" in payload  # its annotations differ from the pretrained encoder's cache
+    split = load_splits(config, (args.split,), device=device, features=not fine_tuned)[args.split]
+    annotations = split.annotations
+    if fine_tuned:
+        from captioning.data.features import EncodedImages
+        from captioning.data.splits import encoder_from_config
+
+        encoder = encoder_from_config(config)
+        encoder.load_state_dict(payload["encoder"])
+        annotations = EncodedImages(encoder.to(device).eval(), split.records, image_size=config.data.image_size,
+                                    device=device)
+        split.grid = tuple(payload["grid"])
     decoder = decoder_from_checkpoint(payload, config).to(device)
     beam_size = args.beam_size or config.decode.beam_size
     metrics, results = evaluate_split(
-        decoder, split.annotations, image_ids=split.image_ids, references=split.references,
+        decoder, annotations, image_ids=split.image_ids, references=split.references,
         vocab=Vocabulary(payload["vocab"]), grid=split.grid, grounding=split.grounding, beam_size=beam_size,
         max_length=config.decode.max_length, length_penalty=config.decode.length_penalty, device=device)
     print(f"{args.checkpoint} on {args.split} ({len(results)} images, beam {beam_size})")
@@ -200,6 +261,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     caption.add_argument("--json", action="store_true", help="one JSON object per line")
     caption.add_argument("--device")
     caption.set_defaults(run=_caption)
+
+    prepare = commands.add_parser("prepare", help="the vocabulary of the training split -> TRAIN.OUT_DIR/vocab.json")
+    _add_config_arguments(prepare)
+    prepare.set_defaults(run=_prepare)
+
+    features = commands.add_parser("prepare-features",
+                                    help="cache the frozen encoder's fp16 annotations of each split (resumable)")
+    _add_config_arguments(features)
+    features.add_argument("--splits", default="train,val,test", help="comma-separated (default: train,val,test)")
+    features.add_argument("--device", help="cpu, cuda, cuda:1 ... (default: cuda if available)")
+    features.set_defaults(run=_prepare_features)
 
     train = commands.add_parser("train", help="the same as train.py")
     _add_train_arguments(train)

@@ -106,6 +106,26 @@ class ConfigError(ValueError):
     """A config file or override that does not fit the schema."""
 
 
+DATASETS = ("shapes", "coco", "flickr8k", "flickr30k", "karpathy", "coco_official")
+
+
+def validate(config: Config, where: str = "config") -> Config:
+    """Values that no run could use, caught before any data is read or model built."""
+    from captioning.encoder import ENCODERS
+
+    choices = {"data.dataset": (config.data.dataset, DATASETS), "encoder.name": (config.encoder.name, ENCODERS),
+               "encoder.layer": (config.encoder.layer, ("stride16", "stride32"))}
+    for key, (value, known) in choices.items():
+        if value not in known:
+            raise ConfigError(f"{where}: {key} '{value}' is not one of {', '.join(known)}")
+    positive = {"data.image_size": config.data.image_size, "train.batch_size": config.train.batch_size,
+                "encoder.batch_size": config.encoder.batch_size, "train.log_every_steps": config.train.log_every_steps}
+    for key, value in positive.items():
+        if not isinstance(value, int) or value < 1:
+            raise ConfigError(f"{where}: {key} must be a positive integer, got {value!r}")
+    return config
+
+
 def _merge(target: Any, values: dict[str, Any], where: str) -> None:
     known = {f.name: f for f in dataclasses.fields(target)}
     for key, value in values.items():
@@ -165,7 +185,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
                 raise ConfigError(f"{base_path}: a base config cannot name a base of its own")
             _merge(config, base_values, str(base_path))
         _merge(config, values, str(path))
-    return apply_overrides(config, overrides)
+    return validate(apply_overrides(config, overrides), str(path) if path is not None else "config")
 
 
 def apply_overrides(config: Config, overrides: list[str] | tuple[str, ...]) -> Config:

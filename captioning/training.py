@@ -1,36 +1,56 @@
-"""Training the decoder on cached annotations: the loop, validation by decoding, checkpoints.
+"""Training: one optimizer step, validation by decoding, the run (checkpoints, logs, signals), fit.
 
-Notation: B batch, T caption steps, L grid cells, D channels.
+Notation: B batch, T caption steps, L grid cells, D channels, S input side.
 
-The encoder is frozen and its annotations cached, so a training step is decoder-only. Model
-selection, learning-rate decay and early stopping all use a metric of *decoded* validation
-captions (greedy), never a teacher-forced loss: a teacher-forced loss can keep falling while the
-captions the model actually produces stop improving.
+With a frozen encoder the annotations are cached and a training step is decoder-only; with
+`encoder.fine_tune_from` the encoder runs on the fly on images and its later stages train with
+their own learning rate. Model selection, learning-rate decay and early stopping all use a metric
+of *decoded* validation captions (greedy), never a teacher-forced loss: a teacher-forced loss can
+keep falling while the captions the model actually produces stop improving.
+
+Layout, top to bottom: the module a step trains and `train_step`; mixed precision; validation and
+its TensorBoard overlays; the data of a run; `Run` (state, checkpoints, logs, the epoch loop);
+`fit`. Several processes: see captioning.distributed.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import random
+import signal
+import sys
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
-from torch.utils.data import DataLoader
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
+from captioning import distributed
 from captioning.checkpoint import load_checkpoint, save_checkpoint
 from captioning.config import Config
-from captioning.data.dataset import Batch, CaptionPairs, collate
-from captioning.data.splits import Split, load_splits
-from captioning.decoder import AttentionDecoder
+from captioning.data.dataset import Batch, CaptionPairs, ImageCaptionPairs, collate, collate_images
+from captioning.data.features import EncodedImages
+from captioning.data.images import ImageReadError, load_image
+from captioning.data.sampling import epoch_batches, rank_batches
+from captioning.data.splits import Split, encoder_from_config, load_splits, uses_feature_cache
+from captioning.decoder import AttentionDecoder, DecoderOutput
+from captioning.decoding import decode
+from captioning.encoder import Encoder
 from captioning.evaluation import evaluate_split
 from captioning.losses import cross_entropy, doubly_stochastic
 from captioning.model import build_decoder
-from captioning.vocab import Vocabulary, tokenize
+from captioning.prepare import run_vocabulary
+from captioning.visualize import overlay_grid
+from captioning.vocab import Vocabulary
 
 
 class TrainingError(RuntimeError):
@@ -43,146 +63,442 @@ class Progress:
 
     step: int = 0
     epoch: int = 0
-    batch_in_epoch: int = 0  # batches of `epoch` already done
+    batch_in_epoch: int = 0  # batches of `epoch` already done (this process's list, see data.sampling)
     best_metric: float = -math.inf
     stale_evaluations: int = 0  # evaluations since the best one, for early stopping
     history: list[dict[str, float]] = field(default_factory=list)
+    skipped_images: int = 0  # training pairs left out because their image could not be read
 
 
-def train_step(decoder: AttentionDecoder, batch: Batch, optimizer: torch.optim.Optimizer, *, grad_clip: float,
-               ds_weight: float, ds_target: str) -> dict[str, float]:
-    """One optimizer step of cross-entropy plus the doubly stochastic term."""
-    decoder.train()
+# one step ------------------------------------------------------------------------------------------
+
+
+class TrainingModel(nn.Module):
+    """What a step trains: the decoder, after the encoder when that runs on the fly (fine-tuning).
+
+    One module, so that DistributedDataParallel and torch.compile wrap the whole trained graph.
+    """
+
+    def __init__(self, *, decoder: AttentionDecoder, encoder: Encoder | None = None):
+        super().__init__()
+        self.decoder = decoder
+        self.encoder = encoder
+
+    def forward(self, source: torch.Tensor, inputs: torch.Tensor) -> DecoderOutput:
+        """source: annotations [B, L, D], or images [B, 3, S, S] when there is an encoder; inputs [B, T]."""
+        annotations = source if self.encoder is None else self.encoder(source)[0]  # [B, L, D]
+        return self.decoder(annotations, inputs)
+
+
+@dataclass(frozen=True)
+class Precision:
+    """One autocast path: bf16 where supported (no loss scaling needed), fp16 + a scaler otherwise."""
+
+    device_type: str = "cpu"
+    dtype: torch.dtype | None = None  # None: full precision
+
+    def autocast(self) -> torch.autocast:
+        return torch.autocast(self.device_type, dtype=self.dtype or torch.bfloat16, enabled=self.dtype is not None)
+
+    def scaler(self) -> torch.amp.GradScaler:
+        return torch.amp.GradScaler(self.device_type, enabled=self.dtype == torch.float16)
+
+
+def precision_for(device: torch.device, *, amp: bool) -> Precision:
+    if not amp:
+        return Precision(device.type, None)
+    if device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        return Precision(device.type, torch.float16)
+    return Precision(device.type, torch.bfloat16)
+
+
+def train_step(model: nn.Module, batch: Batch, optimizer: torch.optim.Optimizer, *, grad_clip: float,
+               ds_weight: float, ds_target: str, precision: Precision = Precision(),
+               scaler: torch.amp.GradScaler | None = None,
+               shares: tuple[float, float] = (1.0, 1.0)) -> dict[str, float]:
+    """One optimizer step of cross-entropy plus the doubly stochastic term.
+
+    `model(batch.source, inputs)` is a decoder (on annotations) or a TrainingModel. `shares` weight
+    the two terms by this process's share of the global batch's words and images (1 alone; see
+    captioning.distributed); the losses returned are this process's own.
+    """
+    model.train()
     inputs, targets = batch.tokens[:, :-1], batch.tokens[:, 1:]  # [B, T-1]: predict word t+1 from word t
     mask = (targets != Vocabulary.pad_id).float()  # [B, T-1], padding reaches neither term
-    output = decoder(batch.annotations, inputs)
-    xe = cross_entropy(output.logits, targets, mask)
-    ds = doubly_stochastic(output.alphas, mask, target=ds_target)
+    with precision.autocast():
+        output = model(batch.source, inputs)
+    xe = cross_entropy(output.logits.float(), targets, mask)
+    ds = doubly_stochastic(output.alphas.float(), mask, target=ds_target)
     loss = xe + ds_weight * ds
     if not torch.isfinite(loss):
         raise TrainingError(f"non-finite loss ({loss.item()}); stopping, the last good checkpoint is kept")
+    words_share, images_share = shares
     optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    norm = torch.nn.utils.clip_grad_norm_(decoder.parameters(), grad_clip)
-    optimizer.step()
+    objective = words_share * xe + ds_weight * images_share * ds
+    if scaler is None:
+        objective.backward()
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+        optimizer.step()
+    else:
+        scaler.scale(objective).backward()
+        scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+        scaler.step(optimizer)
+        scaler.update()
     return {"loss": loss.item(), "xe": xe.item(), "ds": ds.item(), "grad_norm": norm.item()}
 
 
+# validation ----------------------------------------------------------------------------------------
+
+
 def validate(decoder: AttentionDecoder, split: Split, vocab: Vocabulary, config: Config, *,
-             device: str | torch.device) -> dict[str, float]:
-    """Greedy captions of (the first val_images of) a split, scored with the Java-free metrics."""
+             device: str | torch.device, annotations: Any = None) -> dict[str, float]:
+    """Greedy captions of (the first val_images of) a split, scored with the Java-free metrics.
+
+    `annotations` replaces the split's cache (e.g. EncodedImages when the encoder is fine-tuned).
+    """
+    annotations = split.annotations if annotations is None else annotations
     count = config.train.val_images or len(split.records)
     metrics, _ = evaluate_split(
-        decoder, split.annotations[:count], image_ids=split.image_ids[:count], references=split.references[:count],
+        decoder, annotations[:count], image_ids=split.image_ids[:count], references=split.references[:count],
         vocab=vocab, grid=split.grid, grounding=split.grounding[:count] if split.grounding else None,
         beam_size=1, max_length=config.decode.max_length, full=False, device=device)
     return metrics
 
 
-def _epoch_batches(size: int, *, batch_size: int, seed: int, epoch: int) -> list[list[int]]:
-    """The shuffled batches of one epoch: a pure function of (seed, epoch), so a resumed run can
-    skip exactly the batches it already did."""
-    generator = torch.Generator().manual_seed(seed * 100_003 + epoch)
-    return [b.tolist() for b in torch.randperm(size, generator=generator).split(batch_size)]
+@torch.no_grad()
+def log_overlays(writer: SummaryWriter, decoder: AttentionDecoder, split: Split, annotations: Any, vocab: Vocabulary,
+                 *, count: int, max_length: int, step: int, device: str | torch.device) -> int:
+    """The first `count` validation images with their greedy caption and a map per word; returns how
+    many were written."""
+    count = min(count, len(split.records))
+    if count == 0:
+        return 0
+    decoder.eval()
+    batch = torch.from_numpy(np.asarray(annotations[:count], dtype=np.float32)).to(device)  # [count, L, D]
+    captions = decode(decoder, batch, beam_size=1, max_length=max_length)
+    written = 0
+    for row, record in enumerate(split.records[:count]):
+        words = vocab.decode(captions.tokens[row].tolist())
+        try:
+            image = load_image(record.path)
+        except ImageReadError:
+            continue
+        alphas = captions.alphas[row, : len(words)].view(len(words), *split.grid).float().cpu().numpy()
+        picture = overlay_grid(image, words, alphas, thumbnail=160)
+        writer.add_image(f"val_overlays/{row}", np.asarray(picture), step, dataformats="HWC")
+        writer.add_text(f"val_captions/{row}", " ".join(words) or "(empty)", step)
+        written += 1
+    return written
 
 
-def fit(config: Config, *, resume: bool = False, device: str | torch.device = "cpu") -> dict[str, Any]:
-    """Train as configured; returns the best validation metric and the checkpoint paths."""
-    t = config.train
-    out = Path(t.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    splits = load_splits(config, ("train", "val"), device=device)
+# the data of a run ---------------------------------------------------------------------------------
+
+
+@dataclass
+class RunData:
+    train: Split
+    val: Split
+    vocab: Vocabulary
+    pairs: Dataset  # CaptionPairs (cached annotations) or ImageCaptionPairs (images)
+    collate: Callable[[list], Batch]
+    val_annotations: Any  # the cache, or EncodedImages
+
+
+def load_run_data(config: Config, *, vocab_words: list[str] | None, encoder: Encoder | None,
+                  context: distributed.Distributed, device: torch.device) -> RunData:
+    """Splits, vocabulary and training pairs. Rank 0 makes whatever is missing (shapes data, the
+    feature cache, vocab.json) while the others wait, then they all read it."""
+    if not context.is_main:
+        distributed.barrier(context)
+    splits = load_splits(config, ("train", "val"), device=device, features=encoder is None,
+                         num_workers=config.train.num_workers)
+    vocab = Vocabulary(vocab_words) if vocab_words is not None else run_vocabulary(config)
+    if context.is_main:
+        distributed.barrier(context)
     train, val = splits["train"], splits["val"]
+    max_length = config.data.max_caption_length
+    if encoder is None:
+        pairs: Dataset = CaptionPairs(train.annotations, train.records, vocab, max_length=max_length)
+        return RunData(train, val, vocab, pairs, collate, val.annotations)
+    pairs = ImageCaptionPairs(train.records, vocab, image_size=config.data.image_size, mean=encoder.mean,
+                              std=encoder.std, max_length=max_length)
+    encoded = EncodedImages(encoder, val.records, image_size=config.data.image_size, device=device)
+    return RunData(train, val, vocab, pairs, collate_images, encoded)
 
-    checkpoint = load_checkpoint(out / "last.pt") if resume else None
-    if checkpoint is not None:
-        vocab = Vocabulary(checkpoint["vocab"])
-    else:
-        captions = [tokenize(c) for r in train.records for c in r.captions]
-        vocab = Vocabulary.build(captions, min_count=config.data.min_word_count)
-    vocab.save(out / "vocab.json")
 
-    annotation_dim = train.annotations.shape[2]
-    torch.manual_seed(t.seed)  # before the decoder is built: its initial weights follow train.seed
-    random.seed(t.seed)
-    decoder = build_decoder(config, vocab_size=len(vocab), annotation_dim=annotation_dim).to(device)
-    optimizer = torch.optim.Adam(decoder.parameters(), lr=t.lr)
-    scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, mode="max", factor=t.lr_decay,
-                                                           patience=t.lr_patience)
-    progress = Progress()
-    if checkpoint is not None:
-        decoder.load_state_dict(checkpoint["decoder"])
-        optimizer.load_state_dict(checkpoint["optimizer"])
-        scheduler.load_state_dict(checkpoint["scheduler"])
-        progress = Progress(**checkpoint["progress"])
-        torch.set_rng_state(checkpoint["rng"]["torch"])
-        random.setstate(checkpoint["rng"]["python"])
+# the run -------------------------------------------------------------------------------------------
 
-    def payload() -> dict[str, Any]:
-        return {
-            "config": config.to_dict(), "vocab": vocab.words, "grid": list(train.grid),
-            "annotation_dim": annotation_dim, "decoder": decoder.state_dict(), "optimizer": optimizer.state_dict(),
-            "scheduler": scheduler.state_dict(), "progress": vars(progress).copy(),
-            "rng": {"torch": torch.get_rng_state(), "python": random.getstate()},
+
+class StopSignals:
+    """SIGTERM / SIGINT (a cluster's preemption, Ctrl-C) ask the loop to save and stop after the
+    current step; a second Ctrl-C interrupts at once."""
+
+    def __init__(self):
+        self.received: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.received is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.received = signum
+        tqdm.write(f"{signal.Signals(signum).name}: saving a checkpoint after this step, then stopping",
+                   file=sys.stderr)
+
+    def __enter__(self) -> StopSignals:
+        if threading.current_thread() is threading.main_thread():  # signal handlers live there only
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+
+
+class Run:
+    """The state of one training run and what it does with it."""
+
+    def __init__(self, config: Config, *, resume: bool, context: distributed.Distributed, device: torch.device):
+        t = config.train
+        self.config, self.context, self.device = config, context, device
+        self.out = Path(t.out_dir)
+        self.out.mkdir(parents=True, exist_ok=True)
+        checkpoint = load_checkpoint(self.out / "last.pt") if resume else None
+
+        on_the_fly = not uses_feature_cache(config)
+        torch.manual_seed(t.seed)  # before any model is built: initial weights follow train.seed
+        random.seed(t.seed)
+        self.encoder = encoder_from_config(config).to(device) if on_the_fly else None
+        self.data = load_run_data(config, vocab_words=checkpoint["vocab"] if checkpoint else None,
+                                  encoder=self.encoder, context=context, device=device)
+        if self.encoder is not None:  # the grid the encoder gives at this input size
+            with torch.no_grad():
+                side = config.data.image_size
+                self.grid = self.encoder.eval()(torch.zeros(1, 3, side, side, device=device))[1]
+            self.data.val.grid = self.data.train.grid = self.grid
+            annotation_dim = self.encoder.dim
+        else:
+            self.grid = self.data.train.grid
+            annotation_dim = self.data.train.annotations.shape[2]
+        self.annotation_dim = annotation_dim
+
+        torch.manual_seed(t.seed)
+        self.decoder = build_decoder(config, vocab_size=len(self.data.vocab), annotation_dim=annotation_dim).to(device)
+        groups = [{"params": list(self.decoder.parameters()), "lr": t.lr}]
+        if self.encoder is not None and self.encoder.trainable:
+            groups.append({"params": [p for p in self.encoder.parameters() if p.requires_grad],
+                           "lr": config.encoder.lr})
+        self.optimizer = torch.optim.Adam(groups)
+        self.scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(self.optimizer, mode="max", factor=t.lr_decay,
+                                                                    patience=t.lr_patience)
+        self.precision = precision_for(device, amp=t.amp)
+        self.scaler = self.precision.scaler()
+        self.progress = Progress()
+        if checkpoint is not None:
+            self._restore(checkpoint)
+        elif context.rank:  # other processes: other dropout masks, still a function of the seed
+            torch.manual_seed(t.seed + 1000 * context.rank)
+
+        module: nn.Module = TrainingModel(decoder=self.decoder, encoder=self.encoder)
+        if context.enabled:
+            module = nn.parallel.DistributedDataParallel(module, device_ids=[device] if device.type == "cuda" else None)
+        self.module = torch.compile(module) if t.compile else module
+
+        self.writer = None
+        if context.is_main:
+            # After a kill, events past the checkpoint's step are written again: purge the old ones.
+            self.writer = SummaryWriter(str(self.out / "tensorboard"),
+                                        purge_step=self.progress.step + 1 if checkpoint else None)
+            self._trim_log(self.progress.step if checkpoint else 0)
+        self.started = time.time()
+
+    # checkpoints
+
+    def payload(self) -> dict[str, Any]:
+        rng = {"torch": torch.get_rng_state(), "python": random.getstate()}
+        if torch.cuda.is_available():
+            rng["cuda"] = torch.cuda.get_rng_state_all()
+        payload = {
+            "config": self.config.to_dict(), "vocab": self.data.vocab.words, "grid": list(self.grid),
+            "annotation_dim": self.annotation_dim, "decoder": self.decoder.state_dict(),
+            "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict(), "progress": vars(self.progress).copy(), "rng": rng,
         }
+        if self.encoder is not None and self.encoder.trainable:
+            payload["encoder"] = self.encoder.state_dict()
+        return payload
 
-    writer = SummaryWriter(str(out / "tensorboard"))
-    dataset = CaptionPairs(train.annotations, train.records, vocab, max_length=config.data.max_caption_length)
-    started = time.time()
+    def _restore(self, checkpoint: dict[str, Any]) -> None:
+        self.decoder.load_state_dict(checkpoint["decoder"])
+        if "encoder" in checkpoint and self.encoder is not None:
+            self.encoder.load_state_dict(checkpoint["encoder"])
+        self.optimizer.load_state_dict(checkpoint["optimizer"])
+        self.scheduler.load_state_dict(checkpoint["scheduler"])
+        if checkpoint.get("scaler"):
+            self.scaler.load_state_dict(checkpoint["scaler"])
+        self.progress = Progress(**checkpoint["progress"])
+        if self.context.rank == 0:  # rank 0's stream; other processes start theirs anew (see README)
+            torch.set_rng_state(checkpoint["rng"]["torch"])
+            random.setstate(checkpoint["rng"]["python"])
+            if "cuda" in checkpoint["rng"] and torch.cuda.is_available():
+                torch.cuda.set_rng_state_all(checkpoint["rng"]["cuda"])
+        else:
+            torch.manual_seed(self.config.train.seed + 1000 * self.context.rank + self.progress.step)
 
-    def evaluate_and_save() -> bool:
-        """Validate, decay the learning rate, keep the best; True when it is time to stop early."""
-        metrics = validate(decoder, val, vocab, config, device=device)
-        value = metrics[t.val_metric]
-        scheduler.step(value)
-        for name, number in metrics.items():
-            writer.add_scalar(f"val/{name}", number, progress.step)
-        progress.history.append({"step": progress.step, "epoch": progress.epoch, **metrics,
-                                 "lr": optimizer.param_groups[0]["lr"], "seconds": time.time() - started})
+    def save(self, *, best: bool = False) -> None:
+        if self.context.is_main:
+            payload = self.payload()
+            save_checkpoint(self.out / "last.pt", payload)
+            if best:
+                save_checkpoint(self.out / "best.pt", payload)
+
+    # logs
+
+    def _trim_log(self, step: int) -> None:
+        """log.jsonl keeps only what happened up to `step` (a resumed run writes the rest again)."""
+        path = self.out / "log.jsonl"
+        lines = path.read_text().splitlines() if path.exists() and step else []
+        path.write_text("".join(f"{line}\n" for line in lines if json.loads(line)["step"] <= step))
+
+    def log(self, entry: dict[str, Any]) -> None:
+        with (self.out / "log.jsonl").open("a") as file:
+            file.write(json.dumps(entry) + "\n")
+
+    def log_losses(self, losses: dict[str, float]) -> None:
+        if self.writer is None:
+            return
+        step = self.progress.step
+        for name, number in losses.items():
+            self.writer.add_scalar(f"train/{name}", number, step)
+        lrs = [group["lr"] for group in self.optimizer.param_groups]
+        self.writer.add_scalar("train/lr", lrs[0], step)
+        if len(lrs) > 1:
+            self.writer.add_scalar("train/lr_encoder", lrs[1], step)
+        self.writer.add_scalar("data/skipped_images", self.progress.skipped_images, step)
+        self.log({"step": step, "epoch": self.progress.epoch, **losses, "lr": lrs,
+                  "skipped_images": self.progress.skipped_images})
+
+    # evaluation
+
+    def evaluate_and_save(self) -> bool:
+        """Validate (rank 0), decay the learning rate, keep the best; True when it is time to stop early."""
+        t, progress = self.config.train, self.progress
+        metrics: dict[str, float] = {}
+        value = math.nan
+        if self.context.is_main:
+            metrics = validate(self.decoder, self.data.val, self.data.vocab, self.config, device=self.device,
+                               annotations=self.data.val_annotations)
+            value = metrics[t.val_metric]
+        value = distributed.broadcast_float(self.context, value, device=self.device)
+        self.scheduler.step(value)
+        progress.history.append({"step": progress.step, "epoch": progress.epoch, **metrics, t.val_metric: value,
+                                 "lr": self.optimizer.param_groups[0]["lr"], "seconds": time.time() - self.started})
         improved = value > progress.best_metric
         if improved:
             progress.best_metric, progress.stale_evaluations = value, 0
         else:
             progress.stale_evaluations += 1
-        save_checkpoint(out / "last.pt", payload())
-        if improved:
-            save_checkpoint(out / "best.pt", payload())
-        shown = ("Bleu_4", "CIDEr", "attention_correctness")
-        summary = ", ".join(f"{k} {metrics[k]:.3f}" for k in shown if k in metrics)
-        tqdm.write(f"step {progress.step} epoch {progress.epoch}: {summary}{' (best)' if improved else ''}")
+        if self.writer is not None:
+            for name, number in metrics.items():
+                self.writer.add_scalar(f"val/{name}", number, progress.step)
+            log_overlays(self.writer, self.decoder, self.data.val, self.data.val_annotations, self.data.vocab,
+                         count=t.log_images, max_length=self.config.decode.max_length, step=progress.step,
+                         device=self.device)
+            self.log({"step": progress.step, "epoch": progress.epoch, "validation": metrics})
+            shown = ("Bleu_4", "CIDEr", "attention_correctness")
+            summary = ", ".join(f"{k} {metrics[k]:.3f}" for k in shown if k in metrics)
+            tqdm.write(f"step {progress.step} epoch {progress.epoch}: {summary}{' (best)' if improved else ''}")
+        self.save(best=improved)
         return progress.stale_evaluations >= t.early_stop_patience
 
-    stop = early_stopped = False
-    while progress.epoch < t.epochs and not stop:
-        batches = _epoch_batches(len(dataset), batch_size=t.batch_size, seed=t.seed, epoch=progress.epoch)
+    # the loop
+
+    def loader(self, batches: list[list[int]]) -> DataLoader:
+        t = self.config.train
         # Its own generator: a DataLoader otherwise draws its worker seed from the global RNG each
         # epoch, so a resumed run (one more DataLoader) would get different dropout masks.
-        loader = DataLoader(dataset, batch_sampler=batches[progress.batch_in_epoch:], collate_fn=collate,
-                            num_workers=t.num_workers, generator=torch.Generator().manual_seed(t.seed))
-        bar = tqdm(loader, desc=f"epoch {progress.epoch}", unit="batch", initial=progress.batch_in_epoch,
-                   total=len(batches), leave=False, disable=None)
-        for batch in bar:
-            losses = train_step(decoder, batch.to(device), optimizer, grad_clip=t.grad_clip,
-                                ds_weight=t.ds_weight, ds_target=t.ds_target)
-            progress.step += 1
-            progress.batch_in_epoch += 1
-            bar.set_postfix(loss=f"{losses['loss']:.3f}")
-            if progress.step % 10 == 0:
-                for name, number in losses.items():
-                    writer.add_scalar(f"train/{name}", number, progress.step)
-                writer.add_scalar("train/lr", optimizer.param_groups[0]["lr"], progress.step)
-            if t.max_steps is not None and progress.step >= t.max_steps:
-                stop = True
-                break
-            mid_epoch = progress.batch_in_epoch < len(batches)
-            if t.eval_every_steps and progress.step % t.eval_every_steps == 0 and mid_epoch:
-                stop = early_stopped = evaluate_and_save()
-                if stop:
+        return DataLoader(self.data.pairs, batch_sampler=batches, collate_fn=self.data.collate,
+                          num_workers=t.num_workers, pin_memory=t.pin_memory and self.device.type == "cuda",
+                          generator=torch.Generator().manual_seed(t.seed))
+
+    def step(self, batch: Batch) -> dict[str, float] | None:
+        """One optimizer step on this process's part of a global batch (None: no readable image in it)."""
+        t = self.config.train
+        for reason in batch.failures:
+            tqdm.write(f"warning: skipping an unreadable image: {reason}", file=sys.stderr)
+        self.progress.skipped_images += len(batch.failures)
+        if batch.tokens.shape[0] == 0:
+            return None
+        batch = batch.to(self.device, non_blocking=True)
+        words = float((batch.tokens[:, 1:] != Vocabulary.pad_id).sum())
+        shares = distributed.global_shares(self.context, words, float(batch.tokens.shape[0]), device=self.device)
+        return train_step(self.module, batch, self.optimizer, grad_clip=t.grad_clip, ds_weight=t.ds_weight,
+                          ds_target=t.ds_target, precision=self.precision,
+                          scaler=self.scaler if self.scaler.is_enabled() else None, shares=(shares[0], shares[1]))
+
+    def train(self, signals: StopSignals) -> str | None:
+        """Epochs until done, early stopping or a signal; returns the signal's name if one stopped it."""
+        t, progress = self.config.train, self.progress
+        lengths = self.data.pairs.lengths
+        stop = early_stopped = False
+        while progress.epoch < t.epochs and not stop:
+            batches = rank_batches(epoch_batches(lengths, batch_size=t.batch_size, seed=t.seed, epoch=progress.epoch,
+                                                 bucket=self.config.data.bucket_batches),
+                                   rank=self.context.rank, world_size=self.context.world_size)
+            bar = tqdm(self.loader(batches[progress.batch_in_epoch:]), desc=f"epoch {progress.epoch}", unit="batch",
+                       initial=progress.batch_in_epoch, total=len(batches), leave=False,
+                       disable=None if self.context.is_main else True)
+            for batch in bar:
+                losses = self.step(batch)
+                progress.step += 1
+                progress.batch_in_epoch += 1
+                if losses is not None:
+                    bar.set_postfix(loss=f"{losses['loss']:.3f}")
+                    if progress.step % t.log_every_steps == 0:
+                        self.log_losses(losses)
+                if t.max_steps is not None and progress.step >= t.max_steps:
+                    stop = True
                     break
-        if progress.batch_in_epoch >= len(batches):
-            progress.epoch, progress.batch_in_epoch = progress.epoch + 1, 0
-        if not early_stopped:
-            stop = evaluate_and_save() or stop
-    writer.close()
-    return {"best_metric": progress.best_metric, "metric": t.val_metric, "steps": progress.step,
-            "seconds": time.time() - started, "best": str(out / "best.pt"), "last": str(out / "last.pt")}
+                mid_epoch = progress.batch_in_epoch < len(batches)
+                if t.eval_every_steps and progress.step % t.eval_every_steps == 0 and mid_epoch:
+                    stop = early_stopped = self.evaluate_and_save()
+                    if stop:
+                        break
+                elif t.save_every_steps and progress.step % t.save_every_steps == 0:
+                    self.save()  # a place to resume from after a kill (SIGKILL cannot be caught)
+                if signals.received is not None and mid_epoch:  # at an epoch's end: evaluate first
+                    self.save()
+                    return signal.Signals(signals.received).name
+            if progress.batch_in_epoch >= len(batches):
+                progress.epoch, progress.batch_in_epoch = progress.epoch + 1, 0
+            if not early_stopped:
+                stop = self.evaluate_and_save() or stop
+            if signals.received is not None:  # evaluate_and_save wrote last.pt
+                return signal.Signals(signals.received).name
+        return None
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+def fit(config: Config, *, resume: bool = False, device: str | torch.device = "cpu") -> dict[str, Any]:
+    """Train as configured; returns the best validation metric and the checkpoint paths.
+
+    Under torchrun (WORLD_SIZE > 1) every process calls this; they train one model together.
+    """
+    context, device = distributed.setup(torch.device(device))
+    try:
+        run = Run(config, resume=resume, context=context, device=device)
+        try:
+            with StopSignals() as signals:
+                interrupted = run.train(signals)
+        finally:
+            run.close()
+    finally:
+        distributed.teardown(context)
+    out = run.out
+    return {"best_metric": run.progress.best_metric, "metric": config.train.val_metric, "steps": run.progress.step,
+            "seconds": time.time() - run.started, "best": str(out / "best.pt"), "last": str(out / "last.pt"),
+            "interrupted": interrupted, "skipped_images": run.progress.skipped_images}

@@ -46,6 +46,23 @@ def _safe(word: str) -> str:
     return re.sub(r"[^\w-]", "_", word) or "_"
 
 
+def overlay_grid(image: Image.Image, words: Sequence[str], alphas: np.ndarray, *, thumbnail: int = 224,
+                 columns: int = 5) -> Image.Image:
+    """The image and one overlay per word, as thumbnails in rows of `columns`; alphas [n, Hg, Wg]."""
+    tiles = [_label(image.copy(), "image"), *(overlay(image, alpha, word) for word, alpha in zip(words, alphas))]
+    return _tile(image, tiles, thumbnail=thumbnail, columns=columns)
+
+
+def _tile(image: Image.Image, tiles: list[Image.Image], *, thumbnail: int, columns: int) -> Image.Image:
+    scale = thumbnail / max(image.size)
+    size = (max(1, round(image.width * scale)), max(1, round(image.height * scale)))
+    rows = (len(tiles) + columns - 1) // columns
+    grid = Image.new("RGB", (size[0] * min(columns, len(tiles)), size[1] * rows), (255, 255, 255))
+    for i, tile in enumerate(tiles):
+        grid.paste(tile.resize(size, Image.BILINEAR), ((i % columns) * size[0], (i // columns) * size[1]))
+    return grid
+
+
 def save_overlays(image: Image.Image, words: Sequence[str], alphas: np.ndarray, out_dir: str | Path, *,
                   thumbnail: int = 224, columns: int = 5) -> list[Path]:
     """One PNG per word (NN_word.png) and grid.png with the image and every word; alphas [n, Hg, Wg]."""
@@ -58,11 +75,5 @@ def save_overlays(image: Image.Image, words: Sequence[str], alphas: np.ndarray, 
         picture.save(path)
         paths.append(path)
         tiles.append(picture)
-    scale = thumbnail / max(image.size)
-    size = (max(1, round(image.width * scale)), max(1, round(image.height * scale)))
-    rows = (len(tiles) + columns - 1) // columns
-    grid = Image.new("RGB", (size[0] * min(columns, len(tiles)), size[1] * rows), (255, 255, 255))
-    for i, tile in enumerate(tiles):
-        grid.paste(tile.resize(size, Image.BILINEAR), ((i % columns) * size[0], (i // columns) * size[1]))
-    grid.save(out_dir / "grid.png")
+    _tile(image, tiles, thumbnail=thumbnail, columns=columns).save(out_dir / "grid.png")
     return [*paths, out_dir / "grid.png"]

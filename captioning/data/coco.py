@@ -17,11 +17,9 @@ import io
 import json
 from pathlib import Path
 
-from captioning.config import DataConfig
+from captioning.config import DATASETS, DataConfig
 from captioning.data.karpathy import DatasetError, ImageRecord, read_split
 
-KARPATHY_DATASETS = ("shapes", "coco", "flickr8k", "flickr30k", "karpathy")
-DATASETS = (*KARPATHY_DATASETS, "coco_official")
 SPLITS = ("train", "val", "test")
 
 

@@ -1,28 +1,49 @@
-"""(image, caption) training pairs over cached annotations, and the batch collation.
+"""(image, caption) training pairs, over cached annotations or over image files, and their collation.
 
-Notation: B batch, T caption tokens (<start> .. <end>), L grid cells, D channels.
+Notation: B batch, T caption tokens (<start> .. <end>), L grid cells, D channels, S input side.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from captioning.data.images import ImageReadError, load_image, to_tensor
 from captioning.data.karpathy import ImageRecord
 from captioning.vocab import Vocabulary, tokenize
 
 
 @dataclass
 class Batch:
-    annotations: torch.Tensor  # [B, L, D] float32
+    annotations: torch.Tensor | None  # [B, L, D] float32, from the cache; None when images are given
     tokens: torch.Tensor  # [B, T] <start> w1 .. wn <end> <pad> ..
     lengths: torch.Tensor  # [B] tokens including <start> and <end>
+    images: torch.Tensor | None = None  # [B, 3, S, S] normalized, for an encoder that runs on the fly
+    failures: tuple[str, ...] = ()  # why each pair left out of this batch had an unreadable image
 
-    def to(self, device: str | torch.device) -> Batch:
-        return Batch(self.annotations.to(device), self.tokens.to(device), self.lengths.to(device))
+    def _map(self, function) -> Batch:
+        optional = {name: None if value is None else function(value)
+                    for name, value in (("annotations", self.annotations), ("images", self.images))}
+        return replace(self, tokens=function(self.tokens), lengths=function(self.lengths), **optional)
+
+    def to(self, device: str | torch.device, non_blocking: bool = False) -> Batch:
+        return self._map(lambda t: t.to(device, non_blocking=non_blocking))
+
+    def pin_memory(self) -> Batch:  # called by DataLoader(pin_memory=True) in its pinning thread
+        return self._map(torch.Tensor.pin_memory)
+
+    @property
+    def source(self) -> torch.Tensor:
+        """What the model reads: cached annotations, or images for its encoder."""
+        return self.annotations if self.annotations is not None else self.images
+
+
+def _pairs(records: list[ImageRecord], vocab: Vocabulary, max_length: int | None) -> list[tuple[int, list[int]]]:
+    return [(i, vocab.encode(tokenize(caption), max_length))
+            for i, record in enumerate(records) for caption in record.captions]
 
 
 class CaptionPairs(Dataset):
@@ -31,8 +52,11 @@ class CaptionPairs(Dataset):
     def __init__(self, annotations: np.ndarray, records: list[ImageRecord], vocab: Vocabulary, *,
                  max_length: int | None = None):
         self.annotations = annotations  # [N, L, D] fp16, possibly memory-mapped
-        self.pairs = [(i, vocab.encode(tokenize(caption), max_length))
-                      for i, record in enumerate(records) for caption in record.captions]
+        self.pairs = _pairs(records, vocab, max_length)
+
+    @property
+    def lengths(self) -> list[int]:
+        return [len(tokens) for _, tokens in self.pairs]
 
     def __len__(self) -> int:
         return len(self.pairs)
@@ -42,9 +66,54 @@ class CaptionPairs(Dataset):
         return torch.from_numpy(np.asarray(self.annotations[image], dtype=np.float32)), tokens
 
 
+class ImageCaptionPairs(Dataset):
+    """The same pairs over image files, for an encoder that runs on the fly (fine-tuning).
+
+    item = (pixels [3, S, S] or None, token ids, why the image could not be read or None). Images are
+    decoded here, in the DataLoader workers; every read opens and closes its own file.
+    """
+
+    def __init__(self, records: list[ImageRecord], vocab: Vocabulary, *, image_size: int,
+                 mean: tuple[float, ...], std: tuple[float, ...], max_length: int | None = None):
+        self.records, self.size, self.mean, self.std = records, image_size, mean, std
+        self.pairs = _pairs(records, vocab, max_length)
+
+    @property
+    def lengths(self) -> list[int]:
+        return [len(tokens) for _, tokens in self.pairs]
+
+    def __len__(self) -> int:
+        return len(self.pairs)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor | None, list[int], str | None]:
+        image, tokens = self.pairs[index]
+        try:
+            pixels = to_tensor(load_image(self.records[image].path), size=self.size, mean=self.mean, std=self.std)
+        except ImageReadError as error:
+            return None, tokens, str(error)
+        return pixels, tokens, None
+
+
+def _tokens(ids: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    lengths = torch.tensor([len(row) for row in ids])
+    tokens = torch.full((len(ids), int(lengths.max())), Vocabulary.pad_id, dtype=torch.long)  # [B, T]
+    for row, values in enumerate(ids):
+        tokens[row, : len(values)] = torch.tensor(values)
+    return tokens, lengths
+
+
 def collate(items: list[tuple[torch.Tensor, list[int]]]) -> Batch:
-    lengths = torch.tensor([len(tokens) for _, tokens in items])
-    tokens = torch.full((len(items), int(lengths.max())), Vocabulary.pad_id, dtype=torch.long)  # [B, T]
-    for row, (_, ids) in enumerate(items):
-        tokens[row, : len(ids)] = torch.tensor(ids)
+    tokens, lengths = _tokens([ids for _, ids in items])
     return Batch(annotations=torch.stack([a for a, _ in items]), tokens=tokens, lengths=lengths)
+
+
+def collate_images(items: list[tuple[torch.Tensor | None, list[int], str | None]]) -> Batch:
+    """Pairs whose image could not be read are left out, with the reason; the batch may end up empty."""
+    readable = [(pixels, ids) for pixels, ids, _ in items if pixels is not None]
+    failures = tuple(error for _, _, error in items if error is not None)
+    if not readable:
+        return Batch(annotations=None, tokens=torch.zeros(0, 0, dtype=torch.long),
+                     lengths=torch.zeros(0, dtype=torch.long), failures=failures)
+    tokens, lengths = _tokens([ids for _, ids in readable])
+    return Batch(annotations=None, images=torch.stack([p for p, _ in readable]), tokens=tokens, lengths=lengths,
+                 failures=failures)

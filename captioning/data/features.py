@@ -166,3 +166,35 @@ def load_or_compute(directory: Path, split: str, records: list[ImageRecord], *, 
         return cached
     return write_cache(directory, split, records, encoder=encoder_factory(), image_size=image_size,
                        batch_size=batch_size, device=device, num_workers=num_workers)
+
+
+class EncodedImages:
+    """Annotations computed on demand from image files, for an encoder that is not frozen (so cannot
+    be cached): encoded[a:b] runs the encoder on those images -> [b - a, L, D] float32 (an unreadable
+    image gives zeros, with a warning). Reads like the cached array wherever a split is decoded."""
+
+    def __init__(self, encoder: Encoder, records: list[ImageRecord], *, image_size: int,
+                 device: str | torch.device = "cpu"):
+        self.encoder, self.records, self.image_size, self.device = encoder, records, image_size, device
+        self.shape = (len(records),)
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    @torch.no_grad()
+    def __getitem__(self, key: slice) -> np.ndarray:
+        if not isinstance(key, slice):
+            raise TypeError("EncodedImages takes slices, e.g. encoded[0:100]")
+        images = ImageFiles(self.records[key], size=self.image_size, mean=self.encoder.mean, std=self.encoder.std)
+        batch = collate_images([images[i] for i in range(len(images))])
+        for _, reason in batch.failures:
+            warn_unreadable(reason)
+        if batch.pixels is None:
+            raise ImageReadError(f"none of the images {key.start}..{key.stop} could be read")
+        was_training = self.encoder.training
+        self.encoder.eval()
+        annotations, _ = self.encoder(batch.pixels.to(self.device))  # [b, L, D]
+        self.encoder.train(was_training)
+        out = np.zeros((len(images), *annotations.shape[1:]), dtype=np.float32)
+        out[batch.rows] = annotations.float().cpu().numpy()
+        return out

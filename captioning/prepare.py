@@ -1,0 +1,64 @@
+"""`captioning prepare` and `captioning prepare-features`: the vocabulary and the annotation cache
+of a config, made once before training (training makes whatever is missing itself, the same way).
+
+The vocabulary comes from the *training* split alone: words seen fewer than `data.min_word_count`
+times there become <unk> (5 for COCO, as in Karpathy's and most later setups). It is written to
+TRAIN.OUT_DIR/vocab.json, which training then uses, and is stored in every checkpoint.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from captioning.config import Config
+from captioning.data.coco import read_records
+from captioning.data.splits import Split, ensure_shapes, load_splits
+from captioning.vocab import Vocabulary, tokenize
+
+
+def vocabulary_path(config: Config) -> Path:
+    return Path(config.train.out_dir) / "vocab.json"
+
+
+def build_vocabulary(config: Config) -> tuple[Vocabulary, dict[str, float]]:
+    """The vocabulary of the training split, and a few numbers that help choose its settings."""
+    ensure_shapes(config)
+    captions = [tokenize(c) for record in read_records(config.data, "train") for c in record.captions]
+    vocab = Vocabulary.build(captions, min_count=config.data.min_word_count)
+    counts = Counter(token for caption in captions for token in caption)
+    tokens = sum(counts.values())
+    lengths = np.array([len(c) for c in captions])
+    clip = config.data.max_caption_length
+    stats = {
+        "captions": len(captions), "distinct_words": len(counts), "vocabulary": len(vocab),
+        "unk_share": sum(n for w, n in counts.items() if w not in vocab.index) / max(tokens, 1),
+        "length_p50": float(np.percentile(lengths, 50)), "length_p99": float(np.percentile(lengths, 99)),
+        "clipped_share": float((lengths > clip).mean()),
+    }
+    return vocab, stats
+
+
+def prepare_vocabulary(config: Config) -> tuple[Vocabulary, dict[str, float]]:
+    vocab, stats = build_vocabulary(config)
+    path = vocabulary_path(config)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    vocab.save(path)
+    return vocab, stats
+
+
+def run_vocabulary(config: Config) -> Vocabulary:
+    """What training uses: OUT_DIR/vocab.json if `prepare` (or an earlier run) wrote it, else a new one."""
+    path = vocabulary_path(config)
+    if path.exists():
+        return Vocabulary.load(path)
+    return prepare_vocabulary(config)[0]
+
+
+def prepare_features(config: Config, *, splits: tuple[str, ...] = ("train", "val", "test"),
+                     device: str | torch.device = "cpu") -> dict[str, Split]:
+    """The fp16 annotation cache of every split (resuming an interrupted run where it stopped)."""
+    return load_splits(config, splits, device=device, features=True, num_workers=config.train.num_workers)
