@@ -62,6 +62,7 @@ class TrainConfig:
     epochs: int = 10
     batch_size: int = 64
     lr: float = 1e-3
+    optimizer: str = "adam"  # adam | rmsprop (the paper: RMSProp on Flickr8k, Adam on Flickr30k and COCO)
     grad_clip: float = 5.0
     # Doubly stochastic regularization (Eq. 14). "one" is the paper's target of 1 per cell;
     # "length" is T/L, which a caption of T words over L cells can actually meet.
@@ -114,7 +115,8 @@ def validate(config: Config, where: str = "config") -> Config:
     from captioning.encoder import ENCODERS
 
     choices = {"data.dataset": (config.data.dataset, DATASETS), "encoder.name": (config.encoder.name, ENCODERS),
-               "encoder.layer": (config.encoder.layer, ("stride16", "stride32"))}
+               "encoder.layer": (config.encoder.layer, ("stride16", "stride32")),
+               "train.optimizer": (config.train.optimizer, ("adam", "rmsprop"))}
     for key, (value, known) in choices.items():
         if value not in known:
             raise ConfigError(f"{where}: {key} '{value}' is not one of {', '.join(known)}")

@@ -289,7 +289,8 @@ class Run:
         if self.encoder is not None and self.encoder.trainable:
             groups.append({"params": [p for p in self.encoder.parameters() if p.requires_grad],
                            "lr": config.encoder.lr})
-        self.optimizer = torch.optim.Adam(groups)
+        optimizer = {"adam": torch.optim.Adam, "rmsprop": torch.optim.RMSprop}[t.optimizer]
+        self.optimizer = optimizer(groups)
         self.scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(self.optimizer, mode="max", factor=t.lr_decay,
                                                                     patience=t.lr_patience)
         self.precision = precision_for(device, amp=t.amp)
