@@ -283,8 +283,7 @@ def test_an_interrupted_cache_resumes_where_it_stopped(fake_coco: Path, tmp_path
 # training on the fake COCO ---------------------------------------------------------------------------
 
 
-def test_train_on_cached_features_and_evaluate(fake_coco: Path, tmp_path: Path, resnet18_file: Path,
-                                               capsys) -> None:
+def test_train_on_cached_features_with_bf16_autocast(fake_coco: Path, tmp_path: Path, resnet18_file: Path) -> None:
     out = tmp_path / "cached"
     summary = fit(_coco_config(fake_coco, out, resnet18_file, "train.max_steps=4", "train.log_every_steps=1",
                                "train.amp=true"))  # bf16 autocast, on the CPU here
@@ -295,8 +294,6 @@ def test_train_on_cached_features_and_evaluate(fake_coco: Path, tmp_path: Path, 
     logged = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
     assert [e["step"] for e in logged if "loss" in e] == [1, 2, 3, 4]
     assert all(math.isfinite(e["loss"]) for e in logged if "loss" in e)
-    code = main(["evaluate", "--checkpoint", str(out / "best.pt"), "--split", "test", "--beam-size", "2"])
-    assert code == 0 and "on test (3 images, beam 2)" in capsys.readouterr().out
 
 
 def test_fine_tuning_runs_the_encoder_on_the_fly_with_its_own_rate(fake_coco: Path, tmp_path: Path,
