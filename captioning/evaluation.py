@@ -26,7 +26,7 @@ from captioning.data.images import attention_on_image
 from captioning.data.shapes import COLOURS, RELATIONS, SHAPES, SIZES, Grounding, ShapeObject, relation
 from captioning.decoder import AttentionDecoder
 from captioning.decoding import decode
-from captioning.vocab import Vocabulary, tokenize
+from captioning.vocab import Vocabulary, normalize, tokenize
 
 JAVA_METRICS = ("METEOR", "the PTB tokenizer")
 
@@ -61,7 +61,9 @@ def caption_metrics(references: dict[int, Sequence[str]], candidates: dict[int, 
         from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer
 
         tokenizer = PTBTokenizer()
-        gts = _quietly(tokenizer.tokenize, {i: [{"caption": c} for c in refs] for i, refs in references.items()})
+        # The same normalization as training targets (curly quotes, case, spaces), then the PTB tokenizer.
+        gts = _quietly(tokenizer.tokenize,
+                       {i: [{"caption": normalize(c)} for c in refs] for i, refs in references.items()})
         res = _quietly(tokenizer.tokenize, {i: [{"caption": candidates[i]}] for i in references})
     else:
         gts = {i: [" ".join(tokenize(c)) for c in refs] for i, refs in references.items()}

@@ -19,14 +19,30 @@ PAD, START, END, UNK = "<pad>", "<start>", "<end>", "<unk>"
 SPECIALS = (PAD, START, END, UNK)
 
 _TOKENIZER = TreebankWordTokenizer()
-_QUOTES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"'})
+# Typographic quotes as typed by people (and word processors): made straight, so "dog’s" is "dog's".
+_QUOTES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201a": "'", "\u2032": "'", "\u00b4": "'",
+                         "\u201c": '"', "\u201d": '"', "\u201e": '"', "\u00ab": '"', "\u00bb": '"'})
 _PUNCTUATION = re.compile(r"^[^\w]+$")
+
+
+def normalize(caption: str) -> str:
+    """NFKC, straight quotes, lower case, single spaces: '  A “Big”\tDog. ' -> 'a "big" dog.'."""
+    text = unicodedata.normalize("NFKC", caption).translate(_QUOTES).lower()
+    return " ".join(text.split())
+
+
+_CLITICS = {"'s", "'re", "'ll", "'d", "'m", "'ve"}
+
+
+def _unquote(token: str) -> str:
+    """Treebank splits off a closing single quote but not an opening one: "'here" -> "here", "'s" stays."""
+    return token if token in _CLITICS or not token.startswith("'") else token.lstrip("'")
 
 
 def tokenize(caption: str) -> list[str]:
     """Lower-cased word tokens without punctuation: 'A red, round Circle.' -> [a, red, round, circle]."""
-    text = unicodedata.normalize("NFKC", caption).translate(_QUOTES).lower()
-    return [token for token in _TOKENIZER.tokenize(text) if not _PUNCTUATION.match(token)]
+    tokens = (_unquote(token) for token in _TOKENIZER.tokenize(normalize(caption)))
+    return [token for token in tokens if token and not _PUNCTUATION.match(token)]
 
 
 class Vocabulary:

@@ -101,3 +101,11 @@ def test_vocabulary_must_start_with_specials_and_hold_no_duplicates():
         Vocabulary(["a", "b"])
     with pytest.raises(ValueError, match="twice"):
         Vocabulary(list(SPECIALS) + ["a", "a"])
+
+
+def test_normalize_is_shared_by_training_targets_and_references() -> None:
+    from captioning.vocab import normalize
+
+    assert normalize("  A “Big”\tDog’s  BALL. ") == 'a "big" dog\'s ball.'
+    assert tokenize("  A “Big”\tDog’s  BALL. ") == tokenize('a "big" dog\'s ball') == ["a", "big", "dog", "'s", "ball"]
+    assert tokenize("„Quoted“ «text» ‚here‘") == ["quoted", "text", "here"]
