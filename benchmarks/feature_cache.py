@@ -27,7 +27,8 @@ from captioning.data.features import write_cache
 from captioning.data.sampling import epoch_batches
 from captioning.data.shapes import SHAPES_DEFAULT_COUNTS, make_shapes
 from captioning.data.splits import encoder_from_config, load_splits
-from captioning.training import Run, StopSignals
+from captioning.stop_signals import StopSignals
+from captioning.training import Run
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -8,9 +8,10 @@ their own learning rate. Model selection, learning-rate decay and early stopping
 of *decoded* validation captions (greedy), never a teacher-forced loss: a teacher-forced loss can
 keep falling while the captions the model actually produces stop improving.
 
-Layout, top to bottom: the module a step trains and `train_step`; mixed precision; validation and
-its TensorBoard overlays; the data of a run; `Run` (state, checkpoints, logs, the epoch loop);
-`fit`. Several processes: see captioning.distributed.
+Layout, top to bottom: the module a step trains and `train_step`; validation and its TensorBoard
+overlays; `Run` (state, checkpoints, logs, the epoch loop); `fit`. Elsewhere: the data of a run
+(data/loading.py, data/sampling.py), mixed precision (precision.py), several processes
+(distributed.py), SIGTERM/SIGINT (stop_signals.py).
 """
 
 from __future__ import annotations
@@ -20,9 +21,7 @@ import math
 import random
 import signal
 import sys
-import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,25 +29,26 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
 from captioning import distributed
 from captioning.checkpoint import load_checkpoint, save_checkpoint
 from captioning.config import Config
-from captioning.data.dataset import Batch, CaptionPairs, ImageCaptionPairs, collate, collate_images
-from captioning.data.features import EncodedImages
+from captioning.data.dataset import Batch
 from captioning.data.images import ImageReadError, load_image
+from captioning.data.loading import load_run_data
 from captioning.data.sampling import epoch_batches, rank_batches
-from captioning.data.splits import Split, encoder_from_config, load_splits, uses_feature_cache
+from captioning.data.splits import Split, encoder_from_config, uses_feature_cache
 from captioning.decoder import AttentionDecoder, DecoderOutput
 from captioning.decoding import decode
 from captioning.encoder import Encoder
 from captioning.evaluation import evaluate_split
 from captioning.losses import cross_entropy, doubly_stochastic
 from captioning.model import build_decoder
-from captioning.prepare import run_vocabulary
+from captioning.precision import FULL_PRECISION, Precision, precision_for
+from captioning.stop_signals import StopSignals
 from captioning.visualize import overlay_grid
 from captioning.vocab import Vocabulary
 
@@ -90,30 +90,8 @@ class TrainingModel(nn.Module):
         return self.decoder(annotations, inputs)
 
 
-@dataclass(frozen=True)
-class Precision:
-    """One autocast path: bf16 where supported (no loss scaling needed), fp16 + a scaler otherwise."""
-
-    device_type: str = "cpu"
-    dtype: torch.dtype | None = None  # None: full precision
-
-    def autocast(self) -> torch.autocast:
-        return torch.autocast(self.device_type, dtype=self.dtype or torch.bfloat16, enabled=self.dtype is not None)
-
-    def scaler(self) -> torch.amp.GradScaler:
-        return torch.amp.GradScaler(self.device_type, enabled=self.dtype == torch.float16)
-
-
-def precision_for(device: torch.device, *, amp: bool) -> Precision:
-    if not amp:
-        return Precision(device.type, None)
-    if device.type == "cuda" and not torch.cuda.is_bf16_supported():
-        return Precision(device.type, torch.float16)
-    return Precision(device.type, torch.bfloat16)
-
-
 def train_step(model: nn.Module, batch: Batch, optimizer: torch.optim.Optimizer, *, grad_clip: float,
-               ds_weight: float, ds_target: str, precision: Precision = Precision(),
+               ds_weight: float, ds_target: str, precision: Precision = FULL_PRECISION,
                scaler: torch.amp.GradScaler | None = None,
                shares: tuple[float, float] = (1.0, 1.0)) -> dict[str, float]:
     """One optimizer step of cross-entropy plus the doubly stochastic term.
@@ -192,68 +170,7 @@ def log_overlays(writer: SummaryWriter, decoder: AttentionDecoder, split: Split,
     return written
 
 
-# the data of a run ---------------------------------------------------------------------------------
-
-
-@dataclass
-class RunData:
-    train: Split
-    val: Split
-    vocab: Vocabulary
-    pairs: Dataset  # CaptionPairs (cached annotations) or ImageCaptionPairs (images)
-    collate: Callable[[list], Batch]
-    val_annotations: Any  # the cache, or EncodedImages
-
-
-def load_run_data(config: Config, *, vocab_words: list[str] | None, encoder: Encoder | None,
-                  context: distributed.Distributed, device: torch.device) -> RunData:
-    """Splits, vocabulary and training pairs. Rank 0 makes whatever is missing (shapes data, the
-    feature cache, vocab.json) while the others wait, then they all read it."""
-    if not context.is_main:
-        distributed.barrier(context)
-    splits = load_splits(config, ("train", "val"), device=device, features=encoder is None,
-                         num_workers=config.train.num_workers)
-    vocab = Vocabulary(vocab_words) if vocab_words is not None else run_vocabulary(config)
-    if context.is_main:
-        distributed.barrier(context)
-    train, val = splits["train"], splits["val"]
-    max_length = config.data.max_caption_length
-    if encoder is None:
-        pairs: Dataset = CaptionPairs(train.annotations, train.records, vocab, max_length=max_length)
-        return RunData(train, val, vocab, pairs, collate, val.annotations)
-    pairs = ImageCaptionPairs(train.records, vocab, image_size=config.data.image_size, mean=encoder.mean,
-                              std=encoder.std, max_length=max_length)
-    encoded = EncodedImages(encoder, val.records, image_size=config.data.image_size, device=device)
-    return RunData(train, val, vocab, pairs, collate_images, encoded)
-
-
 # the run -------------------------------------------------------------------------------------------
-
-
-class StopSignals:
-    """SIGTERM / SIGINT (a cluster's preemption, Ctrl-C) ask the loop to save and stop after the
-    current step; a second Ctrl-C interrupts at once."""
-
-    def __init__(self):
-        self.received: int | None = None
-        self._previous: dict[int, Any] = {}
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        if self.received is not None and signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        self.received = signum
-        tqdm.write(f"{signal.Signals(signum).name}: saving a checkpoint after this step, then stopping",
-                   file=sys.stderr)
-
-    def __enter__(self) -> StopSignals:
-        if threading.current_thread() is threading.main_thread():  # signal handlers live there only
-            for signum in (signal.SIGTERM, signal.SIGINT):
-                self._previous[signum] = signal.signal(signum, self._handle)
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
 
 
 class Run:

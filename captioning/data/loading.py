@@ -1,0 +1,52 @@
+"""The data of a training run: its splits, its vocabulary and its (image, caption) pairs, over the
+feature cache or, for an encoder that runs on the fly, over the image files."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.utils.data import Dataset
+
+from captioning import distributed
+from captioning.config import Config
+from captioning.data.dataset import Batch, CaptionPairs, ImageCaptionPairs, collate, collate_images
+from captioning.data.features import EncodedImages
+from captioning.data.splits import Split, load_splits
+from captioning.encoder import Encoder
+from captioning.prepare import run_vocabulary
+from captioning.vocab import Vocabulary
+
+
+@dataclass
+class RunData:
+    train: Split
+    val: Split
+    vocab: Vocabulary
+    pairs: Dataset  # CaptionPairs (cached annotations) or ImageCaptionPairs (images)
+    collate: Callable[[list], Batch]
+    val_annotations: Any  # the cache, or EncodedImages
+
+
+def load_run_data(config: Config, *, vocab_words: list[str] | None, encoder: Encoder | None,
+                  context: distributed.Distributed, device: torch.device) -> RunData:
+    """Splits, vocabulary and training pairs. Rank 0 makes whatever is missing (shapes data, the
+    feature cache, vocab.json) while the others wait, then they all read it."""
+    if not context.is_main:
+        distributed.barrier(context)
+    splits = load_splits(config, ("train", "val"), device=device, features=encoder is None,
+                         num_workers=config.train.num_workers)
+    vocab = Vocabulary(vocab_words) if vocab_words is not None else run_vocabulary(config)
+    if context.is_main:
+        distributed.barrier(context)
+    train, val = splits["train"], splits["val"]
+    max_length = config.data.max_caption_length
+    if encoder is None:
+        pairs: Dataset = CaptionPairs(train.annotations, train.records, vocab, max_length=max_length)
+        return RunData(train, val, vocab, pairs, collate, val.annotations)
+    pairs = ImageCaptionPairs(train.records, vocab, image_size=config.data.image_size, mean=encoder.mean,
+                              std=encoder.std, max_length=max_length)
+    encoded = EncodedImages(encoder, val.records, image_size=config.data.image_size, device=device)
+    return RunData(train, val, vocab, pairs, collate_images, encoded)
