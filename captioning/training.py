@@ -256,7 +256,7 @@ class Run:
         if checkpoint.get("scaler"):
             self.scaler.load_state_dict(checkpoint["scaler"])
         self.progress = Progress(**checkpoint["progress"])
-        if self.context.rank == 0:  # rank 0's stream; other processes start theirs anew (see README)
+        if self.context.rank == 0:  # rank 0's stream; the others start theirs anew (docs/coco.md)
             torch.set_rng_state(checkpoint["rng"]["torch"])
             random.setstate(checkpoint["rng"]["python"])
             if "cuda" in checkpoint["rng"] and torch.cuda.is_available():
