@@ -28,7 +28,7 @@ from captioning.data.dataset import Batch, CaptionPairs, collate
 from captioning.data.splits import Split, load_splits
 from captioning.decoder import AttentionDecoder
 from captioning.evaluation import evaluate_split
-from captioning.losses import cross_entropy, doubly_stochastic
+from captioning.losses import Reinforce, cross_entropy, doubly_stochastic
 from captioning.model import build_decoder
 from captioning.vocab import Vocabulary, tokenize
 
@@ -50,22 +50,31 @@ class Progress:
 
 
 def train_step(decoder: AttentionDecoder, batch: Batch, optimizer: torch.optim.Optimizer, *, grad_clip: float,
-               ds_weight: float, ds_target: str) -> dict[str, float]:
-    """One optimizer step of cross-entropy plus the doubly stochastic term."""
+               ds_weight: float, ds_target: str, reinforce: Reinforce | None = None) -> dict[str, float]:
+    """One optimizer step of cross-entropy plus the doubly stochastic term, plus, when the decoder's
+    attention samples locations (hard attention), the REINFORCE terms of `reinforce`."""
     decoder.train()
-    inputs, targets = batch.tokens[:, :-1], batch.tokens[:, 1:]  # [B, T-1]: predict word t+1 from word t
-    mask = (targets != Vocabulary.pad_id).float()  # [B, T-1], padding reaches neither term
-    output = decoder(batch.annotations, inputs)
+    samples = reinforce.samples if reinforce is not None else 1
+    tokens = batch.tokens.repeat_interleave(samples, dim=0)  # [B*K, T]: K samples of locations per caption
+    annotations = batch.annotations.repeat_interleave(samples, dim=0)  # [B*K, L, D]
+    inputs, targets = tokens[:, :-1], tokens[:, 1:]  # [B, T-1]: predict word t+1 from word t
+    mask = (targets != Vocabulary.pad_id).float()  # [B, T-1], padding reaches no term
+    output = decoder(annotations, inputs)
     xe = cross_entropy(output.logits, targets, mask)
     ds = doubly_stochastic(output.alphas, mask, target=ds_target)
     loss = xe + ds_weight * ds
+    extra: dict[str, float] = {}
+    if reinforce is not None and output.log_probs is not None:  # Sec. 4.1; soft attention has no samples
+        surrogate, extra = reinforce(logits=output.logits, targets=targets, mask=mask, log_probs=output.log_probs,
+                                     entropies=output.entropies, locations=output.locations)
+        loss = loss + surrogate
     if not torch.isfinite(loss):
         raise TrainingError(f"non-finite loss ({loss.item()}); stopping, the last good checkpoint is kept")
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     norm = torch.nn.utils.clip_grad_norm_(decoder.parameters(), grad_clip)
     optimizer.step()
-    return {"loss": loss.item(), "xe": xe.item(), "ds": ds.item(), "grad_norm": norm.item()}
+    return {"loss": loss.item(), "xe": xe.item(), "ds": ds.item(), "grad_norm": norm.item(), **extra}
 
 
 def validate(decoder: AttentionDecoder, split: Split, vocab: Vocabulary, config: Config, *,
@@ -105,7 +114,9 @@ def fit(config: Config, *, resume: bool = False, device: str | torch.device = "c
     annotation_dim = train.annotations.shape[2]
     torch.manual_seed(t.seed)  # before the decoder is built: its initial weights follow train.seed
     random.seed(t.seed)
-    decoder = build_decoder(config, vocab_size=len(vocab), annotation_dim=annotation_dim).to(device)
+    decoder = build_decoder(config, vocab_size=len(vocab), annotation_dim=annotation_dim, grid=train.grid).to(device)
+    reinforce = Reinforce(reward_weight=t.reinforce_weight, entropy_weight=t.entropy_weight, baseline=t.baseline,
+                          decay=t.baseline_decay, samples=t.samples)
     optimizer = torch.optim.Adam(decoder.parameters(), lr=t.lr)
     scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, mode="max", factor=t.lr_decay,
                                                            patience=t.lr_patience)
@@ -117,6 +128,7 @@ def fit(config: Config, *, resume: bool = False, device: str | torch.device = "c
         progress = Progress(**checkpoint["progress"])
         torch.set_rng_state(checkpoint["rng"]["torch"])
         random.setstate(checkpoint["rng"]["python"])
+        reinforce.load_state_dict(checkpoint.get("reinforce", {}))
 
     def payload() -> dict[str, Any]:
         return {
@@ -124,6 +136,7 @@ def fit(config: Config, *, resume: bool = False, device: str | torch.device = "c
             "annotation_dim": annotation_dim, "decoder": decoder.state_dict(), "optimizer": optimizer.state_dict(),
             "scheduler": scheduler.state_dict(), "progress": vars(progress).copy(),
             "rng": {"torch": torch.get_rng_state(), "python": random.getstate()},
+            "reinforce": reinforce.state_dict(),  # hard attention's moving-average baseline
         }
 
     writer = SummaryWriter(str(out / "tensorboard"))
@@ -163,7 +176,7 @@ def fit(config: Config, *, resume: bool = False, device: str | torch.device = "c
                    total=len(batches), leave=False, disable=None)
         for batch in bar:
             losses = train_step(decoder, batch.to(device), optimizer, grad_clip=t.grad_clip,
-                                ds_weight=t.ds_weight, ds_target=t.ds_target)
+                                ds_weight=t.ds_weight, ds_target=t.ds_target, reinforce=reinforce)
             progress.step += 1
             progress.batch_in_epoch += 1
             bar.set_postfix(loss=f"{losses['loss']:.3f}")
