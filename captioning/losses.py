@@ -118,7 +118,7 @@ class Reinforce:
         stats = {"reinforce": loss.item(), "reward": float(rewards[sampled].mean()) if sampled.any() else 0.0,
                  "baseline": self.value if self.value is not None else 0.0,
                  "sampled": float(sampled.float().mean()),
-                 "entropy": float(entropy / steps.sum().clamp(min=1))}
+                 "entropy": (entropy.detach() / steps.sum().clamp(min=1)).item()}
         return loss, stats
 
     def state_dict(self) -> dict[str, Any]:
