@@ -3,12 +3,14 @@ small enough to know the exact gradient (the one tests/test_reinforce.py checks 
 
     python benchmarks/reinforce_variance.py            # prints a markdown table
 
-Toy: one image of 3 cells, one caption of 2 words + <end> (3 steps: 27 location sequences), the real
-AttentionDecoder (H=16, additive score, no dropout), hard attention that always samples. For each
-estimator we draw R batches of 64 sampled captions (the size of a training batch), compute the
-gradient exactly as train_step does, and report the total variance (sum over parameter entries of
-the variance across batches) of the attention parameters' gradient and of all parameters', and the
-relative error of the mean over all batches against the exact gradient of the bound.
+Toy: one image of 3 cells and two captions of it, of 2 and 5 words + <end> (3 and 6 steps: 27 and
+729 location sequences), so that their rewards log p(y|s,a) differ a lot, as captions of a real
+batch do; the real AttentionDecoder (H=16, additive score, no dropout); hard attention that always
+samples. For each estimator we draw R batches of 64 sampled captions (half of each caption; with K
+samples per caption, in blocks of K), compute the gradient exactly as train_step does, and report
+the total variance (sum over parameter entries of the variance across batches) of the gradient of
+the attention parameters and of all parameters, and the relative error of the mean over all batches
+against the exact gradient of the bound (the mean over the two captions of sum_s p(s|a) log p(y|s,a)).
 """
 
 from __future__ import annotations
@@ -58,45 +60,58 @@ def decoder(sequences: torch.Tensor | None = None) -> AttentionDecoder:
 
 
 ANNOTATIONS = 2 * torch.randn(1, L, D, generator=torch.Generator().manual_seed(7))
-TOKENS = torch.tensor([[Vocabulary.start_id, 5, 8, Vocabulary.end_id]])
-STEPS = TOKENS.shape[1] - 1
+S, E, P = Vocabulary.start_id, Vocabulary.end_id, Vocabulary.pad_id
+CAPTIONS = torch.tensor([[S, 5, 8, E, P, P, P], [S, 4, 6, 7, 9, 10, E]])  # 3 and 6 steps
+STEPS = CAPTIONS.shape[1] - 1
 
 
-def exact() -> tuple[torch.Tensor, float]:
-    sequences = torch.tensor(list(itertools.product(range(L), repeat=STEPS)))
-    model = decoder(sequences)
-    n = len(sequences)
-    output = model(ANNOTATIONS.expand(n, L, D), TOKENS[:, :-1].expand(n, STEPS))
-    log_p_y = caption_log_likelihood(output.logits, TOKENS[:, 1:].expand(n, STEPS), torch.ones(n, STEPS))
-    bound = (output.log_probs.sum(1).exp() * log_p_y).sum()
-    grads = torch.autograd.grad(bound, list(model.parameters()))
-    return torch.cat([g.flatten() for g in grads]), float(bound)
+def exact() -> tuple[torch.Tensor, list[float]]:
+    """The exact gradient of the mean bound over the two captions, and each caption's E_s[log p(y|s,a)]."""
+    total, rewards = None, []
+    for caption in CAPTIONS:
+        steps = int((caption != P).sum()) - 1
+        sequences = torch.tensor(list(itertools.product(range(L), repeat=steps)))
+        model = decoder(sequences)
+        n = len(sequences)
+        output = model(ANNOTATIONS.expand(n, L, D), caption[None, :steps].expand(n, steps))
+        log_p_y = caption_log_likelihood(output.logits, caption[None, 1: steps + 1].expand(n, steps),
+                                         torch.ones(n, steps))
+        bound = (output.log_probs.sum(1).exp() * log_p_y).sum() / len(CAPTIONS)
+        grads = torch.cat([g.flatten() for g in torch.autograd.grad(bound, list(model.parameters()))])
+        total = grads if total is None else total + grads
+        rewards.append(float(bound.detach()) * len(CAPTIONS))
+    return total, rewards
 
 
 def estimates(reinforce: Reinforce) -> torch.Tensor:
     """REPEATS gradient estimates [REPEATS, P], each from one batch of BATCH sampled captions."""
     model = decoder()
     torch.manual_seed(1)
+    which = (torch.arange(BATCH) // reinforce.samples) % len(CAPTIONS)  # [BATCH], blocks of K replicas
+    tokens = CAPTIONS[which]  # [BATCH, T]
+    inputs, targets = tokens[:, :-1], tokens[:, 1:]
+    mask = (targets != P).float()
     rows = []
     for _ in range(REPEATS):
-        targets, mask = TOKENS[:, 1:].expand(BATCH, STEPS), torch.ones(BATCH, STEPS)
-        output = model(ANNOTATIONS.expand(BATCH, L, D), TOKENS[:, :-1].expand(BATCH, STEPS))
+        output = model(ANNOTATIONS.expand(BATCH, L, D), inputs)
         surrogate, _ = reinforce(logits=output.logits, targets=targets, mask=mask, log_probs=output.log_probs,
                                  entropies=output.entropies, locations=output.locations)
         loss = cross_entropy(output.logits, targets, mask) + surrogate
         grads = torch.autograd.grad(loss, list(model.parameters()))
-        rows.append(-STEPS * torch.cat([g.flatten() for g in grads]))  # the estimate of d L_s
+        # loss = -(1/sum m) sum_n [...]: times -sum m / N, the mean per-caption estimate of d L_s
+        rows.append(-float(mask.sum()) / BATCH * torch.cat([g.flatten() for g in grads]))
     return torch.stack(rows)
 
 
 def main() -> int:
     torch.set_num_threads(1)
-    gradient, expected_reward = exact()
+    gradient, expected_rewards = exact()
     sizes = [p.numel() for p in decoder().parameters()]
     names = [n for n, _ in decoder().named_parameters()]
     attention = torch.cat([torch.full((s,), n.startswith("attention."), dtype=torch.bool)
                            for n, s in zip(names, sizes)])
-    print(f"toy: {L} cells, {STEPS} steps; E_s[log p(y|s,a)] = {expected_reward:.3f}; "
+    print(f"toy: {L} cells, two captions with E_s[log p(y|s,a)] = "
+          f"{', '.join(f'{r:.2f}' for r in expected_rewards)}; "
           f"{REPEATS} batches of {BATCH} sampled captions per estimator\n")
     print("| estimator | variance, attention params | variance, all params | relative error of the mean |")
     print("|---|---|---|---|")

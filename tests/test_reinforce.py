@@ -255,3 +255,27 @@ def test_reinforce_options_are_checked():
         Reinforce(baseline="critic")
     with pytest.raises(ValueError, match="at least 2"):
         Reinforce(baseline="leave_one_out", samples=1)
+
+
+def test_hard_attention_training_keeps_the_baseline_in_checkpoints_and_resumes_exactly(tmp_path, tiny_config):
+    """Run A: 10 steps straight. Run B: 5 steps, stop, resume to 10. Same weights and baseline; and a
+    resume that lost the baseline would not be the same run (the control)."""
+    from captioning.training import fit
+
+    hard = ("model.attention=hard", "train.eval_every_steps=5")
+    fit(tiny_config(tmp_path / "a", "train.max_steps=10", *hard))
+    fit(tiny_config(tmp_path / "b", "train.max_steps=5", *hard))
+    stopped = torch.load(tmp_path / "b" / "last.pt", map_location="cpu", weights_only=True)
+    assert isinstance(stopped["reinforce"]["baseline"], float) and stopped["reinforce"]["baseline"] < 0
+    for name, lose_baseline in (("b", False), ("c", True)):
+        if lose_baseline:  # the same interrupted run, resumed from a checkpoint without its baseline
+            (tmp_path / "c").mkdir()
+            torch.save({**stopped, "reinforce": {"baseline": None}}, tmp_path / "c" / "last.pt")
+            (tmp_path / "c" / "vocab.json").write_text((tmp_path / "b" / "vocab.json").read_text())
+        fit(tiny_config(tmp_path / name, "train.max_steps=10", *hard), resume=True)
+    a, b, c = (torch.load(tmp_path / n / "last.pt", map_location="cpu", weights_only=True) for n in "abc")
+    assert a["reinforce"]["baseline"] == b["reinforce"]["baseline"]
+    for name in a["decoder"]:
+        assert torch.equal(a["decoder"][name], b["decoder"][name]), name
+    assert c["reinforce"]["baseline"] != a["reinforce"]["baseline"]
+    assert not torch.equal(a["decoder"]["attention.score.v.weight"], c["decoder"]["attention.score.v.weight"])
