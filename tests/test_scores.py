@@ -85,7 +85,7 @@ def test_scaled_dot_divides_by_the_root_of_the_annotation_size():
 def test_cosine_is_sharpness_times_the_cosine():
     score = make_score("cosine")
     a, h = inputs()
-    W_q, beta = score.query.weight, score.log_sharpness.exp()
+    W_q, beta = score.query.weight, score.log_sharpness.detach().exp()
     assert isinstance(score.log_sharpness, torch.nn.Parameter) and float(beta) == pytest.approx(5.0)
     expected = by_formula(lambda n, i: beta * torch.cosine_similarity(W_q @ h[n], a[n, i], dim=0))
     got = scores_of(score, a, h)
