@@ -60,7 +60,8 @@ STUDY_RUNS = {
 RUNS = {**SCORE_RUNS, **STUDY_RUNS}
 # The order in which a full study trains them: the comparisons the issue asks about first, so that a
 # study cut short by its budget still answers them.
-PRIORITY = ("soft_1ep", "hard_1ep", "soft_2ep", "soft_position", "soft_stride32", "hard_loo4")
+PRIORITY = ("soft_1ep", "hard_1ep", "soft_2ep", "soft_position", "soft_stride32", "hard_loo4", "soft_ds_length",
+            "soft_ds_one")
 ORDER = [*PRIORITY, *SCORE_RUNS, *(n for n in STUDY_RUNS if n not in PRIORITY)]
 
 
