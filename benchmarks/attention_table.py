@@ -54,14 +54,17 @@ STUDY_RUNS = {
     "soft_ds_length": ("model.attention=soft", "train.ds_weight=1.0", "train.ds_target=length"),
     "soft_ds_one": ("model.attention=soft", "train.ds_weight=1.0", "train.ds_target=one"),
     "hard_loo4": ("model.attention=hard", "train.baseline=leave_one_out", "train.samples=4"),
+    "hard_sample_only": ("model.attention=hard", "model.hard_expectation_prob=0.0"),
+    "hard_sample_only_loo4": ("model.attention=hard", "model.hard_expectation_prob=0.0",
+                              "train.baseline=leave_one_out", "train.samples=4"),
     "hard_position": ("model.attention=hard", "model.position=learned"),
     "hard_2ep": ("model.attention=hard", "train.epochs=2"),
 }
 RUNS = {**SCORE_RUNS, **STUDY_RUNS}
 # The order in which a full study trains them: the comparisons the issue asks about first, so that a
 # study cut short by its budget still answers them.
-PRIORITY = ("soft_1ep", "hard_1ep", "soft_2ep", "soft_position", "soft_stride32", "hard_loo4", "soft_ds_length",
-            "soft_ds_one")
+PRIORITY = ("soft_1ep", "hard_1ep", "soft_2ep", "soft_position", "soft_stride32", "hard_loo4", "soft_additive",
+            "hard_sample_only", "soft_ds_length", "soft_ds_one")
 ORDER = [*PRIORITY, *SCORE_RUNS, *(n for n in STUDY_RUNS if n not in PRIORITY)]
 
 
