@@ -21,6 +21,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
@@ -55,6 +56,8 @@ STUDY_RUNS = {
     "soft_ds_one": ("model.attention=soft", "train.ds_weight=1.0", "train.ds_target=one"),
     "hard_loo4": ("model.attention=hard", "train.baseline=leave_one_out", "train.samples=4"),
     "hard_sample_only": ("model.attention=hard", "model.hard_expectation_prob=0.0"),
+    "hard_unit": ("model.attention=hard", "model.unit_annotations=true"),
+    "soft_unit": ("model.attention=soft", "model.unit_annotations=true"),
     "hard_sample_only_loo4": ("model.attention=hard", "model.hard_expectation_prob=0.0",
                               "train.baseline=leave_one_out", "train.samples=4"),
     "hard_position": ("model.attention=hard", "model.position=learned"),
@@ -64,7 +67,7 @@ RUNS = {**SCORE_RUNS, **STUDY_RUNS}
 # The order in which a full study trains them: the comparisons the issue asks about first, so that a
 # study cut short by its budget still answers them.
 PRIORITY = ("soft_1ep", "hard_1ep", "soft_2ep", "soft_position", "soft_stride32", "hard_loo4", "soft_additive",
-            "hard_sample_only", "soft_ds_length", "soft_ds_one")
+            "hard_sample_only", "soft_ds_length", "hard_unit", "soft_ds_one", "soft_unit")
 ORDER = [*PRIORITY, *SCORE_RUNS, *(n for n in STUDY_RUNS if n not in PRIORITY)]
 
 
@@ -121,6 +124,29 @@ def tables(results: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
+def annotation_norms(data: Path, images: int = 200) -> str:
+    """Mean L2 norm of the stride-16 annotations in cells whose centre lies inside an object's box,
+    outside every box, and of the mean annotation (what the expectation gives under a flat map)."""
+    config = load_config(REPO / BASE[0], [f"data.root={data}"])
+    test = load_splits(config, ("test",))["test"]
+    annotations = torch.from_numpy(np.asarray(test.annotations[:images], dtype=np.float32))  # [N, L, D]
+    (rows, columns), inside = test.grid, []
+    for truth in test.grounding[:images]:
+        ys = (torch.arange(rows) + 0.5) * truth.height / rows
+        xs = (torch.arange(columns) + 0.5) * truth.width / columns
+        y, x = torch.meshgrid(ys, xs, indexing="ij")
+        hit = torch.zeros(rows, columns, dtype=torch.bool)
+        for o in truth.objects:
+            hit |= (x >= o.box[0]) & (x <= o.box[2]) & (y >= o.box[1]) & (y <= o.box[3])
+        inside.append(hit.flatten())
+    inside_t = torch.stack(inside)  # [N, L]
+    norms = annotations.norm(dim=2)  # [N, L]
+    mean = annotations.mean(dim=1).norm(dim=1).mean()
+    return (f"Annotation norms on {images} test images (stride 16): cells inside an object's box "
+            f"{float(norms[inside_t].mean()):.1f}, other cells {float(norms[~inside_t].mean()):.1f}, "
+            f"the mean annotation (the expectation under a flat map) {float(mean):.1f}.")
+
+
 def write_tables(doc: Path, text: str) -> None:
     start, end = "<!-- tables:start (benchmarks/attention_table.py) -->", "<!-- tables:end -->"
     body = doc.read_text() if doc.exists() else f"{start}\n{end}\n"
@@ -152,7 +178,7 @@ def main() -> int:
             continue
         results[name] = run(name, overrides, data=data, out=out)
         print(_row(name, results[name]), flush=True)
-    write_tables(Path(args.doc), tables(results))
+    write_tables(Path(args.doc), tables(results) + "\n\n" + annotation_norms(data))
     print(f"tables written to {args.doc}")
     return 0
 

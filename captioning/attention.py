@@ -279,17 +279,27 @@ class GridPosition(nn.Module):
 
 
 class _Attention(nn.Module):
-    """What soft and hard attention share: the per-image work and the weights alpha_t."""
+    """What soft and hard attention share: the per-image work and the weights alpha_t.
 
-    def __init__(self, score: nn.Module, *, temperature: float = 1.0, position: nn.Module | None = None):
+    `unit_annotations` rescales every annotation to norm sqrt(D) before attention sees it. On the
+    shapes data, cells on an object have ~1.7x the norm of background cells (docs/attention.md), so
+    a sampled object cell jolts a young decoder more than a background cell: REINFORCE then learns
+    to *avoid* objects. With equal norms a cell is worth sampling for what it says, not how loudly.
+    """
+
+    def __init__(self, score: nn.Module, *, temperature: float = 1.0, position: nn.Module | None = None,
+                 unit_annotations: bool = False):
         super().__init__()
         if temperature <= 0:
             raise ValueError(f"the softmax temperature must be positive, got {temperature}")
         self.score = score
         self.temperature = temperature
         self.position = position
+        self.unit_annotations = unit_annotations
 
     def prepare(self, annotations: torch.Tensor) -> Memory:
+        if self.unit_annotations:
+            annotations = F.normalize(annotations, dim=2) * math.sqrt(annotations.shape[2])  # [B, L, D]
         if self.position is not None:
             annotations = self.position(annotations)  # [B, L, D]
         return Memory(annotations=annotations, keys=self.score.prepare(annotations))
@@ -326,8 +336,9 @@ class HardAttention(_Attention):
     COINS = ("image", "batch")
 
     def __init__(self, score: nn.Module, *, temperature: float = 1.0, position: nn.Module | None = None,
-                 expectation_prob: float = 0.5, coin: str = "image", inference: str = "expectation"):
-        super().__init__(score, temperature=temperature, position=position)
+                 unit_annotations: bool = False, expectation_prob: float = 0.5, coin: str = "image",
+                 inference: str = "expectation"):
+        super().__init__(score, temperature=temperature, position=position, unit_annotations=unit_annotations)
         if not 0.0 <= expectation_prob <= 1.0:
             raise ValueError(f"expectation_prob must lie in [0, 1], got {expectation_prob}")
         if coin not in self.COINS:
@@ -406,8 +417,8 @@ POSITIONS = ("none", "learned")
 
 def build_attention(*, kind: str = "soft", score: str = "additive", annotation_dim: int, hidden_dim: int,
                     attention_dim: int, grid: tuple[int, int] | None = None, temperature: float = 1.0,
-                    position: str = "none", local_base: str = "additive", expectation_prob: float = 0.5,
-                    coin: str = "image") -> _Attention:
+                    position: str = "none", local_base: str = "additive", unit_annotations: bool = False,
+                    expectation_prob: float = 0.5, coin: str = "image") -> _Attention:
     """Any score with either kind. `grid` is needed by the location and local scores and the 2-D
     position; `expectation_prob` and `coin` concern hard attention only."""
     if score not in SCORES:
@@ -423,7 +434,7 @@ def build_attention(*, kind: str = "soft", score: str = "additive", annotation_d
         if grid is None:
             raise ValueError("the learned 2-D position needs the grid (Hg, Wg)")
         where = GridPosition(grid=grid, annotation_dim=annotation_dim)
+    shared = {"temperature": temperature, "position": where, "unit_annotations": unit_annotations}
     if kind == "hard":
-        return HardAttention(scorer, temperature=temperature, position=where, expectation_prob=expectation_prob,
-                             coin=coin)
-    return ATTENTION[kind](scorer, temperature=temperature, position=where)
+        return HardAttention(scorer, **shared, expectation_prob=expectation_prob, coin=coin)
+    return ATTENTION[kind](scorer, **shared)

@@ -43,6 +43,7 @@ class ModelConfig:
     temperature: float = 1.0  # alpha = softmax(e / temperature)
     position: str = "none"  # "learned": a 2-D position added to the annotations (see attention.GridPosition)
     local_base: str = "additive"  # the content score under the `local` score's Gaussian window
+    unit_annotations: bool = False  # rescale each annotation to norm sqrt(D) before attention (see attention.py)
     # Hard attention, training: the chance that an image uses the soft expectation instead of samples
     # (Sec. 4.1: 0.5), one coin per "image" or one per "batch" (as the authors' code did).
     hard_expectation_prob: float = 0.5

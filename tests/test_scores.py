@@ -229,3 +229,17 @@ def test_image_side_work_runs_once_per_decoder_forward(name, monkeypatch):
         output = decoder(inputs()[0], tokens)
     assert output.alphas.shape == (B, 5, L)
     assert calls == [1]
+
+
+@pytest.mark.parametrize("kind", ["soft", "hard"])
+def test_unit_annotations_give_every_cell_the_same_norm(kind):
+    torch.manual_seed(0)
+    attention = build_attention(kind=kind, score="additive", annotation_dim=D, hidden_dim=H, attention_dim=A,
+                                unit_annotations=True)
+    a, h = inputs()
+    a = a * torch.linspace(0.1, 10, L)[None, :, None]  # loud and quiet cells
+    memory = attention.prepare(a)
+    torch.testing.assert_close(memory.annotations.norm(dim=2), torch.full((B, L), D ** 0.5))
+    torch.testing.assert_close(memory.annotations, a / a.norm(dim=2, keepdim=True) * D ** 0.5)
+    plain = build_attention(kind=kind, score="additive", annotation_dim=D, hidden_dim=H, attention_dim=A)
+    assert plain.prepare(a).annotations is a  # off by default
