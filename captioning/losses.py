@@ -25,6 +25,9 @@ def doubly_stochastic(alphas: torch.Tensor, mask: torch.Tensor, *, target: str =
     The paper's tau = 1 asks every cell to receive a total weight of 1 over the caption. A caption of
     T words carries a total weight of exactly T, so with T < L the paper's target cannot be met and
     the term spreads the maps out; `target="length"` uses tau = T/L, the target that can be met.
+    But sum_i (tau - S_i)^2 = L tau^2 - 2 tau sum_i S_i + sum_i S_i^2 and sum_i S_i = T whatever the
+    maps, so the two targets differ by a constant: their gradients are identical, both push towards
+    uniform coverage (sum_i S_i^2), and they train alike (tests/test_losses.py, docs/attention.md).
     """
     mask = mask.to(alphas.dtype)
     totals = (alphas * mask[:, :, None]).sum(dim=1)  # [B, L], sum_t alpha_ti over real steps
