@@ -51,6 +51,7 @@ STUDY_RUNS = {
     "hard_1ep": ("model.attention=hard",),
     "soft_2ep": ("model.attention=soft", "train.epochs=2"),
     "soft_position": ("model.attention=soft", "model.position=learned"),
+    "soft_position_2ep": ("model.attention=soft", "model.position=learned", "train.epochs=2"),
     "soft_stride32": ("model.attention=soft", "encoder.layer=stride32"),
     "soft_ds_length": ("model.attention=soft", "train.ds_weight=1.0", "train.ds_target=length"),
     "soft_ds_one": ("model.attention=soft", "train.ds_weight=1.0", "train.ds_target=one"),
@@ -72,7 +73,7 @@ RUNS = {**SCORE_RUNS, **STUDY_RUNS}
 # study cut short by its budget still answers them.
 PRIORITY = ("soft_1ep", "hard_1ep", "soft_2ep", "soft_position", "soft_stride32", "hard_loo4", "soft_additive",
             "hard_sample_only", "soft_ds_length", "hard_unit", "soft_ds_one", "hard_unit_loo4", "hard_unit_lambda0.1",
-            "soft_unit")
+            "soft_position_2ep", "soft_unit")
 ORDER = [*PRIORITY, *SCORE_RUNS, *(n for n in STUDY_RUNS if n not in PRIORITY)]
 
 
