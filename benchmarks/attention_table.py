@@ -62,6 +62,7 @@ STUDY_RUNS = {
     "hard_unit_loo4": ("model.attention=hard", "model.unit_annotations=true", "train.baseline=leave_one_out",
                        "train.samples=4"),
     "hard_unit_lambda0.1": ("model.attention=hard", "model.unit_annotations=true", "train.reinforce_weight=0.1"),
+    "hard_warmup": ("model.attention=hard", "model.hard_warmup=59"),
     "hard_unit_2ep": ("model.attention=hard", "model.unit_annotations=true", "train.epochs=2"),
     "hard_sample_only_loo4": ("model.attention=hard", "model.hard_expectation_prob=0.0",
                               "train.baseline=leave_one_out", "train.samples=4"),
@@ -73,7 +74,7 @@ RUNS = {**SCORE_RUNS, **STUDY_RUNS}
 # study cut short by its budget still answers them.
 PRIORITY = ("soft_1ep", "hard_1ep", "soft_2ep", "soft_position", "soft_stride32", "hard_loo4", "soft_additive",
             "hard_sample_only", "soft_ds_length", "hard_unit", "soft_ds_one", "hard_unit_loo4", "hard_unit_lambda0.1",
-            "soft_position_2ep", "soft_unit")
+            "soft_position_2ep", "hard_warmup", "soft_unit")
 ORDER = [*PRIORITY, *SCORE_RUNS, *(n for n in STUDY_RUNS if n not in PRIORITY)]
 
 

@@ -327,6 +327,12 @@ class HardAttention(_Attention):
     expectation sampled nothing: their log_prob is exactly 0, so the REINFORCE term (losses.py)
     gets nothing from them, and their location is -1.
 
+    `warmup` > 0 (not in the paper): the chance of the expectation falls linearly from 1 to
+    `expectation_prob` over the first `warmup` training batches, so attention first learns where
+    objects are the soft way; sampling from a flat map first teaches the decoder the background,
+    and REINFORCE then learns to avoid objects (docs/attention.md). The count of batches is a
+    buffer, so it is saved in checkpoints and a resumed run continues the schedule.
+
     Test time (eval mode): `inference` says how the cell is picked: "expectation" (the default,
     the paper's choice: it behaves like soft attention), "argmax" (the most likely cell) or
     "sample". See `hard_inference` to change it for one decoding.
@@ -337,7 +343,7 @@ class HardAttention(_Attention):
 
     def __init__(self, score: nn.Module, *, temperature: float = 1.0, position: nn.Module | None = None,
                  unit_annotations: bool = False, expectation_prob: float = 0.5, coin: str = "image",
-                 inference: str = "expectation"):
+                 inference: str = "expectation", warmup: int = 0):
         super().__init__(score, temperature=temperature, position=position, unit_annotations=unit_annotations)
         if not 0.0 <= expectation_prob <= 1.0:
             raise ValueError(f"expectation_prob must lie in [0, 1], got {expectation_prob}")
@@ -345,16 +351,28 @@ class HardAttention(_Attention):
             raise ValueError(f"unknown coin '{coin}' (known: {', '.join(self.COINS)})")
         if inference not in self.CHOICES:
             raise ValueError(f"unknown hard attention choice '{inference}' (known: {', '.join(self.CHOICES)})")
+        if warmup < 0:
+            raise ValueError(f"warmup must be >= 0 batches, got {warmup}")
         self.expectation_prob = expectation_prob
         self.coin = coin
         self.inference = inference
+        self.warmup = warmup
+        self.register_buffer("batches", torch.zeros((), dtype=torch.long))  # training batches seen
+
+    def current_expectation_prob(self) -> float:
+        """The chance of the expectation now: expectation_prob, or on the way there during warm-up."""
+        if self.warmup == 0:
+            return self.expectation_prob
+        done = min(1.0, int(self.batches) / self.warmup)
+        return 1.0 - (1.0 - self.expectation_prob) * done
 
     def prepare(self, annotations: torch.Tensor) -> Memory:
         memory = super().prepare(annotations)
         if self.training:
             batch, device = annotations.shape[0], annotations.device
             draws = torch.rand(1 if self.coin == "batch" else batch, device=device)  # Sec. 4.1
-            memory.expectation = (draws < self.expectation_prob).expand(batch)  # [B]
+            memory.expectation = (draws < self.current_expectation_prob()).expand(batch)  # [B]
+            self.batches += 1
         return memory
 
     def _choose(self, alpha: torch.Tensor, memory: Memory) -> tuple[torch.Tensor, torch.Tensor]:
@@ -418,7 +436,7 @@ POSITIONS = ("none", "learned")
 def build_attention(*, kind: str = "soft", score: str = "additive", annotation_dim: int, hidden_dim: int,
                     attention_dim: int, grid: tuple[int, int] | None = None, temperature: float = 1.0,
                     position: str = "none", local_base: str = "additive", unit_annotations: bool = False,
-                    expectation_prob: float = 0.5, coin: str = "image") -> _Attention:
+                    expectation_prob: float = 0.5, coin: str = "image", warmup: int = 0) -> _Attention:
     """Any score with either kind. `grid` is needed by the location and local scores and the 2-D
     position; `expectation_prob` and `coin` concern hard attention only."""
     if score not in SCORES:
@@ -436,5 +454,5 @@ def build_attention(*, kind: str = "soft", score: str = "additive", annotation_d
         where = GridPosition(grid=grid, annotation_dim=annotation_dim)
     shared = {"temperature": temperature, "position": where, "unit_annotations": unit_annotations}
     if kind == "hard":
-        return HardAttention(scorer, **shared, expectation_prob=expectation_prob, coin=coin)
+        return HardAttention(scorer, **shared, expectation_prob=expectation_prob, coin=coin, warmup=warmup)
     return ATTENTION[kind](scorer, **shared)

@@ -48,6 +48,7 @@ class ModelConfig:
     # (Sec. 4.1: 0.5), one coin per "image" or one per "batch" (as the authors' code did).
     hard_expectation_prob: float = 0.5
     hard_coin: str = "image"
+    hard_warmup: int = 0  # batches over which that chance falls from 1 (soft) to hard_expectation_prob
     gate: str = "scalar"  # the paper's scalar beta; "vector" is the per-channel gate some ports use
     dropout: float = 0.3
 

@@ -47,7 +47,8 @@ def test_sampled_weights_are_one_hot_and_pick_the_annotation(score):
 @pytest.mark.parametrize("score", ["additive", "cosine", "location"])
 def test_the_expectation_path_equals_soft_attention(score):
     soft, hard = make("soft", score), make("hard", score, expectation_prob=1.0)
-    hard.load_state_dict(soft.state_dict())
+    result = hard.load_state_dict(soft.state_dict(), strict=False)  # the same weights
+    assert result.missing_keys == ["batches"] and not result.unexpected_keys  # hard's warm-up counter
     a, h = inputs()
     with torch.no_grad():
         expected = soft(soft.prepare(a), h)
@@ -162,3 +163,21 @@ def test_argmax_decoding_beam_one_equals_greedy_and_teacher_forcing():
         forced = decoder(a, torch.cat([start, greedy.tokens[:, :-1]], dim=1))
     torch.testing.assert_close(forced.alphas, greedy.alphas)
     assert torch.equal(forced.locations, greedy.locations)
+
+
+def test_warmup_goes_from_the_expectation_to_the_papers_mixture_and_is_saved():
+    attention = make(expectation_prob=0.5, warmup=4).train()
+    a, _ = inputs(batch=200)
+    shares = []
+    torch.manual_seed(0)
+    for _ in range(6):
+        shares.append(float(attention.prepare(a).expectation.float().mean()))
+    assert shares[0] == 1.0  # batch 0: soft only
+    assert [round(attention.current_expectation_prob(), 3)] == [0.5] and int(attention.batches) == 6
+    assert 0.55 < shares[2] < 0.85 and all(0.35 < s < 0.65 for s in shares[4:])  # 0.75, then 0.5
+    assert int(attention.state_dict()["batches"]) == 6  # in checkpoints, for exact resume
+    attention.eval()
+    attention.prepare(a)
+    assert int(attention.batches) == 6  # decoding does not advance the schedule
+    with pytest.raises(ValueError, match="warmup"):
+        make(warmup=-1)
