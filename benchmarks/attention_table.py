@@ -57,6 +57,8 @@ STUDY_RUNS = {
     "soft_position": ("model.attention=soft", "model.position=learned"),
     "soft_position_2ep": ("model.attention=soft", "model.position=learned", "train.epochs=2"),
     "soft_unit": ("model.attention=soft", "model.unit_annotations=true"),
+    "soft_local_1ep": ("model.attention=soft", "model.score=local"),
+    "soft_local_position": ("model.attention=soft", "model.score=local", "model.position=learned"),
     "hard_1ep": ("model.attention=hard",),
     "hard_loo4": ("model.attention=hard", "train.baseline=leave_one_out", "train.samples=4"),
     "hard_sample_only": ("model.attention=hard", "model.hard_expectation_prob=0.0"),
@@ -75,7 +77,7 @@ RUNS = {**SCORE_RUNS, **STUDY_RUNS}
 PRIORITY = ("soft_1ep", "hard_1ep", "soft_2ep", "soft_position", "soft_stride32", "hard_loo4", "soft_additive",
             "hard_sample_only", "soft_ds_length", "hard_unit", "soft_ds_one", "hard_unit_loo4", "hard_unit_lambda0.1",
             "soft_position_2ep", "hard_warmup", "soft_unit")  # the order they were in fact run
-ORDER = [*PRIORITY, *SCORE_RUNS, *(n for n in STUDY_RUNS if n not in PRIORITY)]
+ORDER = [*PRIORITY, *SCORE_RUNS, "soft_local_position", *(n for n in STUDY_RUNS if n not in PRIORITY)]
 
 
 def run(name: str, overrides: tuple[str, ...], *, data: Path, out: Path) -> dict:
