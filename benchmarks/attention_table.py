@@ -77,7 +77,7 @@ RUNS = {**SCORE_RUNS, **STUDY_RUNS}
 PRIORITY = ("soft_1ep", "hard_1ep", "soft_2ep", "soft_position", "soft_stride32", "hard_loo4", "soft_additive",
             "hard_sample_only", "soft_ds_length", "hard_unit", "soft_ds_one", "hard_unit_loo4", "hard_unit_lambda0.1",
             "soft_position_2ep", "hard_warmup", "soft_unit")  # the order they were in fact run
-ORDER = [*PRIORITY, *SCORE_RUNS, "soft_local_position", *(n for n in STUDY_RUNS if n not in PRIORITY)]
+ORDER = list(dict.fromkeys([*PRIORITY, *SCORE_RUNS, "soft_local_position", *STUDY_RUNS]))
 
 
 def run(name: str, overrides: tuple[str, ...], *, data: Path, out: Path) -> dict:
