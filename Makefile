@@ -1,10 +1,12 @@
 # `make demo`: set up, then make the shapes data, train, evaluate and caption on the embedded default.
+# `make demo CONFIG=configs/shapes_hard.yaml`: the same with hard attention (runs/shapes_hard).
 # `make test`: set up, then run the test suite (what CI runs).
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 DATA ?= data/shapes
-RUN ?= runs/shapes_soft
+CONFIG ?= configs/shapes_soft.yaml
+RUN ?= runs/$(basename $(notdir $(CONFIG)))
 
 .PHONY: install demo test lint clean
 
@@ -21,7 +23,7 @@ $(VENV)/.installed: setup.cfg pyproject.toml
 demo: install
 	@start=$$(date +%s); \
 	$(PY) -m captioning.cli make-shapes --out $(DATA) && \
-	$(PY) train.py --config configs/shapes_soft.yaml data.root=$(DATA) train.out_dir=$(RUN) && \
+	$(PY) train.py --config $(CONFIG) data.root=$(DATA) train.out_dir=$(RUN) && \
 	$(PY) eval.py --checkpoint $(RUN)/best.pt --split test --out $(RUN)/metrics_test.json && \
 	$(PY) -m captioning.cli caption $(DATA)/images/test/test_00000.png $(DATA)/images/test/test_00001.png \
 		$(DATA)/images/test/test_00002.png --checkpoint $(RUN)/best.pt --overlays $(RUN)/overlays && \

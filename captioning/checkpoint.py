@@ -52,7 +52,7 @@ def captioner_from_checkpoint(path: str | Path, *,
     payload = load_checkpoint(path)
     config = from_dict(payload["config"], where=f"{path}: config")
     vocab = Vocabulary(payload["vocab"])
-    model = Captioner.from_config(config, vocab_size=len(vocab))
+    model = Captioner.from_config(config, vocab_size=len(vocab), grid=tuple(payload["grid"]))
     model.decoder.load_state_dict(payload["decoder"])
     if "encoder" in payload:  # fine-tuned (encoder.fine_tune_from): its own weights, not the pretrained ones
         model.encoder.load_state_dict(payload["encoder"])
@@ -61,6 +61,7 @@ def captioner_from_checkpoint(path: str | Path, *,
 
 def decoder_from_checkpoint(payload: dict[str, Any], config: Config) -> torch.nn.Module:
     """The decoder alone, for work on cached annotations."""
-    decoder = build_decoder(config, vocab_size=len(payload["vocab"]), annotation_dim=int(payload["annotation_dim"]))
+    decoder = build_decoder(config, vocab_size=len(payload["vocab"]), annotation_dim=int(payload["annotation_dim"]),
+                            grid=tuple(payload["grid"]))
     decoder.load_state_dict(payload["decoder"])
     return decoder.eval()

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from captioning.checkpoint import CheckpointError
-from captioning.config import ConfigError
+from captioning.config import Config, ConfigError
 from captioning.data.images import ImageReadError
 from captioning.data.karpathy import DatasetError
 from captioning.data.shapes import SHAPES_DEFAULT_COUNTS
@@ -130,10 +130,31 @@ def train_main(argv: Sequence[str] | None = None) -> int:
 
 # evaluate ------------------------------------------------------------------------------------------
 
+def _add_hard_attention_argument(parser: argparse.ArgumentParser) -> None:
+    from captioning.attention import HardAttention
+
+    parser.add_argument("--hard-attention", choices=HardAttention.CHOICES,
+                        help="how a hard attention model picks its cell per word (default: the checkpoint config's "
+                             "decode.hard_attention, normally expectation); soft models take only expectation")
+
+
+def _hard_attention_choice(args: argparse.Namespace, config: Config, decoder: torch.nn.Module) -> str:
+    """The --hard-attention choice (or the config's), checked against the model: soft attention is
+    the expectation, so argmax or sample on a soft model is an error, not silently ignored."""
+    from captioning.attention import HardAttention
+
+    choice = args.hard_attention or config.decode.hard_attention
+    if choice != "expectation" and not any(isinstance(m, HardAttention) for m in decoder.modules()):
+        raise ConfigError(f"--hard-attention {choice}: {args.checkpoint} uses soft attention "
+                          "(only expectation applies)")
+    return choice
+
+
 def _add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", required=True)
     parser.add_argument("--split", default="test")
     parser.add_argument("--beam-size", type=int, help="default: the checkpoint config's decode.beam_size")
+    _add_hard_attention_argument(parser)
     parser.add_argument("--out", help="write the metrics here as JSON")
     parser.add_argument("--results", help="COCO results file [{image_id, caption}] (default: beside --out)")
     parser.add_argument("--device")
@@ -166,11 +187,14 @@ def _evaluate(args: argparse.Namespace) -> int:
         split.grid = tuple(payload["grid"])
     decoder = decoder_from_checkpoint(payload, config).to(device)
     beam_size = args.beam_size or config.decode.beam_size
+    choice = _hard_attention_choice(args, config, decoder)
     metrics, results = evaluate_split(
         decoder, annotations, image_ids=split.image_ids, references=split.references,
         vocab=Vocabulary(payload["vocab"]), grid=split.grid, grounding=split.grounding, beam_size=beam_size,
-        max_length=config.decode.max_length, length_penalty=config.decode.length_penalty, device=device)
-    print(f"{args.checkpoint} on {args.split} ({len(results)} images, beam {beam_size})")
+        max_length=config.decode.max_length, length_penalty=config.decode.length_penalty, device=device,
+        hard_attention=choice)
+    print(f"{args.checkpoint} on {args.split} ({len(results)} images, beam {beam_size}, "
+          f"{config.model.attention} attention{'' if choice == 'expectation' else ': ' + choice})")
     for name, value in metrics.items():
         print(f"  {name:<30} {value:.4f}" if isinstance(value, float) else f"  {name:<30} {value}")
     if "attention_correctness" in metrics:
@@ -179,7 +203,8 @@ def _evaluate(args: argparse.Namespace) -> int:
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps({"checkpoint": args.checkpoint, "split": args.split,
-                                              "beam_size": beam_size, **metrics}, indent=2))
+                                              "beam_size": beam_size, "hard_attention": choice, **metrics},
+                                             indent=2))
         print(f"metrics: {args.out}")
     results_path = args.results or (str(Path(args.out).with_name(f"results_{args.split}.json")) if args.out else None)
     if results_path:
@@ -208,6 +233,11 @@ def _caption(args: argparse.Namespace) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     beam_size = args.beam_size or config.decode.beam_size
+    try:
+        choice = _hard_attention_choice(args, config, model.decoder)
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     failures = 0
     used_names: set[str] = set()
     for path in args.images:
@@ -220,7 +250,7 @@ def _caption(args: argparse.Namespace) -> int:
         pixels = to_tensor(image, size=config.data.image_size, mean=model.encoder.mean, std=model.encoder.std)
         captions, grid = model.generate(pixels[None].to(device), beam_size=beam_size,
                                         max_length=config.decode.max_length,
-                                        length_penalty=config.decode.length_penalty)
+                                        length_penalty=config.decode.length_penalty, hard_attention=choice)
         tokens = captions.tokens[0].tolist()
         words = vocab.decode(tokens)
         caption = " ".join(words)
@@ -234,7 +264,8 @@ def _caption(args: argparse.Namespace) -> int:
                 name += "_"
             used_names.add(name)
             alphas = captions.alphas[0, : len(words)].view(len(words), *grid).float().cpu().numpy()
-            save_overlays(image, words, alphas, Path(args.overlays) / name)
+            locations = captions.locations[0, : len(words)].tolist() if captions.locations is not None else None
+            save_overlays(image, words, alphas, Path(args.overlays) / name, locations=locations)
     return 1 if failures else 0
 
 
@@ -257,7 +288,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     caption.add_argument("images", nargs="+", metavar="IMAGE")
     caption.add_argument("--checkpoint", required=True)
     caption.add_argument("--beam-size", type=int, help="default: the checkpoint config's decode.beam_size")
-    caption.add_argument("--overlays", metavar="DIR", help="write a folder of per-word overlays per image here")
+    _add_hard_attention_argument(caption)
+    caption.add_argument("--overlays", metavar="DIR", help="write a folder of per-word overlays per image here "
+                         "(hard attention with argmax or sample: the chosen cell outlined over each map)")
     caption.add_argument("--json", action="store_true", help="one JSON object per line")
     caption.add_argument("--device")
     caption.set_defaults(run=_caption)

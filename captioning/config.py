@@ -50,7 +50,16 @@ class ModelConfig:
     hidden_dim: int = 256
     attention_dim: int = 128
     score: str = "additive"  # the attention score function (see captioning.attention.SCORES)
-    attention: str = "soft"  # how the weights are used: soft (Sec. 4.2); hard comes with issue 4
+    attention: str = "soft"  # how the weights are used: soft (Sec. 4.2) or hard (Sec. 4.1)
+    temperature: float = 1.0  # alpha = softmax(e / temperature)
+    position: str = "none"  # "learned": a 2-D position added to the annotations (see attention.GridPosition)
+    local_base: str = "additive"  # the content score under the `local` score's Gaussian window
+    unit_annotations: bool = False  # rescale each annotation to norm sqrt(D) before attention (see attention.py)
+    # Hard attention, training: the chance that an image uses the soft expectation instead of samples
+    # (Sec. 4.1: 0.5), one coin per "image" or one per "batch" (as the authors' code did).
+    hard_expectation_prob: float = 0.5
+    hard_coin: str = "image"
+    hard_warmup: int = 0  # batches over which that chance falls from 1 (soft) to hard_expectation_prob
     gate: str = "scalar"  # the paper's scalar beta; "vector" is the per-channel gate some ports use
     dropout: float = 0.3
 
@@ -82,6 +91,14 @@ class TrainConfig:
     log_images: int = 3  # validation images with per-word overlays in TensorBoard at each evaluation
     amp: bool = False  # autocast: bf16 where supported, else fp16 with a gradient scaler
     compile: bool = False  # torch.compile the decoder
+    # Hard attention's REINFORCE terms (Sec. 4.1): lambda_r, lambda_e, the baseline (none,
+    # moving_average = the paper's, leave_one_out) and its decay, and samples of locations per
+    # caption (its rows are repeated; leave_one_out needs 2 or more). Soft attention ignores them.
+    reinforce_weight: float = 1.0
+    entropy_weight: float = 0.0
+    baseline: str = "moving_average"
+    baseline_decay: float = 0.9
+    samples: int = 1
 
 
 @dataclass
@@ -89,6 +106,7 @@ class DecodeConfig:
     beam_size: int = 3
     max_length: int = 20
     length_penalty: float = 0.0  # score / length**alpha when ranking finished beams; 0 = raw log-prob
+    hard_attention: str = "expectation"  # how hard attention picks its cell: expectation, argmax or sample
 
 
 @dataclass

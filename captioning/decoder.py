@@ -33,8 +33,9 @@ class DecoderState:
 class DecoderOutput:
     logits: torch.Tensor  # [B, T, V]
     alphas: torch.Tensor  # [B, T, L]
-    log_probs: torch.Tensor | None = None  # [B, T], hard attention's log p(s_t | a)
-    entropies: torch.Tensor | None = None  # [B, T]
+    log_probs: torch.Tensor | None = None  # [B, T], hard attention's log p(s_t | a); 0 where it used the expectation
+    entropies: torch.Tensor | None = None  # [B, T], hard attention's H[alpha_t]
+    locations: torch.Tensor | None = None  # [B, T] long, hard attention's s_t; -1 where it used the expectation
 
 
 class AttentionDecoder(nn.Module):
@@ -90,19 +91,18 @@ class AttentionDecoder(nn.Module):
         """
         memory, state = self.prepare(annotations)
         embedded = self.embed(inputs)  # [B, T, E]
-        hs, zs, alphas, log_probs, entropies = [], [], [], [], []
+        hs, zs, steps = [], [], []
         for t in range(inputs.shape[1]):
             state, z, attended = self._advance(memory, state, embedded[:, t])
             hs.append(state.h)
             zs.append(z)
-            alphas.append(attended.alpha)
-            log_probs.append(attended.log_prob)
-            entropies.append(attended.entropy)
+            steps.append(attended)
         logits = self._output(embedded, torch.stack(hs, 1), torch.stack(zs, 1))  # [B, T, V]
-        hard = log_probs[0] is not None
-        return DecoderOutput(
-            logits=logits,
-            alphas=torch.stack(alphas, 1),  # [B, T, L]
-            log_probs=torch.stack(log_probs, 1) if hard else None,
-            entropies=torch.stack(entropies, 1) if hard else None,
-        )
+
+        def stacked(name: str) -> torch.Tensor | None:
+            """One AttentionOutput field over the steps, [B, T, ...]; None where attention leaves it empty."""
+            values = [getattr(s, name) for s in steps]
+            return None if values[0] is None else torch.stack(values, 1)
+
+        return DecoderOutput(logits=logits, alphas=stacked("alpha"), log_probs=stacked("log_prob"),
+                             entropies=stacked("entropy"), locations=stacked("location"))

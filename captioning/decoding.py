@@ -4,6 +4,9 @@ Notation: B images, K beams, T steps, L grid cells, V vocabulary size.
 
 Beam search runs all images and all beams as one [B*K] batch: one decoder step per word for the
 whole batch, never a loop over images.
+
+Hard attention picks its cell at test time by `hard_attention`: "expectation" (the paper's default,
+as configured at construction), "argmax" or "sample"; the chosen cells come back in `locations`.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
+from captioning.attention import hard_inference
 from captioning.decoder import AttentionDecoder
 from captioning.vocab import Vocabulary
 
@@ -22,6 +26,12 @@ class Captions:
     alphas: torch.Tensor  # [B, T, L]; alphas[b, t] is the map used to generate tokens[b, t]
     lengths: torch.Tensor  # [B] words before <end>
     scores: torch.Tensor  # [B] summed log-probabilities (before any length normalization)
+    locations: torch.Tensor | None = None  # [B, T] hard attention's chosen cell per word, -1 for the expectation
+
+
+def _cells(location: torch.Tensor | None, batch: int, device: torch.device) -> torch.Tensor:
+    """The chosen cells of one step [B]: -1 (none chosen) for soft attention."""
+    return location if location is not None else torch.full((batch,), -1, dtype=torch.long, device=device)
 
 
 def _lengths(tokens: torch.Tensor, end_id: int) -> torch.Tensor:
@@ -39,9 +49,10 @@ def greedy(decoder: AttentionDecoder, annotations: torch.Tensor, *, max_length: 
     previous = torch.full((batch,), Vocabulary.start_id, dtype=torch.long, device=annotations.device)
     finished = torch.zeros(batch, dtype=torch.bool, device=annotations.device)
     scores = torch.zeros(batch, device=annotations.device)
-    tokens, alphas = [], []
+    tokens, alphas, locations = [], [], []
     for _ in range(max_length):
         logits, state, attended = decoder.step(memory, state, previous)
+        locations.append(_cells(attended.location, batch, annotations.device))
         log_probs = torch.log_softmax(logits.float(), dim=1)  # [B, V]
         best, word = log_probs.max(dim=1)  # [B]
         word = word.masked_fill(finished, Vocabulary.pad_id)
@@ -54,7 +65,7 @@ def greedy(decoder: AttentionDecoder, annotations: torch.Tensor, *, max_length: 
             break
     tokens_t = torch.stack(tokens, 1)  # [B, T]
     return Captions(tokens=tokens_t, alphas=torch.stack(alphas, 1), lengths=_lengths(tokens_t, Vocabulary.end_id),
-                    scores=scores)
+                    scores=scores, locations=torch.stack(locations, 1))
 
 
 @torch.no_grad()
@@ -78,6 +89,7 @@ def beam_search(decoder: AttentionDecoder, annotations: torch.Tensor, *, beam_si
     finished = torch.zeros(batch, beam_size, dtype=torch.bool, device=device)
     tokens = torch.zeros(batch, beam_size, 0, dtype=torch.long, device=device)  # [B, K, t]
     alphas = torch.zeros(batch, beam_size, 0, cells, device=device)  # [B, K, t, L]
+    locations = torch.zeros(batch, beam_size, 0, dtype=torch.long, device=device)  # [B, K, t]
     offsets = torch.arange(batch, device=device)[:, None] * beam_size  # [B, 1]
     for _ in range(max_length):
         logits, state, attended = decoder.step(memory, state, previous)
@@ -94,6 +106,8 @@ def beam_search(decoder: AttentionDecoder, annotations: torch.Tensor, *, beam_si
         tokens = torch.cat([tokens.gather(1, parent[:, :, None].expand_as(tokens)), word[:, :, None]], dim=2)
         alpha = attended.alpha.index_select(0, flat).view(batch, beam_size, 1, cells)
         alphas = torch.cat([alphas.gather(1, parent[:, :, None, None].expand_as(alphas)), alpha], dim=2)
+        location = _cells(attended.location, batch * beam_size, device).index_select(0, flat).view(batch, beam_size, 1)
+        locations = torch.cat([locations.gather(1, parent[:, :, None].expand_as(locations)), location], dim=2)
         finished = finished.gather(1, parent) | (word == Vocabulary.end_id)
         previous = word.view(-1)
         if finished.all():
@@ -103,12 +117,15 @@ def beam_search(decoder: AttentionDecoder, annotations: torch.Tensor, *, beam_si
     choice = ranking.argmax(dim=1)  # [B]
     pick = torch.arange(batch, device=device)
     return Captions(tokens=tokens[pick, choice], alphas=alphas[pick, choice], lengths=lengths[pick, choice],
-                    scores=scores[pick, choice])
+                    scores=scores[pick, choice], locations=locations[pick, choice])
 
 
 def decode(decoder: AttentionDecoder, annotations: torch.Tensor, *, beam_size: int = 1, max_length: int = 20,
-           length_penalty: float = 0.0) -> Captions:
-    """Greedy for beam size 1, beam search otherwise."""
-    if beam_size <= 1:
-        return greedy(decoder, annotations, max_length=max_length)
-    return beam_search(decoder, annotations, beam_size=beam_size, max_length=max_length, length_penalty=length_penalty)
+           length_penalty: float = 0.0, hard_attention: str | None = None) -> Captions:
+    """Greedy for beam size 1, beam search otherwise; `hard_attention` as in the module docstring
+    (None keeps the model's own choice)."""
+    with hard_inference(decoder, hard_attention):
+        if beam_size <= 1:
+            return greedy(decoder, annotations, max_length=max_length)
+        return beam_search(decoder, annotations, beam_size=beam_size, max_length=max_length,
+                           length_penalty=length_penalty)

@@ -144,8 +144,10 @@ def evaluate_split(decoder: AttentionDecoder, annotations: np.ndarray, *, image_
                    references: Sequence[Sequence[str]], vocab: Vocabulary, grid: tuple[int, int],
                    grounding: Sequence[Grounding] | None = None, beam_size: int = 1, max_length: int = 20,
                    length_penalty: float = 0.0, batch_size: int = 100, full: bool = True,
-                   device: str | torch.device = "cpu") -> tuple[dict[str, float], list[dict]]:
-    """Decode every image of a split and score it. annotations [N, L, D].
+                   device: str | torch.device = "cpu",
+                   hard_attention: str | None = None) -> tuple[dict[str, float], list[dict]]:
+    """Decode every image of a split and score it. annotations [N, L, D]. `hard_attention` is how a
+    hard attention model picks its cell (see decoding); attention correctness scores the map alpha.
 
     Returns the metrics and the COCO results list [{"image_id", "caption"}].
     """
@@ -153,7 +155,8 @@ def evaluate_split(decoder: AttentionDecoder, annotations: np.ndarray, *, image_
     results, correct, chance, relations = [], [], [], []
     for start in range(0, len(image_ids), batch_size):
         batch = torch.from_numpy(np.asarray(annotations[start:start + batch_size], dtype=np.float32)).to(device)
-        captions = decode(decoder, batch, beam_size=beam_size, max_length=max_length, length_penalty=length_penalty)
+        captions = decode(decoder, batch, beam_size=beam_size, max_length=max_length, length_penalty=length_penalty,
+                          hard_attention=hard_attention)
         for row in range(batch.shape[0]):
             index = start + row
             words = vocab.decode(captions.tokens[row].tolist())

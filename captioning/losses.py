@@ -1,10 +1,13 @@
-"""Training losses: word cross-entropy and the doubly stochastic attention term (Eq. 14).
+"""Training losses: word cross-entropy, the doubly stochastic attention term (Eq. 14) and the
+REINFORCE terms of hard attention (Sec. 4.1, Eqs. 10-12).
 
 Notation: B batch, T caption steps, L grid cells, V vocabulary size. `mask` [B, T] is 1 on real
-target words (including <end>) and 0 on padding; padding reaches neither term.
+target words (including <end>) and 0 on padding; padding reaches no term.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -22,6 +25,9 @@ def doubly_stochastic(alphas: torch.Tensor, mask: torch.Tensor, *, target: str =
     The paper's tau = 1 asks every cell to receive a total weight of 1 over the caption. A caption of
     T words carries a total weight of exactly T, so with T < L the paper's target cannot be met and
     the term spreads the maps out; `target="length"` uses tau = T/L, the target that can be met.
+    But sum_i (tau - S_i)^2 = L tau^2 - 2 tau sum_i S_i + sum_i S_i^2 and sum_i S_i = T whatever the
+    maps, so the two targets differ by a constant: their gradients are identical, both push towards
+    uniform coverage (sum_i S_i^2), and they train alike (tests/test_losses.py, docs/attention.md).
     """
     mask = mask.to(alphas.dtype)
     totals = (alphas * mask[:, :, None]).sum(dim=1)  # [B, L], sum_t alpha_ti over real steps
@@ -32,3 +38,95 @@ def doubly_stochastic(alphas: torch.Tensor, mask: torch.Tensor, *, target: str =
     else:
         raise ValueError(f"unknown doubly stochastic target '{target}' (known: one, length)")
     return ((tau - totals) ** 2).sum(dim=1).mean()
+
+
+def caption_log_likelihood(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """log p(y|s,a) of each caption [B]: its word log-probabilities summed over its real words only.
+
+    logits [B, T, V], targets/mask [B, T]. Row n of the result is caption n's, whatever the padding.
+    """
+    words = torch.log_softmax(logits.float(), dim=2).gather(2, targets[:, :, None]).squeeze(2)  # [B, T]
+    return (words * mask).sum(dim=1)
+
+
+class Reinforce:
+    """The hard attention terms of the gradient of the variational bound L_s (Sec. 4.1, Eq. 12).
+
+    For a caption y with sampled locations s~ the paper's per-caption gradient is
+        d log p(y|s~,a) + lambda_r (log p(y|s~,a) - b) d log p(s~|a) + lambda_e d H[s~].
+    The first term is the word cross-entropy that train_step already minimizes; `__call__` returns a
+    surrogate loss whose gradient is minus the other two, summed over the captions of the batch and
+    divided, like `cross_entropy`, by the number of real words, so the three keep the paper's
+    proportions:
+        -[lambda_r sum_n (r_n - b_n) sum_t m_nt log p(s_nt) + lambda_e sum_n sum_t m_nt H_nt] / sum m.
+    The reward r_n = log p(y_n|s~_n, a) (`caption_log_likelihood`, detached) is computed per row, so
+    it stays with that row's own samples whatever the padding. Captions whose image used the soft
+    expectation (location -1) sampled nothing and get neither term, and do not move the baseline.
+
+    Baselines b_n: "moving_average" (the paper: b <- decay b + (1 - decay) mean_n r_n over sampled
+    captions, starting from the first batch's mean); "leave_one_out" (with `samples` >= 2 replicas of
+    each caption in consecutive rows, b_n = the mean reward of its *other* sampled replicas, falling
+    back to the moving average when it has none); "none" (b = 0, for comparison).
+    """
+
+    BASELINES = ("none", "moving_average", "leave_one_out")
+
+    def __init__(self, *, reward_weight: float = 1.0, entropy_weight: float = 0.0,
+                 baseline: str = "moving_average", decay: float = 0.9, samples: int = 1):
+        if baseline not in self.BASELINES:
+            raise ValueError(f"unknown baseline '{baseline}' (known: {', '.join(self.BASELINES)})")
+        if samples < 1 or (baseline == "leave_one_out" and samples < 2):
+            raise ValueError(f"the {baseline} baseline cannot use {samples} sample(s) per caption"
+                             + (" (leave_one_out needs at least 2)" if baseline == "leave_one_out" else ""))
+        self.reward_weight, self.entropy_weight = reward_weight, entropy_weight
+        self.baseline, self.decay, self.samples = baseline, decay, samples
+        self.value: float | None = None  # the moving average b; None until the first sampled batch
+
+    def baselines(self, rewards: torch.Tensor, sampled: torch.Tensor) -> torch.Tensor:
+        """b_n [B] for rewards [B] of captions that sampled (sampled [B] bool); the state is not changed."""
+        if self.baseline == "none":
+            return torch.zeros_like(rewards)
+        average = self.value
+        if average is None:  # first batch: its own mean, not 0 (rewards are sums of log-probs, ~ -10)
+            average = float(rewards[sampled].mean()) if sampled.any() else 0.0
+        moving = torch.full_like(rewards, average)
+        if self.baseline == "moving_average":
+            return moving
+        r = (rewards * sampled).view(-1, self.samples)  # [images, K]; rows are image-major replicas
+        s = sampled.to(rewards.dtype).view(-1, self.samples)  # [images, K]
+        others = s.sum(dim=1, keepdim=True) - s  # [images, K], sampled replicas besides this one
+        loo = (r.sum(dim=1, keepdim=True) - r) / others.clamp(min=1)  # [images, K]
+        return torch.where(others > 0, loo, moving.view_as(loo)).view(-1)
+
+    def update(self, rewards: torch.Tensor, sampled: torch.Tensor) -> None:
+        """b <- decay b + (1 - decay) mean reward of the captions that sampled (Sec. 4.1)."""
+        if not sampled.any():
+            return
+        mean = float(rewards[sampled].mean())
+        self.value = mean if self.value is None else self.decay * self.value + (1 - self.decay) * mean
+
+    def __call__(self, *, logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor, log_probs: torch.Tensor,
+                 entropies: torch.Tensor, locations: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+        """The surrogate loss and statistics; moves the baseline. log_probs/entropies/locations [B, T]
+        come from the decoder (DecoderOutput), logits [B, T, V], targets/mask [B, T]."""
+        mask = mask.to(log_probs.dtype)
+        rewards = caption_log_likelihood(logits.detach(), targets, mask)  # [B], r_n
+        sampled = (locations >= 0).any(dim=1)  # [B]; the coin is per image, so per caption
+        advantage = (rewards - self.baselines(rewards, sampled)) * sampled  # [B], 0 where nothing was sampled
+        steps = mask * sampled[:, None]  # [B, T], real steps of captions that sampled
+        score_function = (advantage[:, None] * log_probs * steps).sum()  # sum_n (r_n - b_n) log p(s~_n|a)
+        entropy = (entropies * steps).sum()  # sum_n H[s~_n]
+        loss = -(self.reward_weight * score_function + self.entropy_weight * entropy) / mask.sum()
+        self.update(rewards, sampled)
+        stats = {"reinforce": loss.item(), "reward": float(rewards[sampled].mean()) if sampled.any() else 0.0,
+                 "baseline": self.value if self.value is not None else 0.0,
+                 "sampled": float(sampled.float().mean()),
+                 "entropy": (entropy.detach() / steps.sum().clamp(min=1)).item()}
+        return loss, stats
+
+    def state_dict(self) -> dict[str, Any]:
+        """Plain data for checkpoints (the moving average must survive a resume)."""
+        return {"baseline": self.value}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.value = None if state.get("baseline") is None else float(state["baseline"])

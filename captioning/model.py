@@ -15,10 +15,15 @@ from captioning.decoding import Captions, decode
 from captioning.encoder import Encoder, build_encoder
 
 
-def build_decoder(config: Config, *, vocab_size: int, annotation_dim: int) -> AttentionDecoder:
+def build_decoder(config: Config, *, vocab_size: int, annotation_dim: int,
+                  grid: tuple[int, int] | None = None) -> AttentionDecoder:
+    """`grid` (Hg, Wg) is needed by the location and local scores and the learned 2-D position."""
     m = config.model
     attention = build_attention(kind=m.attention, score=m.score, annotation_dim=annotation_dim,
-                                hidden_dim=m.hidden_dim, attention_dim=m.attention_dim)
+                                hidden_dim=m.hidden_dim, attention_dim=m.attention_dim, grid=grid,
+                                temperature=m.temperature, position=m.position, local_base=m.local_base,
+                                unit_annotations=m.unit_annotations,
+                                expectation_prob=m.hard_expectation_prob, coin=m.hard_coin, warmup=m.hard_warmup)
     return AttentionDecoder(vocab_size=vocab_size, annotation_dim=annotation_dim, embed_dim=m.embed_dim,
                             hidden_dim=m.hidden_dim, attention=attention, gate=m.gate, dropout=m.dropout)
 
@@ -30,16 +35,17 @@ class Captioner(nn.Module):
         self.decoder = decoder
 
     @classmethod
-    def from_config(cls, config: Config, *, vocab_size: int) -> Captioner:
+    def from_config(cls, config: Config, *, vocab_size: int, grid: tuple[int, int] | None = None) -> Captioner:
         e = config.encoder
         encoder = build_encoder(name=e.name, layer=e.layer, weights_path=e.weights_path)
-        return cls(encoder=encoder, decoder=build_decoder(config, vocab_size=vocab_size, annotation_dim=encoder.dim))
+        decoder = build_decoder(config, vocab_size=vocab_size, annotation_dim=encoder.dim, grid=grid)
+        return cls(encoder=encoder, decoder=decoder)
 
     @torch.no_grad()
     def generate(self, images: torch.Tensor, *, beam_size: int = 1, max_length: int = 20,
-                 length_penalty: float = 0.0) -> tuple[Captions, tuple[int, int]]:
+                 length_penalty: float = 0.0, hard_attention: str | None = None) -> tuple[Captions, tuple[int, int]]:
         """Captions for normalized images [B, 3, S, S], and the attention grid (Hg, Wg)."""
         annotations, grid = self.encoder(images)  # [B, L, D]
         captions = decode(self.decoder, annotations, beam_size=beam_size, max_length=max_length,
-                          length_penalty=length_penalty)
+                          length_penalty=length_penalty, hard_attention=hard_attention)
         return captions, grid

@@ -45,7 +45,7 @@ from captioning.decoder import AttentionDecoder, DecoderOutput
 from captioning.decoding import decode
 from captioning.encoder import Encoder
 from captioning.evaluation import evaluate_split
-from captioning.losses import cross_entropy, doubly_stochastic
+from captioning.losses import Reinforce, cross_entropy, doubly_stochastic
 from captioning.model import build_decoder
 from captioning.precision import FULL_PRECISION, Precision, precision_for
 from captioning.stop_signals import StopSignals
@@ -92,27 +92,37 @@ class TrainingModel(nn.Module):
 
 def train_step(model: nn.Module, batch: Batch, optimizer: torch.optim.Optimizer, *, grad_clip: float,
                ds_weight: float, ds_target: str, precision: Precision = FULL_PRECISION,
-               scaler: torch.amp.GradScaler | None = None,
-               shares: tuple[float, float] = (1.0, 1.0)) -> dict[str, float]:
-    """One optimizer step of cross-entropy plus the doubly stochastic term.
+               scaler: torch.amp.GradScaler | None = None, shares: tuple[float, float] = (1.0, 1.0),
+               reinforce: Reinforce | None = None) -> dict[str, float]:
+    """One optimizer step of cross-entropy plus the doubly stochastic term, plus, when the decoder's
+    attention samples locations (hard attention), the REINFORCE terms of `reinforce` (Sec. 4.1).
 
     `model(batch.source, inputs)` is a decoder (on annotations) or a TrainingModel. `shares` weight
-    the two terms by this process's share of the global batch's words and images (1 alone; see
+    the terms by this process's share of the global batch's words and images (1 alone; see
     captioning.distributed); the losses returned are this process's own.
     """
     model.train()
-    inputs, targets = batch.tokens[:, :-1], batch.tokens[:, 1:]  # [B, T-1]: predict word t+1 from word t
-    mask = (targets != Vocabulary.pad_id).float()  # [B, T-1], padding reaches neither term
+    samples = reinforce.samples if reinforce is not None else 1
+    tokens = batch.tokens.repeat_interleave(samples, dim=0)  # [B*K, T]: K samples of locations per caption
+    source = batch.source.repeat_interleave(samples, dim=0) if samples > 1 else batch.source
+    inputs, targets = tokens[:, :-1], tokens[:, 1:]  # [B, T-1]: predict word t+1 from word t
+    mask = (targets != Vocabulary.pad_id).float()  # [B, T-1], padding reaches no term
     with precision.autocast():
-        output = model(batch.source, inputs)
-    xe = cross_entropy(output.logits.float(), targets, mask)
+        output = model(source, inputs)
+    logits = output.logits.float()  # [B, T-1, V]
+    xe = cross_entropy(logits, targets, mask)
     ds = doubly_stochastic(output.alphas.float(), mask, target=ds_target)
-    loss = xe + ds_weight * ds
+    surrogate, extra = torch.zeros((), device=xe.device), {}
+    if reinforce is not None and output.log_probs is not None:  # soft attention samples nothing
+        surrogate, extra = reinforce(logits=logits, targets=targets, mask=mask, log_probs=output.log_probs.float(),
+                                     entropies=output.entropies.float(), locations=output.locations)
+    loss = xe + ds_weight * ds + surrogate
     if not torch.isfinite(loss):
         raise TrainingError(f"non-finite loss ({loss.item()}); stopping, the last good checkpoint is kept")
     words_share, images_share = shares
     optimizer.zero_grad(set_to_none=True)
-    objective = words_share * xe + ds_weight * images_share * ds
+    # The surrogate is normalized per real word, like the cross-entropy, so it takes the words' share.
+    objective = words_share * (xe + surrogate) + ds_weight * images_share * ds
     if scaler is None:
         objective.backward()
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
@@ -123,7 +133,7 @@ def train_step(model: nn.Module, batch: Batch, optimizer: torch.optim.Optimizer,
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
         scaler.step(optimizer)
         scaler.update()
-    return {"loss": loss.item(), "xe": xe.item(), "ds": ds.item(), "grad_norm": norm.item()}
+    return {"loss": loss.item(), "xe": xe.item(), "ds": ds.item(), "grad_norm": norm.item(), **extra}
 
 
 # validation ----------------------------------------------------------------------------------------
@@ -201,7 +211,11 @@ class Run:
         self.annotation_dim = annotation_dim
 
         torch.manual_seed(t.seed)
-        self.decoder = build_decoder(config, vocab_size=len(self.data.vocab), annotation_dim=annotation_dim).to(device)
+        self.decoder = build_decoder(config, vocab_size=len(self.data.vocab), annotation_dim=annotation_dim,
+                                     grid=self.grid).to(device)
+        # Hard attention's REINFORCE terms and moving-average baseline (kept in checkpoints).
+        self.reinforce = Reinforce(reward_weight=t.reinforce_weight, entropy_weight=t.entropy_weight,
+                                   baseline=t.baseline, decay=t.baseline_decay, samples=t.samples)
         groups = [{"params": list(self.decoder.parameters()), "lr": t.lr}]
         if self.encoder is not None and self.encoder.trainable:
             groups.append({"params": [p for p in self.encoder.parameters() if p.requires_grad],
@@ -242,6 +256,7 @@ class Run:
             "annotation_dim": self.annotation_dim, "decoder": self.decoder.state_dict(),
             "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
             "scaler": self.scaler.state_dict(), "progress": vars(self.progress).copy(), "rng": rng,
+            "reinforce": self.reinforce.state_dict(),  # hard attention's moving-average baseline
         }
         if self.encoder is not None and self.encoder.trainable:
             payload["encoder"] = self.encoder.state_dict()
@@ -256,6 +271,7 @@ class Run:
         if checkpoint.get("scaler"):
             self.scaler.load_state_dict(checkpoint["scaler"])
         self.progress = Progress(**checkpoint["progress"])
+        self.reinforce.load_state_dict(checkpoint.get("reinforce", {}))
         if self.context.rank == 0:  # rank 0's stream; the others start theirs anew (docs/coco.md)
             torch.set_rng_state(checkpoint["rng"]["torch"])
             random.setstate(checkpoint["rng"]["python"])
@@ -353,7 +369,8 @@ class Run:
         shares = distributed.global_shares(self.context, words, float(batch.tokens.shape[0]), device=self.device)
         return train_step(self.module, batch, self.optimizer, grad_clip=t.grad_clip, ds_weight=t.ds_weight,
                           ds_target=t.ds_target, precision=self.precision,
-                          scaler=self.scaler if self.scaler.is_enabled() else None, shares=(shares[0], shares[1]))
+                          scaler=self.scaler if self.scaler.is_enabled() else None, shares=(shares[0], shares[1]),
+                          reinforce=self.reinforce)
 
     def train(self, signals: StopSignals) -> str | None:
         """Epochs until done, early stopping or a signal; returns the signal's name if one stopped it."""

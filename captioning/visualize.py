@@ -13,6 +13,8 @@ from PIL import Image, ImageDraw, ImageFilter, ImageFont
 
 from captioning.data.images import attention_on_image, crop_box
 
+CHOSEN = (255, 255, 255)  # outline of hard attention's chosen cell
+
 
 def heatmap(alpha: np.ndarray, *, width: int, height: int) -> np.ndarray:
     """An attention map [Hg, Wg] as a smooth [height, width] map in [0, 1] over the original image."""
@@ -35,11 +37,26 @@ def _label(image: Image.Image, text: str) -> Image.Image:
     return image
 
 
-def overlay(image: Image.Image, alpha: np.ndarray, word: str, *, opacity: float = 0.55) -> Image.Image:
-    """One word's map over the RGB image, with the word written on it."""
+def cell_box(cell: int, grid: tuple[int, int], *, width: int, height: int) -> tuple[float, float, float, float]:
+    """Grid cell `cell` (row-major) as a box (x0, y0, x1, y1) in the original image's pixels."""
+    x0, y0, x1, y1 = crop_box(width, height)
+    row, column = divmod(int(cell), grid[1])
+    w, h = (x1 - x0) / grid[1], (y1 - y0) / grid[0]
+    return x0 + column * w, y0 + row * h, x0 + (column + 1) * w, y0 + (row + 1) * h
+
+
+def overlay(image: Image.Image, alpha: np.ndarray, word: str, *, opacity: float = 0.55,
+            location: int | None = None) -> Image.Image:
+    """One word's map over the RGB image, with the word written on it; `location` >= 0 (hard
+    attention's chosen cell, row-major on alpha's grid) is outlined on top of the map."""
     heat = heatmap(alpha, width=image.width, height=image.height)
     colours = Image.fromarray(np.uint8(colormaps["jet"](heat)[..., :3] * 255))
-    return _label(Image.blend(image, colours, opacity), word)
+    picture = Image.blend(image, colours, opacity)
+    if location is not None and location >= 0:
+        box = cell_box(location, alpha.shape, width=image.width, height=image.height)
+        line = max(2, round(min(image.size) / 100))
+        ImageDraw.Draw(picture).rectangle(box, outline=CHOSEN, width=line)
+    return _label(picture, word)
 
 
 def _safe(word: str) -> str:
@@ -64,13 +81,15 @@ def _tile(image: Image.Image, tiles: list[Image.Image], *, thumbnail: int, colum
 
 
 def save_overlays(image: Image.Image, words: Sequence[str], alphas: np.ndarray, out_dir: str | Path, *,
-                  thumbnail: int = 224, columns: int = 5) -> list[Path]:
-    """One PNG per word (NN_word.png) and grid.png with the image and every word; alphas [n, Hg, Wg]."""
+                  locations: Sequence[int] | None = None, thumbnail: int = 224, columns: int = 5) -> list[Path]:
+    """One PNG per word (NN_word.png) and grid.png with the image and every word; alphas [n, Hg, Wg].
+
+    locations [n]: hard attention's chosen cell per word (-1: none), outlined over its map."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths, tiles = [], [_label(image.copy(), "image")]
     for position, (word, alpha) in enumerate(zip(words, alphas)):
-        picture = overlay(image, alpha, word)
+        picture = overlay(image, alpha, word, location=None if locations is None else int(locations[position]))
         path = out_dir / f"{position:02d}_{_safe(word)}.png"
         picture.save(path)
         paths.append(path)

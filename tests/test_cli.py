@@ -195,3 +195,53 @@ def test_train_command_trains_and_resumes(tiny_run, tmp_path: Path, capsys) -> N
     assert main(["train", "--resume", *common, "train.max_steps=3"]) == 0
     payload = torch.load(tmp_path / "last.pt", map_location="cpu", weights_only=True)
     assert payload["progress"]["step"] == 3
+
+
+# hard attention ------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def hard_checkpoint(tiny_config, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run_dir = tmp_path_factory.mktemp("hard")
+    training.fit(tiny_config(run_dir, "model.attention=hard", "train.max_steps=12"))
+    return run_dir / "best.pt"
+
+
+def test_caption_hard_attention_choices_and_chosen_cell_overlays(hard_checkpoint, images, tmp_path: Path,
+                                                                  capsys) -> None:
+    out = tmp_path / "overlays"
+    args = ["caption", images["png"], "--checkpoint", str(hard_checkpoint), "--json", "--beam-size", "1"]
+    assert main([*args, "--hard-attention", "argmax", "--overlays", str(out / "argmax")]) == 0
+    argmax = json.loads(_lines(capsys.readouterr().out)[0])
+    assert main([*args, "--overlays", str(out / "expectation")]) == 0  # the default: the expectation
+    assert json.loads(_lines(capsys.readouterr().out)[0])["caption"]  # says something
+    assert main([*args, "--hard-attention", "sample"]) == 0
+    capsys.readouterr()
+    words = sorted((out / "argmax" / "scene").glob("[0-9][0-9]_*.png"))
+    assert len(words) == len(argmax["tokens"]) >= 1
+    # The first word's map depends on the image alone, so it is the same in both runs (the label aside,
+    # if the first word differs); argmax adds the white outline of the chosen cell.
+    chosen = np.asarray(Image.open(words[0]).convert("RGB"))
+    (first,) = (out / "expectation" / "scene").glob("00_*.png")  # its word may differ, its map does not
+    plain = np.asarray(Image.open(first).convert("RGB"))
+    changed = (chosen != plain).any(axis=2)
+    changed[: chosen.shape[0] // 8] = False  # the word's label sits in the top rows
+    assert changed.sum() > 20 and (chosen[changed] == 255).all()
+
+
+def test_hard_attention_choice_on_a_soft_checkpoint_is_a_one_line_error(tiny_run, images, capsys) -> None:
+    code = main(["caption", images["png"], "--checkpoint", str(tiny_run.checkpoint), "--hard-attention", "argmax"])
+    captured = capsys.readouterr()
+    assert code == 2 and captured.out == ""
+    assert _lines(captured.err) == [_lines(captured.err)[0]] and "soft attention" in captured.err
+
+
+def test_eval_with_a_hard_attention_choice(hard_checkpoint, tiny_run, tmp_path: Path, capsys) -> None:
+    from captioning.cli import eval_main
+
+    out = tmp_path / "metrics.json"
+    code = eval_main(["--checkpoint", str(hard_checkpoint), "--split", "test", "--beam-size", "1",
+                      "--hard-attention", "argmax", "--out", str(out), *tiny_run.overrides[:1]])
+    assert code == 0, capsys.readouterr().err
+    metrics = json.loads(out.read_text())
+    assert metrics["hard_attention"] == "argmax" and "CIDEr" in metrics and "attention_correctness" in metrics
+    assert "hard attention: argmax" in capsys.readouterr().out

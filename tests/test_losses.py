@@ -179,3 +179,17 @@ def test_the_end_to_end_computation_is_what_train_step_does():
     batch = Batch(annotations=annotations, tokens=tokens, lengths=torch.tensor([7, 4]))
     result = train_step(decoder, batch, optimizer, grad_clip=1e9, ds_weight=1.0, ds_target="one")
     assert result["loss"] == pytest.approx(float(expected), rel=1e-6)
+
+
+def test_doubly_stochastic_targets_one_and_length_differ_by_a_constant_so_train_alike():
+    """sum_i (tau - S_i)^2 = L tau^2 - 2 tau sum_i S_i + sum_i S_i^2 and sum_i S_i = T_b whatever the
+    maps: the two targets differ by a constant per caption, and their gradients are identical
+    (measured: the same run twice, docs/attention.md). Both push towards uniform coverage."""
+    scores = torch.randn(B, T, L, generator=torch.Generator().manual_seed(2)).requires_grad_(True)
+    alphas = torch.softmax(scores, dim=2)
+    one = doubly_stochastic(alphas, MASK, target="one")
+    length = doubly_stochastic(alphas, MASK, target="length")
+    (grad_one,) = torch.autograd.grad(one, scores, retain_graph=True)
+    (grad_length,) = torch.autograd.grad(length, scores)
+    assert float((one - length).detach()) > 1.0  # the values differ...
+    torch.testing.assert_close(grad_one, grad_length, rtol=1e-5, atol=1e-7)  # ...their gradients do not

@@ -102,3 +102,33 @@ def test_save_overlays_grid_wraps_rows(tmp_path: Path) -> None:
     assert len(list(tmp_path.glob("0*_w*.png"))) == 7
     with Image.open(tmp_path / "grid.png") as grid:
         assert grid.size == (5 * 50, 2 * 50)  # 8 tiles in rows of 5
+
+
+@pytest.mark.parametrize("size", [(300, 200), (224, 224)], ids=["wide", "square"])
+def test_overlay_outlines_hard_attentions_chosen_cell(size: tuple[int, int]) -> None:
+    width, height = size
+    image = _picture(width, height)
+    alpha = np.full((GRID, GRID), 1.0 / GRID ** 2, dtype=np.float32)  # a flat map: the outline is all there is
+    chosen = overlay(image, alpha, "circle", location=3 * GRID + 10)  # row 3, column 10
+    plain = overlay(image, alpha, "circle")
+    x0, y0, x1, y1 = (int(v) for v in _cell_region(3, 10, width, height))  # PIL draws from the floor
+    pixels, before = np.asarray(chosen), np.asarray(plain)
+    edge = pixels[y0 + 1, x0 + 3: x1 - 3]  # the top edge of the cell, inside the line width
+    assert (edge == 255).all()  # white outline
+    assert not (before[y0 + 1, x0 + 3: x1 - 3] == 255).all()
+    far = _cell_region(12, 1, width, height)  # elsewhere the overlays agree
+    fx, fy = round((far[0] + far[2]) / 2), round((far[1] + far[3]) / 2)
+    assert (pixels[fy - 2: fy + 3, fx - 2: fx + 3] == before[fy - 2: fy + 3, fx - 2: fx + 3]).all()
+    unchosen = overlay(image, alpha, "circle", location=-1)  # -1: the expectation, nothing chosen
+    assert (np.asarray(unchosen) == before).all()
+
+
+def test_save_overlays_passes_each_words_cell(tmp_path: Path) -> None:
+    image = _picture(224, 224)
+    alphas = np.stack([_one_hot(0, 0), _one_hot(5, 5)])
+    save_overlays(image, ["a", "circle"], alphas, tmp_path / "hard", locations=[-1, 5 * GRID + 5])
+    save_overlays(image, ["a", "circle"], alphas, tmp_path / "soft")
+    first = [np.asarray(Image.open(tmp_path / kind / "00_a.png")) for kind in ("hard", "soft")]
+    second = [np.asarray(Image.open(tmp_path / kind / "01_circle.png")) for kind in ("hard", "soft")]
+    assert (first[0] == first[1]).all()  # no cell chosen for the first word
+    assert not (second[0] == second[1]).all()  # the outline on the second

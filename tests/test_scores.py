@@ -1,0 +1,245 @@
+"""The attention score family: each score against its formula computed directly from its weights,
+float64 gradcheck with soft and with hard attention, and the image-side work done once per image."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from captioning.attention import (
+    SCORES,
+    CosineScore,
+    DotScore,
+    GridPosition,
+    HardAttention,
+    LocalScore,
+    SoftAttention,
+    build_attention,
+)
+from captioning.decoder import AttentionDecoder
+
+B, GRID, D, H, A, V = 2, (3, 3), 8, 16, 8, 11
+L = GRID[0] * GRID[1]
+
+
+def make_score(name: str, seed: int = 0, dtype=torch.float32, **options) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    return SCORES[name](annotation_dim=D, hidden_dim=H, attention_dim=A, grid=GRID, **options).to(dtype)
+
+
+def inputs(seed: int = 1, dtype=torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn(B, L, D, generator=generator, dtype=dtype), torch.randn(B, H, generator=generator, dtype=dtype)
+
+
+def scores_of(score: torch.nn.Module, annotations: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        return score(score.prepare(annotations), hidden)  # [B, L]
+
+
+def by_formula(function) -> torch.Tensor:
+    """e[b, i] = function(b, i), one cell at a time: no batching tricks shared with the code under test."""
+    with torch.no_grad():
+        return torch.tensor([[float(function(b, i)) for i in range(L)] for b in range(B)])
+
+
+def test_concat_is_v_tanh_of_one_matrix_on_the_concatenation():
+    score = make_score("concat")
+    a, h = inputs()
+    W, b, v = score.W.weight, score.W.bias, score.v.weight[0]  # [A, H + D], [A], [A]
+    expected = by_formula(lambda n, i: v @ torch.tanh(W @ torch.cat([h[n], a[n, i]]) + b))
+    torch.testing.assert_close(scores_of(score, a, h), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_general_is_bilinear():
+    score = make_score("general")
+    a, h = inputs()
+    W = score.W.weight  # [H, D]
+    torch.testing.assert_close(scores_of(score, a, h), by_formula(lambda n, i: h[n] @ W @ a[n, i]),
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_dot_projects_the_query_only_when_the_sizes_differ():
+    score = make_score("dot")
+    a, h = inputs()
+    W_q = score.query.weight  # [D, H]
+    torch.testing.assert_close(scores_of(score, a, h), by_formula(lambda n, i: (W_q @ h[n]) @ a[n, i]),
+                               rtol=1e-5, atol=1e-5)
+    same = DotScore(annotation_dim=D, hidden_dim=D, attention_dim=A)
+    assert not list(same.parameters())  # H == D: Luong's plain dot product, q = h
+    h_d = torch.randn(B, D, generator=torch.Generator().manual_seed(4))
+    torch.testing.assert_close(scores_of(same, a, h_d), by_formula(lambda n, i: h_d[n] @ a[n, i]),
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_scaled_dot_divides_by_the_root_of_the_annotation_size():
+    score = make_score("scaled_dot")
+    a, h = inputs()
+    W_q = score.query.weight
+    expected = by_formula(lambda n, i: (W_q @ h[n]) @ a[n, i] / math.sqrt(D))
+    torch.testing.assert_close(scores_of(score, a, h), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_cosine_is_sharpness_times_the_cosine():
+    score = make_score("cosine")
+    a, h = inputs()
+    W_q, beta = score.query.weight, score.log_sharpness.detach().exp()
+    assert isinstance(score.log_sharpness, torch.nn.Parameter) and float(beta) == pytest.approx(5.0)
+    expected = by_formula(lambda n, i: beta * torch.cosine_similarity(W_q @ h[n], a[n, i], dim=0))
+    got = scores_of(score, a, h)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    assert got.abs().max() <= float(beta) + 1e-5  # a cosine never leaves [-1, 1]
+    fixed = CosineScore(annotation_dim=D, hidden_dim=H, attention_dim=A, sharpness=1.0, learn_sharpness=False)
+    assert "log_sharpness" not in dict(fixed.named_parameters())
+
+
+def test_location_ignores_the_content():
+    score = make_score("location")
+    a, h = inputs()
+    W, b = score.W.weight, score.W.bias  # [L, H], [L]
+    torch.testing.assert_close(scores_of(score, a, h), by_formula(lambda n, i: W[i] @ h[n] + b[i]),
+                               rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(scores_of(score, a * 3 + 1, h), scores_of(score, a, h))  # content plays no part
+
+
+def test_local_adds_a_log_gaussian_window_around_the_predicted_centre():
+    score = make_score("local")
+    assert isinstance(score, LocalScore) and score.sigma == pytest.approx(3 / 4)
+    a, h = inputs()
+    V_p, b_v, W_p, b_w = score.centre[0].weight, score.centre[0].bias, score.centre[2].weight, score.centre[2].bias
+    with torch.no_grad():
+        base = scores_of(score.base, a, h)  # the additive score, [B, L]
+    centre = [torch.tensor(GRID, dtype=torch.float32) * torch.sigmoid(W_p @ torch.tanh(V_p @ h[n] + b_v) + b_w)
+              for n in range(B)]
+
+    def window(n: int, i: int) -> torch.Tensor:
+        row, column = divmod(i, GRID[1])
+        cell = torch.tensor([row + 0.5, column + 0.5])
+        return torch.exp(-((cell - centre[n]) ** 2).sum() / (2 * score.sigma ** 2))
+
+    expected = by_formula(lambda n, i: base[n, i] + torch.log(window(n, i)))
+    torch.testing.assert_close(scores_of(score, a, h), expected, rtol=1e-5, atol=1e-5)
+    # So the weights are the base weights times the window, renormalized (Luong's local-p, in 2-D).
+    torch.manual_seed(0)
+    attention = build_attention(kind="soft", score="local", annotation_dim=D, hidden_dim=H, attention_dim=A, grid=GRID)
+    with torch.no_grad():
+        alpha = attention(attention.prepare(a), h).alpha
+    product = torch.softmax(base, dim=1) * by_formula(window)
+    torch.testing.assert_close(alpha, product / product.sum(1, keepdim=True), rtol=1e-5, atol=1e-6)
+
+
+def test_local_takes_any_content_score_as_its_base():
+    torch.manual_seed(0)
+    attention = build_attention(kind="soft", score="local", local_base="general", annotation_dim=D, hidden_dim=H,
+                                attention_dim=A, grid=GRID)
+    assert type(attention.score.base).__name__ == "GeneralScore"
+    with pytest.raises(ValueError, match="base score"):
+        build_attention(kind="soft", score="local", local_base="local", annotation_dim=D, hidden_dim=H,
+                        attention_dim=A, grid=GRID)
+
+
+@pytest.mark.parametrize("name", ["location", "local"])
+def test_scores_that_know_the_grid_need_it_and_check_it(name):
+    with pytest.raises(ValueError, match="grid"):
+        SCORES[name](annotation_dim=D, hidden_dim=H, attention_dim=A)
+    score = make_score(name)
+    with pytest.raises(ValueError, match="9 grid cells"):
+        score.prepare(torch.randn(B, 16, D))
+
+
+def test_softmax_temperature_divides_the_scores():
+    torch.manual_seed(0)
+    hot = build_attention(kind="soft", score="general", annotation_dim=D, hidden_dim=H, attention_dim=A,
+                          temperature=2.5)
+    a, h = inputs()
+    with torch.no_grad():
+        alpha = hot(hot.prepare(a), h).alpha
+    torch.testing.assert_close(alpha, torch.softmax(scores_of(hot.score, a, h) / 2.5, dim=1))
+    with pytest.raises(ValueError, match="temperature"):
+        build_attention(kind="soft", annotation_dim=D, hidden_dim=H, attention_dim=A, temperature=0.0)
+
+
+def test_learned_position_is_added_per_row_and_column():
+    torch.manual_seed(0)
+    attention = build_attention(kind="soft", score="dot", annotation_dim=D, hidden_dim=H, attention_dim=A,
+                                grid=GRID, position="learned")
+    assert isinstance(attention.position, GridPosition)
+    a, _ = inputs()
+    memory = attention.prepare(a)
+    rows, columns = attention.position.rows, attention.position.columns
+    for i in range(L):
+        row, column = divmod(i, GRID[1])
+        torch.testing.assert_close(memory.annotations[:, i], a[:, i] + rows[row] + columns[column])
+    with pytest.raises(ValueError, match="position"):
+        build_attention(kind="soft", annotation_dim=D, hidden_dim=H, attention_dim=A, position="sinusoidal")
+
+
+@pytest.mark.parametrize("name", list(SCORES))
+@pytest.mark.parametrize("kind", ["soft", "hard"])
+def test_gradcheck_float64_every_score_with_both_kinds(name, kind):
+    """Hard attention is checked in eval mode with argmax, where the cell is a fixed function of the
+    input; its context, log p(s_t) and entropy are the differentiable outputs."""
+    torch.manual_seed(0)
+    attention = build_attention(kind=kind, score=name, annotation_dim=D, hidden_dim=H, attention_dim=A, grid=GRID,
+                                position="learned").to(torch.float64)
+    if kind == "hard":
+        attention.eval()
+        attention.inference = "argmax"
+    a, h = inputs(dtype=torch.float64)
+    a.requires_grad_(True)
+    h.requires_grad_(True)
+
+    def run(annotations, hidden):
+        out = attention(attention.prepare(annotations), hidden)
+        return tuple(x for x in (out.context, out.alpha, out.log_prob, out.entropy) if x is not None)
+
+    assert torch.autograd.gradcheck(run, (a, h), eps=1e-6, atol=1e-5)
+    out = attention(attention.prepare(a), h)
+    (out.context.sum() + out.alpha[:, 0].sum()).backward()
+    assert a.grad.abs().sum() > 0 or name == "location"  # location alone ignores the content
+    assert h.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("name", list(SCORES))
+def test_every_score_works_in_both_kinds_and_sums_to_one(name):
+    a, h = inputs()
+    for kind, cls in (("soft", SoftAttention), ("hard", HardAttention)):
+        torch.manual_seed(0)
+        attention = build_attention(kind=kind, score=name, annotation_dim=D, hidden_dim=H, attention_dim=A, grid=GRID)
+        assert type(attention) is cls
+        with torch.no_grad():
+            out = attention(attention.prepare(a), h)
+        assert out.alpha.shape == (B, L) and out.context.shape == (B, D)
+        torch.testing.assert_close(out.alpha.sum(1), torch.ones(B))
+
+
+@pytest.mark.parametrize("name", list(SCORES))
+def test_image_side_work_runs_once_per_decoder_forward(name, monkeypatch):
+    torch.manual_seed(0)
+    attention = build_attention(kind="soft", score=name, annotation_dim=D, hidden_dim=H, attention_dim=A, grid=GRID)
+    decoder = AttentionDecoder(vocab_size=V, annotation_dim=D, embed_dim=8, hidden_dim=H, attention=attention,
+                               dropout=0.0)
+    calls = []
+    prepare = attention.score.prepare
+    monkeypatch.setattr(attention.score, "prepare", lambda annotations: calls.append(1) or prepare(annotations))
+    tokens = torch.randint(0, V, (B, 5), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        output = decoder(inputs()[0], tokens)
+    assert output.alphas.shape == (B, 5, L)
+    assert calls == [1]
+
+
+@pytest.mark.parametrize("kind", ["soft", "hard"])
+def test_unit_annotations_give_every_cell_the_same_norm(kind):
+    torch.manual_seed(0)
+    attention = build_attention(kind=kind, score="additive", annotation_dim=D, hidden_dim=H, attention_dim=A,
+                                unit_annotations=True)
+    a, h = inputs()
+    a = a * torch.linspace(0.1, 10, L)[None, :, None]  # loud and quiet cells
+    memory = attention.prepare(a)
+    torch.testing.assert_close(memory.annotations.norm(dim=2), torch.full((B, L), D ** 0.5))
+    torch.testing.assert_close(memory.annotations, a / a.norm(dim=2, keepdim=True) * D ** 0.5)
+    plain = build_attention(kind=kind, score="additive", annotation_dim=D, hidden_dim=H, attention_dim=A)
+    assert plain.prepare(a).annotations is a  # off by default
