@@ -334,11 +334,14 @@ def test_training_writes_overlays_to_tensorboard(fake_coco: Path, tmp_path: Path
 # configs -------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["coco_vgg19_soft", "coco_resnet101_soft", "flickr8k_vgg19_soft"])
-def test_paper_configs_load_and_validate(name: str) -> None:
+@pytest.mark.parametrize("kind", ["soft", "hard"])
+@pytest.mark.parametrize("base", ["coco_vgg19", "coco_resnet101", "flickr8k_vgg19"])
+def test_paper_configs_load_and_validate(base: str, kind: str) -> None:
+    name = f"{base}_{kind}"
     config = load_config(REPO / "configs" / f"{name}.yaml")
     assert config.train.batch_size == 64 and config.data.min_word_count == 5
-    assert config.model.attention == "soft" and config.model.dropout > 0
+    assert config.model.attention == kind and config.model.dropout > 0
+    assert config.train.out_dir == f"runs/{name}"
     assert config.encoder.name == name.split("_")[1]
     if config.encoder.name == "vgg19":
         assert (config.encoder.layer, config.data.image_size) == ("stride16", 224)  # conv5_4, 14x14
