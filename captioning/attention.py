@@ -31,6 +31,10 @@ class Memory:
         """Rows of the batch, e.g. each image repeated once per beam."""
         return Memory(self.annotations.index_select(0, index), self.keys.index_select(0, index))
 
+    def prefix(self, rows: int) -> Memory:
+        """The first `rows` images, as views (no copy): the rows still running when sorted by length."""
+        return Memory(self.annotations[:rows], self.keys[:rows])
+
 
 @dataclass
 class AttentionOutput:
