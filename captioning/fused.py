@@ -167,3 +167,33 @@ class FusedRecurrence(torch.autograd.Function):
         grad_gates_x = grad_projected[:, att + width:]  # the word part enters the gates as is
         return (grad_keys, grad_annotations, grad_gates_x, dh, dc, grad_w_hidden, grad_gate_bias, grad_v, grad_w_z,
                 None)
+
+
+class GroupedStep:
+    """`AttentionDecoder.step` for K hypotheses per image that share the image's memory (no gradient).
+
+    Beam search continues K hypotheses of each image. The keys W_a a_i [B, L, A] and annotations
+    [B, L, D] are the image's, so they are broadcast to the K hypotheses instead of copied K times:
+    the context product reads each image's annotations once per step, not K times.
+    """
+
+    def __init__(self, decoder: torch.nn.Module, *, keys: torch.Tensor, annotations: torch.Tensor, group: int):
+        self.decoder, self.keys, self.annotations, self.group = decoder, keys, annotations, group  # [B, L, *]
+        self.w_hidden = hidden_weights(decoder)  # [A+G+4H, H], stacked once per search
+        self.widths = [keys.shape[2], decoder.gate.weight.shape[0], decoder.lstm.weight_hh.shape[0]]
+
+    @torch.no_grad()
+    def __call__(self, h: torch.Tensor, c: torch.Tensor,
+                 tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """h, c [B*K, H] (image-major rows), previous tokens [B*K] -> logits [B*K, V], h, c, alpha [B*K, L]."""
+        d = self.decoder
+        batch, cells, att = self.keys.shape
+        embedded = d.embed(tokens)  # [BK, E]
+        query, gate, recurrent = (h @ self.w_hidden.t()).split(self.widths, 1)
+        t = torch.tanh(self.keys[:, None] + query.view(batch, self.group, 1, att))  # [B, K, L, A], Eq. 4
+        alpha = torch.softmax(t @ d.attention.score.v.weight.view(-1), dim=2)  # [B, K, L], Eq. 5
+        context = torch.bmm(alpha, self.annotations).view(batch * self.group, -1)  # [BK, D], Eq. 13
+        z = torch.sigmoid(gate + d.gate.bias) * context  # beta_t * z_t, Sec. 4.2.1
+        gates = torch.addmm(recurrent + word_gates(d, embedded), z, d.lstm.weight_ih[:, embedded.shape[1]:].t())
+        *_, c, _, h = _lstm_pointwise(gates, c)
+        return d._output(embedded, h, z), h, c, alpha.view(batch * self.group, cells)
