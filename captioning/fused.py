@@ -184,6 +184,7 @@ class GroupedStep:
         self.decoder, self.keys, self.annotations, self.group = decoder, keys, annotations, group  # [B, L, *]
         self.w_hidden = hidden_weights(decoder)  # [A+G+4H, H], stacked once per search
         self.widths = [keys.shape[2], decoder.gate.weight.shape[0], decoder.lstm.weight_hh.shape[0]]
+        self.scratch: torch.Tensor | None = None  # [B, K, L, A], tanh(W_a a_i + W_h h) of every hypothesis
 
     @torch.no_grad()
     def __call__(self, h: torch.Tensor, c: torch.Tensor,
@@ -193,7 +194,10 @@ class GroupedStep:
         batch, cells, att = self.keys.shape
         embedded = d.embed(tokens)  # [BK, E]
         query, gate, recurrent = (h @ self.w_hidden.t()).split(self.widths, 1)
-        t = torch.tanh(self.keys[:, None] + query.view(batch, self.group, 1, att))  # [B, K, L, A], Eq. 4
+        if self.scratch is None or self.scratch.dtype != query.dtype:
+            # One buffer for every step: a fresh [B, K, L, A] tensor each step costs page faults on a CPU.
+            self.scratch = query.new_empty(batch, self.group, cells, att)
+        t = torch.add(self.keys[:, None], query.view(batch, self.group, 1, att), out=self.scratch).tanh_()  # Eq. 4
         alpha = torch.softmax(t @ d.attention.score.v.weight.view(-1), dim=2)  # [B, K, L], Eq. 5
         context = torch.bmm(alpha, self.annotations).view(batch * self.group, -1)  # [BK, D], Eq. 13
         z = torch.sigmoid(gate + d.gate.bias) * context  # beta_t * z_t, Sec. 4.2.1
