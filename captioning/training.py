@@ -55,7 +55,7 @@ def train_step(decoder: AttentionDecoder, batch: Batch, optimizer: torch.optim.O
     decoder.train()
     inputs, targets = batch.tokens[:, :-1], batch.tokens[:, 1:]  # [B, T-1]: predict word t+1 from word t
     mask = (targets != Vocabulary.pad_id).float()  # [B, T-1], padding reaches neither term
-    output = decoder(batch.annotations, inputs)
+    output = decoder(batch.annotations, inputs, lengths=mask.sum(1).long())  # padded steps are not computed
     xe = cross_entropy(output.logits, targets, mask)
     ds = doubly_stochastic(output.alphas, mask, target=ds_target)
     loss = xe + ds_weight * ds
