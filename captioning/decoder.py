@@ -168,4 +168,4 @@ class AttentionDecoder(nn.Module):
             return fused.FusedRecurrence.apply(
                 memory.keys.to(dtype), memory.annotations.to(dtype), gates_x, state.h.to(dtype), state.c.to(dtype),
                 fused.hidden_weights(self), self.gate.bias, self.attention.score.v.weight.view(-1),
-                self.lstm.weight_ih[:, embed_dim:], batch_sizes)
+                self.lstm.weight_ih[:, embed_dim:], batch_sizes, torch.is_grad_enabled())

@@ -59,18 +59,20 @@ class FusedRecurrence(torch.autograd.Function):
     """The teacher-forced recurrence over the running prefix of each step; outputs are packed.
 
     forward(keys [B, L, A], annotations [B, L, D], gates_x [N, 4H] (word part, packed like the outputs),
-            h0, c0 [B, H], w_hidden [A+G+4H, H], gate_bias [G], v [A], w_z [4H, D], batch_sizes)
+            h0, c0 [B, H], w_hidden [A+G+4H, H], gate_bias [G], v [A], w_z [4H, D], batch_sizes [n_t],
+            keep: whether to keep what backward needs; pass torch.is_grad_enabled() — inside a
+            Function, needs_input_grad is True for parameters even under no_grad)
       -> h [N, H], z [N, D] (beta_t * z_t), alpha [N, L]; step t occupies rows offsets[t]:offsets[t]+n_t.
     """
 
     @staticmethod
-    def forward(ctx, keys, annotations, gates_x, h0, c0, w_hidden, gate_bias, v, w_z, batch_sizes):
+    def forward(ctx, keys, annotations, gates_x, h0, c0, w_hidden, gate_bias, v, w_z, batch_sizes, keep):
         batch, cells, att = keys.shape
         dim, hid, width = annotations.shape[2], h0.shape[1], gate_bias.shape[0]
         if torch.is_autocast_enabled(keys.device.type):
             raise RuntimeError("FusedRecurrence runs in float32: call it with autocast disabled")
         total = sum(batch_sizes)
-        saving = any(ctx.needs_input_grad)  # False under no_grad / inference: nothing is kept
+        saving = keep and any(ctx.needs_input_grad)  # nothing is kept for inference
         new = keys.new_empty
         hs, zs, alphas = new(total, hid), new(total, dim), new(total, cells)  # packed outputs
         contexts, betas, acts = new(total, dim), new(total, width), new(total, 4 * hid)  # saved for backward
@@ -169,7 +171,7 @@ class FusedRecurrence(torch.autograd.Function):
         grad_keys = (grad_e_sum[:, :, None] - weighted).mul_(v)  # sum_t v * d_e_t * (1 - tanh_t^2)
         grad_gates_x = grad_projected[:, att + width:]  # the word part enters the gates as is
         return (grad_keys, grad_annotations, grad_gates_x, dh, dc, grad_w_hidden, grad_gate_bias, grad_v, grad_w_z,
-                None)
+                None, None)
 
 
 class GroupedStep:

@@ -119,8 +119,10 @@ def test_the_fused_path_without_gradients_gives_the_same_outputs():
     with_grad = decoder(annotations, inputs, lengths=LENGTHS)
     with torch.no_grad():
         without = decoder(annotations, inputs, lengths=LENGTHS)
-    torch.testing.assert_close(without.logits, with_grad.logits.detach(), rtol=0, atol=0)
-    torch.testing.assert_close(without.alphas, with_grad.alphas.detach(), rtol=0, atol=0)
+    # Without gradients nothing is kept and one scratch buffer serves every step: same numbers up to
+    # the order of float64 roundings in the vectorized reductions.
+    torch.testing.assert_close(without.logits, with_grad.logits.detach(), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(without.alphas, with_grad.alphas.detach(), rtol=1e-12, atol=1e-12)
 
 
 def test_lengths_out_of_range_are_refused():
