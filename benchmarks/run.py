@@ -288,7 +288,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="torch.compile the teacher-forced forward (a, b, d) / the decoding step (c3, c5)")
     parser.add_argument("--no-fused-adam", dest="fused_adam", action="store_false",
                         help="torch's default Adam instead of the fused kernel")
-    parser.add_argument("--beam-batches", default="8,16,32",
+    parser.add_argument("--beam-batches", default="8,16,32,64",
                         help="images at once to try for c3/c5; the fastest is used and reported")
     parser.add_argument("--image-size", type=int, default=256)
     parser.add_argument("--one-case", help=argparse.SUPPRESS)  # internal: run one case in this process
