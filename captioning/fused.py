@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from torch.autograd.function import once_differentiable
 
 from captioning.attention import AdditiveScore, SoftAttention
 
@@ -103,6 +104,7 @@ class FusedRecurrence(torch.autograd.Function):
         return hs, zs, alphas
 
     @staticmethod
+    @once_differentiable  # a first-order backward, written by hand; no double backward through it
     def backward(ctx, grad_h, grad_z, grad_alpha):
         (keys, annotations, h0, c0, w_hidden, v, w_z, hs, zs, alphas, contexts, betas, acts, cs, tcs,
          tanhs) = ctx.saved_tensors
