@@ -247,17 +247,16 @@ def beam_case(args: argparse.Namespace, impl: Implementation, *, beam_size: int)
 
 def run_case(case: str, args: argparse.Namespace) -> dict[str, float]:
     impl = Implementation(args.impl)
-    with torch.inference_mode(False):
-        if case == "a":
-            result = training_case(args, impl, batch=32, cells=196, channels=2048, with_encoder=False)
-        elif case == "b":
-            result = training_case(args, impl, batch=64, cells=49, channels=512, with_encoder=False)
-        elif case in ("c3", "c5"):
-            result = beam_case(args, impl, beam_size=int(case[1]))
-        elif case == "d":
-            result = training_case(args, impl, batch=8, cells=0, channels=0, with_encoder=True)
-        else:
-            raise ValueError(f"unknown case '{case}' (known: {', '.join(CASES)})")
+    if case == "a":
+        result = training_case(args, impl, batch=32, cells=196, channels=2048, with_encoder=False)
+    elif case == "b":
+        result = training_case(args, impl, batch=64, cells=49, channels=512, with_encoder=False)
+    elif case in ("c3", "c5"):
+        result = beam_case(args, impl, beam_size=int(case[1]))
+    elif case == "d":
+        result = training_case(args, impl, batch=8, cells=0, channels=0, with_encoder=True)
+    else:
+        raise ValueError(f"unknown case '{case}' (known: {', '.join(CASES)})")
     result["peak_rss_mib"] = peak_rss_mib()
     if args.device.startswith("cuda"):
         result["peak_cuda_mib"] = torch.cuda.max_memory_allocated() / 2**20
@@ -308,7 +307,7 @@ def main(argv: list[str] | None = None) -> None:
     results: dict[str, object] = {"machine": info, "settings": {
         "impl": args.impl, "device": args.device, "amp": args.amp, "compile": args.compile,
         "repeats": args.repeats, "warmup": args.warmup, "fused_adam": args.fused_adam}}
-    passthrough = [a for a in (argv if argv is not None else sys.argv[1:])]
+    passthrough = list(argv if argv is not None else sys.argv[1:])
     for case in args.cases.split(","):
         if case not in CASES:
             parser.error(f"unknown case '{case}' (known: {', '.join(CASES)})")
