@@ -43,6 +43,14 @@ class Memory:
 
         return Memory(pick(self.annotations), pick(self.keys), pick(self.expectation))
 
+    def prefix(self, rows: int) -> Memory:
+        """The first `rows` images, as views (no copy): the rows still running when sorted by length."""
+
+        def first(tensor: torch.Tensor | None) -> torch.Tensor | None:
+            return None if tensor is None else tensor[:rows]
+
+        return Memory(first(self.annotations), first(self.keys), first(self.expectation))
+
 
 @dataclass
 class AttentionOutput:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from captioning import fused
 from captioning.attention import AttentionOutput, Memory
 
 
@@ -82,27 +83,98 @@ class AttentionDecoder(nn.Module):
         state, z, attended = self._advance(memory, state, embedded)
         return self._output(embedded, state.h, z), state, attended
 
-    def forward(self, annotations: torch.Tensor, inputs: torch.Tensor) -> DecoderOutput:
+    def forward(self, annotations: torch.Tensor, inputs: torch.Tensor, *,
+                lengths: torch.Tensor | None = None) -> DecoderOutput:
         """Teacher forcing: annotations [B, L, D], input tokens [B, T] (<start> w1 .. w_{T-1}).
 
-        The recurrence runs over the whole batch at every step; padded steps are computed and then
-        masked out of the loss, which is cheaper than re-slicing the batch at each step. The output
-        layer, which does not feed back, runs once over all steps.
+        lengths [B] (optional): the real steps of each row (targets that are not padding). Steps at or
+        past a row's length are then not computed at all, and their logits and alphas come back as
+        zeros (the loss masks them anyway); without it every step of every row is computed.
+
+        Rows are sorted by length, longest first, so that the rows still running at step t are a
+        prefix of the batch (a view, never a copy), and the recurrence shrinks as captions end. Only
+        the recurrence runs step by step: the output layer (Eq. 7), the largest product, runs once
+        over the real positions, packed. Soft attention with the additive score (the paper's default)
+        takes the fused path of captioning.fused; any other attention runs `_advance` step by step.
         """
+        batch, steps = inputs.shape
+        if lengths is None:
+            lengths = torch.full((batch,), steps, dtype=torch.long, device=inputs.device)
+        lengths = lengths.to(device=inputs.device, dtype=torch.long)
+        if lengths.shape != (batch,) or bool(((lengths < 1) | (lengths > steps)).any()):
+            raise ValueError(f"lengths must be [B] = [{batch}] integers in 1..{steps}")
+        order = torch.argsort(lengths, descending=True, stable=True)  # [B]
+        sorted_lengths = lengths[order]
+        batch_sizes = (sorted_lengths[None, :] > torch.arange(int(sorted_lengths[0]), device=inputs.device)[:, None])
+        batch_sizes = batch_sizes.sum(1).tolist()  # n_t, rows still running at step t
+        if not bool((order == torch.arange(batch, device=order.device)).all()):
+            annotations, inputs = annotations[order], inputs[order]
+        # Packed position p = (step t, sorted row r < n_t), time-major like a PackedSequence.
+        step_of = torch.cat([torch.full((n,), t, dtype=torch.long) for t, n in enumerate(batch_sizes)])
+        row_of = torch.cat([torch.arange(n) for n in batch_sizes])
+        step_of, row_of = step_of.to(inputs.device), row_of.to(inputs.device)  # [N]
+        embedded = self.embed(inputs[row_of, step_of])  # [N, E], the real positions only
         memory, state = self.prepare(annotations)
-        embedded = self.embed(inputs)  # [B, T, E]
+        if fused.supports(self.attention):
+            hs, zs, alphas = self._fused_recurrence(memory, state, embedded, batch_sizes)
+            hard: dict[str, torch.Tensor | None] = {"log_prob": None, "entropy": None, "location": None}
+        else:
+            hs, zs, alphas, hard = self._stepwise_recurrence(memory, state, embedded, batch_sizes)
+        logits = self._output(embedded, hs, zs)  # [N, V], Eq. 7 once over all real positions
+
+        where = order[row_of] * steps + step_of  # [N], packed position -> flat index into [B, T]
+
+        def unpack(packed: torch.Tensor | None, fill: float = 0) -> torch.Tensor | None:
+            """[N, ...] -> [B, T, ...], `fill` at padding (the loss masks it anyway)."""
+            if packed is None:
+                return None
+            flat = packed.new_full((batch * steps, *packed.shape[1:]), fill).index_copy(0, where, packed)
+            return flat.view(batch, steps, *packed.shape[1:])
+
+        return DecoderOutput(
+            logits=unpack(logits),  # [B, T, V]
+            alphas=unpack(alphas),  # [B, T, L]
+            log_probs=unpack(hard["log_prob"]),  # [B, T], hard attention only
+            entropies=unpack(hard["entropy"]),  # [B, T]
+            locations=unpack(hard["location"], fill=-1),  # [B, T], -1: no cell chosen
+        )
+
+    def _stepwise_recurrence(self, memory: Memory, state: DecoderState, embedded: torch.Tensor, batch_sizes: list[int]
+                             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict[str, torch.Tensor | None]]:
+        """Any attention: `_advance` on the running prefix of each step. embedded [N, E], packed.
+
+        -> h [N, H], z [N, D], alpha [N, L], and hard attention's log_prob, entropy, location [N] by
+        name (None for soft attention, which samples nothing).
+        """
         hs, zs, steps = [], [], []
-        for t in range(inputs.shape[1]):
-            state, z, attended = self._advance(memory, state, embedded[:, t])
+        start = 0
+        for n in batch_sizes:
+            if n < state.h.shape[0]:
+                memory, state = memory.prefix(n), DecoderState(state.h[:n], state.c[:n])
+            state, z, attended = self._advance(memory, state, embedded[start:start + n])
+            start += n
             hs.append(state.h)
             zs.append(z)
             steps.append(attended)
-        logits = self._output(embedded, torch.stack(hs, 1), torch.stack(zs, 1))  # [B, T, V]
 
-        def stacked(name: str) -> torch.Tensor | None:
-            """One AttentionOutput field over the steps, [B, T, ...]; None where attention leaves it empty."""
+        def packed(name: str) -> torch.Tensor | None:
+            """One AttentionOutput field over the steps, [N, ...]; None where attention leaves it empty."""
             values = [getattr(s, name) for s in steps]
-            return None if values[0] is None else torch.stack(values, 1)
+            return None if values[0] is None else torch.cat(values)
 
-        return DecoderOutput(logits=logits, alphas=stacked("alpha"), log_probs=stacked("log_prob"),
-                             entropies=stacked("entropy"), locations=stacked("location"))
+        hard = {name: packed(name) for name in ("log_prob", "entropy", "location")}
+        return torch.cat(hs), torch.cat(zs), packed("alpha"), hard
+
+    def _fused_recurrence(self, memory: Memory, state: DecoderState, embedded: torch.Tensor,
+                          batch_sizes: list[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Soft attention with the additive score: the same recurrence, fused. embedded [N, E], packed."""
+        dtype = self.lstm.weight_ih.dtype
+        # Under autocast the recurrence runs in the parameters' dtype (float32); the output layer after it
+        # still runs in the autocast dtype.
+        with torch.autocast(embedded.device.type, enabled=False):
+            gates_x = fused.word_gates(self, embedded.to(dtype))  # [N, 4H], the word part for all steps at once
+            embed_dim = embedded.shape[1]
+            return fused.FusedRecurrence.apply(
+                memory.keys.to(dtype), memory.annotations.to(dtype), gates_x, state.h.to(dtype), state.c.to(dtype),
+                fused.hidden_weights(self), self.gate.bias, self.attention.score.v.weight.view(-1),
+                self.lstm.weight_ih[:, embed_dim:], batch_sizes, torch.is_grad_enabled())

@@ -84,10 +84,12 @@ class TrainingModel(nn.Module):
         self.decoder = decoder
         self.encoder = encoder
 
-    def forward(self, source: torch.Tensor, inputs: torch.Tensor) -> DecoderOutput:
-        """source: annotations [B, L, D], or images [B, 3, S, S] when there is an encoder; inputs [B, T]."""
+    def forward(self, source: torch.Tensor, inputs: torch.Tensor, *,
+                lengths: torch.Tensor | None = None) -> DecoderOutput:
+        """source: annotations [B, L, D], or images [B, 3, S, S] when there is an encoder; inputs [B, T];
+        lengths [B] the real steps of each row (see AttentionDecoder.forward)."""
         annotations = source if self.encoder is None else self.encoder(source)[0]  # [B, L, D]
-        return self.decoder(annotations, inputs)
+        return self.decoder(annotations, inputs, lengths=lengths)
 
 
 def train_step(model: nn.Module, batch: Batch, optimizer: torch.optim.Optimizer, *, grad_clip: float,
@@ -108,7 +110,7 @@ def train_step(model: nn.Module, batch: Batch, optimizer: torch.optim.Optimizer,
     inputs, targets = tokens[:, :-1], tokens[:, 1:]  # [B, T-1]: predict word t+1 from word t
     mask = (targets != Vocabulary.pad_id).float()  # [B, T-1], padding reaches no term
     with precision.autocast():
-        output = model(source, inputs)
+        output = model(source, inputs, lengths=mask.sum(1).long())  # padded steps are not computed
     logits = output.logits.float()  # [B, T-1, V]
     xe = cross_entropy(logits, targets, mask)
     ds = doubly_stochastic(output.alphas.float(), mask, target=ds_target)

@@ -1,0 +1,99 @@
+"""Relative speed of two implementations, interleaved in one process (A, B, A, B, ...), medians.
+
+    python benchmarks/ab.py --case a --impls reference,fast [--rounds 7] [--threads 2]
+
+On a shared or noisy machine absolute numbers drift with the load; alternating the two on the same
+model and the same batches keeps the ratio meaningful. Cases and implementations as in run.py
+(c3/c5 here use one fixed batch of images, --images).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+
+import torch
+from run import BEAM_STEPS, Implementation, machine, make_decoder, make_tokens
+
+from captioning.losses import cross_entropy, doubly_stochastic
+from captioning.vocab import Vocabulary
+
+SHAPES = {"a": (32, 196, 2048), "b": (64, 49, 512)}
+
+
+def training_steps(case: str, impls: list[Implementation]):
+    batch, cells, channels = SHAPES[case]
+    decoder = make_decoder(annotation_dim=channels, device="cpu").train()
+    optimizer = torch.optim.Adam(decoder.parameters(), lr=1e-4, fused=True)
+    generator = torch.Generator().manual_seed(1)
+    batches = [(torch.randn(batch, cells, channels, generator=generator), make_tokens(batch, generator))
+               for _ in range(4)]
+
+    def make(impl: Implementation):
+        counter = iter(range(10**9))
+
+        def step() -> None:
+            annotations, tokens = batches[next(counter) % len(batches)]
+            inputs, targets = tokens[:, :-1], tokens[:, 1:]
+            mask = (targets != Vocabulary.pad_id).float()
+            output = impl.forward(decoder, annotations, inputs, mask.sum(1).long())
+            loss = cross_entropy(output.logits, targets, mask) + doubly_stochastic(output.alphas, mask)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+        return step
+
+    return [make(impl) for impl in impls], batch
+
+
+def beam_steps(case: str, impls: list[Implementation], images: int):
+    decoder = make_decoder(annotation_dim=2048, device="cpu").eval()
+    annotations = torch.randn(images, 196, 2048, generator=torch.Generator().manual_seed(2))
+
+    def make(impl: Implementation):
+        def step() -> None:
+            impl.beam_search(decoder, annotations, beam_size=int(case[1]), max_length=BEAM_STEPS,
+                             min_length=BEAM_STEPS)
+        return step
+
+    return [make(impl) for impl in impls], images
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--case", default="a", choices=("a", "b", "c3", "c5"))
+    parser.add_argument("--impls", default="reference,fast")
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--images", type=int, default=8, help="images at once for c3/c5")
+    args = parser.parse_args()
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    names = args.impls.split(",")
+    impls = [Implementation(name) for name in names]
+    if args.case in SHAPES:
+        steps, items = training_steps(args.case, impls)
+    else:
+        steps, items = beam_steps(args.case, impls, args.images)
+    info = machine()
+    print(f"# {info['date']}  {info['cpu']} (load {info['load_average']})  torch {info['torch']}  threads "
+          f"{info['threads']}  commit {info['commit']}  case {args.case}  {Path(__file__).name}")
+    for step in steps:  # warm-up
+        step()
+    seconds: list[list[float]] = [[] for _ in steps]
+    for _ in range(args.rounds):
+        for i, step in enumerate(steps):
+            start = time.perf_counter()
+            step()
+            seconds[i].append(time.perf_counter() - start)
+    base = statistics.median(seconds[0])
+    for name, s in zip(names, seconds):
+        median = statistics.median(s)
+        print(f"{name:<10} {items / median:8.2f} per s  median {median:.3f} s of {len(s)}  "
+              f"(min {min(s):.3f}, max {max(s):.3f})  speed-up vs {names[0]}: {base / median:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,331 @@
+"""Throughput and peak memory of the decoder: the cases of issue 5, one line each.
+
+    python benchmarks/run.py --cases a,b,c3,c5,d [--json PATH] [--threads N] [--repeats R]
+                             [--impl fast|reference|port] [--device cpu|cuda] [--amp bf16] [--compile]
+
+Cases (model dims as in the paper's COCO setting: embedding = attention = hidden = 512, V = 10 000):
+  a   decoder training step, annotations given: B=32, 14x14x2048, caption lengths uniform in 10..22
+      tokens (counting <start> and <end>): forward + cross-entropy + doubly stochastic term + backward
+      + Adam step. captions/s.
+  b   the same at B=64 with 7x7x512 annotations.
+  c3  beam search, beam 3, 14x14x2048, exactly 50 steps (<end> forbidden, so no beam finishes early),
+      as many images at once as is fastest (the batch sizes in --beam-batches are tried); images/s.
+  c5  the same with beam 5.
+  d   encoder + decoder training step on 256x256 images, B=8, frozen ResNet-101 with random weights
+      cut at the project's default stride-16 layer (layer3: a 16x16x1024 grid); images/s.
+
+--impl picks whose code runs: `fast` (the package), `reference` (tests/reference_impl.py: the
+straightforward loop and beam search of main c47c7db) or `port` (benchmarks/port_style.py: our
+re-implementation of the loop style of the popular public ports). All three use the same model.
+
+Each case runs in its own fresh subprocess, so that its peak RSS is its own; inside it, `--warmup`
+untimed iterations, then `--repeats` timed ones, and the median is reported. Every line and the JSON
+carry the machine, torch version, thread count and date.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from contextlib import nullcontext
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "benchmarks")]
+
+from captioning.attention import build_attention  # noqa: E402
+from captioning.decoder import AttentionDecoder  # noqa: E402
+from captioning.losses import cross_entropy, doubly_stochastic  # noqa: E402
+from captioning.vocab import Vocabulary  # noqa: E402
+
+CASES = ("a", "b", "c3", "c5", "d")
+VOCAB, EMBED, HIDDEN, ATTENTION = 10_000, 512, 512, 512
+SHORTEST, LONGEST = 10, 22  # caption tokens, <start> and <end> included
+BEAM_STEPS = 50
+
+
+# ----------------------------------------------------------------------------------------------- setup
+
+def machine() -> dict[str, str | int]:
+    """What the numbers were taken on."""
+    model = platform.processor() or "unknown"
+    try:
+        for line in subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout.splitlines():
+            if line.startswith("Model name:"):
+                model = line.split(":", 1)[1].strip()
+    except (OSError, subprocess.CalledProcessError):
+        pass
+    try:
+        commit = subprocess.run(["git", "-C", str(REPO), "describe", "--always", "--dirty"], capture_output=True,
+                                text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        commit = "unknown"
+    info: dict[str, str | int] = {
+        "cpu": model, "cpus": os.cpu_count() or 0, "torch": torch.__version__, "threads": torch.get_num_threads(),
+        "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"), "commit": commit,
+        "load_average": " ".join(f"{x:.2f}" for x in os.getloadavg()),
+    }
+    if torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name()
+    return info
+
+
+def make_decoder(*, annotation_dim: int, device: str) -> AttentionDecoder:
+    torch.manual_seed(0)
+    attention = build_attention(kind="soft", score="additive", annotation_dim=annotation_dim, hidden_dim=HIDDEN,
+                                attention_dim=ATTENTION)
+    return AttentionDecoder(vocab_size=VOCAB, annotation_dim=annotation_dim, embed_dim=EMBED, hidden_dim=HIDDEN,
+                            attention=attention, gate="scalar", dropout=0.3).to(device)
+
+
+def make_tokens(batch: int, generator: torch.Generator) -> torch.Tensor:
+    """[B, T] <start> w1 .. wn <end> <pad> .., lengths uniform in SHORTEST..LONGEST tokens."""
+    lengths = torch.randint(SHORTEST, LONGEST + 1, (batch,), generator=generator)
+    tokens = torch.full((batch, int(lengths.max())), Vocabulary.pad_id, dtype=torch.long)
+    for row, n in enumerate(lengths.tolist()):
+        tokens[row, 0] = Vocabulary.start_id
+        tokens[row, 1:n - 1] = torch.randint(4, VOCAB, (n - 2,), generator=generator)
+        tokens[row, n - 1] = Vocabulary.end_id
+    return tokens
+
+
+class Implementation:
+    """Whose code runs the teacher-forced forward and the beam search."""
+
+    def __init__(self, name: str):
+        self.name = name
+        if name == "fast":
+            from captioning import decoding
+
+            self.forward = lambda decoder, annotations, inputs, lengths: decoder(annotations, inputs, lengths=lengths)
+            self.beam_search = decoding.beam_search
+        elif name == "reference":
+            import reference_impl
+
+            self.forward = lambda decoder, annotations, inputs, lengths: reference_impl.forward(decoder, annotations,
+                                                                                              inputs)
+            self.beam_search = reference_impl.beam_search
+        elif name == "port":
+            import port_style
+
+            self.forward = port_style.forward
+            self.beam_search = port_style.beam_search
+        else:
+            raise ValueError(f"unknown implementation '{name}' (known: fast, reference, port)")
+
+
+# ----------------------------------------------------------------------------------------------- timing
+
+def timed(fn: Callable[[], object], *, warmup: int, repeats: int, device: str) -> list[float]:
+    def sync() -> None:
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+
+    for _ in range(warmup):
+        fn()
+    sync()
+    seconds = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        sync()
+        seconds.append(time.perf_counter() - start)
+    return seconds
+
+
+def peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
+
+
+# ----------------------------------------------------------------------------------------------- cases
+
+def training_case(args: argparse.Namespace, impl: Implementation, *, batch: int, cells: int, channels: int,
+                  with_encoder: bool) -> dict[str, float]:
+    device = args.device
+    generator = torch.Generator().manual_seed(1)
+    encoder = None
+    if with_encoder:
+        import torchvision
+
+        from captioning.encoder import Encoder
+
+        torch.manual_seed(0)
+        resnet = torchvision.models.resnet101(weights=None)  # random weights: only the arithmetic matters
+        body = torch.nn.Sequential(resnet.conv1, resnet.bn1, resnet.relu, resnet.maxpool, resnet.layer1,
+                                   resnet.layer2, resnet.layer3)  # stride 16, 1024 channels
+        encoder = Encoder(body=body, dim=1024, mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
+        encoder = encoder.requires_grad_(False).eval().to(device)
+        channels = encoder.dim
+    decoder = make_decoder(annotation_dim=channels, device=device).train()
+    optimizer = torch.optim.Adam(decoder.parameters(), lr=1e-4, **({"fused": True} if args.fused_adam else {}))
+    forward = impl.forward
+    if args.compile:
+        forward = torch.compile(forward, dynamic=True)
+    # A few different batches, cycled: the lengths (and so the work) vary from step to step as in training.
+    batches = []
+    for _ in range(4):
+        if encoder is not None:
+            inputs = torch.randn(batch, 3, args.image_size, args.image_size, generator=generator)
+        else:
+            inputs = torch.randn(batch, cells, channels, generator=generator)
+        batches.append((inputs.to(device), make_tokens(batch, generator).to(device)))
+    counter = iter(range(10**9))
+    autocast = (torch.autocast(device_type=device.split(":")[0], dtype=torch.bfloat16) if args.amp == "bf16"
+                else nullcontext())
+
+    def step() -> None:
+        source, tokens = batches[next(counter) % len(batches)]
+        inputs, targets = tokens[:, :-1], tokens[:, 1:]  # [B, T-1]
+        mask = (targets != Vocabulary.pad_id).float()
+        lengths = mask.sum(1).long()  # [B] real steps
+        with autocast:
+            if encoder is not None:
+                with torch.no_grad():
+                    annotations, _ = encoder(source)  # frozen: no graph through the CNN
+            else:
+                annotations = source
+            output = forward(decoder, annotations, inputs, lengths)
+            loss = cross_entropy(output.logits.float(), targets, mask) + doubly_stochastic(output.alphas.float(), mask)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+    seconds = timed(step, warmup=args.warmup, repeats=args.repeats, device=device)
+    median = statistics.median(seconds)
+    key = "images_per_s" if with_encoder else "captions_per_s"
+    return {key: batch / median, "batch": batch, "seconds_median": median, "seconds_min": min(seconds),
+            "seconds_max": max(seconds), "repeats": len(seconds)}
+
+
+def beam_case(args: argparse.Namespace, impl: Implementation, *, beam_size: int) -> dict[str, float]:
+    device = args.device
+    decoder = make_decoder(annotation_dim=2048, device=device).eval()
+    generator = torch.Generator().manual_seed(2)
+    autocast = (torch.autocast(device_type=device.split(":")[0], dtype=torch.bfloat16) if args.amp == "bf16"
+                else nullcontext())
+    search = impl.beam_search
+    if args.compile:  # the per-step function of the search; untested on a GPU so far (docs/benchmarks.md)
+        from captioning import fused
+
+        decoder.step = torch.compile(decoder.step)  # the step-by-step path (any other attention)
+        fused.GroupedStep.__call__ = torch.compile(fused.GroupedStep.__call__)  # the default decoder's path
+
+    def run(annotations: torch.Tensor) -> Callable[[], object]:
+        def go() -> object:
+            with autocast:
+                captions = search(decoder, annotations, beam_size=beam_size, max_length=BEAM_STEPS,
+                                  min_length=BEAM_STEPS)
+            assert captions.tokens.shape[1] == BEAM_STEPS  # the timing mode must not stop early
+            return captions
+        return go
+
+    # "As many images at once as is fastest": a short trial of each candidate batch, then the real run.
+    trials = {}
+    for images in args.beam_batches:
+        annotations = torch.randn(images, 196, 2048, generator=generator).to(device)
+        seconds = timed(run(annotations), warmup=1, repeats=1, device=device)
+        trials[images] = images / seconds[0]
+    best = max(trials, key=trials.get) if len(trials) > 1 else args.beam_batches[0]
+    annotations = torch.randn(best, 196, 2048, generator=generator).to(device)
+    seconds = timed(run(annotations), warmup=args.warmup, repeats=args.repeats, device=device)
+    median = statistics.median(seconds)
+    return {"images_per_s": best / median, "batch": best, "seconds_median": median, "seconds_min": min(seconds),
+            "seconds_max": max(seconds), "repeats": len(seconds),
+            "trial_images_per_s": {str(k): round(v, 2) for k, v in trials.items()}}
+
+
+def run_case(case: str, args: argparse.Namespace) -> dict[str, float]:
+    impl = Implementation(args.impl)
+    if case == "a":
+        result = training_case(args, impl, batch=32, cells=196, channels=2048, with_encoder=False)
+    elif case == "b":
+        result = training_case(args, impl, batch=64, cells=49, channels=512, with_encoder=False)
+    elif case in ("c3", "c5"):
+        result = beam_case(args, impl, beam_size=int(case[1]))
+    elif case == "d":
+        result = training_case(args, impl, batch=8, cells=0, channels=0, with_encoder=True)
+    else:
+        raise ValueError(f"unknown case '{case}' (known: {', '.join(CASES)})")
+    result["peak_rss_mib"] = peak_rss_mib()
+    if args.device.startswith("cuda"):
+        result["peak_cuda_mib"] = torch.cuda.max_memory_allocated() / 2**20
+    return result
+
+
+def describe(case: str, result: dict) -> str:
+    unit = "captions/s" if "captions_per_s" in result else "images/s"
+    rate = result.get("captions_per_s", result.get("images_per_s"))
+    extra = f", tried {result['trial_images_per_s']}" if "trial_images_per_s" in result else ""
+    memory = f", peak CUDA {result['peak_cuda_mib']:.0f} MiB" if "peak_cuda_mib" in result else ""
+    return (f"{case:<3} {rate:8.2f} {unit:<10}  batch {result['batch']:<3}  step {result['seconds_median']:.3f} s "
+            f"median of {result['repeats']} (min {result['seconds_min']:.3f}, max {result['seconds_max']:.3f})  "
+            f"peak RSS {result['peak_rss_mib']:.0f} MiB{memory}{extra}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cases", default=",".join(CASES), help="comma-separated, from " + ",".join(CASES))
+    parser.add_argument("--json", type=Path, help="write {case: {captions_per_s | images_per_s, ...}} here")
+    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--impl", default="fast", choices=("fast", "reference", "port"))
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--amp", default="none", choices=("none", "bf16"), help="autocast dtype")
+    parser.add_argument("--compile", action="store_true",
+                        help="torch.compile the teacher-forced forward (a, b, d) / the decoding step (c3, c5)")
+    parser.add_argument("--no-fused-adam", dest="fused_adam", action="store_false",
+                        help="torch's default Adam instead of the fused kernel")
+    parser.add_argument("--beam-batches", default="8,16,32,64",
+                        help="images at once to try for c3/c5; the fastest is used and reported")
+    parser.add_argument("--image-size", type=int, default=256)
+    parser.add_argument("--one-case", help=argparse.SUPPRESS)  # internal: run one case in this process
+    args = parser.parse_args(argv)
+    args.beam_batches = [int(x) for x in args.beam_batches.split(",")]
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+
+    if args.one_case:
+        print(json.dumps(run_case(args.one_case, args)))
+        return
+
+    info = machine()
+    print(f"# {info['date']}  {info['cpu']} ({info['cpus']} CPUs, load {info['load_average']})  torch {info['torch']}"
+          f"  threads {info['threads']}  device {args.device}{' ' + info['gpu'] if 'gpu' in info else ''}"
+          f"  amp {args.amp}  compile {args.compile}  impl {args.impl}  commit {info['commit']}", flush=True)
+    results: dict[str, object] = {"machine": info, "settings": {
+        "impl": args.impl, "device": args.device, "amp": args.amp, "compile": args.compile,
+        "repeats": args.repeats, "warmup": args.warmup, "fused_adam": args.fused_adam}}
+    passthrough = list(argv if argv is not None else sys.argv[1:])
+    for case in args.cases.split(","):
+        if case not in CASES:
+            parser.error(f"unknown case '{case}' (known: {', '.join(CASES)})")
+        command = [sys.executable, __file__, *passthrough, "--one-case", case]
+        if args.threads is None:
+            command += ["--threads", str(torch.get_num_threads())]
+        done = subprocess.run(command, capture_output=True, text=True)
+        if done.returncode != 0:
+            print(f"{case:<3} failed:\n{done.stderr[-3000:]}", flush=True)
+            results[case] = {"error": done.stderr[-3000:]}
+            continue
+        result = json.loads(done.stdout.strip().splitlines()[-1])
+        results[case] = result
+        print(describe(case, result), flush=True)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(results, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

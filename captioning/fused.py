@@ -1,0 +1,211 @@
+"""Fast path for the paper's default decoder: soft attention with the additive score (Sec. 4.2).
+
+Notation: B batch (rows sorted by length, longest first), T steps, n_t rows still running at step t,
+N = sum_t n_t real (unpadded) positions, L grid cells, D annotation channels, A attention size,
+H hidden size, G gate width (1 for the paper's scalar beta, D for the vector gate), K beams.
+
+The recurrence is the decoder's `_advance` (Eqs. 4-6, Sec. 4.2.1, Eqs. 1-3) written out with the
+same parameters, so that the work can be arranged for speed without changing the model:
+
+- Every product with h_{t-1} (the score's query W_h h, the gate f_beta(h), the LSTM's W_hh h) is one
+  matrix product per step against the stacked weights [W_h; W_beta; W_hh].
+- The word part of the LSTM input, W_ih[:, :E] E y_{t-1} + biases, does not depend on the recurrence:
+  the caller computes it for all steps in one product (split of LSTMCell's W_ih [E y; z]).
+- Rows are sorted by length, so the rows still running at step t are a prefix: padded steps are
+  never computed, and the prefix is a view, not a copy.
+- Backward is written by hand (a torch.autograd.Function): the weight gradients, which autograd
+  would compute as one thin product per step, are one product over all N positions at the end, and
+  the gradient of the keys W_a a_i, which every step touches, is accumulated in place.
+
+`FusedRecurrence` serves teacher forcing (training); `GroupedStep` serves beam search, where the K
+beams of an image share its keys and annotations instead of copying them K times.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch.autograd.function import once_differentiable
+
+from captioning.attention import AdditiveScore, SoftAttention
+
+
+def supports(attention: torch.nn.Module) -> bool:
+    """Whether `attention` is exactly the soft attention with the additive score this path implements."""
+    return (type(attention) is SoftAttention and type(attention.score) is AdditiveScore
+            and attention.temperature == 1.0)  # the fused softmax has no temperature
+
+
+def hidden_weights(decoder: torch.nn.Module) -> torch.Tensor:
+    """[A + G + 4H, H]: the score's W_h, the gate's W_beta and the LSTM's W_hh, stacked."""
+    return torch.cat([decoder.attention.score.query.weight, decoder.gate.weight, decoder.lstm.weight_hh], 0)
+
+
+def word_gates(decoder: torch.nn.Module, embedded: torch.Tensor) -> torch.Tensor:
+    """W_ih[:, :E] E y + b_ih + b_hh: the LSTM gates' word part. embedded [..., E] -> [..., 4H]."""
+    lstm = decoder.lstm
+    embed_dim = embedded.shape[-1]
+    return F.linear(embedded, lstm.weight_ih[:, :embed_dim], lstm.bias_ih + lstm.bias_hh)
+
+
+def _lstm_pointwise(gates: torch.Tensor, c: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """LSTMCell's gate order i, f, g, o. gates [n, 4H], c [n, H] -> i, f, g, o, c', tanh(c'), h'."""
+    i, f, g, o = gates.chunk(4, 1)
+    i, f, g, o = torch.sigmoid(i), torch.sigmoid(f), torch.tanh(g), torch.sigmoid(o)
+    c = torch.addcmul(f * c, i, g)  # c_t = f c_{t-1} + i g, Eq. 2
+    tc = torch.tanh(c)
+    return i, f, g, o, c, tc, o * tc  # h_t = o tanh(c_t), Eq. 3
+
+
+class FusedRecurrence(torch.autograd.Function):
+    """The teacher-forced recurrence over the running prefix of each step; outputs are packed.
+
+    forward(keys [B, L, A], annotations [B, L, D], gates_x [N, 4H] (word part, packed like the outputs),
+            h0, c0 [B, H], w_hidden [A+G+4H, H], gate_bias [G], v [A], w_z [4H, D], batch_sizes [n_t],
+            keep: whether to keep what backward needs; pass torch.is_grad_enabled() — inside a
+            Function, needs_input_grad is True for parameters even under no_grad)
+      -> h [N, H], z [N, D] (beta_t * z_t), alpha [N, L]; step t occupies rows offsets[t]:offsets[t]+n_t.
+    """
+
+    @staticmethod
+    def forward(ctx, keys, annotations, gates_x, h0, c0, w_hidden, gate_bias, v, w_z, batch_sizes, keep):
+        batch, cells, att = keys.shape
+        dim, hid, width = annotations.shape[2], h0.shape[1], gate_bias.shape[0]
+        if torch.is_autocast_enabled(keys.device.type):
+            raise RuntimeError("FusedRecurrence runs in float32: call it with autocast disabled")
+        total = sum(batch_sizes)
+        saving = keep and any(ctx.needs_input_grad)  # nothing is kept for inference
+        new = keys.new_empty
+        hs, zs, alphas = new(total, hid), new(total, dim), new(total, cells)  # packed outputs
+        contexts, betas, acts = new(total, dim), new(total, width), new(total, 4 * hid)  # saved for backward
+        cs, tcs = new(total, hid), new(total, hid)
+        tanhs = new(total, cells, att) if saving else new(batch, cells, att)  # tanh(W_a a + W_h h) per step
+        h, c, start = h0, c0, 0
+        for n in batch_sizes:
+            rows = slice(start, start + n)
+            h, c = h[:n], c[:n]
+            projected = h @ w_hidden.t()  # [n, A+G+4H], every product with h_{t-1} at once
+            query, gate, recurrent = projected.split([att, width, 4 * hid], 1)
+            t = tanhs[rows] if saving else tanhs[:n]
+            torch.add(keys[:n], query[:, None, :], out=t).tanh_()  # [n, L, A], Eq. 4 (additive score)
+            alpha = torch.softmax(t @ v, dim=1)  # [n, L], Eq. 5
+            context = torch.bmm(alpha[:, None, :], annotations[:n]).squeeze(1)  # [n, D], Eq. 13
+            beta = torch.sigmoid(gate + gate_bias)  # [n, G], Sec. 4.2.1
+            z = beta * context  # [n, D]
+            gates = torch.addmm(recurrent + gates_x[rows], z, w_z.t())  # [n, 4H], LSTM input [E y; z]
+            i, f, g, o, c, tc, h = _lstm_pointwise(gates, c)
+            hs[rows], zs[rows], alphas[rows] = h, z, alpha
+            contexts[rows], betas[rows], cs[rows], tcs[rows] = context, beta, c, tc
+            torch.cat([i, f, g, o], 1, out=acts[rows])
+            start += n
+        if saving:
+            ctx.save_for_backward(keys, annotations, h0, c0, w_hidden, v, w_z, hs, zs, alphas, contexts, betas,
+                                  acts, cs, tcs, tanhs)
+            ctx.batch_sizes = list(batch_sizes)
+        return hs, zs, alphas
+
+    @staticmethod
+    @once_differentiable  # a first-order backward, written by hand; no double backward through it
+    def backward(ctx, grad_h, grad_z, grad_alpha):
+        (keys, annotations, h0, c0, w_hidden, v, w_z, hs, zs, alphas, contexts, betas, acts, cs, tcs,
+         tanhs) = ctx.saved_tensors
+        batch_sizes = ctx.batch_sizes
+        batch = keys.shape[0]
+        cells, att = keys.shape[1], keys.shape[2]
+        hid, width = h0.shape[1], betas.shape[1]
+        total = hs.shape[0]
+        zeros = hs.new_zeros
+        grad_h = grad_h if grad_h is not None else zeros(total, hid)
+        grad_z = grad_z if grad_z is not None else zeros(total, zs.shape[1])
+        grad_alpha = grad_alpha if grad_alpha is not None else zeros(total, cells)
+        want_annotations = ctx.needs_input_grad[1]
+
+        # d(projected) for every position: [d query; d gate; d gates], the rows of one final product.
+        grad_projected = hs.new_empty(total, att + width + 4 * hid)
+        weighted = zeros(batch, cells, att)  # sum_t de_t * tanh^2, the keys' gradient without v (below)
+        grad_e_sum = zeros(batch, cells)  # sum_t de_t
+        grad_v = zeros(att)
+        grad_annotations = zeros(annotations.shape) if want_annotations else None
+        squared = hs.new_empty(batch, cells, att)
+        dh, dc = zeros(batch, hid), zeros(batch, hid)  # carried from step t+1; rows past their end stay 0
+        offsets = [0]
+        for n in batch_sizes[:-1]:
+            offsets.append(offsets[-1] + n)
+        for step in reversed(range(len(batch_sizes))):
+            n, start = batch_sizes[step], offsets[step]
+            rows = slice(start, start + n)
+            c_prev = c0[:n] if step == 0 else cs[offsets[step - 1]: offsets[step - 1] + n]
+            i, f, g, o = acts[rows].chunk(4, 1)
+            tc, beta, context = tcs[rows], betas[rows], contexts[rows]
+            dh_t = grad_h[rows] + dh[:n]
+            dc_t = dc[:n] + dh_t * o * (1 - tc * tc)  # through h = o tanh(c)
+            d_gates = torch.cat([dc_t * g * i * (1 - i), dc_t * c_prev * f * (1 - f), dc_t * i * (1 - g * g),
+                                 dh_t * tc * o * (1 - o)], 1)  # [n, 4H], i, f, g, o pre-activations
+            grad_projected[rows, att + width:] = d_gates
+            dz = torch.addmm(grad_z[rows], d_gates, w_z)  # [n, D]
+            d_beta = dz * context
+            if width == 1:
+                d_beta = d_beta.sum(1, keepdim=True)
+            grad_projected[rows, att:att + width] = d_beta * beta * (1 - beta)
+            d_context = dz * beta  # [n, D]
+            alpha = alphas[rows]
+            if want_annotations:
+                grad_annotations[:n].baddbmm_(alpha[:, :, None], d_context[:, None, :])
+            # [n, 1, D] x [n, D, L] rather than [n, L, D] x [n, D, 1]: the same numbers, but MKL's batched
+            # product runs this orientation several times faster on the CPU we measured (docs/benchmarks.md).
+            d_alpha = torch.bmm(d_context[:, None, :], annotations[:n].transpose(1, 2)).squeeze(1)  # [n, L]
+            d_alpha = d_alpha + grad_alpha[rows]
+            d_e = alpha * (d_alpha - (d_alpha * alpha).sum(1, keepdim=True))  # softmax backward
+            t = tanhs[rows]  # [n, L, A]
+            grad_v.addmv_(t.reshape(-1, att).t(), d_e.reshape(-1))  # e = tanh(.) v
+            t2 = torch.mul(t, t, out=squared[:n])
+            # d pre = v * d_e * (1 - tanh^2): summed over cells for the query, accumulated for the keys.
+            d_query = v * (d_e.sum(1, keepdim=True) - torch.bmm(d_e[:, None, :], t2).squeeze(1))  # [n, A]
+            grad_projected[rows, :att] = d_query
+            weighted[:n].addcmul_(t2, d_e[:, :, None])
+            grad_e_sum[:n] += d_e
+            dh[:n] = grad_projected[rows] @ w_hidden  # [n, H], every path back to h_{t-1} at once
+            dc[:n] = dc_t * f
+        h_prev = torch.cat([h0[:batch_sizes[0]]] + [hs[offsets[s - 1]: offsets[s - 1] + batch_sizes[s]]
+                                                    for s in range(1, len(batch_sizes))])  # [N, H]
+        grad_w_hidden = grad_projected.t() @ h_prev  # [A+G+4H, H], one product over all positions
+        grad_gate_bias = grad_projected[:, att:att + width].sum(0)
+        grad_w_z = grad_projected[:, att + width:].t() @ zs  # [4H, D]
+        grad_keys = (grad_e_sum[:, :, None] - weighted).mul_(v)  # sum_t v * d_e_t * (1 - tanh_t^2)
+        grad_gates_x = grad_projected[:, att + width:]  # the word part enters the gates as is
+        return (grad_keys, grad_annotations, grad_gates_x, dh, dc, grad_w_hidden, grad_gate_bias, grad_v, grad_w_z,
+                None, None)
+
+
+class GroupedStep:
+    """`AttentionDecoder.step` for K hypotheses per image that share the image's memory (no gradient).
+
+    Beam search continues K hypotheses of each image. The keys W_a a_i [B, L, A] and annotations
+    [B, L, D] are the image's, so they are broadcast to the K hypotheses instead of copied K times:
+    the context product reads each image's annotations once per step, not K times.
+    """
+
+    def __init__(self, decoder: torch.nn.Module, *, keys: torch.Tensor, annotations: torch.Tensor, group: int):
+        self.decoder, self.keys, self.annotations, self.group = decoder, keys, annotations, group  # [B, L, *]
+        self.w_hidden = hidden_weights(decoder)  # [A+G+4H, H], stacked once per search
+        self.widths = [keys.shape[2], decoder.gate.weight.shape[0], decoder.lstm.weight_hh.shape[0]]
+        self.scratch: torch.Tensor | None = None  # [B, K, L, A], tanh(W_a a_i + W_h h) of every hypothesis
+
+    @torch.no_grad()
+    def __call__(self, h: torch.Tensor, c: torch.Tensor,
+                 tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """h, c [B*K, H] (image-major rows), previous tokens [B*K] -> logits [B*K, V], h, c, alpha [B*K, L]."""
+        d = self.decoder
+        batch, cells, att = self.keys.shape
+        embedded = d.embed(tokens)  # [BK, E]
+        query, gate, recurrent = (h @ self.w_hidden.t()).split(self.widths, 1)
+        if self.scratch is None or self.scratch.dtype != query.dtype:
+            # One buffer for every step: a fresh [B, K, L, A] tensor each step costs page faults on a CPU.
+            self.scratch = query.new_empty(batch, self.group, cells, att)
+        t = torch.add(self.keys[:, None], query.view(batch, self.group, 1, att), out=self.scratch).tanh_()  # Eq. 4
+        alpha = torch.softmax(t @ d.attention.score.v.weight.view(-1), dim=2)  # [B, K, L], Eq. 5
+        context = torch.bmm(alpha, self.annotations).view(batch * self.group, -1)  # [BK, D], Eq. 13
+        z = torch.sigmoid(gate + d.gate.bias) * context  # beta_t * z_t, Sec. 4.2.1
+        gates = torch.addmm(recurrent + word_gates(d, embedded), z, d.lstm.weight_ih[:, embedded.shape[1]:].t())
+        *_, c, _, h = _lstm_pointwise(gates, c)
+        return d._output(embedded, h, z), h, c, alpha.view(batch * self.group, cells)
