@@ -32,6 +32,10 @@ class DataConfig:
     max_caption_length: int = 20  # clips training targets only, never references
     feature_cache: bool = True  # frozen encoder: train on cached annotations; False runs it on the fly
     bucket_batches: bool = True  # batches of captions of similar length (less padding per step)
+    # Training images only, with the encoder on the fly: a random square crop of 80-100% of the
+    # shorter side and colour jitter (data/images.py: augment). Never a horizontal flip: it would
+    # make "to the left of" in the caption false.
+    augment: bool = False
 
 
 @dataclass
@@ -143,6 +147,9 @@ def validate(config: Config, where: str = "config") -> Config:
     for key, value in positive.items():
         if not isinstance(value, int) or value < 1:
             raise ConfigError(f"{where}: {key} must be a positive integer, got {value!r}")
+    if config.data.augment and config.data.feature_cache and config.encoder.fine_tune_from is None:
+        raise ConfigError(f"{where}: data.augment needs the encoder on the fly (cached annotations are computed "
+                          "once per image): set data.feature_cache=false or encoder.fine_tune_from")
     return config
 
 

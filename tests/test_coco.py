@@ -361,3 +361,54 @@ def test_features_dir_depends_on_the_encoder(tmp_path: Path, resnet18_file: Path
     a = features_dir(_coco_config(fake_coco, tmp_path, resnet18_file))
     b = features_dir(_coco_config(fake_coco, tmp_path, resnet18_file, "data.image_size=96"))
     assert a != b and a.parent == b.parent == fake_coco / "features"
+
+
+# augmentation -------------------------------------------------------------------------------------
+
+
+def test_augment_is_a_random_square_crop_with_colour_jitter_and_no_flip() -> None:
+    from captioning.data.images import augment
+
+    pixels = np.zeros((60, 90, 3), dtype=np.uint8)
+    pixels[:, :45] = (200, 40, 40)  # red on the left half, blue on the right
+    pixels[:, 45:] = (40, 40, 200)
+    image = Image.fromarray(pixels)
+    draws = [augment(image, generator=torch.Generator().manual_seed(seed)) for seed in range(8)]
+    sides = {d.size for d in draws}
+    assert all(w == h and 48 <= w <= 60 for w, h in sides)  # square, 80-100% of the shorter side
+    assert len(sides) > 1
+    again = augment(image, generator=torch.Generator().manual_seed(3))
+    assert np.array_equal(np.asarray(again), np.asarray(draws[3]))  # a function of the generator
+    assert len({np.asarray(d).tobytes() for d in draws}) == len(draws)
+    for picture in draws:  # never mirrored: whatever red is left lies left of whatever blue is left
+        red = np.asarray(picture)[:, :, 0].astype(int) - np.asarray(picture)[:, :, 2]
+        columns = np.flatnonzero(red.mean(0) > 0)
+        others = np.flatnonzero(red.mean(0) < 0)
+        if len(columns) and len(others):
+            assert columns.max() < others.min()
+
+
+def test_augmented_training_reads_differ_and_evaluation_reads_do_not(fake_coco: Path, tmp_path: Path,
+                                                                    resnet18_file: Path) -> None:
+    from captioning.data.dataset import ImageCaptionPairs
+    from captioning.vocab import Vocabulary
+
+    config = _coco_config(fake_coco, tmp_path, resnet18_file)
+    records = [r for r in read_records(config.data, "train") if r.path.name.endswith(".jpg")][:2]
+    vocab = Vocabulary(["<pad>", "<start>", "<end>", "<unk>"])
+    common = {"image_size": 32, "mean": (0.5, 0.5, 0.5), "std": (0.5, 0.5, 0.5)}
+    plain = ImageCaptionPairs(records, vocab, **common)
+    varied = ImageCaptionPairs(records, vocab, augmented=True, **common)
+    torch.manual_seed(0)
+    assert torch.equal(plain[0][0], plain[0][0])
+    first, second = varied[0][0], varied[0][0]
+    assert first.shape == second.shape == plain[0][0].shape == (3, 32, 32)
+    assert not torch.equal(first, second)
+
+
+def test_augmentation_with_cached_annotations_is_a_config_error(fake_coco: Path, tmp_path: Path,
+                                                                 resnet18_file: Path) -> None:
+    with pytest.raises(ConfigError, match="data.augment"):
+        _coco_config(fake_coco, tmp_path, resnet18_file, "data.augment=true")
+    config = _coco_config(fake_coco, tmp_path, resnet18_file, "data.augment=true", "data.feature_cache=false")
+    assert config.data.augment

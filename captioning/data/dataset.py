@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from captioning.data.images import ImageReadError, load_image, to_tensor
+from captioning.data.images import ImageReadError, augment, load_image, to_tensor
 from captioning.data.karpathy import ImageRecord
 from captioning.vocab import Vocabulary, tokenize
 
@@ -74,8 +74,10 @@ class ImageCaptionPairs(Dataset):
     """
 
     def __init__(self, records: list[ImageRecord], vocab: Vocabulary, *, image_size: int,
-                 mean: tuple[float, ...], std: tuple[float, ...], max_length: int | None = None):
+                 mean: tuple[float, ...], std: tuple[float, ...], max_length: int | None = None,
+                 augmented: bool = False):
         self.records, self.size, self.mean, self.std = records, image_size, mean, std
+        self.augmented = augmented  # data.augment: a random crop and colour jitter per read (images.augment)
         self.pairs = _pairs(records, vocab, max_length)
 
     @property
@@ -88,7 +90,10 @@ class ImageCaptionPairs(Dataset):
     def __getitem__(self, index: int) -> tuple[torch.Tensor | None, list[int], str | None]:
         image, tokens = self.pairs[index]
         try:
-            pixels = to_tensor(load_image(self.records[image].path), size=self.size, mean=self.mean, std=self.std)
+            picture = load_image(self.records[image].path)
+            if self.augmented:  # drawn from the worker's torch RNG, which the DataLoader seeds
+                picture = augment(picture)
+            pixels = to_tensor(picture, size=self.size, mean=self.mean, std=self.std)
         except ImageReadError as error:
             return None, tokens, str(error)
         return pixels, tokens, None

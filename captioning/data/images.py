@@ -33,6 +33,29 @@ def load_image(path: str | Path) -> Image.Image:
     return image.convert("RGB")
 
 
+def augment(image: Image.Image, *, generator: torch.Generator | None = None, min_scale: float = 0.8,
+            jitter: float = 0.2) -> Image.Image:
+    """A training-time variant of an RGB image: a random square crop and colour jitter.
+
+    The crop's side is a random share in [min_scale, 1] of the shorter side, at a random place, so
+    the encoder (which keeps the centre square, see `crop_box`) sees the whole crop. Brightness,
+    contrast and saturation are each scaled by a random factor in [1 - jitter, 1 + jitter]. No
+    horizontal flip: captions name left and right.
+    """
+    from torchvision.transforms import functional as TF
+
+    def uniform(low: float, high: float) -> float:
+        return low + (high - low) * float(torch.rand((), generator=generator))
+
+    width, height = image.size
+    side = round(min(width, height) * uniform(min_scale, 1.0))  # whole pixels, so the crop stays square
+    x0, y0 = round(uniform(0, width - side)), round(uniform(0, height - side))
+    image = image.crop((x0, y0, x0 + side, y0 + side))
+    image = TF.adjust_brightness(image, uniform(1 - jitter, 1 + jitter))
+    image = TF.adjust_contrast(image, uniform(1 - jitter, 1 + jitter))
+    return TF.adjust_saturation(image, uniform(1 - jitter, 1 + jitter))
+
+
 def crop_box(width: int, height: int) -> tuple[float, float, float, float]:
     """The centred square (x0, y0, x1, y1) that a resize-shorter-side + centre-crop keeps."""
     side = min(width, height)

@@ -47,6 +47,6 @@ def load_run_data(config: Config, *, vocab_words: list[str] | None, encoder: Enc
         pairs: Dataset = CaptionPairs(train.annotations, train.records, vocab, max_length=max_length)
         return RunData(train, val, vocab, pairs, collate, val.annotations)
     pairs = ImageCaptionPairs(train.records, vocab, image_size=config.data.image_size, mean=encoder.mean,
-                              std=encoder.std, max_length=max_length)
+                              std=encoder.std, max_length=max_length, augmented=config.data.augment)
     encoded = EncodedImages(encoder, val.records, image_size=config.data.image_size, device=device)
     return RunData(train, val, vocab, pairs, collate_images, encoded)
