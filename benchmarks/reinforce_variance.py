@@ -23,7 +23,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from captioning.attention import HardAttention, Memory, build_attention  # noqa: E402
+from captioning.attention import GivenLocations, build_attention  # noqa: E402
 from captioning.decoder import AttentionDecoder  # noqa: E402
 from captioning.losses import Reinforce, caption_log_likelihood, cross_entropy  # noqa: E402
 from captioning.vocab import Vocabulary  # noqa: E402
@@ -33,28 +33,12 @@ L = GRID[0] * GRID[1]
 BATCH, REPEATS = 64, 400
 
 
-class Forced(HardAttention):
-    """Cells given per row and step, to enumerate every location sequence."""
-
-    def __init__(self, score: torch.nn.Module, sequences: torch.Tensor):
-        super().__init__(score, expectation_prob=0.0)
-        self.sequences, self.t = sequences, 0
-
-    def prepare(self, annotations: torch.Tensor) -> Memory:
-        self.t = 0
-        return super().prepare(annotations)
-
-    def _choose(self, alpha: torch.Tensor, memory: Memory) -> tuple[torch.Tensor, torch.Tensor]:
-        self.t += 1
-        return self.sequences[:, self.t - 1], torch.zeros(len(self.sequences), dtype=torch.bool)
-
-
 def decoder(sequences: torch.Tensor | None = None) -> AttentionDecoder:
     torch.manual_seed(0)
     attention = build_attention(kind="hard", score="additive", annotation_dim=D, hidden_dim=H, attention_dim=A,
                                 grid=GRID, expectation_prob=0.0)
     if sequences is not None:
-        attention = Forced(attention.score, sequences)
+        attention = GivenLocations(attention.score, sequences)
     return AttentionDecoder(vocab_size=V, annotation_dim=D, embed_dim=8, hidden_dim=H, attention=attention,
                             dropout=0.0).train()
 

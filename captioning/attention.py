@@ -410,6 +410,29 @@ class HardAttention(_Attention):
         )
 
 
+class GivenLocations(HardAttention):
+    """Hard attention whose "samples" are given: row n takes cell sequences[n, t] at step t.
+
+    For analysis rather than training: it enumerates every location sequence of a small problem
+    (the exact gradient of the bound, Sec. 4.1) or replays the same samples in another batch layout.
+    Rows are taken in the order given, every row at every step: run the decoder's teacher-forced
+    forward without `lengths` (which would sort the rows and drop finished ones).
+    """
+
+    def __init__(self, score: nn.Module, sequences: torch.Tensor):
+        super().__init__(score, expectation_prob=0.0)
+        self.sequences, self.t = sequences, 0  # [B, T] long
+
+    def prepare(self, annotations: torch.Tensor) -> Memory:
+        self.t = 0
+        return super().prepare(annotations)
+
+    def _choose(self, alpha: torch.Tensor, memory: Memory) -> tuple[torch.Tensor, torch.Tensor]:
+        cell = self.sequences[:, self.t]  # [B]
+        self.t += 1
+        return cell, torch.zeros_like(cell, dtype=torch.bool)
+
+
 @contextmanager
 def hard_inference(module: nn.Module, choice: str | None) -> Iterator[None]:
     """Within the block, every HardAttention inside `module` picks its cell by `choice` in eval mode

@@ -15,7 +15,7 @@ import itertools
 import pytest
 import torch
 
-from captioning.attention import HardAttention, Memory, build_attention
+from captioning.attention import GivenLocations, build_attention
 from captioning.decoder import AttentionDecoder
 from captioning.losses import Reinforce, caption_log_likelihood, cross_entropy
 from captioning.vocab import Vocabulary
@@ -25,30 +25,12 @@ L = GRID[0] * GRID[1]
 PAD, START, END = Vocabulary.pad_id, Vocabulary.start_id, Vocabulary.end_id
 
 
-class ForcedHardAttention(HardAttention):
-    """Hard attention whose 'samples' are given: row n takes cell sequences[n, t] at step t. Lets a
-    test enumerate every location sequence, or replay the same samples in another batch layout."""
-
-    def __init__(self, score: torch.nn.Module, sequences: torch.Tensor):
-        super().__init__(score, expectation_prob=0.0)
-        self.sequences, self.t = sequences, 0
-
-    def prepare(self, annotations: torch.Tensor) -> Memory:
-        self.t = 0
-        return super().prepare(annotations)
-
-    def _choose(self, alpha: torch.Tensor, memory: Memory) -> tuple[torch.Tensor, torch.Tensor]:
-        cell = self.sequences[:, self.t]
-        self.t += 1
-        return cell, torch.zeros_like(cell, dtype=torch.bool)
-
-
 def toy_decoder(sequences: torch.Tensor | None = None, seed: int = 0) -> AttentionDecoder:
     torch.manual_seed(seed)
     attention = build_attention(kind="hard", score="additive", annotation_dim=D, hidden_dim=H, attention_dim=A,
                                 grid=GRID, expectation_prob=0.0)
     if sequences is not None:
-        attention = ForcedHardAttention(attention.score, sequences)
+        attention = GivenLocations(attention.score, sequences)
     return AttentionDecoder(vocab_size=V, annotation_dim=D, embed_dim=8, hidden_dim=H, attention=attention,
                             dropout=0.0).train()
 

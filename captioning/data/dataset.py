@@ -46,13 +46,10 @@ def _pairs(records: list[ImageRecord], vocab: Vocabulary, max_length: int | None
             for i, record in enumerate(records) for caption in record.captions]
 
 
-class CaptionPairs(Dataset):
-    """Every (image, reference caption) pair of a split; item = (annotations [L, D], token ids)."""
+class _Pairs(Dataset):
+    """(image index, token ids) pairs; the lengths are what length-bucketed batches sort by."""
 
-    def __init__(self, annotations: np.ndarray, records: list[ImageRecord], vocab: Vocabulary, *,
-                 max_length: int | None = None):
-        self.annotations = annotations  # [N, L, D] fp16, possibly memory-mapped
-        self.pairs = _pairs(records, vocab, max_length)
+    pairs: list[tuple[int, list[int]]]
 
     @property
     def lengths(self) -> list[int]:
@@ -61,12 +58,21 @@ class CaptionPairs(Dataset):
     def __len__(self) -> int:
         return len(self.pairs)
 
+
+class CaptionPairs(_Pairs):
+    """Every (image, reference caption) pair of a split; item = (annotations [L, D], token ids)."""
+
+    def __init__(self, annotations: np.ndarray, records: list[ImageRecord], vocab: Vocabulary, *,
+                 max_length: int | None = None):
+        self.annotations = annotations  # [N, L, D] fp16, possibly memory-mapped
+        self.pairs = _pairs(records, vocab, max_length)
+
     def __getitem__(self, index: int) -> tuple[torch.Tensor, list[int]]:
         image, tokens = self.pairs[index]
         return torch.from_numpy(np.asarray(self.annotations[image], dtype=np.float32)), tokens
 
 
-class ImageCaptionPairs(Dataset):
+class ImageCaptionPairs(_Pairs):
     """The same pairs over image files, for an encoder that runs on the fly (fine-tuning).
 
     item = (pixels [3, S, S] or None, token ids, why the image could not be read or None). Images are
@@ -79,13 +85,6 @@ class ImageCaptionPairs(Dataset):
         self.records, self.size, self.mean, self.std = records, image_size, mean, std
         self.augmented = augmented  # data.augment: a random crop and colour jitter per read (images.augment)
         self.pairs = _pairs(records, vocab, max_length)
-
-    @property
-    def lengths(self) -> list[int]:
-        return [len(tokens) for _, tokens in self.pairs]
-
-    def __len__(self) -> int:
-        return len(self.pairs)
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor | None, list[int], str | None]:
         image, tokens = self.pairs[index]
