@@ -27,7 +27,8 @@ import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
-from captioning.attention import AdditiveScore, SoftAttention
+from captioning.attention import SoftAttention
+from captioning.scores import AdditiveScore
 
 
 def supports(attention: torch.nn.Module) -> bool:

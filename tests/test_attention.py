@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from captioning.attention import AdditiveScore, AttentionOutput, Memory, SoftAttention, build_attention
+from captioning.attention import AttentionOutput, Memory, SoftAttention, build_attention
 from captioning.decoder import AttentionDecoder
+from captioning.scores import AdditiveScore
 
 B, L, D, H, A, V = 2, 9, 8, 16, 8, 11
 

@@ -14,10 +14,11 @@ import reference_impl as reference
 import torch
 
 from captioning import fused
-from captioning.attention import AdditiveScore, SoftAttention, build_attention
+from captioning.attention import SoftAttention, build_attention
 from captioning.decoder import AttentionDecoder
 from captioning.decoding import beam_search, greedy
 from captioning.losses import cross_entropy, doubly_stochastic
+from captioning.scores import AdditiveScore
 from captioning.vocab import Vocabulary
 
 B, L, D, E, H, A, V, T = 5, 9, 8, 6, 16, 7, 11, 7

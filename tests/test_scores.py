@@ -8,17 +8,9 @@ import math
 import pytest
 import torch
 
-from captioning.attention import (
-    SCORES,
-    CosineScore,
-    DotScore,
-    GridPosition,
-    HardAttention,
-    LocalScore,
-    SoftAttention,
-    build_attention,
-)
+from captioning.attention import GridPosition, HardAttention, SoftAttention, build_attention
 from captioning.decoder import AttentionDecoder
+from captioning.scores import SCORES, CosineScore, DotScore, LocalScore
 
 B, GRID, D, H, A, V = 2, (3, 3), 8, 16, 8, 11
 L = GRID[0] * GRID[1]
