@@ -5,8 +5,9 @@ Notation: B batch, L grid cells (Hg x Wg), D annotation channels, H decoder hidd
 The score (captioning.scores) says how well each cell a_i matches the decoder state,
 e_ti = score(h_{t-1}, a_i) (Eq. 4); alpha_t = softmax(e_t / tau) (Eq. 5, tau a temperature, 1 in
 the paper). Soft attention takes the expectation of the annotations under alpha (Sec. 4.2); hard
-attention samples one cell s_t ~ Categorical(alpha_t) and uses a_{s_t} (Sec. 4.1). Both return the same AttentionOutput, so
-the decoder never asks which kind it holds, and every score works with both.
+attention samples one cell s_t ~ Categorical(alpha_t) and uses a_{s_t} (Sec. 4.1). Both return
+the same AttentionOutput, so the decoder never asks which kind it holds, and every score works
+with both.
 
 Whatever depends only on the image (e.g. W_a a_i in the additive score) is computed once per image
 in `prepare`, not once per word: it is the largest tensor in the step, and recomputing it every
