@@ -215,9 +215,11 @@ class Run:
         torch.manual_seed(t.seed)
         self.decoder = build_decoder(config, vocab_size=len(self.data.vocab), annotation_dim=annotation_dim,
                                      grid=self.grid).to(device)
-        # Hard attention's REINFORCE terms and moving-average baseline (kept in checkpoints).
+        # Hard attention's REINFORCE terms and moving-average baseline (kept in checkpoints). Soft
+        # attention samples nothing: no REINFORCE terms, and no repeated rows for train.samples.
         self.reinforce = Reinforce(reward_weight=t.reinforce_weight, entropy_weight=t.entropy_weight,
-                                   baseline=t.baseline, decay=t.baseline_decay, samples=t.samples)
+                                   baseline=t.baseline, decay=t.baseline_decay,
+                                   samples=t.samples) if config.model.attention == "hard" else None
         groups = [{"params": list(self.decoder.parameters()), "lr": t.lr}]
         if self.encoder is not None and self.encoder.trainable:
             groups.append({"params": [p for p in self.encoder.parameters() if p.requires_grad],
@@ -258,7 +260,7 @@ class Run:
             "annotation_dim": self.annotation_dim, "decoder": self.decoder.state_dict(),
             "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
             "scaler": self.scaler.state_dict(), "progress": vars(self.progress).copy(), "rng": rng,
-            "reinforce": self.reinforce.state_dict(),  # hard attention's moving-average baseline
+            "reinforce": self.reinforce.state_dict() if self.reinforce else {},  # hard attention's baseline
         }
         if self.encoder is not None and self.encoder.trainable:
             payload["encoder"] = self.encoder.state_dict()
@@ -273,7 +275,8 @@ class Run:
         if checkpoint.get("scaler"):
             self.scaler.load_state_dict(checkpoint["scaler"])
         self.progress = Progress(**checkpoint["progress"])
-        self.reinforce.load_state_dict(checkpoint.get("reinforce", {}))
+        if self.reinforce is not None:
+            self.reinforce.load_state_dict(checkpoint.get("reinforce", {}))
         if self.context.rank == 0:  # rank 0's stream; the others start theirs anew (docs/coco.md)
             torch.set_rng_state(checkpoint["rng"]["torch"])
             random.setstate(checkpoint["rng"]["python"])

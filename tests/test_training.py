@@ -231,3 +231,13 @@ def test_checkpoint_with_pickled_code_is_refused(tmp_path: Path) -> None:
     torch.save({"format_version": checkpoint_module.FORMAT_VERSION, "payload": Path("/etc/passwd")}, path)
     with pytest.raises(CheckpointError, match="evil.pt"):
         load_checkpoint(path)
+
+
+def test_soft_attention_ignores_the_reinforce_settings(tmp_path: Path, tiny_config) -> None:
+    """train.samples repeats rows for hard attention's samples only: soft attention trains the same
+    weights with or without it, and a leave-one-out baseline is no error for it."""
+    fit(tiny_config(tmp_path / "one", "train.max_steps=2"))
+    fit(tiny_config(tmp_path / "three", "train.max_steps=2", "train.samples=3", "train.baseline=leave_one_out"))
+    one, three = _state(tmp_path / "one" / "last.pt"), _state(tmp_path / "three" / "last.pt")
+    assert all(torch.equal(one["decoder"][name], three["decoder"][name]) for name in one["decoder"])
+    assert three["reinforce"] == {}
