@@ -163,7 +163,7 @@ class HardAttention(_Attention):
 
     def __init__(self, score: nn.Module, *, temperature: float = 1.0, position: nn.Module | None = None,
                  unit_annotations: bool = False, expectation_prob: float = 0.5, coin: str = "image",
-                 inference: str = "expectation", warmup: int = 0):
+                 inference: str = "expectation", warmup: int = 0, group: int = 1):
         super().__init__(score, temperature=temperature, position=position, unit_annotations=unit_annotations)
         if not 0.0 <= expectation_prob <= 1.0:
             raise ValueError(f"expectation_prob must lie in [0, 1], got {expectation_prob}")
@@ -173,10 +173,15 @@ class HardAttention(_Attention):
             raise ValueError(f"unknown hard attention choice '{inference}' (known: {', '.join(self.CHOICES)})")
         if warmup < 0:
             raise ValueError(f"warmup must be >= 0 batches, got {warmup}")
+        if group < 1:
+            raise ValueError(f"group must be >= 1 rows per image, got {group}")
         self.expectation_prob = expectation_prob
         self.coin = coin
         self.inference = inference
         self.warmup = warmup
+        # Rows per image: with train.samples = K, the K copies of a caption sit in consecutive rows
+        # (train_step; the decoder's length sort is stable) and, being one image, share one coin.
+        self.group = group
         self.register_buffer("batches", torch.zeros((), dtype=torch.long))  # training batches seen
 
     def current_expectation_prob(self) -> float:
@@ -190,8 +195,11 @@ class HardAttention(_Attention):
         memory = super().prepare(annotations)
         if self.training:
             batch, device = annotations.shape[0], annotations.device
-            draws = torch.rand(1 if self.coin == "batch" else batch, device=device)  # Sec. 4.1
-            memory.expectation = (draws < self.current_expectation_prob()).expand(batch)  # [B]
+            if batch % self.group:
+                raise ValueError(f"a batch of {batch} rows is not whole images of {self.group} rows each")
+            images = 1 if self.coin == "batch" else batch // self.group
+            draws = torch.rand(images, device=device).repeat_interleave(batch // images)  # [B], Sec. 4.1
+            memory.expectation = draws < self.current_expectation_prob()  # [B]
             self.batches += 1
         return memory
 
@@ -275,9 +283,10 @@ POSITIONS = ("none", "learned")
 def build_attention(*, kind: str = "soft", score: str = "additive", annotation_dim: int, hidden_dim: int,
                     attention_dim: int, grid: tuple[int, int] | None = None, temperature: float = 1.0,
                     position: str = "none", local_base: str = "additive", unit_annotations: bool = False,
-                    expectation_prob: float = 0.5, coin: str = "image", warmup: int = 0) -> _Attention:
+                    expectation_prob: float = 0.5, coin: str = "image", warmup: int = 0,
+                    group: int = 1) -> _Attention:
     """Any score with either kind. `grid` is needed by the location and local scores and the 2-D
-    position; `expectation_prob` and `coin` concern hard attention only."""
+    position; `expectation_prob`, `coin` and `group` concern hard attention only."""
     if score not in SCORES:
         raise ValueError(f"unknown attention score '{score}' (known: {', '.join(SCORES)})")
     if kind not in ATTENTION:
@@ -293,5 +302,6 @@ def build_attention(*, kind: str = "soft", score: str = "additive", annotation_d
         where = GridPosition(grid=grid, annotation_dim=annotation_dim)
     shared = {"temperature": temperature, "position": where, "unit_annotations": unit_annotations}
     if kind == "hard":
-        return HardAttention(scorer, **shared, expectation_prob=expectation_prob, coin=coin, warmup=warmup)
+        return HardAttention(scorer, **shared, expectation_prob=expectation_prob, coin=coin, warmup=warmup,
+                             group=group)
     return ATTENTION[kind](scorer, **shared)

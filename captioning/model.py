@@ -23,7 +23,8 @@ def build_decoder(config: Config, *, vocab_size: int, annotation_dim: int,
                                 hidden_dim=m.hidden_dim, attention_dim=m.attention_dim, grid=grid,
                                 temperature=m.temperature, position=m.position, local_base=m.local_base,
                                 unit_annotations=m.unit_annotations,
-                                expectation_prob=m.hard_expectation_prob, coin=m.hard_coin, warmup=m.hard_warmup)
+                                expectation_prob=m.hard_expectation_prob, coin=m.hard_coin, warmup=m.hard_warmup,
+                                group=config.train.samples)  # train_step's copies of each caption
     return AttentionDecoder(vocab_size=vocab_size, annotation_dim=annotation_dim, embed_dim=m.embed_dim,
                             hidden_dim=m.hidden_dim, attention=attention, gate=m.gate, dropout=m.dropout)
 

@@ -88,6 +88,28 @@ def test_the_coin_is_one_per_image_for_the_whole_caption():
     assert 0 < sum(draws) < 12  # and it does come up both ways
 
 
+def test_copies_of_a_caption_share_their_image_coin_through_the_length_sort():
+    """train.samples = K puts K copies of each caption in consecutive rows (train_step): one image,
+    one coin, also when the decoder sorts the rows by length and drops finished ones."""
+    samples, images = 3, 120
+    attention = make(expectation_prob=0.5, group=samples)
+    decoder = AttentionDecoder(vocab_size=V, annotation_dim=D, embed_dim=8, hidden_dim=H, attention=attention,
+                               dropout=0.0).train()
+    a, _ = inputs(batch=images)
+    generator = torch.Generator().manual_seed(1)
+    tokens = torch.randint(4, V, (images, 7), generator=generator)
+    lengths = torch.randint(2, 8, (images,), generator=generator)  # captions of mixed length
+    torch.manual_seed(3)
+    with torch.no_grad():
+        out = decoder(a.repeat_interleave(samples, 0), tokens.repeat_interleave(samples, 0),
+                      lengths=lengths.repeat_interleave(samples))
+    expectation = (out.locations[:, 0] == -1).view(images, samples)  # [images, K]
+    assert (expectation.all(1) | ~expectation.any(1)).all()  # the K copies agree
+    assert 0.3 < expectation[:, 0].float().mean() < 0.7  # 120 fair coins, one per image
+    with pytest.raises(ValueError, match="whole images"):
+        decoder(a[:4], tokens[:4])  # 4 rows are not whole images of 3
+
+
 def test_samples_follow_alpha():
     attention = make(expectation_prob=0.0).train()
     a, h = inputs(batch=1)
