@@ -7,6 +7,7 @@ trains reuses that cache.
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,3 +86,26 @@ def encoder():
     from captioning.encoder import build_encoder
 
     return build_encoder(name="efficientnet_lite0", layer="stride16")
+
+
+@pytest.fixture
+def no_network(monkeypatch):
+    """Any attempt to open a connection fails loudly instead of reaching out (tests never download)."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a test tried to use the network")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+
+
+@pytest.fixture(scope="session")
+def resnet18_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A local ResNet-18 weights file with random weights: the real torchvision loading path, offline."""
+    import torchvision
+
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("weights") / "resnet18_random.pth"
+    torch.save(torchvision.models.resnet18(weights=None).state_dict(), path)
+    return path
+

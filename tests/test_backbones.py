@@ -3,7 +3,6 @@ grids at larger inputs, fine-tuning from a stage with the frozen rest in eval mo
 
 from __future__ import annotations
 
-import socket
 import urllib.error
 from pathlib import Path
 
@@ -13,14 +12,7 @@ import torchvision
 
 from captioning.encoder import EncoderWeightsError, build_encoder
 
-
-@pytest.fixture(autouse=True)
-def no_network(monkeypatch):
-    def refuse(*args, **kwargs):
-        raise AssertionError("a test tried to use the network")
-
-    monkeypatch.setattr(socket.socket, "connect", refuse)
-    monkeypatch.setattr(socket, "create_connection", refuse)
+pytestmark = pytest.mark.usefixtures("no_network")
 
 
 @pytest.fixture(scope="module")
@@ -33,12 +25,6 @@ def vgg19(tmp_path_factory: pytest.TempPathFactory):
     path.unlink()  # 550 MB
 
 
-@pytest.fixture(scope="module")
-def resnet18_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    torch.manual_seed(0)
-    path = tmp_path_factory.mktemp("weights") / "resnet18.pth"
-    torch.save(torchvision.models.resnet18(weights=None).state_dict(), path)
-    return path
 
 
 def test_vgg19_stride16_is_conv5_4_after_relu_before_the_last_pool(vgg19) -> None:

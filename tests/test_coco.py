@@ -109,14 +109,6 @@ def fake_flickr8k(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-@pytest.fixture(scope="module")
-def resnet18_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    import torchvision
-
-    torch.manual_seed(0)
-    path = tmp_path_factory.mktemp("weights") / "resnet18_random.pth"
-    torch.save(torchvision.models.resnet18(weights=None).state_dict(), path)
-    return path
 
 
 def _coco_config(root: Path, out: Path, resnet18_file: Path, *overrides: str):

@@ -6,7 +6,6 @@ once per module. Nothing here touches the network: the one test of the download 
 
 from __future__ import annotations
 
-import socket
 import urllib.error
 
 import numpy as np
@@ -22,15 +21,7 @@ skimage_data = pytest.importorskip("skimage.data")
 HALF = (0.5, 0.5, 0.5)
 
 
-@pytest.fixture(autouse=True)
-def no_network(monkeypatch):
-    """Any attempt to open a connection fails loudly instead of reaching out."""
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("a test tried to use the network")
-
-    monkeypatch.setattr(socket.socket, "connect", refuse)
-    monkeypatch.setattr(socket, "create_connection", refuse)
+pytestmark = pytest.mark.usefixtures("no_network")
 
 
 def photo(name: str, *, size: int = 224, mean=HALF, std=HALF) -> torch.Tensor:
