@@ -1,4 +1,4 @@
-"""Training: one optimizer step, validation by decoding, the run (checkpoints, logs, signals), fit.
+"""Training: one optimizer step, the run (checkpoints, logs, signals, validation), fit.
 
 Notation: B batch, T caption steps, L grid cells, D channels, S input side.
 
@@ -8,10 +8,10 @@ their own learning rate. Model selection, learning-rate decay and early stopping
 of *decoded* validation captions (greedy), never a teacher-forced loss: a teacher-forced loss can
 keep falling while the captions the model actually produces stop improving.
 
-Layout, top to bottom: the module a step trains and `train_step`; validation and its TensorBoard
-overlays; `Run` (state, checkpoints, logs, the epoch loop); `fit`. Elsewhere: the data of a run
-(data/loading.py, data/sampling.py), mixed precision (precision.py), several processes
-(distributed.py), SIGTERM/SIGINT (stop_signals.py).
+Layout, top to bottom: the module a step trains and `train_step`; `Run` (state, checkpoints, logs,
+the epoch loop); `fit`. Elsewhere: validation and its TensorBoard overlays (validation.py), the
+data of a run (data/loading.py, data/sampling.py), mixed precision (precision.py), several
+processes (distributed.py), SIGTERM/SIGINT (stop_signals.py).
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 from torch.utils.data import DataLoader
@@ -37,19 +36,16 @@ from captioning import distributed
 from captioning.checkpoint import load_checkpoint, save_checkpoint
 from captioning.config import Config
 from captioning.data.dataset import Batch
-from captioning.data.images import ImageReadError, load_image
 from captioning.data.loading import load_run_data
 from captioning.data.sampling import epoch_batches, rank_batches
-from captioning.data.splits import Split, encoder_from_config, uses_feature_cache
+from captioning.data.splits import encoder_from_config, uses_feature_cache
 from captioning.decoder import AttentionDecoder, DecoderOutput
-from captioning.decoding import decode
 from captioning.encoder import Encoder
-from captioning.evaluation import evaluate_split
 from captioning.losses import Reinforce, cross_entropy, doubly_stochastic
 from captioning.model import build_decoder
 from captioning.precision import FULL_PRECISION, Precision, precision_for
 from captioning.stop_signals import StopSignals
-from captioning.visualize import overlay_grid
+from captioning.validation import log_overlays, validate
 from captioning.vocab import Vocabulary
 
 
@@ -136,50 +132,6 @@ def train_step(model: nn.Module, batch: Batch, optimizer: torch.optim.Optimizer,
         scaler.step(optimizer)
         scaler.update()
     return {"loss": loss.item(), "xe": xe.item(), "ds": ds.item(), "grad_norm": norm.item(), **extra}
-
-
-# validation ----------------------------------------------------------------------------------------
-
-
-def validate(decoder: AttentionDecoder, split: Split, vocab: Vocabulary, config: Config, *,
-             device: str | torch.device, annotations: Any = None) -> dict[str, float]:
-    """Greedy captions of (the first val_images of) a split, scored with the Java-free metrics.
-
-    `annotations` replaces the split's cache (e.g. EncodedImages when the encoder is fine-tuned).
-    """
-    annotations = split.annotations if annotations is None else annotations
-    count = config.train.val_images or len(split.records)
-    metrics, _ = evaluate_split(
-        decoder, annotations[:count], image_ids=split.image_ids[:count], references=split.references[:count],
-        vocab=vocab, grid=split.grid, grounding=split.grounding[:count] if split.grounding else None,
-        beam_size=1, max_length=config.decode.max_length, full=False, device=device)
-    return metrics
-
-
-@torch.no_grad()
-def log_overlays(writer: SummaryWriter, decoder: AttentionDecoder, split: Split, annotations: Any, vocab: Vocabulary,
-                 *, count: int, max_length: int, step: int, device: str | torch.device) -> int:
-    """The first `count` validation images with their greedy caption and a map per word; returns how
-    many were written."""
-    count = min(count, len(split.records))
-    if count == 0:
-        return 0
-    decoder.eval()
-    batch = torch.from_numpy(np.asarray(annotations[:count], dtype=np.float32)).to(device)  # [count, L, D]
-    captions = decode(decoder, batch, beam_size=1, max_length=max_length)
-    written = 0
-    for row, record in enumerate(split.records[:count]):
-        words = vocab.decode(captions.tokens[row].tolist())
-        try:
-            image = load_image(record.path)
-        except ImageReadError:
-            continue
-        alphas = captions.alphas[row, : len(words)].view(len(words), *split.grid).float().cpu().numpy()
-        picture = overlay_grid(image, words, alphas, thumbnail=160)
-        writer.add_image(f"val_overlays/{row}", np.asarray(picture), step, dataformats="HWC")
-        writer.add_text(f"val_captions/{row}", " ".join(words) or "(empty)", step)
-        written += 1
-    return written
 
 
 # the run -------------------------------------------------------------------------------------------

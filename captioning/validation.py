@@ -1,0 +1,64 @@
+"""Validation during training: greedy captions of the validation split, scored, and a few of them
+drawn with their per-word maps for TensorBoard.
+
+Model selection, learning-rate decay and early stopping use these *decoded* captions, never a
+teacher-forced loss (see captioning.training).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.tensorboard import SummaryWriter
+
+from captioning.config import Config
+from captioning.data.images import ImageReadError, load_image
+from captioning.data.splits import Split
+from captioning.decoder import AttentionDecoder
+from captioning.decoding import decode
+from captioning.evaluation import evaluate_split
+from captioning.visualize import overlay_grid
+from captioning.vocab import Vocabulary
+
+
+def validate(decoder: AttentionDecoder, split: Split, vocab: Vocabulary, config: Config, *,
+             device: str | torch.device, annotations: Any = None) -> dict[str, float]:
+    """Greedy captions of (the first val_images of) a split, scored with the Java-free metrics.
+
+    `annotations` replaces the split's cache (e.g. EncodedImages when the encoder is fine-tuned).
+    """
+    annotations = split.annotations if annotations is None else annotations
+    count = config.train.val_images or len(split.records)
+    metrics, _ = evaluate_split(
+        decoder, annotations[:count], image_ids=split.image_ids[:count], references=split.references[:count],
+        vocab=vocab, grid=split.grid, grounding=split.grounding[:count] if split.grounding else None,
+        beam_size=1, max_length=config.decode.max_length, full=False, device=device)
+    return metrics
+
+
+@torch.no_grad()
+def log_overlays(writer: SummaryWriter, decoder: AttentionDecoder, split: Split, annotations: Any, vocab: Vocabulary,
+                 *, count: int, max_length: int, step: int, device: str | torch.device) -> int:
+    """The first `count` validation images with their greedy caption and a map per word; returns how
+    many were written."""
+    count = min(count, len(split.records))
+    if count == 0:
+        return 0
+    decoder.eval()
+    batch = torch.from_numpy(np.asarray(annotations[:count], dtype=np.float32)).to(device)  # [count, L, D]
+    captions = decode(decoder, batch, beam_size=1, max_length=max_length)
+    written = 0
+    for row, record in enumerate(split.records[:count]):
+        words = vocab.decode(captions.tokens[row].tolist())
+        try:
+            image = load_image(record.path)
+        except ImageReadError:
+            continue
+        alphas = captions.alphas[row, : len(words)].view(len(words), *split.grid).float().cpu().numpy()
+        picture = overlay_grid(image, words, alphas, thumbnail=160)
+        writer.add_image(f"val_overlays/{row}", np.asarray(picture), step, dataformats="HWC")
+        writer.add_text(f"val_captions/{row}", " ".join(words) or "(empty)", step)
+        written += 1
+    return written
