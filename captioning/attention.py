@@ -95,6 +95,36 @@ class GridPosition(nn.Module):
         return annotations + position  # [B, L, D]
 
 
+class GridCoordinates(nn.Module):
+    """Two channels appended to every annotation: the centre (x, y) of its cell, in [-1, 1].
+
+    Unlike a position *added* to the features (GridPosition), the coordinates stay separable from
+    the content and average as coordinates do: under soft attention the context's last two channels
+    are exactly the centre of mass of the map, sum_i alpha_ti (x_i, y_i), and under hard attention
+    the chosen cell's centre. The decoder thus knows *where* it looked at every word, which a
+    relation ("to the left of") needs and which translation-equivariant CNN features barely carry.
+    They are scaled by each image's root-mean-square annotation channel (not learned, not a batch
+    statistic), so they are as loud as an average channel whatever the backbone.
+    An option (model.position=coordinates), off by default; the annotations become D + 2 wide.
+    """
+
+    channels = 2
+
+    def __init__(self, *, grid: tuple[int, int]):
+        super().__init__()
+        rows, columns = grid
+        y = (torch.arange(rows) + 0.5) / rows * 2 - 1  # [Hg], cell centres in [-1, 1]
+        x = (torch.arange(columns) + 0.5) / columns * 2 - 1  # [Wg]
+        grid_y, grid_x = torch.meshgrid(y, x, indexing="ij")
+        self.register_buffer("centres", torch.stack([grid_x, grid_y], dim=2).flatten(0, 1), persistent=False)  # [L, 2]
+
+    def forward(self, annotations: torch.Tensor) -> torch.Tensor:
+        check_cells(annotations, self.centres.shape[0], "2-D coordinates of the")
+        scale = annotations.pow(2).mean(dim=(1, 2)).sqrt()  # [B], the image's RMS channel
+        centres = self.centres.to(annotations.dtype)[None] * scale[:, None, None]  # [B, L, 2]
+        return torch.cat([annotations, centres], dim=2)  # [B, L, D + 2]
+
+
 # Using the weights: soft and hard ------------------------------------------------------------------
 
 
@@ -116,6 +146,8 @@ class _Attention(nn.Module):
         self.temperature = temperature
         self.position = position
         self.unit_annotations = unit_annotations
+        # Channels the position appends to each annotation: the context z_t is D + extra wide.
+        self.extra_channels = getattr(position, "channels", 0)
 
     def prepare(self, annotations: torch.Tensor) -> Memory:
         if self.unit_annotations:
@@ -277,7 +309,7 @@ def hard_inference(module: nn.Module, choice: str | None) -> Iterator[None]:
 
 
 ATTENTION: dict[str, type[_Attention]] = {"soft": SoftAttention, "hard": HardAttention}
-POSITIONS = ("none", "learned")
+POSITIONS = ("none", "learned", "coordinates")
 
 
 def build_attention(*, kind: str = "soft", score: str = "additive", annotation_dim: int, hidden_dim: int,
@@ -293,13 +325,17 @@ def build_attention(*, kind: str = "soft", score: str = "additive", annotation_d
         raise ValueError(f"unknown attention kind '{kind}' (known: {', '.join(ATTENTION)})")
     if position not in POSITIONS:
         raise ValueError(f"unknown attention position '{position}' (known: {', '.join(POSITIONS)})")
-    dims = {"annotation_dim": annotation_dim, "hidden_dim": hidden_dim, "attention_dim": attention_dim, "grid": grid}
-    scorer = LocalScore(**dims, base=local_base) if score == "local" else SCORES[score](**dims)
     where = None
+    if position != "none" and grid is None:
+        raise ValueError(f"the {position} 2-D position needs the grid (Hg, Wg)")
     if position == "learned":
-        if grid is None:
-            raise ValueError("the learned 2-D position needs the grid (Hg, Wg)")
         where = GridPosition(grid=grid, annotation_dim=annotation_dim)
+    elif position == "coordinates":
+        where = GridCoordinates(grid=grid)
+    # The score sees the annotations as the position left them (D + 2 wide with coordinates).
+    dims = {"annotation_dim": annotation_dim + getattr(where, "channels", 0), "hidden_dim": hidden_dim,
+            "attention_dim": attention_dim, "grid": grid}
+    scorer = LocalScore(**dims, base=local_base) if score == "local" else SCORES[score](**dims)
     shared = {"temperature": temperature, "position": where, "unit_annotations": unit_annotations}
     if kind == "hard":
         return HardAttention(scorer, **shared, expectation_prob=expectation_prob, coin=coin, warmup=warmup,

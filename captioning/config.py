@@ -56,7 +56,9 @@ class ModelConfig:
     score: str = "additive"  # the attention score function (see captioning.attention.SCORES)
     attention: str = "soft"  # how the weights are used: soft (Sec. 4.2) or hard (Sec. 4.1)
     temperature: float = 1.0  # alpha = softmax(e / temperature)
-    position: str = "none"  # "learned": a 2-D position added to the annotations (see attention.GridPosition)
+    # 2-D position (off by default): "learned" adds a learned position to the annotations
+    # (attention.GridPosition); "coordinates" appends each cell's (x, y) (attention.GridCoordinates).
+    position: str = "none"
     local_base: str = "additive"  # the content score under the `local` score's Gaussian window
     unit_annotations: bool = False  # rescale each annotation to norm sqrt(D) before attention (see attention.py)
     # Hard attention, training: the chance that an image uses the soft expectation instead of samples

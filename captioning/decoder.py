@@ -50,11 +50,13 @@ class AttentionDecoder(nn.Module):
         self.init_c = nn.Linear(annotation_dim, hidden_dim)
         if gate not in ("scalar", "vector"):
             raise ValueError(f"unknown gate '{gate}' (known: scalar, vector)")
+        # z_t is as wide as attention's memory: D, or D + 2 with the grid coordinates appended.
+        context_dim = annotation_dim + getattr(attention, "extra_channels", 0)
         # The paper's beta_t is a scalar per step; some ports gate each channel instead.
-        self.gate = nn.Linear(hidden_dim, 1 if gate == "scalar" else annotation_dim)
-        self.lstm = nn.LSTMCell(embed_dim + annotation_dim, hidden_dim)
+        self.gate = nn.Linear(hidden_dim, 1 if gate == "scalar" else context_dim)
+        self.lstm = nn.LSTMCell(embed_dim + context_dim, hidden_dim)
         self.out_h = nn.Linear(hidden_dim, embed_dim)  # L_h
-        self.out_z = nn.Linear(annotation_dim, embed_dim, bias=False)  # L_z
+        self.out_z = nn.Linear(context_dim, embed_dim, bias=False)  # L_z
         self.out = nn.Linear(embed_dim, vocab_size)  # L_o
         self.dropout = nn.Dropout(dropout)
 

@@ -89,6 +89,33 @@ def test_teacher_forcing_matches_the_reference_logits_alphas_losses_and_gradient
         torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-12, msg=name)
 
 
+def test_with_grid_coordinates_the_fused_path_equals_the_stepwise_one():
+    """model.position=coordinates widens z_t to D + 2; the fused recurrence must follow it exactly."""
+    grid = (3, 3)
+    made = []
+    for plain in (False, True):
+        torch.manual_seed(5)
+        attention = build_attention(kind="soft", annotation_dim=D, hidden_dim=H, attention_dim=A, grid=grid,
+                                    position="coordinates")
+        if plain:
+            attention = PlainSoftAttention(attention.score, position=attention.position)
+        made.append(AttentionDecoder(vocab_size=V, annotation_dim=D, embed_dim=E, hidden_dim=H,
+                                     attention=attention, dropout=0.0).to(torch.float64))
+    assert fused.supports(made[0].attention) and not fused.supports(made[1].attention)
+    annotations, inputs, targets, mask = make_batch(3)
+    results = []
+    for decoder in made:
+        a = annotations.clone().requires_grad_(True)
+        output = decoder(a, inputs, lengths=LENGTHS)
+        loss = loss_of(output, targets, mask)
+        results.append((output.logits, loss, torch.autograd.grad(loss, [a, *decoder.parameters()])))
+    (logits, loss, grads), (want_logits, want_loss, want_grads) = results
+    torch.testing.assert_close(logits, want_logits, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(loss, want_loss, rtol=1e-12, atol=1e-12)
+    for got, want in zip(grads, want_grads):
+        torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-12)
+
+
 @pytest.mark.parametrize("plain", [False, True], ids=["fused", "stepwise"])
 def test_without_lengths_every_step_is_computed_as_in_the_reference(plain):
     decoder = make_decoder(4, plain=plain)

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from captioning.attention import GridPosition, HardAttention, SoftAttention, build_attention
+from captioning.attention import GridCoordinates, GridPosition, HardAttention, SoftAttention, build_attention
 from captioning.decoder import AttentionDecoder
 from captioning.scores import SCORES, CosineScore, DotScore, LocalScore
 
@@ -168,14 +168,71 @@ def test_learned_position_is_added_per_row_and_column():
         build_attention(kind="soft", annotation_dim=D, hidden_dim=H, attention_dim=A, position="sinusoidal")
 
 
+def centre(i: int) -> torch.Tensor:
+    """(x, y) of cell i's centre in [-1, 1], from the grid by hand."""
+    row, column = divmod(i, GRID[1])
+    return torch.tensor([(2 * column + 1) / GRID[1] - 1, (2 * row + 1) / GRID[0] - 1])
+
+
+def test_coordinates_are_appended_and_the_soft_context_ends_with_the_centre_of_mass():
+    torch.manual_seed(0)
+    attention = build_attention(kind="soft", score="additive", annotation_dim=D, hidden_dim=H, attention_dim=A,
+                                grid=GRID, position="coordinates")
+    assert isinstance(attention.position, GridCoordinates) and attention.extra_channels == 2
+    a, h = inputs()
+    memory = attention.prepare(a)
+    assert memory.annotations.shape == (B, L, D + 2)
+    torch.testing.assert_close(memory.annotations[:, :, :D], a)
+    for b in range(B):
+        rms = a[b].pow(2).mean().sqrt()  # the image's own scale, not the batch's
+        for i in range(L):
+            torch.testing.assert_close(memory.annotations[b, i, D:], rms * centre(i))
+    out = attention(memory, h)
+    for b in range(B):
+        mass_centre = sum(out.alpha[b, i] * centre(i) for i in range(L))  # sum_i alpha_i (x_i, y_i)
+        torch.testing.assert_close(out.context[b, D:], a[b].pow(2).mean().sqrt() * mass_centre)
+    # A corner cell's coordinates do not depend on which other images share the batch.
+    alone = attention.prepare(a[1:])
+    torch.testing.assert_close(alone.annotations[0], memory.annotations[1])
+
+
+def test_hard_attention_with_coordinates_hands_over_the_chosen_cells_centre():
+    torch.manual_seed(0)
+    attention = build_attention(kind="hard", score="local", annotation_dim=D, hidden_dim=H, attention_dim=A,
+                                grid=GRID, position="coordinates").eval()
+    attention.inference = "argmax"
+    a, h = inputs()
+    out = attention(attention.prepare(a), h)
+    for b in range(B):
+        cell = int(out.location[b])
+        torch.testing.assert_close(out.context[b], torch.cat([a[b, cell], a[b].pow(2).mean().sqrt() * centre(cell)]))
+
+
+def test_a_decoder_with_coordinates_widens_its_context_not_its_initial_state():
+    torch.manual_seed(0)
+    attention = build_attention(kind="soft", annotation_dim=D, hidden_dim=H, attention_dim=A, grid=GRID,
+                                position="coordinates")
+    decoder = AttentionDecoder(vocab_size=V, annotation_dim=D, embed_dim=6, hidden_dim=H, attention=attention,
+                               gate="vector")
+    assert decoder.init_h.in_features == D  # h_0 from the mean of the annotations themselves
+    assert decoder.lstm.input_size == 6 + D + 2 and decoder.out_z.in_features == D + 2
+    assert decoder.gate.out_features == D + 2
+    a, _ = inputs()
+    logits = decoder(a, torch.full((B, 4), 1, dtype=torch.long), lengths=torch.tensor([4, 2])).logits
+    assert logits.shape == (B, 4, V) and torch.isfinite(logits).all()
+    with pytest.raises(ValueError, match="grid"):
+        build_attention(kind="soft", annotation_dim=D, hidden_dim=H, attention_dim=A, position="coordinates")
+
+
 @pytest.mark.parametrize("name", list(SCORES))
 @pytest.mark.parametrize("kind", ["soft", "hard"])
-def test_gradcheck_float64_every_score_with_both_kinds(name, kind):
+@pytest.mark.parametrize("position", ["learned", "coordinates"])
+def test_gradcheck_float64_every_score_with_both_kinds(name, kind, position):
     """Hard attention is checked in eval mode with argmax, where the cell is a fixed function of the
     input; its context, log p(s_t) and entropy are the differentiable outputs."""
     torch.manual_seed(0)
     attention = build_attention(kind=kind, score=name, annotation_dim=D, hidden_dim=H, attention_dim=A, grid=GRID,
-                                position="learned").to(torch.float64)
+                                position=position).to(torch.float64)
     if kind == "hard":
         attention.eval()
         attention.inference = "argmax"
