@@ -59,6 +59,8 @@ STUDY_RUNS = {
     "soft_unit": ("model.attention=soft", "model.unit_annotations=true"),
     "soft_local_1ep": ("model.attention=soft", "model.score=local"),
     "soft_local_position": ("model.attention=soft", "model.score=local", "model.position=learned"),
+    "soft_coordinates": ("model.attention=soft", "model.position=coordinates"),
+    "soft_local_coordinates": ("model.attention=soft", "model.score=local", "model.position=coordinates"),
     "hard_1ep": ("model.attention=hard",),
     "hard_loo4": ("model.attention=hard", "train.baseline=leave_one_out", "train.samples=4"),
     "hard_sample_only": ("model.attention=hard", "model.hard_expectation_prob=0.0"),

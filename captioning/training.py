@@ -45,7 +45,7 @@ from captioning.losses import Reinforce, cross_entropy, doubly_stochastic
 from captioning.model import build_decoder
 from captioning.precision import FULL_PRECISION, Precision, precision_for
 from captioning.stop_signals import StopSignals
-from captioning.validation import log_overlays, validate
+from captioning.validation import hard_choice, log_overlays, validate
 from captioning.vocab import Vocabulary
 
 
@@ -80,11 +80,14 @@ class TrainingModel(nn.Module):
         self.decoder = decoder
         self.encoder = encoder
 
-    def forward(self, source: torch.Tensor, inputs: torch.Tensor, *,
-                lengths: torch.Tensor | None = None) -> DecoderOutput:
-        """source: annotations [B, L, D], or images [B, 3, S, S] when there is an encoder; inputs [B, T];
-        lengths [B] the real steps of each row (see AttentionDecoder.forward)."""
+    def forward(self, source: torch.Tensor, inputs: torch.Tensor, *, lengths: torch.Tensor | None = None,
+                repeats: int = 1) -> DecoderOutput:
+        """source: annotations [B, L, D], or images [B, 3, S, S] when there is an encoder; inputs
+        [B*repeats, T] (each caption `repeats` times in a row: train.samples); lengths [B*repeats] the
+        real steps of each row (see AttentionDecoder.forward). The encoder sees each image once."""
         annotations = source if self.encoder is None else self.encoder(source)[0]  # [B, L, D]
+        if repeats > 1:
+            annotations = annotations.repeat_interleave(repeats, dim=0)  # [B*repeats, L, D]
         return self.decoder(annotations, inputs, lengths=lengths)
 
 
@@ -95,18 +98,20 @@ def train_step(model: nn.Module, batch: Batch, optimizer: torch.optim.Optimizer,
     """One optimizer step of cross-entropy plus the doubly stochastic term, plus, when the decoder's
     attention samples locations (hard attention), the REINFORCE terms of `reinforce` (Sec. 4.1).
 
-    `model(batch.source, inputs)` is a decoder (on annotations) or a TrainingModel. `shares` weight
+    `model(batch.source, inputs)` is a decoder (on annotations) or a TrainingModel (needed with
+    `reinforce.samples` > 1, whose copies it makes after the encoder). `shares` weight
     the terms by this process's share of the global batch's words and images (1 alone; see
     captioning.distributed); the losses returned are this process's own.
     """
     model.train()
     samples = reinforce.samples if reinforce is not None else 1
     tokens = batch.tokens.repeat_interleave(samples, dim=0)  # [B*K, T]: K samples of locations per caption
-    source = batch.source.repeat_interleave(samples, dim=0) if samples > 1 else batch.source
     inputs, targets = tokens[:, :-1], tokens[:, 1:]  # [B, T-1]: predict word t+1 from word t
     mask = (targets != Vocabulary.pad_id).float()  # [B, T-1], padding reaches no term
+    # The K copies of an image are made after the encoder (TrainingModel), which runs once per image.
+    repeats = {"repeats": samples} if samples > 1 else {}
     with precision.autocast():
-        output = model(source, inputs, lengths=mask.sum(1).long())  # padded steps are not computed
+        output = model(batch.source, inputs, lengths=mask.sum(1).long(), **repeats)  # padded steps not computed
     logits = output.logits.float()  # [B, T-1, V]
     xe = cross_entropy(logits, targets, mask)
     ds = doubly_stochastic(output.alphas.float(), mask, target=ds_target)
@@ -295,7 +300,7 @@ class Run:
                 self.writer.add_scalar(f"val/{name}", number, progress.step)
             log_overlays(self.writer, self.decoder, self.data.val, self.data.val_annotations, self.data.vocab,
                          count=t.log_images, max_length=self.config.decode.max_length, step=progress.step,
-                         device=self.device)
+                         device=self.device, hard_attention=hard_choice(self.config))
             self.log({"step": progress.step, "epoch": progress.epoch, "validation": metrics})
             shown = ("Bleu_4", "CIDEr", "attention_correctness")
             summary = ", ".join(f"{k} {metrics[k]:.3f}" for k in shown if k in metrics)

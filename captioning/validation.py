@@ -34,13 +34,21 @@ def validate(decoder: AttentionDecoder, split: Split, vocab: Vocabulary, config:
     metrics, _ = evaluate_split(
         decoder, annotations[:count], image_ids=split.image_ids[:count], references=split.references[:count],
         vocab=vocab, grid=split.grid, grounding=split.grounding[:count] if split.grounding else None,
-        beam_size=1, max_length=config.decode.max_length, full=False, device=device)
+        beam_size=1, max_length=config.decode.max_length, full=False, device=device,
+        hard_attention=hard_choice(config))
     return metrics
+
+
+def hard_choice(config: Config) -> str | None:
+    """How validation picks hard attention's cell: as the config's test-time decoding does, so that
+    the best checkpoint is chosen by the decoding it will be used with; None for soft attention."""
+    return config.decode.hard_attention if config.model.attention == "hard" else None
 
 
 @torch.no_grad()
 def log_overlays(writer: SummaryWriter, decoder: AttentionDecoder, split: Split, annotations: Any, vocab: Vocabulary,
-                 *, count: int, max_length: int, step: int, device: str | torch.device) -> int:
+                 *, count: int, max_length: int, step: int, device: str | torch.device,
+                 hard_attention: str | None = None) -> int:
     """The first `count` validation images with their greedy caption and a map per word; returns how
     many were written."""
     count = min(count, len(split.records))
@@ -48,7 +56,7 @@ def log_overlays(writer: SummaryWriter, decoder: AttentionDecoder, split: Split,
         return 0
     decoder.eval()
     batch = torch.from_numpy(np.asarray(annotations[:count], dtype=np.float32)).to(device)  # [count, L, D]
-    captions = decode(decoder, batch, beam_size=1, max_length=max_length)
+    captions = decode(decoder, batch, beam_size=1, max_length=max_length, hard_attention=hard_attention)
     written = 0
     for row, record in enumerate(split.records[:count]):
         words = vocab.decode(captions.tokens[row].tolist())
@@ -57,7 +65,8 @@ def log_overlays(writer: SummaryWriter, decoder: AttentionDecoder, split: Split,
         except ImageReadError:
             continue
         alphas = captions.alphas[row, : len(words)].view(len(words), *split.grid).float().cpu().numpy()
-        picture = overlay_grid(image, words, alphas, thumbnail=160)
+        locations = None if captions.locations is None else captions.locations[row, : len(words)].tolist()
+        picture = overlay_grid(image, words, alphas, thumbnail=160, locations=locations)
         writer.add_image(f"val_overlays/{row}", np.asarray(picture), step, dataformats="HWC")
         writer.add_text(f"val_captions/{row}", " ".join(words) or "(empty)", step)
         written += 1

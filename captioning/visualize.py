@@ -64,9 +64,12 @@ def _safe(word: str) -> str:
 
 
 def overlay_grid(image: Image.Image, words: Sequence[str], alphas: np.ndarray, *, thumbnail: int = 224,
-                 columns: int = 5) -> Image.Image:
-    """The image and one overlay per word, as thumbnails in rows of `columns`; alphas [n, Hg, Wg]."""
-    tiles = [_label(image.copy(), "image"), *(overlay(image, alpha, word) for word, alpha in zip(words, alphas))]
+                 columns: int = 5, locations: Sequence[int] | None = None) -> Image.Image:
+    """The image and one overlay per word, as thumbnails in rows of `columns`; alphas [n, Hg, Wg];
+    `locations` (hard attention) the chosen cell of each word, outlined as in `overlay`."""
+    cells = [None] * len(words) if locations is None else locations
+    tiles = [_label(image.copy(), "image"),
+             *(overlay(image, alpha, word, location=cell) for word, alpha, cell in zip(words, alphas, cells))]
     return _tile(image, tiles, thumbnail=thumbnail, columns=columns)
 
 

@@ -214,6 +214,32 @@ def test_cached_annotations_match_the_encoder(shapes_root: Path, tiny_config, en
     assert float(live.abs().max()) > 0.1  # real features, not zeros
 
 
+def test_two_runs_starting_at_once_compute_the_cache_once(tmp_path: Path, shapes_root: Path, encoder) -> None:
+    """Two trainings launched together on the same data: the second waits for the first's cache
+    instead of writing the same partial file (which once broke a study run)."""
+    import threading
+    import time
+
+    records = read_split(shapes_root / "dataset_shapes.json", "test")[:2]
+    calls, results = [], []
+
+    def factory():
+        calls.append(1)
+        time.sleep(0.5)  # both threads are inside load_or_compute by now
+        return encoder
+
+    def worker():
+        results.append(load_or_compute(tmp_path / "cache", "test", records, encoder_factory=factory, image_size=64))
+
+    threads = [threading.Thread(target=worker) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(calls) == 1 and len(results) == 2
+    assert np.array_equal(np.asarray(results[0].annotations), np.asarray(results[1].annotations))
+
+
 def test_load_or_compute_computes_once(tmp_path: Path, shapes_root: Path, encoder) -> None:
     records = read_split(shapes_root / "dataset_shapes.json", "test")[:2]
     calls = []
@@ -224,7 +250,8 @@ def test_load_or_compute_computes_once(tmp_path: Path, shapes_root: Path, encode
 
     first, grid, _ = load_or_compute(tmp_path / "cache", "test", records, encoder_factory=factory, image_size=64)
     assert len(calls) == 1 and grid == (4, 4) and first.shape == (2, 16, 112)
-    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == ["test.json", "test.npy"]  # no temp file
+    left = sorted(p.name for p in (tmp_path / "cache").iterdir() if p.suffix != ".lock")
+    assert left == ["test.json", "test.npy"]  # no temp file
     second, grid_again, _ = load_or_compute(tmp_path / "cache", "test", records, encoder_factory=_never, image_size=64)
     assert grid_again == grid and np.array_equal(np.asarray(first), np.asarray(second))
     # A different list of images is not served from a stale cache.

@@ -203,3 +203,20 @@ def test_warmup_goes_from_the_expectation_to_the_papers_mixture_and_is_saved():
     assert int(attention.batches) == 6  # decoding does not advance the schedule
     with pytest.raises(ValueError, match="warmup"):
         make(warmup=-1)
+
+
+@pytest.mark.parametrize("kind", ["soft", "hard"])
+def test_validation_decodes_hard_attention_as_the_config_says(kind, monkeypatch):
+    """The best checkpoint is picked by the decoding it will be used with (decode.hard_attention)."""
+    from captioning import validation
+    from captioning.config import load_config
+
+    seen = {}
+    monkeypatch.setattr(validation, "evaluate_split", lambda *args, **kwargs: (seen.update(kwargs) or {}, []))
+
+    class Split:  # what validate reads of a split
+        annotations, records, image_ids, references, grid, grounding = [0], [0], [0], [["a"]], (1, 1), None
+
+    config = load_config("configs/shapes_soft.yaml", [f"model.attention={kind}", "decode.hard_attention=argmax"])
+    validation.validate(None, Split(), None, config, device="cpu")
+    assert seen["hard_attention"] == ("argmax" if kind == "hard" else None)

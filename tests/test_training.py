@@ -142,6 +142,43 @@ def test_overfit_one_batch() -> None:
     assert history[-1] < 0.1
 
 
+def test_the_samples_of_a_caption_share_one_pass_of_the_encoder() -> None:
+    """train.samples = K copies of each caption for leave-one-out: the CNN still sees each image once,
+    and the decoder gets each image's annotations K times, in the rows of that caption's copies."""
+    from captioning.losses import Reinforce
+    from captioning.training import TrainingModel
+
+    class Encoder(torch.nn.Module):  # stands in for a fine-tuned CNN: images [B, 8, 3, 3] -> [B, 9, 8]
+        def __init__(self):
+            super().__init__()
+            self.scale = torch.nn.Parameter(torch.ones(()))
+            self.rows_seen = []
+
+        def forward(self, images):
+            self.rows_seen.append(images.shape[0])
+            return self.scale * images.flatten(2).transpose(1, 2), (3, 3)
+
+    torch.manual_seed(0)
+    config = Config(model=ModelConfig(embed_dim=16, hidden_dim=16, attention_dim=16, attention="hard",
+                                      hard_expectation_prob=0.0, dropout=0.0))
+    decoder = build_decoder(config, vocab_size=11, annotation_dim=8)
+    decoder.attention.group = 3
+    seen = []
+    decoder.register_forward_pre_hook(lambda module, args: seen.append(args[0].detach().clone()))
+    model = TrainingModel(decoder=decoder, encoder=Encoder())
+    fixed = _fixed_batch()
+    images = fixed.annotations.transpose(1, 2).reshape(2, 8, 3, 3)  # [B, 8, 3, 3]
+    batch = Batch(annotations=None, images=images, tokens=fixed.tokens, lengths=fixed.lengths)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    train_step(model, batch, optimizer, grad_clip=5.0, ds_weight=0.0, ds_target="one",
+               reinforce=Reinforce(baseline="leave_one_out", samples=3))
+    assert model.encoder.rows_seen == [2]  # once per image, not once per copy
+    assert seen[0].shape == (6, 9, 8)
+    for row in range(6):
+        torch.testing.assert_close(seen[0][row], fixed.annotations[row // 3])
+    assert model.encoder.scale.grad is not None and model.encoder.scale.grad.abs() > 0
+
+
 # non-finite losses ---------------------------------------------------------------------------------
 
 

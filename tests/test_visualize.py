@@ -9,7 +9,7 @@ import pytest
 from PIL import Image
 
 from captioning.data.images import attention_on_image
-from captioning.visualize import heatmap, overlay, save_overlays
+from captioning.visualize import heatmap, overlay, overlay_grid, save_overlays
 
 GRID = 14
 CELLS = [(0, 0), (0, 13), (13, 0), (13, 13), (6, 7), (3, 10)]
@@ -132,3 +132,12 @@ def test_save_overlays_passes_each_words_cell(tmp_path: Path) -> None:
     second = [np.asarray(Image.open(tmp_path / kind / "01_circle.png")) for kind in ("hard", "soft")]
     assert (first[0] == first[1]).all()  # no cell chosen for the first word
     assert not (second[0] == second[1]).all()  # the outline on the second
+
+
+def test_overlay_grid_outlines_each_words_chosen_cell() -> None:
+    image = _picture(224, 224)
+    alphas = np.stack([_one_hot(0, 0), _one_hot(5, 5)])
+    hard = np.asarray(overlay_grid(image, ["a", "circle"], alphas, thumbnail=224, locations=[-1, 5 * GRID + 5]))
+    soft = np.asarray(overlay_grid(image, ["a", "circle"], alphas, thumbnail=224))
+    assert (hard[:, : 2 * 224] == soft[:, : 2 * 224]).all()  # the image and the word without a chosen cell
+    assert not (hard[:, 2 * 224:] == soft[:, 2 * 224:]).all()  # the outline on the second word's tile

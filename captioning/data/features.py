@@ -25,6 +25,7 @@ from typing import NamedTuple
 
 import numpy as np
 import torch
+from filelock import FileLock
 from torch.utils.data import DataLoader, Dataset
 from tqdm import tqdm
 
@@ -164,8 +165,15 @@ def load_or_compute(directory: Path, split: str, records: list[ImageRecord], *, 
     cached = read_cache(directory, split, records)
     if cached is not None:
         return cached
-    return write_cache(directory, split, records, encoder=encoder_factory(), image_size=image_size,
-                       batch_size=batch_size, device=device, num_workers=num_workers)
+    # Two runs started at once on the same data would write the same partial file: the second waits,
+    # then finds the first one's cache.
+    directory.mkdir(parents=True, exist_ok=True)
+    with FileLock(directory / f".{split}.lock"):
+        cached = read_cache(directory, split, records)
+        if cached is not None:
+            return cached
+        return write_cache(directory, split, records, encoder=encoder_factory(), image_size=image_size,
+                           batch_size=batch_size, device=device, num_workers=num_workers)
 
 
 class EncodedImages:
