@@ -7,8 +7,9 @@
 Each run trains from configs/shapes_soft.yaml plus its overrides, on one CPU thread, then decodes the
 test split greedily and scores it (BLEU-4 and CIDEr on the project's tokenization, attention
 correctness and its chance level, relation accuracy). Results are kept per run in
-OUT/<name>/metrics.json, so an interrupted study resumes; the tables between the markers in
-docs/attention.md are regenerated from those files only, never typed by hand.
+RESULTS/<name>.json (default docs/attention_study/, committed: a fresh clone can rewrite the tables
+with --tables-only), so an interrupted study resumes; checkpoints go to OUT/<name>/. The tables between
+the markers in docs/attention.md are regenerated from those files only, never typed by hand.
 """
 
 from __future__ import annotations
@@ -50,6 +51,9 @@ SCORE_RUNS = {f"{kind}_{score}": (*KINDS[kind], f"model.score={score}", f"train.
 # (stride 16, 14x14, no doubly stochastic term, no position), plus hard attention's estimators.
 STUDY_RUNS = {
     "soft_1ep": ("model.attention=soft",),
+    # The noise floor: the same run with two other seeds (data order, dropout, initial weights).
+    "soft_1ep_seed1": ("model.attention=soft", "train.seed=1"),
+    "soft_1ep_seed2": ("model.attention=soft", "train.seed=2"),
     "soft_2ep": ("model.attention=soft", "train.epochs=2"),
     "soft_stride32": ("model.attention=soft", "encoder.layer=stride32"),
     "soft_ds_one": ("model.attention=soft", "train.ds_weight=1.0", "train.ds_target=one"),
@@ -61,6 +65,11 @@ STUDY_RUNS = {
     "soft_local_position": ("model.attention=soft", "model.score=local", "model.position=learned"),
     "soft_coordinates": ("model.attention=soft", "model.position=coordinates"),
     "soft_local_coordinates": ("model.attention=soft", "model.score=local", "model.position=coordinates"),
+    # Training length for spatial relations: a relation is stated only once the decoder knows where things are.
+    "soft_6ep": ("model.attention=soft", "train.epochs=6"),
+    "soft_coordinates_6ep": ("model.attention=soft", "model.position=coordinates", "train.epochs=6"),
+    "soft_local_coordinates_6ep": ("model.attention=soft", "model.score=local", "model.position=coordinates",
+                                   "train.epochs=6"),
     "hard_1ep": ("model.attention=hard",),
     "hard_loo4": ("model.attention=hard", "train.baseline=leave_one_out", "train.samples=4"),
     "hard_sample_only": ("model.attention=hard", "model.hard_expectation_prob=0.0"),
@@ -82,9 +91,9 @@ PRIORITY = ("soft_1ep", "hard_1ep", "soft_2ep", "soft_position", "soft_stride32"
 ORDER = list(dict.fromkeys([*PRIORITY, *SCORE_RUNS, "soft_local_position", *STUDY_RUNS]))
 
 
-def run(name: str, overrides: tuple[str, ...], *, data: Path, out: Path) -> dict:
+def run(name: str, overrides: tuple[str, ...], *, data: Path, out: Path, results: Path) -> dict:
     """Train one configuration (unless already done) and score its best checkpoint on the test split."""
-    result_path = out / name / "metrics.json"
+    result_path = results / f"{name}.json"
     if result_path.exists():
         return json.loads(result_path.read_text())
     config = load_config(REPO / BASE[0], [*BASE[1:], f"data.root={data}", f"train.out_dir={out / name}", *overrides])
@@ -102,6 +111,7 @@ def run(name: str, overrides: tuple[str, ...], *, data: Path, out: Path) -> dict
                                     vocab=Vocabulary(payload["vocab"]), grid=test.grid, grounding=test.grounding,
                                     beam_size=1, full=False, hard_attention=choice)
         result[choice] = metrics
+    results.mkdir(parents=True, exist_ok=True)
     result_path.write_text(json.dumps(result, indent=2))
     return result
 
@@ -170,24 +180,25 @@ def write_tables(doc: Path, text: str) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", default="data/study", help=f"shapes data (made if missing: {COUNTS})")
-    parser.add_argument("--out", default="runs/attention_study")
+    parser.add_argument("--out", default="runs/attention_study", help="checkpoints")
+    parser.add_argument("--results", default="docs/attention_study", help="one metrics file per run")
     parser.add_argument("--doc", default="docs/attention.md")
     parser.add_argument("--only", help="run only the configurations whose name contains this")
     parser.add_argument("--tables-only", action="store_true")
     args = parser.parse_args()
     torch.set_num_threads(1)  # the same budget for every run: one CPU thread
-    data, out = Path(args.data), Path(args.out)
+    data, out, kept = Path(args.data), Path(args.out), Path(args.results)
     if not (data / "dataset_shapes.json").exists():
         make_shapes(data, COUNTS, seed=0)
     results = {}
     for name in ORDER:
         overrides = RUNS[name]
         if args.tables_only or (args.only and args.only not in name):
-            path = out / name / "metrics.json"
+            path = kept / f"{name}.json"
             if path.exists():
                 results[name] = json.loads(path.read_text())
             continue
-        results[name] = run(name, overrides, data=data, out=out)
+        results[name] = run(name, overrides, data=data, out=out, results=kept)
         print(_row(name, results[name]), flush=True)
     write_tables(Path(args.doc), tables(results) + "\n\n" + annotation_norms(data))
     print(f"tables written to {args.doc}")
