@@ -125,12 +125,12 @@ def _row(name: str, result: dict) -> str:
     relation = m["relation_accuracy"]
     return (f"| {name} | {m['Bleu_4']:.3f} | {m['CIDEr']:.3f} | {m['attention_correctness']:.3f} | "
             f"{m['attention_correctness_chance']:.3f} | **{ratio:.2f}x** | "
-            f"{'–' if math.isnan(relation) else f'{relation:.2f}'} ({m['relations_generated']}) | {hard} | "
-            f"{result['train_seconds']:.0f} |")
+            f"{'–' if math.isnan(relation) else f'{relation:.2f}'} ({m['relations_generated']}) | "
+            f"{m['relation_probe_accuracy']:.2f} | {hard} | {result['train_seconds']:.0f} |")
 
 
-HEADER = ("| run | BLEU-4 | CIDEr | attention correctness | chance | ratio | relation accuracy (n) | "
-          "argmax decoding: CIDEr / ratio | train s |\n|---|---|---|---|---|---|---|---|---|")
+HEADER = ("| run | BLEU-4 | CIDEr | attention correctness | chance | ratio | relations stated: accuracy (n) | "
+          "relation probe | argmax decoding: CIDEr / ratio | train s |\n|---|---|---|---|---|---|---|---|---|---|")
 
 
 def tables(results: dict[str, dict]) -> str:

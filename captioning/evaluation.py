@@ -8,6 +8,14 @@ Attention correctness (Liu et al., 2017, "Attention Correctness in Neural Image 
 every generated word that names an object, the share of its attention map, upsampled to the image
 and normalized, that falls inside that object's box. Its chance level is the same for a uniform
 map, i.e. the box's share of the image.
+
+Relation accuracy (shapes data) is scored two ways. Over the relations the model *states*: how
+many of them hold in the image; a model that is unsure of positions tends to list the objects
+instead ("a red circle and a blue square"), so this counts few, self-selected relations. And by a
+*probe* that asks every model the same questions: for each ordered pair of objects (A, B) of an
+image, which of the four captions "a <A> <relation> a <B>" it finds most likely (teacher forcing,
+the whole caption with its <end>); the probe's accuracy is how often that is the true relation
+(chance: 0.25).
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from captioning.attention import hard_inference
 from captioning.data.images import attention_on_image
 from captioning.data.shapes import COLOURS, RELATIONS, SHAPES, SIZES, Grounding, ShapeObject, relation
 from captioning.decoder import AttentionDecoder
@@ -140,6 +149,44 @@ def grounding_scores(words: Sequence[str], alphas: np.ndarray,
 
 
 @torch.no_grad()
+def caption_log_likelihoods(decoder: AttentionDecoder, annotations: torch.Tensor,
+                            captions: Sequence[Sequence[int]]) -> torch.Tensor:
+    """log p(caption | image) of token ids [<start> w1 .. wn <end>] under teacher forcing; annotations
+    [N, L, D], one row per caption. Returns [N]."""
+    lengths = torch.tensor([len(c) - 1 for c in captions])  # predicted tokens: w1 .. <end>
+    tokens = torch.full((len(captions), int(lengths.max()) + 1), Vocabulary.pad_id, dtype=torch.long)
+    for row, caption in enumerate(captions):
+        tokens[row, : len(caption)] = torch.tensor(caption)
+    tokens = tokens.to(annotations.device)
+    inputs, targets = tokens[:, :-1], tokens[:, 1:]  # [N, T]
+    logits = decoder(annotations, inputs, lengths=lengths.to(annotations.device)).logits.float()  # [N, T, V]
+    picked = torch.log_softmax(logits, dim=2).gather(2, targets[:, :, None]).squeeze(2)  # [N, T]
+    return (picked * (targets != Vocabulary.pad_id)).sum(dim=1)  # [N]
+
+
+def relation_probe(decoder: AttentionDecoder, annotations: torch.Tensor, truths: Sequence[Grounding],
+                   vocab: Vocabulary) -> list[bool]:
+    """For every ordered pair of objects (A, B) of each image: is the true relation the one whose
+    caption "a <colour A> <shape A> <relation> a <colour B> <shape B>" the model finds most likely?
+    annotations [B, L, D], one row per image of `truths`."""
+    rows, captions, truth = [], [], []
+    for image, grounding in enumerate(truths):
+        objects = grounding.objects
+        for a, b in ((a, b) for a in range(len(objects)) for b in range(len(objects)) if a != b):
+            first, second = objects[a], objects[b]
+            for stated in RELATIONS:
+                words = ["a", first.colour, first.shape, *stated.split(), "a", second.colour, second.shape]
+                captions.append(vocab.encode(words))
+                rows.append(image)
+            truth.append(RELATIONS.index(relation(first, second)))
+    if not truth:
+        return []
+    scores = caption_log_likelihoods(decoder, annotations[torch.tensor(rows, device=annotations.device)], captions)
+    best = scores.view(len(truth), len(RELATIONS)).argmax(dim=1).cpu()  # [pairs]
+    return (best == torch.tensor(truth)).tolist()
+
+
+@torch.no_grad()
 def evaluate_split(decoder: AttentionDecoder, annotations: np.ndarray, *, image_ids: Sequence[int],
                    references: Sequence[Sequence[str]], vocab: Vocabulary, grid: tuple[int, int],
                    grounding: Sequence[Grounding] | None = None, beam_size: int = 1, max_length: int = 20,
@@ -152,7 +199,7 @@ def evaluate_split(decoder: AttentionDecoder, annotations: np.ndarray, *, image_
     Returns the metrics and the COCO results list [{"image_id", "caption"}].
     """
     decoder.eval()
-    results, correct, chance, relations = [], [], [], []
+    results, correct, chance, relations, probed = [], [], [], [], []
     for start in range(0, len(image_ids), batch_size):
         batch = torch.from_numpy(np.asarray(annotations[start:start + batch_size], dtype=np.float32)).to(device)
         captions = decode(decoder, batch, beam_size=beam_size, max_length=max_length, length_penalty=length_penalty,
@@ -167,6 +214,9 @@ def evaluate_split(decoder: AttentionDecoder, annotations: np.ndarray, *, image_
                 correct += c
                 chance += h
                 relations += r
+        if grounding is not None:
+            with hard_inference(decoder, hard_attention):
+                probed += relation_probe(decoder, batch, grounding[start:start + batch.shape[0]], vocab)
     metrics = caption_metrics({i: refs for i, refs in zip(image_ids, references)},
                               {r["image_id"]: r["caption"] for r in results}, full=full)
     if grounding is not None:
@@ -175,4 +225,6 @@ def evaluate_split(decoder: AttentionDecoder, annotations: np.ndarray, *, image_
         metrics["attention_words"] = len(correct)
         metrics["relation_accuracy"] = float(np.mean(relations)) if relations else float("nan")
         metrics["relations_generated"] = len(relations)
+        metrics["relation_probe_accuracy"] = float(np.mean(probed)) if probed else float("nan")
+        metrics["relation_probe_pairs"] = len(probed)
     return metrics, results

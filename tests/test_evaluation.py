@@ -16,9 +16,11 @@ from captioning.data.shapes import Grounding, ShapeObject
 from captioning.evaluation import (
     box_mass,
     box_share,
+    caption_log_likelihoods,
     caption_metrics,
     grounding_scores,
     java_available,
+    relation_probe,
     word_objects,
 )
 
@@ -141,6 +143,62 @@ IDENTICAL = {i: refs[0] for i, refs in REFERENCES.items()}
 UNRELATED = {i: "zebras graze quietly near an old river bank" for i in REFERENCES}
 
 
+# the relation probe --------------------------------------------------------------------------------
+
+
+def test_caption_log_likelihoods_match_decoding_word_by_word() -> None:
+    import torch
+
+    from captioning.config import Config, ModelConfig
+    from captioning.model import build_decoder
+    from captioning.vocab import Vocabulary
+
+    torch.manual_seed(0)
+    decoder = build_decoder(Config(model=ModelConfig(embed_dim=8, hidden_dim=16, attention_dim=8)), vocab_size=12,
+                            annotation_dim=6).eval()
+    annotations = torch.randn(3, 4, 6)
+    captions = [[1, 5, 6, 2], [1, 7, 2], [1, 4, 9, 10, 11, 2]]  # different lengths: padding must not count
+    got = caption_log_likelihoods(decoder, annotations, captions)
+    with torch.no_grad():
+        for row, caption in enumerate(captions):
+            memory, state = decoder.prepare(annotations[row:row + 1])
+            total = 0.0
+            for previous, word in zip(caption[:-1], caption[1:]):
+                logits, state, _ = decoder.step(memory, state, torch.tensor([previous]))
+                total += float(torch.log_softmax(logits, dim=1)[0, word])
+            assert abs(float(got[row]) - total) < 1e-4, (row, float(got[row]), total)
+    assert Vocabulary.pad_id not in captions[0]
+
+
+def test_relation_probe_asks_every_ordered_pair_and_takes_the_likeliest_relation(monkeypatch) -> None:
+    import torch
+
+    from captioning.data.shapes import RELATIONS
+    from captioning.vocab import SPECIALS, Vocabulary
+
+    words = ["a", "red", "blue", "green", "circle", "square", "to", "the", "left", "right", "of", "above", "below"]
+    vocab = Vocabulary([*SPECIALS, *words])
+    red = ShapeObject("circle", "red", "small", (10, 100, 30, 120))  # left of and above blue
+    blue = ShapeObject("square", "blue", "small", (150, 110, 170, 130))
+    green = ShapeObject("circle", "green", "small", (10, 190, 30, 210))  # below red
+    truths = [Grounding([red], 224, 224), Grounding([red, blue, green], 224, 224)]
+    asked = []
+
+    def likelihoods(decoder, annotations, captions):
+        asked.extend(vocab.decode(c) for c in captions)
+        # Prefers "to the left of" for every pair: right exactly where that is the truth.
+        return torch.tensor([4.0 if "left" in vocab.decode(c) else 0.0 for c in captions])
+
+    monkeypatch.setattr(evaluation, "caption_log_likelihoods", likelihoods)
+    answers = relation_probe(None, torch.zeros(2, 4, 6), truths, vocab)
+    assert len(asked) == 6 * len(RELATIONS)  # one object: no pair; three objects: 6 ordered pairs x 4
+    assert asked[0] == ["a", "red", "circle", "to", "the", "left", "of", "a", "blue", "square"]
+    # Pairs in order (red, blue), (red, green), (blue, red), (blue, green), (green, red), (green, blue):
+    # "to the left of" holds for red -> blue and green -> blue (140 px apart in x, 80 in y); red is
+    # above green (the same x), and nothing is left of red.
+    assert answers == [True, False, False, False, False, True]
+
+
 def test_caption_metrics_identical_and_unrelated() -> None:
     same = caption_metrics(REFERENCES, IDENTICAL, full=False)
     assert {f"Bleu_{n}" for n in range(1, 5)} | {"CIDEr"} <= set(same)
@@ -186,7 +244,7 @@ def test_eval_main_writes_metrics_and_results(tiny_run, tmp_path: Path, capsys) 
     assert code == 0
     metrics = json.loads(out.read_text())
     expected = {"Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4", "ROUGE_L", "CIDEr", "attention_correctness",
-                "attention_correctness_chance", "relation_accuracy"}
+                "attention_correctness_chance", "relation_accuracy", "relation_probe_accuracy"}
     if java_available():
         expected.add("METEOR")
     assert expected <= set(metrics), expected - set(metrics)
