@@ -105,6 +105,7 @@ class TrainConfig:
     baseline: str = "moving_average"
     baseline_decay: float = 0.9
     samples: int = 1
+    reinforce_warmup: int = 0  # batches over which both terms grow from 0 (not in the paper; see losses.Reinforce)
 
 
 @dataclass

@@ -67,12 +67,19 @@ class Reinforce:
     captions, starting from the first batch's mean); "leave_one_out" (with `samples` >= 2 replicas of
     each caption in consecutive rows, b_n = the mean reward of its *other* sampled replicas, falling
     back to the moving average when it has none); "none" (b = 0, for comparison).
+
+    `warmup` > 0 (not in the paper): both terms are scaled by min(1, n / warmup) at the n-th batch,
+    so they come in gradually. Early in training the decoder reads a sampled object cell worse than
+    the expectation it mostly trained on, so the bound's gradient (unbiased: tests) says "look
+    away from objects", and attention learns to (docs/attention.md). Sampled rows still train the
+    decoder through the cross-entropy meanwhile; by the time the terms weigh fully, it has learnt to
+    read single cells. The count of batches is saved with the baseline.
     """
 
     BASELINES = ("none", "moving_average", "leave_one_out")
 
     def __init__(self, *, reward_weight: float = 1.0, entropy_weight: float = 0.0,
-                 baseline: str = "moving_average", decay: float = 0.9, samples: int = 1):
+                 baseline: str = "moving_average", decay: float = 0.9, samples: int = 1, warmup: int = 0):
         if baseline not in self.BASELINES:
             raise ValueError(f"unknown baseline '{baseline}' (known: {', '.join(self.BASELINES)})")
         if samples < 1 or (baseline == "leave_one_out" and samples < 2):
@@ -80,6 +87,9 @@ class Reinforce:
                              + (" (leave_one_out needs at least 2)" if baseline == "leave_one_out" else ""))
         self.reward_weight, self.entropy_weight = reward_weight, entropy_weight
         self.baseline, self.decay, self.samples = baseline, decay, samples
+        if warmup < 0:
+            raise ValueError(f"the REINFORCE warm-up must be >= 0 batches, got {warmup}")
+        self.warmup, self.batches = warmup, 0
         self.value: float | None = None  # the moving average b; None until the first sampled batch
 
     def baselines(self, rewards: torch.Tensor, sampled: torch.Tensor) -> torch.Tensor:
@@ -116,17 +126,20 @@ class Reinforce:
         steps = mask * sampled[:, None]  # [B, T], real steps of captions that sampled
         score_function = (advantage[:, None] * log_probs * steps).sum()  # sum_n (r_n - b_n) log p(s~_n|a)
         entropy = (entropies * steps).sum()  # sum_n H[s~_n]
-        loss = -(self.reward_weight * score_function + self.entropy_weight * entropy) / mask.sum()
+        self.batches += 1
+        scale = min(1.0, self.batches / self.warmup) if self.warmup else 1.0
+        loss = -scale * (self.reward_weight * score_function + self.entropy_weight * entropy) / mask.sum()
         self.update(rewards, sampled)
         stats = {"reinforce": loss.item(), "reward": float(rewards[sampled].mean()) if sampled.any() else 0.0,
                  "baseline": self.value if self.value is not None else 0.0,
-                 "sampled": float(sampled.float().mean()),
+                 "sampled": float(sampled.float().mean()), "reinforce_scale": scale,
                  "entropy": (entropy.detach() / steps.sum().clamp(min=1)).item()}
         return loss, stats
 
     def state_dict(self) -> dict[str, Any]:
         """Plain data for checkpoints (the moving average must survive a resume)."""
-        return {"baseline": self.value}
+        return {"baseline": self.value, "batches": self.batches}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.value = None if state.get("baseline") is None else float(state["baseline"])
+        self.batches = int(state.get("batches", 0))

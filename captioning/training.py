@@ -175,8 +175,8 @@ class Run:
         # Hard attention's REINFORCE terms and moving-average baseline (kept in checkpoints). Soft
         # attention samples nothing: no REINFORCE terms, and no repeated rows for train.samples.
         self.reinforce = Reinforce(reward_weight=t.reinforce_weight, entropy_weight=t.entropy_weight,
-                                   baseline=t.baseline, decay=t.baseline_decay,
-                                   samples=t.samples) if config.model.attention == "hard" else None
+                                   baseline=t.baseline, decay=t.baseline_decay, samples=t.samples,
+                                   warmup=t.reinforce_warmup) if config.model.attention == "hard" else None
         groups = [{"params": list(self.decoder.parameters()), "lr": t.lr}]
         if self.encoder is not None and self.encoder.trainable:
             groups.append({"params": [p for p in self.encoder.parameters() if p.requires_grad],

@@ -199,6 +199,31 @@ def test_surrogate_gradient_per_step_is_the_captions_own_advantage():
             assert float(gradient[n, t]) == pytest.approx(float(expected), rel=1e-5, abs=1e-7), (n, t)
 
 
+def test_the_warmup_brings_both_terms_in_linearly_and_survives_a_resume():
+    generator = torch.Generator().manual_seed(0)
+    logits = torch.randn(2, 3, V, generator=generator)
+    targets = torch.tensor([[4, 5, END], [6, END, PAD]])
+    mask = (targets != PAD).float()
+    terms = {"log_probs": -torch.rand(2, 3, generator=generator), "entropies": torch.rand(2, 3, generator=generator),
+             "locations": torch.zeros(2, 3, dtype=torch.long)}
+
+    def surrogate(reinforce):
+        return float(reinforce(logits=logits, targets=targets, mask=mask, **terms)[0])
+
+    full, ramped = Reinforce(entropy_weight=0.3), Reinforce(entropy_weight=0.3, warmup=4)
+    for n in range(1, 7):
+        want, got = surrogate(full), surrogate(ramped)  # same rewards, same baseline history
+        assert got == pytest.approx(min(1.0, n / 4) * want, rel=1e-6), n
+        if n == 2:  # a checkpoint here: the resumed run goes on with its third batch at 3/4
+            resumed, reference = Reinforce(entropy_weight=0.3, warmup=4), Reinforce(entropy_weight=0.3)
+            resumed.load_state_dict(ramped.state_dict())
+            reference.load_state_dict(full.state_dict())
+            assert resumed.batches == 2 and resumed.value == ramped.value
+            assert surrogate(resumed) == pytest.approx(0.75 * surrogate(reference), rel=1e-6)
+    with pytest.raises(ValueError, match="warm-up"):
+        Reinforce(warmup=-1)
+
+
 # (c) the baseline ------------------------------------------------------------------------------------
 
 def test_moving_average_baseline_update_and_state():
@@ -244,7 +269,7 @@ def test_hard_attention_training_keeps_the_baseline_in_checkpoints_and_resumes_e
     resume that lost the baseline would not be the same run (the control)."""
     from captioning.training import fit
 
-    hard = ("model.attention=hard", "train.eval_every_steps=5")
+    hard = ("model.attention=hard", "train.eval_every_steps=5", "train.reinforce_warmup=8")
     fit(tiny_config(tmp_path / "a", "train.max_steps=10", *hard))
     fit(tiny_config(tmp_path / "b", "train.max_steps=5", *hard))
     stopped = torch.load(tmp_path / "b" / "last.pt", map_location="cpu", weights_only=True)
