@@ -1,0 +1,116 @@
+"""Hard attention over seeds: how often does it learn to look at the objects, and does bringing the
+REINFORCE terms in gradually (train.reinforce_warmup) change that?
+
+    python benchmarks/hard_seeds.py                  # train what is missing, then rewrite the table
+    python benchmarks/hard_seeds.py --tables-only
+
+The setting of tests/test_learning.py: shapes data of 600 / 60 / 100 images (seed 7),
+configs/shapes_hard.yaml for 5 epochs (235 batches) with the coin's warm-up over the first 100, one
+CPU thread, seeds 7 to 11; each variant with and without the REINFORCE terms' warm-up over the first
+200 batches. Scored on the 100 test images, greedy, with the chosen cell (argmax). Results are kept
+per run in RESULTS/<name>.json (default docs/hard_seeds/, committed); checkpoints in OUT/<name>/; a
+run whose OUT/<name>/best.pt exists is scored without training again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from captioning.checkpoint import decoder_from_checkpoint, load_checkpoint  # noqa: E402
+from captioning.config import load_config  # noqa: E402
+from captioning.data.shapes import make_shapes  # noqa: E402
+from captioning.data.splits import load_splits  # noqa: E402
+from captioning.evaluation import evaluate_split  # noqa: E402
+from captioning.training import fit  # noqa: E402
+from captioning.vocab import Vocabulary  # noqa: E402
+
+COUNTS, DATA_SEED = {"train": 600, "val": 60, "test": 100}, 7
+BASE = ("train.epochs=5", "train.val_images=60", "model.hard_warmup=100")
+SEEDS = range(7, 12)
+VARIANTS = {"coin warm-up (shapes_hard.yaml)": (), "+ REINFORCE warm-up 200": ("train.reinforce_warmup=200",)}
+
+
+def name_of(variant: str, seed: int) -> str:
+    return f"{'reinforce_warmup' if VARIANTS[variant] else 'coin_warmup'}_seed{seed}"
+
+
+def run(variant: str, seed: int, *, data: Path, out: Path, results: Path) -> dict:
+    name = name_of(variant, seed)
+    path = results / f"{name}.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    config = load_config(REPO / "configs" / "shapes_hard.yaml", [f"data.root={data}", f"train.out_dir={out / name}",
+                                                                 *BASE, f"train.seed={seed}", *VARIANTS[variant]])
+    if not (out / name / "best.pt").exists():
+        fit(config)
+    payload = load_checkpoint(out / name / "best.pt")
+    test = load_splits(config, ("test",))["test"]
+    metrics, _ = evaluate_split(decoder_from_checkpoint(payload, config), test.annotations, image_ids=test.image_ids,
+                                references=test.references, vocab=Vocabulary(payload["vocab"]), grid=test.grid,
+                                grounding=test.grounding, beam_size=1, full=False, hard_attention="argmax")
+    result = {"name": name, "seed": seed, "overrides": [*BASE, *VARIANTS[variant]], **metrics,
+              "ratio": metrics["attention_correctness"] / metrics["attention_correctness_chance"]}
+    results.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2))
+    return result
+
+
+def table(results: dict[tuple[str, int], dict]) -> str:
+    lines = ["| variant | " + " | ".join(f"seed {s}" for s in SEEDS) + " | median |",
+             "|---|" + "---|" * (len(SEEDS) + 1)]
+    for variant in VARIANTS:
+        done = [results[(variant, s)] for s in SEEDS if (variant, s) in results]
+        cells = [f"{r['ratio']:.2f}x (CIDEr {r['CIDEr']:.2f})" for r in done]
+        median = f"{statistics.median(r['ratio'] for r in done):.2f}x" if done else "–"
+        lines.append(f"| {variant} | " + " | ".join(cells + ["–"] * (len(SEEDS) - len(cells))) + f" | {median} |")
+    return "\n".join(lines)
+
+
+def write_table(doc: Path, text: str) -> None:
+    start, end = "<!-- hard-seeds:start (benchmarks/hard_seeds.py) -->", "<!-- hard-seeds:end -->"
+    body = doc.read_text() if doc.exists() else ""
+    if start not in body:
+        body += f"\n{start}\n{end}\n"
+    body = re.sub(re.escape(start) + ".*?" + re.escape(end), lambda _: f"{start}\n{text}\n{end}", body, flags=re.S)
+    doc.write_text(body)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", default="data/hard_seeds", help=f"shapes data (made if missing: {COUNTS})")
+    parser.add_argument("--out", default="runs/hard_seeds", help="checkpoints")
+    parser.add_argument("--results", default="docs/hard_seeds", help="one metrics file per run")
+    parser.add_argument("--doc", default="docs/attention.md")
+    parser.add_argument("--tables-only", action="store_true")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    data, out, kept = Path(args.data), Path(args.out), Path(args.results)
+    results = {}
+    for variant in VARIANTS:
+        for seed in SEEDS:
+            if args.tables_only:
+                path = kept / f"{name_of(variant, seed)}.json"
+                if path.exists():
+                    results[(variant, seed)] = json.loads(path.read_text())
+                continue
+            if not (data / "dataset_shapes.json").exists():
+                make_shapes(data, COUNTS, seed=DATA_SEED)
+            results[(variant, seed)] = run(variant, seed, data=data, out=out, results=kept)
+            print(variant, seed, f"{results[(variant, seed)]['ratio']:.2f}x", flush=True)
+    write_table(Path(args.doc), table(results))
+    print(f"table written to {args.doc}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,136 @@
+"""Spatial relations after a full training run: what lets the decoder know where things are.
+
+    python benchmarks/relations.py                  # train what is missing, then rewrite the table
+    python benchmarks/relations.py --tables-only    # rewrite docs/attention.md from the kept results
+
+The one-epoch study (benchmarks/attention_table.py) is too short for relations: every run's probe
+sits at chance there. These runs use the demo's budget instead: the default shapes data (4,000 /
+500 / 500 images, `make demo`'s), `configs/shapes_soft.yaml` or `shapes_hard.yaml` as they are
+(8 epochs), one change each, one CPU thread per run. Each is scored on the 500 test images with beam
+3 (as the demo) and greedily: caption metrics, attention correctness, the relations the captions
+state, and the relation probe (captioning.evaluation.relation_probe). Results are kept per run in
+RESULTS/<name>.json (default docs/relations_study/, committed); checkpoints in OUT/<name>/. A run whose
+OUT/<name>/best.pt exists is scored without training again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from captioning.checkpoint import decoder_from_checkpoint, load_checkpoint  # noqa: E402
+from captioning.config import load_config  # noqa: E402
+from captioning.data.shapes import SHAPES_DEFAULT_COUNTS, make_shapes  # noqa: E402
+from captioning.data.splits import load_splits  # noqa: E402
+from captioning.evaluation import evaluate_split  # noqa: E402
+from captioning.training import fit  # noqa: E402
+from captioning.vocab import Vocabulary  # noqa: E402
+
+# name -> (config, overrides)
+RUNS = {
+    "soft": ("shapes_soft.yaml", ()),
+    "soft_coordinates": ("shapes_soft.yaml", ("model.position=coordinates",)),
+    "soft_local": ("shapes_soft.yaml", ("model.score=local",)),
+    "soft_local_coordinates": ("shapes_soft.yaml", ("model.score=local", "model.position=coordinates")),
+    "hard": ("shapes_hard.yaml", ()),
+}
+DECODINGS = {"beam 3": 3, "greedy": 1}
+
+
+def run(name: str, *, data: Path, out: Path, results: Path) -> dict:
+    """Train one configuration (unless its checkpoint exists) and score it on the test split."""
+    path = results / f"{name}.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    config_name, overrides = RUNS[name]
+    config = load_config(REPO / "configs" / config_name, [f"data.root={data}", f"train.out_dir={out / name}",
+                                                         *overrides])
+    if not (out / name / "best.pt").exists():
+        fit(config)
+    payload = load_checkpoint(out / name / "best.pt")
+    history = payload["progress"]["history"]
+    test = load_splits(config, ("test",))["test"]
+    decoder = decoder_from_checkpoint(payload, config)
+    result = {"name": name, "config": config_name, "overrides": list(overrides), "steps": payload["progress"]["step"],
+              "train_seconds": max(h["seconds"] for h in history),
+              "best_epoch": max(history, key=lambda h: h["CIDEr"])["epoch"]}
+    for label, beam in DECODINGS.items():
+        started = time.time()
+        metrics, _ = evaluate_split(decoder, test.annotations, image_ids=test.image_ids, references=test.references,
+                                    vocab=Vocabulary(payload["vocab"]), grid=test.grid, grounding=test.grounding,
+                                    beam_size=beam, full=False)
+        result[label] = {**metrics, "seconds": time.time() - started}
+    results.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2))
+    return result
+
+
+def _row(name: str, result: dict) -> str:
+    cells = []
+    for label in DECODINGS:
+        m = result[label]
+        stated = m["relation_accuracy"]
+        cells.append(f"{m['Bleu_4']:.3f} | {m['CIDEr']:.3f} | "
+                     f"**{m['attention_correctness'] / m['attention_correctness_chance']:.2f}x** | "
+                     f"{'–' if math.isnan(stated) else f'{stated:.2f}'} ({m['relations_generated']})")
+    probe = result["greedy"]["relation_probe_accuracy"]  # the probe does not depend on the decoding
+    overrides = " ".join(result["overrides"]) or "as is"
+    return (f"| {name} | `{result['config']}` {overrides} | {' | '.join(cells)} | **{probe:.2f}** "
+            f"({result['greedy']['relation_probe_pairs']}) | {result['train_seconds']:.0f} |")
+
+
+def table(results: dict[str, dict]) -> str:
+    head = " | ".join(f"{label}: BLEU-4 | CIDEr | attention ratio | relations stated: accuracy (n)"
+                      for label in DECODINGS)
+    lines = [f"| run | configuration | {head} | relation probe (pairs) | train s |",
+             "|" + "---|" * (4 + 4 * len(DECODINGS)) + "---|"]
+    return "\n".join(lines + [_row(name, results[name]) for name in RUNS if name in results])
+
+
+def write_table(doc: Path, text: str) -> None:
+    start, end = "<!-- relations:start (benchmarks/relations.py) -->", "<!-- relations:end -->"
+    body = doc.read_text() if doc.exists() else ""
+    if start not in body:
+        body += f"\n{start}\n{end}\n"
+    body = re.sub(re.escape(start) + ".*?" + re.escape(end), lambda _: f"{start}\n{text}\n{end}", body, flags=re.S)
+    doc.write_text(body)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", default="data/shapes", help=f"shapes data (made if missing: {SHAPES_DEFAULT_COUNTS})")
+    parser.add_argument("--out", default="runs/relations_study", help="checkpoints")
+    parser.add_argument("--results", default="docs/relations_study", help="one metrics file per run")
+    parser.add_argument("--doc", default="docs/attention.md")
+    parser.add_argument("--only", help="run only the configurations whose name contains this")
+    parser.add_argument("--tables-only", action="store_true")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    data, out, kept = Path(args.data), Path(args.out), Path(args.results)
+    results = {}
+    for name in RUNS:
+        if args.tables_only or (args.only and args.only not in name):
+            if (kept / f"{name}.json").exists():
+                results[name] = json.loads((kept / f"{name}.json").read_text())
+            continue
+        if not (data / "dataset_shapes.json").exists():
+            make_shapes(data, SHAPES_DEFAULT_COUNTS, seed=0)
+        results[name] = run(name, data=data, out=out, results=kept)
+        print(_row(name, results[name]), flush=True)
+    write_table(Path(args.doc), table(results))
+    print(f"table written to {args.doc}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
