@@ -68,11 +68,6 @@ STUDY_RUNS = {
     "soft_local_position": ("model.attention=soft", "model.score=local", "model.position=learned"),
     "soft_coordinates": ("model.attention=soft", "model.position=coordinates"),
     "soft_local_coordinates": ("model.attention=soft", "model.score=local", "model.position=coordinates"),
-    # Training length for spatial relations: a relation is stated only once the decoder knows where things are.
-    "soft_6ep": ("model.attention=soft", "train.epochs=6"),
-    "soft_coordinates_6ep": ("model.attention=soft", "model.position=coordinates", "train.epochs=6"),
-    "soft_local_coordinates_6ep": ("model.attention=soft", "model.score=local", "model.position=coordinates",
-                                   "train.epochs=6"),
     "hard_1ep": ("model.attention=hard",),
     "hard_loo4": ("model.attention=hard", "train.baseline=leave_one_out", "train.samples=4"),
     "hard_sample_only": ("model.attention=hard", "model.hard_expectation_prob=0.0"),

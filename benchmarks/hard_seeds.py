@@ -37,7 +37,7 @@ from captioning.vocab import Vocabulary  # noqa: E402
 COUNTS, DATA_SEED = {"train": 600, "val": 60, "test": 100}, 7
 BASE = ("train.epochs=5", "train.val_images=60", "model.hard_warmup=100")
 SEEDS = range(7, 12)
-VARIANTS = {"coin warm-up (shapes_hard.yaml)": (), "+ REINFORCE warm-up 200": ("train.reinforce_warmup=200",)}
+VARIANTS = {"coin warm-up only": (), "+ REINFORCE warm-up 200 (as shapes_hard.yaml)": ("train.reinforce_warmup=200",)}
 
 
 def name_of(variant: str, seed: int) -> str:
