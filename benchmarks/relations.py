@@ -93,7 +93,7 @@ def table(results: dict[str, dict]) -> str:
     head = " | ".join(f"{label}: BLEU-4 | CIDEr | attention ratio | relations stated: accuracy (n)"
                       for label in DECODINGS)
     lines = [f"| run | configuration | {head} | relation probe (pairs) | train s |",
-             "|" + "---|" * (4 + 4 * len(DECODINGS)) + "---|"]
+             "|" + "---|" * (4 + 4 * len(DECODINGS))]
     return "\n".join(lines + [_row(name, results[name]) for name in RUNS if name in results])
 
 
