@@ -14,10 +14,8 @@ the markers in docs/attention.md are regenerated from those files only, never ty
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
-import re
 import sys
 import time
 from pathlib import Path
@@ -27,6 +25,8 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+from study_files import study_parser, write_between  # noqa: E402
 
 from captioning.checkpoint import decoder_from_checkpoint, load_checkpoint  # noqa: E402
 from captioning.config import load_config  # noqa: E402
@@ -172,24 +172,9 @@ def annotation_norms(data: Path, images: int = 200) -> str:
             f"the mean annotation (the expectation under a flat map) {float(mean):.1f}.")
 
 
-def write_tables(doc: Path, text: str) -> None:
-    start, end = "<!-- tables:start (benchmarks/attention_table.py) -->", "<!-- tables:end -->"
-    body = doc.read_text() if doc.exists() else f"{start}\n{end}\n"
-    if start not in body:
-        body += f"\n{start}\n{end}\n"
-    body = re.sub(re.escape(start) + ".*?" + re.escape(end), lambda _: f"{start}\n{text}\n{end}", body, flags=re.S)
-    doc.write_text(body)
-
-
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", default="data/study", help=f"shapes data (made if missing: {COUNTS})")
-    parser.add_argument("--out", default="runs/attention_study", help="checkpoints")
-    parser.add_argument("--results", default="docs/attention_study", help="one metrics file per run")
-    parser.add_argument("--doc", default="docs/attention.md")
-    parser.add_argument("--only", help="run only the configurations whose name contains this")
-    parser.add_argument("--tables-only", action="store_true")
-    args = parser.parse_args()
+    args = study_parser(__doc__, data="data/study", out="runs/attention_study", results="docs/attention_study",
+                        data_help=f"shapes data (made if missing: {COUNTS})").parse_args()
     torch.set_num_threads(1)  # the same budget for every run: one CPU thread
     data, out, kept = Path(args.data), Path(args.out), Path(args.results)
     if not (data / "dataset_shapes.json").exists():
@@ -204,7 +189,7 @@ def main() -> int:
             continue
         results[name] = run(name, overrides, data=data, out=out, results=kept)
         print(_row(name, results[name]), flush=True)
-    write_tables(Path(args.doc), tables(results) + "\n\n" + annotation_norms(data))
+    write_between(Path(args.doc), "tables", "attention_table.py", tables(results) + "\n\n" + annotation_norms(data))
     print(f"tables written to {args.doc}")
     return 0
 

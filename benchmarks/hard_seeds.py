@@ -14,9 +14,7 @@ run whose OUT/<name>/best.pt exists is scored without training again.
 
 from __future__ import annotations
 
-import argparse
 import json
-import re
 import statistics
 import sys
 from pathlib import Path
@@ -25,6 +23,8 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+from study_files import study_parser, write_between  # noqa: E402
 
 from captioning.checkpoint import decoder_from_checkpoint, load_checkpoint  # noqa: E402
 from captioning.config import load_config  # noqa: E402
@@ -76,29 +76,15 @@ def table(results: dict[tuple[str, int], dict]) -> str:
     return "\n".join(lines)
 
 
-def write_table(doc: Path, text: str) -> None:
-    start, end = "<!-- hard-seeds:start (benchmarks/hard_seeds.py) -->", "<!-- hard-seeds:end -->"
-    body = doc.read_text() if doc.exists() else ""
-    if start not in body:
-        body += f"\n{start}\n{end}\n"
-    body = re.sub(re.escape(start) + ".*?" + re.escape(end), lambda _: f"{start}\n{text}\n{end}", body, flags=re.S)
-    doc.write_text(body)
-
-
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", default="data/hard_seeds", help=f"shapes data (made if missing: {COUNTS})")
-    parser.add_argument("--out", default="runs/hard_seeds", help="checkpoints")
-    parser.add_argument("--results", default="docs/hard_seeds", help="one metrics file per run")
-    parser.add_argument("--doc", default="docs/attention.md")
-    parser.add_argument("--tables-only", action="store_true")
-    args = parser.parse_args()
+    args = study_parser(__doc__, data="data/hard_seeds", out="runs/hard_seeds", results="docs/hard_seeds",
+                        data_help=f"shapes data (made if missing: {COUNTS})").parse_args()
     torch.set_num_threads(1)
     data, out, kept = Path(args.data), Path(args.out), Path(args.results)
     results = {}
     for variant in VARIANTS:
         for seed in SEEDS:
-            if args.tables_only:
+            if args.tables_only or (args.only and args.only not in name_of(variant, seed)):
                 path = kept / f"{name_of(variant, seed)}.json"
                 if path.exists():
                     results[(variant, seed)] = json.loads(path.read_text())
@@ -107,7 +93,7 @@ def main() -> int:
                 make_shapes(data, COUNTS, seed=DATA_SEED)
             results[(variant, seed)] = run(variant, seed, data=data, out=out, results=kept)
             print(variant, seed, f"{results[(variant, seed)]['ratio']:.2f}x", flush=True)
-    write_table(Path(args.doc), table(results))
+    write_between(Path(args.doc), "hard-seeds", "hard_seeds.py", table(results))
     print(f"table written to {args.doc}")
     return 0
 

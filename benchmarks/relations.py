@@ -15,10 +15,8 @@ OUT/<name>/best.pt exists is scored without training again.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
-import re
 import sys
 import time
 from pathlib import Path
@@ -27,6 +25,8 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+from study_files import study_parser, write_between  # noqa: E402
 
 from captioning.checkpoint import decoder_from_checkpoint, load_checkpoint  # noqa: E402
 from captioning.config import load_config  # noqa: E402
@@ -97,24 +97,9 @@ def table(results: dict[str, dict]) -> str:
     return "\n".join(lines + [_row(name, results[name]) for name in RUNS if name in results])
 
 
-def write_table(doc: Path, text: str) -> None:
-    start, end = "<!-- relations:start (benchmarks/relations.py) -->", "<!-- relations:end -->"
-    body = doc.read_text() if doc.exists() else ""
-    if start not in body:
-        body += f"\n{start}\n{end}\n"
-    body = re.sub(re.escape(start) + ".*?" + re.escape(end), lambda _: f"{start}\n{text}\n{end}", body, flags=re.S)
-    doc.write_text(body)
-
-
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", default="data/shapes", help=f"shapes data (made if missing: {SHAPES_DEFAULT_COUNTS})")
-    parser.add_argument("--out", default="runs/relations_study", help="checkpoints")
-    parser.add_argument("--results", default="docs/relations_study", help="one metrics file per run")
-    parser.add_argument("--doc", default="docs/attention.md")
-    parser.add_argument("--only", help="run only the configurations whose name contains this")
-    parser.add_argument("--tables-only", action="store_true")
-    args = parser.parse_args()
+    args = study_parser(__doc__, data="data/shapes", out="runs/relations_study", results="docs/relations_study",
+                        data_help=f"shapes data (made if missing: {SHAPES_DEFAULT_COUNTS})").parse_args()
     torch.set_num_threads(1)
     data, out, kept = Path(args.data), Path(args.out), Path(args.results)
     results = {}
@@ -127,7 +112,7 @@ def main() -> int:
             make_shapes(data, SHAPES_DEFAULT_COUNTS, seed=0)
         results[name] = run(name, data=data, out=out, results=kept)
         print(_row(name, results[name]), flush=True)
-    write_table(Path(args.doc), table(results))
+    write_between(Path(args.doc), "relations", "relations.py", table(results))
     print(f"table written to {args.doc}")
     return 0
 
