@@ -99,16 +99,15 @@ def train_step(model: nn.Module, batch: Batch, optimizer: torch.optim.Optimizer,
     attention samples locations (hard attention), the REINFORCE terms of `reinforce` (Sec. 4.1).
 
     `model(batch.source, inputs)` is a decoder (on annotations) or a TrainingModel (needed with
-    `reinforce.samples` > 1, whose copies it makes after the encoder). `shares` weight
-    the terms by this process's share of the global batch's words and images (1 alone; see
-    captioning.distributed); the losses returned are this process's own.
+    `reinforce.samples` > 1: it copies each image after the encoder, so the CNN runs once per image).
+    `shares` weight the terms by this process's share of the global batch's words and images (1
+    alone; see captioning.distributed); the losses returned are this process's own.
     """
     model.train()
     samples = reinforce.samples if reinforce is not None else 1
     tokens = batch.tokens.repeat_interleave(samples, dim=0)  # [B*K, T]: K samples of locations per caption
     inputs, targets = tokens[:, :-1], tokens[:, 1:]  # [B, T-1]: predict word t+1 from word t
     mask = (targets != Vocabulary.pad_id).float()  # [B, T-1], padding reaches no term
-    # The K copies of an image are made after the encoder (TrainingModel), which runs once per image.
     repeats = {"repeats": samples} if samples > 1 else {}
     with precision.autocast():
         output = model(batch.source, inputs, lengths=mask.sum(1).long(), **repeats)  # padded steps not computed
