@@ -59,6 +59,9 @@ STUDY_RUNS = {
     "soft_1ep_seed2": ("model.attention=soft", "train.seed=2"),
     "soft_2ep": ("model.attention=soft", "train.epochs=2"),
     "soft_stride32": ("model.attention=soft", "encoder.layer=stride32"),
+    # The backbone's border padding: zeros (as trained) mark where the border is; these do not.
+    "soft_reflect": ("model.attention=soft", "encoder.padding=reflect"),
+    "soft_replicate": ("model.attention=soft", "encoder.padding=replicate"),
     "soft_ds_one": ("model.attention=soft", "train.ds_weight=1.0", "train.ds_target=one"),
     "soft_ds_length": ("model.attention=soft", "train.ds_weight=1.0", "train.ds_target=length"),
     "soft_position": ("model.attention=soft", "model.position=learned"),

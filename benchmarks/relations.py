@@ -43,6 +43,9 @@ RUNS = {
     "soft_local": ("shapes_soft.yaml", ("model.score=local",)),
     "soft_local_coordinates": ("shapes_soft.yaml", ("model.score=local", "model.position=coordinates")),
     "hard": ("shapes_hard.yaml", ()),
+    # The authors' code's deep output (a tanh before L_o): a relation word is not linear in positions.
+    "soft_tanh": ("shapes_soft.yaml", ("model.deep_output=tanh",)),
+    "soft_coordinates_tanh": ("shapes_soft.yaml", ("model.position=coordinates", "model.deep_output=tanh")),
 }
 DECODINGS = {"beam 3": 3, "greedy": 1}
 

@@ -44,6 +44,7 @@ class EncoderConfig:
     layer: str = "stride16"  # stride16 (14x14 at 224²; vgg19: conv5_4) or stride32 (7x7 at 224², 14x14 at 448²)
     weights_path: str | None = None  # a local state dict, for machines that cannot download
     batch_size: int = 32  # when computing the feature cache
+    padding: str = "zeros"  # how convolutions pad the border: zeros (as trained), reflect, replicate
     fine_tune_from: str | None = None  # e.g. layer4: train this stage and the later ones (no feature cache)
     lr: float = 1e-4  # the learning rate of the fine-tuned part
 
@@ -67,6 +68,9 @@ class ModelConfig:
     hard_coin: str = "image"
     hard_warmup: int = 0  # batches over which that chance falls from 1 (soft) to hard_expectation_prob
     gate: str = "scalar"  # the paper's scalar beta; "vector" is the per-channel gate some ports use
+    # The deep output layer (Eq. 7): "linear" as printed, L_o(E y + L_h h + L_z z); "tanh" as the
+    # authors' code (arctic-captions capgen.py), L_o(tanh(E y + L_h h + L_z z)).
+    deep_output: str = "linear"
     dropout: float = 0.3
 
 
@@ -137,10 +141,12 @@ DATASETS = ("shapes", "coco", "flickr8k", "flickr30k", "karpathy", "coco_officia
 
 def validate(config: Config, where: str = "config") -> Config:
     """Values that no run could use, caught before any data is read or model built."""
-    from captioning.encoder import ENCODERS
+    from captioning.encoder import ENCODERS, PADDINGS
 
     choices = {"data.dataset": (config.data.dataset, DATASETS), "encoder.name": (config.encoder.name, ENCODERS),
                "encoder.layer": (config.encoder.layer, ("stride16", "stride32")),
+               "encoder.padding": (config.encoder.padding, PADDINGS),
+               "model.deep_output": (config.model.deep_output, ("linear", "tanh")),
                "train.optimizer": (config.train.optimizer, ("adam", "rmsprop"))}
     for key, (value, known) in choices.items():
         if value not in known:

@@ -8,6 +8,12 @@ One step t, given the previous word y_{t-1} and state (h_{t-1}, c_{t-1}):
   z_t          = beta_t * z_t,  beta_t = sigmoid(f_beta(h_{t-1}))      Sec. 4.2.1
   h_t, c_t     = LSTM([E y_{t-1}; z_t], (h_{t-1}, c_{t-1}))            Eqs. 1-3
   p(y_t)       ∝ exp(L_o(E y_{t-1} + L_h h_t + L_z z_t))               Eq. 7 (deep output)
+
+Eq. 7 as printed is linear in h_t and z_t; the authors' code (arctic-captions, capgen.py) puts a
+tanh before L_o, which makes it a one-hidden-layer network: deep_output="tanh". The difference
+matters for words that are not a linear function of the state: "to" (of "to the left/right of")
+must be likelier than "above" and "below" when |dx| > |dy|, which no linear read-out of positions
+gives (docs/attention.md measures it).
 """
 
 from __future__ import annotations
@@ -41,7 +47,7 @@ class DecoderOutput:
 
 class AttentionDecoder(nn.Module):
     def __init__(self, *, vocab_size: int, annotation_dim: int, embed_dim: int, hidden_dim: int,
-                 attention: nn.Module, gate: str = "scalar", dropout: float = 0.3):
+                 attention: nn.Module, gate: str = "scalar", dropout: float = 0.3, deep_output: str = "linear"):
         super().__init__()
         self.attention = attention
         self.embed = nn.Embedding(vocab_size, embed_dim)  # E
@@ -58,6 +64,9 @@ class AttentionDecoder(nn.Module):
         self.out_h = nn.Linear(hidden_dim, embed_dim)  # L_h
         self.out_z = nn.Linear(context_dim, embed_dim, bias=False)  # L_z
         self.out = nn.Linear(embed_dim, vocab_size)  # L_o
+        if deep_output not in ("linear", "tanh"):
+            raise ValueError(f"unknown deep_output '{deep_output}' (known: linear, tanh)")
+        self.deep_output = deep_output
         self.dropout = nn.Dropout(dropout)
 
     def prepare(self, annotations: torch.Tensor) -> tuple[Memory, DecoderState]:
@@ -76,7 +85,10 @@ class AttentionDecoder(nn.Module):
 
     def _output(self, embedded: torch.Tensor, h: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         """Deep output layer, Eq. 7; works on [B, E] or [B, T, E] alike."""
-        return self.out(self.dropout(embedded + self.out_h(self.dropout(h)) + self.out_z(z)))
+        hidden = embedded + self.out_h(self.dropout(h)) + self.out_z(z)
+        if self.deep_output == "tanh":
+            hidden = torch.tanh(hidden)
+        return self.out(self.dropout(hidden))
 
     def step(self, memory: Memory, state: DecoderState,
              tokens: torch.Tensor) -> tuple[torch.Tensor, DecoderState, AttentionOutput]:

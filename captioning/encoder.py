@@ -8,6 +8,12 @@ which sees most of the image, so attention has little room to say *where*; we de
 stride-16 layer (see docs/results.md for the measurements). The grid is always what the network
 gives for the input size (ResNet's stride-32 layer4 at 448² gives 14x14): never an upsampled one.
 
+Convolutions pad their borders with zeros, as the weights were trained; `padding` can make them
+reflect or replicate the border instead. Zero padding is how a CNN tells a border cell from an
+inner one, so its features carry some absolute position (Islam et al., "How much position
+information do convolutional neural networks encode?", ICLR 2020); the attention study measures
+what taking that cue away does (docs/attention.md).
+
 The encoder is frozen and in eval mode unless `fine_tune_from` names a stage: that stage and the
 later ones train (and follow `.train()`), the earlier ones stay frozen in eval mode, so their
 batch-norm statistics never drift.
@@ -15,10 +21,12 @@ batch-norm statistics never drift.
 
 from __future__ import annotations
 
+import functools
 from collections import OrderedDict
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 # Stages of tf_efficientnet_lite0 (timm's `blocks`): 3 -> 80 channels and 4 -> 112 at stride 16,
@@ -29,6 +37,7 @@ _RESNETS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152")  # 18-
 # VGG-19: conv5_4 after its ReLU is stride 16 (the paper's layer); adding the last pool gives stride 32.
 _VGG_LAYERS = {"stride16": "relu5_4", "stride32": "pool5"}
 ENCODERS = ("efficientnet_lite0", *_RESNETS, "vgg19")
+PADDINGS = ("zeros", "reflect", "replicate")
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 
@@ -133,6 +142,29 @@ def _torchvision(name: str, *, weights_path: str | None) -> nn.Module:
         ) from error
 
 
+def _same_padded_conv(conv: nn.Conv2d, mode: str, x: torch.Tensor) -> torch.Tensor:
+    """timm's TF-"same" convolution (Conv2dSame), padding by `mode` where timm pads with zeros."""
+    from timm.layers.padding import get_same_padding
+
+    pad_h = get_same_padding(x.shape[-2], conv.kernel_size[0], conv.stride[0], conv.dilation[0])
+    pad_w = get_same_padding(x.shape[-1], conv.kernel_size[1], conv.stride[1], conv.dilation[1])
+    x = F.pad(x, (pad_w // 2, pad_w - pad_w // 2, pad_h // 2, pad_h - pad_h // 2), mode=mode)
+    return F.conv2d(x, conv.weight, conv.bias, conv.stride, 0, conv.dilation, conv.groups)
+
+
+def _pad_borders(body: nn.Module, mode: str) -> None:
+    """Every convolution in `body` pads its input by `mode` instead of with zeros (same amounts,
+    same weights, same state-dict names). Pooling layers keep theirs: max-pooling pads with -inf,
+    which no cell wins, so it marks no border."""
+    if mode == "zeros":
+        return
+    for conv in body.modules():
+        if type(conv).__name__ == "Conv2dSame":  # pads inside its forward(), with zeros
+            conv.forward = functools.partial(_same_padded_conv, conv, mode)
+        elif isinstance(conv, nn.Conv2d):
+            conv.padding_mode = mode  # torch then pads with F.pad(mode) and convolves unpadded
+
+
 def _vgg_stages(features: nn.Sequential) -> OrderedDict[str, nn.Module]:
     """torchvision's numbered VGG layers under the paper's names: conv1_1, relu1_1, ..., pool5."""
     stages: OrderedDict[str, nn.Module] = OrderedDict()
@@ -155,15 +187,17 @@ def _cut(stages: OrderedDict[str, nn.Module], last: str) -> nn.Sequential:
 
 
 def build_encoder(*, name: str = "efficientnet_lite0", layer: str = "stride16", weights_path: str | None = None,
-                  fine_tune_from: str | None = None) -> Encoder:
+                  fine_tune_from: str | None = None, padding: str = "zeros") -> Encoder:
     """A pretrained encoder cut at the chosen layer: frozen and in eval mode, but for the stages
-    from `fine_tune_from` on."""
+    from `fine_tune_from` on; its convolutions pad by `padding` (zeros, reflect, replicate)."""
     layers = {"efficientnet_lite0": _EFFICIENTNET_LAYERS, "vgg19": _VGG_LAYERS,
               **{resnet: _RESNET_LAYERS for resnet in _RESNETS}}
     if name not in layers:
         raise ValueError(f"unknown encoder '{name}' (known: {', '.join(ENCODERS)})")
     if layer not in layers[name]:
         raise ValueError(f"encoder layer '{layer}' unknown for {name} (known: {', '.join(layers[name])})")
+    if padding not in PADDINGS:
+        raise ValueError(f"unknown encoder padding '{padding}' (known: {', '.join(PADDINGS)})")
     if name == "efficientnet_lite0":
         model = efficientnet_lite0_imagenet(weights_path=weights_path)
         last, dim = _EFFICIENTNET_LAYERS[layer]
@@ -182,4 +216,5 @@ def build_encoder(*, name: str = "efficientnet_lite0", layer: str = "stride16", 
         basic = name in ("resnet18", "resnet34")  # basic blocks: 4x fewer channels than bottlenecks
         dim = {"layer3": 1024, "layer4": 2048}[last] // (4 if basic else 1)
         encoder = Encoder(body=_cut(stages, last), dim=dim, mean=IMAGENET_MEAN, std=IMAGENET_STD)
+    _pad_borders(encoder.body, padding)
     return encoder.fine_tune(fine_tune_from).eval()

@@ -26,7 +26,8 @@ def build_decoder(config: Config, *, vocab_size: int, annotation_dim: int,
                                 expectation_prob=m.hard_expectation_prob, coin=m.hard_coin, warmup=m.hard_warmup,
                                 group=config.train.samples)  # train_step's copies of each caption
     return AttentionDecoder(vocab_size=vocab_size, annotation_dim=annotation_dim, embed_dim=m.embed_dim,
-                            hidden_dim=m.hidden_dim, attention=attention, gate=m.gate, dropout=m.dropout)
+                            hidden_dim=m.hidden_dim, attention=attention, gate=m.gate, dropout=m.dropout,
+                            deep_output=m.deep_output)
 
 
 class Captioner(nn.Module):
@@ -38,7 +39,7 @@ class Captioner(nn.Module):
     @classmethod
     def from_config(cls, config: Config, *, vocab_size: int, grid: tuple[int, int] | None = None) -> Captioner:
         e = config.encoder
-        encoder = build_encoder(name=e.name, layer=e.layer, weights_path=e.weights_path)
+        encoder = build_encoder(name=e.name, layer=e.layer, weights_path=e.weights_path, padding=e.padding)
         decoder = build_decoder(config, vocab_size=vocab_size, annotation_dim=encoder.dim, grid=grid)
         return cls(encoder=encoder, decoder=decoder)
 

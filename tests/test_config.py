@@ -122,6 +122,16 @@ def test_unknown_override_keys_raise_naming_the_key(override, message):
         load_config(None, [override])
 
 
+@pytest.mark.parametrize("override, message", [
+    ("encoder.padding=circular", "encoder.padding 'circular' is not one of zeros, reflect, replicate"),
+    ("encoder.layer=stride8", "encoder.layer 'stride8'"),
+    ("model.deep_output=relu", "model.deep_output 'relu' is not one of linear, tanh"),
+])
+def test_values_no_run_could_use_raise_before_anything_is_built(override, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, [override])
+
+
 def test_apply_overrides_rejects_unknown_keys_and_leaves_known_values():
     config = Config()
     with pytest.raises(ConfigError, match="unknown key 'beam'"):

@@ -195,6 +195,14 @@ def _never():
     raise AssertionError("the encoder factory must not be called when the cache is complete")
 
 
+def test_each_border_padding_has_its_own_cache(tmp_path: Path) -> None:
+    common = {"encoder": "efficientnet_lite0", "layer": "stride16", "image_size": 224, "weights_path": None}
+    zeros = cache_dir(tmp_path, **common)
+    assert zeros == cache_dir(tmp_path, **common, padding="zeros")  # the caches made before the option still count
+    assert len({zeros, cache_dir(tmp_path, **common, padding="reflect"),
+                cache_dir(tmp_path, **common, padding="replicate")}) == 3
+
+
 def test_cached_annotations_match_the_encoder(shapes_root: Path, tiny_config, encoder, tmp_path: Path) -> None:
     image_size = tiny_config(tmp_path).data.image_size
     assert image_size == 96  # a 6x6 grid at stride 16

@@ -12,11 +12,12 @@ from captioning.vocab import Vocabulary
 B, L, D, E, H, A, V, T = 2, 9, 8, 8, 16, 8, 11, 6
 
 
-def make_decoder(seed: int = 0, *, gate: str = "scalar", dropout: float = 0.0) -> AttentionDecoder:
+def make_decoder(seed: int = 0, *, gate: str = "scalar", dropout: float = 0.0,
+                 deep_output: str = "linear") -> AttentionDecoder:
     torch.manual_seed(seed)
     attention = build_attention(kind="soft", score="additive", annotation_dim=D, hidden_dim=H, attention_dim=A)
     return AttentionDecoder(vocab_size=V, annotation_dim=D, embed_dim=E, hidden_dim=H, attention=attention,
-                            gate=gate, dropout=dropout)
+                            gate=gate, dropout=dropout, deep_output=deep_output)
 
 
 def make_inputs(seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
@@ -100,9 +101,11 @@ def test_lstm_input_is_the_word_embedding_and_the_gated_context(gate):
     assert beta.shape == ((B, 1) if gate == "scalar" else (B, D))
 
 
-def test_deep_output_layer_eq7():
-    """p(y_t) ∝ exp(L_o(E y_{t-1} + L_h h_t + L_z z_t))."""
-    decoder = make_decoder(4).eval()
+@pytest.mark.parametrize("deep_output", ["linear", "tanh"])
+def test_deep_output_layer_eq7(deep_output):
+    """p(y_t) ∝ exp(L_o(E y_{t-1} + L_h h_t + L_z z_t)) as printed; the authors' code has a tanh
+    before L_o."""
+    decoder = make_decoder(4, deep_output=deep_output).eval()
     annotations, tokens = make_inputs()
     with torch.no_grad():
         memory, state = decoder.prepare(annotations)
@@ -110,10 +113,18 @@ def test_deep_output_layer_eq7():
         z = torch.sigmoid(decoder.gate(state.h)) * attended.context
         embedded = decoder.embed(tokens[:, 0])
         h, _ = decoder.lstm(torch.cat([embedded, z], 1), (state.h, state.c))
-        expected = decoder.out(embedded + decoder.out_h(h) + decoder.out_z(z))
+        hidden = embedded + decoder.out_h(h) + decoder.out_z(z)
+        expected = decoder.out(torch.tanh(hidden) if deep_output == "tanh" else hidden)
         logits, new_state, _ = decoder.step(memory, state, tokens[:, 0])
+        teacher_forced = decoder(annotations, tokens[:, :1]).logits[:, 0]  # the packed path, fused here
     torch.testing.assert_close(logits, expected)
+    torch.testing.assert_close(teacher_forced, expected)
     torch.testing.assert_close(new_state.h, h)
+
+
+def test_unknown_deep_output_is_an_error():
+    with pytest.raises(ValueError, match="relu"):
+        make_decoder(deep_output="relu")
 
 
 def test_initial_state_comes_from_the_mean_annotation():

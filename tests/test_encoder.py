@@ -107,6 +107,32 @@ def test_eval_mode_features_do_not_depend_on_the_batch(lite_encoders, encoded, i
     torch.testing.assert_close(encoded["stride16"][0][1:], alone, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("padding", ["reflect", "replicate"])
+def test_border_padding_takes_away_where_the_border_is(lite_encoders, padding):
+    """A uniform image has nothing to locate but the border. Zero padding marks it: cells at the
+    edge differ from inner ones. Reflecting or replicating the border leaves every cell the same,
+    with the same weights under the same names."""
+    uniform = torch.full((1, 3, 224, 224), 0.3)
+    padded = build_encoder(name="efficientnet_lite0", layer="stride16", padding=padding)
+    with torch.no_grad():
+        zeros, _ = lite_encoders["stride16"](uniform)  # [1, 196, 112]
+        border_free, grid = padded(uniform)
+    assert grid == (14, 14) and border_free.shape == zeros.shape
+    assert (zeros - zeros.mean(dim=1, keepdim=True)).abs().max() > 0.1  # the border shows
+    torch.testing.assert_close(border_free, border_free[:, :1].expand_as(border_free), rtol=0, atol=1e-4)
+    reference = lite_encoders["stride16"].state_dict()
+    assert list(padded.state_dict()) == list(reference)
+    assert all(torch.equal(value, reference[name]) for name, value in padded.state_dict().items())
+
+
+def test_border_padding_on_a_torchvision_encoder(resnet18_file):
+    uniform = torch.full((1, 3, 64, 64), -0.2)
+    encoder = build_encoder(name="resnet18", layer="stride16", weights_path=str(resnet18_file), padding="reflect")
+    with torch.no_grad():
+        annotations, _ = encoder(uniform)  # [1, 16, 256]
+    torch.testing.assert_close(annotations, annotations[:, :1].expand_as(annotations), rtol=0, atol=1e-4)
+
+
 def test_unknown_encoder_or_layer_is_an_error():
     with pytest.raises(ValueError, match="vgg"):
         build_encoder(name="vgg", layer="stride16")
@@ -114,6 +140,8 @@ def test_unknown_encoder_or_layer_is_an_error():
         build_encoder(name="efficientnet_lite0", layer="stride8")
     with pytest.raises(ValueError, match="stride8"):
         build_encoder(name="resnet101", layer="stride8")
+    with pytest.raises(ValueError, match="circular"):
+        build_encoder(name="efficientnet_lite0", layer="stride16", padding="circular")
 
 
 # ResNet through a local weights file ------------------------------------------------------------------

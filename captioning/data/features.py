@@ -81,8 +81,10 @@ class Cached(NamedTuple):
     unreadable: list[int]  # rows whose image could not be read (their annotations are zeros)
 
 
-def cache_dir(root: str | Path, *, encoder: str, layer: str, image_size: int, weights_path: str | None) -> Path:
+def cache_dir(root: str | Path, *, encoder: str, layer: str, image_size: int, weights_path: str | None,
+              padding: str = "zeros") -> Path:
     tag = f"{encoder}-{layer}-{image_size}" + ("" if weights_path is None else f"-{Path(weights_path).stem}")
+    tag += "" if padding == "zeros" else f"-pad_{padding}"
     return Path(root) / "features" / tag
 
 

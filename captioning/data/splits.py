@@ -60,7 +60,8 @@ class Split:
 
 def encoder_from_config(config: Config) -> Encoder:
     e = config.encoder
-    return build_encoder(name=e.name, layer=e.layer, weights_path=e.weights_path, fine_tune_from=e.fine_tune_from)
+    return build_encoder(name=e.name, layer=e.layer, weights_path=e.weights_path, fine_tune_from=e.fine_tune_from,
+                         padding=e.padding)
 
 
 def uses_feature_cache(config: Config) -> bool:
@@ -70,7 +71,8 @@ def uses_feature_cache(config: Config) -> bool:
 
 def features_dir(config: Config) -> Path:
     d, e = config.data, config.encoder
-    return cache_dir(d.root, encoder=e.name, layer=e.layer, image_size=d.image_size, weights_path=e.weights_path)
+    return cache_dir(d.root, encoder=e.name, layer=e.layer, image_size=d.image_size, weights_path=e.weights_path,
+                     padding=e.padding)
 
 
 def ensure_shapes(config: Config) -> None:
