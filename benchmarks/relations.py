@@ -46,6 +46,10 @@ RUNS = {
     # The authors' code's deep output (a tanh before L_o): a relation word is not linear in positions.
     "soft_tanh": ("shapes_soft.yaml", ("model.deep_output=tanh",)),
     "soft_coordinates_tanh": ("shapes_soft.yaml", ("model.position=coordinates", "model.deep_output=tanh")),
+    "soft_local_tanh": ("shapes_soft.yaml", ("model.score=local", "model.deep_output=tanh")),
+    # The initial state from the layout, not only the mean: the relation is named before B is looked at.
+    "soft_layout": ("shapes_soft.yaml", ("model.init=layout",)),
+    "soft_local_layout": ("shapes_soft.yaml", ("model.score=local", "model.init=layout")),
 }
 DECODINGS = {"beam 3": 3, "greedy": 1}
 
@@ -66,7 +70,11 @@ def run(name: str, *, data: Path, out: Path, results: Path) -> dict:
     decoder = decoder_from_checkpoint(payload, config)
     result = {"name": name, "config": config_name, "overrides": list(overrides), "steps": payload["progress"]["step"],
               "train_seconds": max(h["seconds"] for h in history),
-              "best_epoch": max(history, key=lambda h: h["CIDEr"])["epoch"]}
+              "best_epoch": max(history, key=lambda h: h["CIDEr"])["epoch"],
+              # what training length does to relations: the validation split's probe after every epoch
+              # (last.pt's history: best.pt's ends at the best epoch)
+              "probe_by_epoch": [h.get("relation_probe_accuracy")
+                                 for h in load_checkpoint(out / name / "last.pt")["progress"]["history"]]}
     for label, beam in DECODINGS.items():
         started = time.time()
         metrics, _ = evaluate_split(decoder, test.annotations, image_ids=test.image_ids, references=test.references,
@@ -86,17 +94,21 @@ def _row(name: str, result: dict) -> str:
         cells.append(f"{m['Bleu_4']:.3f} | {m['CIDEr']:.3f} | "
                      f"**{m['attention_correctness'] / m['attention_correctness_chance']:.2f}x** | "
                      f"{'–' if math.isnan(stated) else f'{stated:.2f}'} ({m['relations_generated']})")
-    probe = result["greedy"]["relation_probe_accuracy"]  # the probe does not depend on the decoding
+    probe = result["greedy"]  # the probe does not depend on the decoding
+    axis, direction = (probe.get(f"relation_probe_{part}", math.nan) for part in ("axis", "direction"))
+    by_epoch = " ".join("–" if p is None else f"{p:.2f}" for p in result.get("probe_by_epoch", [])) or "–"
     overrides = " ".join(result["overrides"]) or "as is"
-    return (f"| {name} | `{result['config']}` {overrides} | {' | '.join(cells)} | **{probe:.2f}** "
-            f"({result['greedy']['relation_probe_pairs']}) | {result['train_seconds']:.0f} |")
+    return (f"| {name} | `{result['config']}` {overrides} | {' | '.join(cells)} | "
+            f"**{probe['relation_probe_accuracy']:.2f}** ({probe['relation_probe_pairs']}) | "
+            f"{axis:.2f} / {direction:.2f} | "
+            f"{by_epoch} | {result['train_seconds']:.0f} |")
 
 
 def table(results: dict[str, dict]) -> str:
     head = " | ".join(f"{label}: BLEU-4 | CIDEr | attention ratio | relations stated: accuracy (n)"
                       for label in DECODINGS)
-    lines = [f"| run | configuration | {head} | relation probe (pairs) | train s |",
-             "|" + "---|" * (4 + 4 * len(DECODINGS))]
+    lines = [f"| run | configuration | {head} | relation probe (pairs) | probe: axis / direction | "
+             "validation probe by epoch | train s |", "|" + "---|" * (6 + 4 * len(DECODINGS))]
     return "\n".join(lines + [_row(name, results[name]) for name in RUNS if name in results])
 
 

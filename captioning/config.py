@@ -71,6 +71,9 @@ class ModelConfig:
     # The deep output layer (Eq. 7): "linear" as printed, L_o(E y + L_h h + L_z z); "tanh" as the
     # authors' code (arctic-captions capgen.py), L_o(tanh(E y + L_h h + L_z z)).
     deep_output: str = "linear"
+    # h_0, c_0 from the mean annotation (Sec. 3.1.2: "mean"), or from the mean and a small projection
+    # of every cell in grid order ("layout": the decoder starts out knowing where things are).
+    init: str = "mean"
     dropout: float = 0.3
 
 
@@ -147,6 +150,7 @@ def validate(config: Config, where: str = "config") -> Config:
                "encoder.layer": (config.encoder.layer, ("stride16", "stride32")),
                "encoder.padding": (config.encoder.padding, PADDINGS),
                "model.deep_output": (config.model.deep_output, ("linear", "tanh")),
+               "model.init": (config.model.init, ("mean", "layout")),
                "train.optimizer": (config.train.optimizer, ("adam", "rmsprop"))}
     for key, (value, known) in choices.items():
         if value not in known:

@@ -47,13 +47,21 @@ class DecoderOutput:
 
 class AttentionDecoder(nn.Module):
     def __init__(self, *, vocab_size: int, annotation_dim: int, embed_dim: int, hidden_dim: int,
-                 attention: nn.Module, gate: str = "scalar", dropout: float = 0.3, deep_output: str = "linear"):
+                 attention: nn.Module, gate: str = "scalar", dropout: float = 0.3, deep_output: str = "linear",
+                 layout_cells: int = 0, layout_dim: int = 8):
         super().__init__()
         self.attention = attention
         self.embed = nn.Embedding(vocab_size, embed_dim)  # E
-        # h_0 and c_0 from the mean annotation through two separate layers (Sec. 3.1.2).
-        self.init_h = nn.Linear(annotation_dim, hidden_dim)
-        self.init_c = nn.Linear(annotation_dim, hidden_dim)
+        # h_0 and c_0 from the mean annotation through two separate layers (Sec. 3.1.2). The mean
+        # is the same for any permutation of the cells: it says what is in the image, not where. A
+        # caption "A <relation> B" names the relation before it names B, so a decoder that has not
+        # yet looked at B needs the layout in its state: with layout_cells = L, each cell is also
+        # projected to layout_dim channels and the L * layout_dim of them, in grid order, join the
+        # mean (an option, model.init=layout; not in the paper).
+        self.layout = nn.Linear(annotation_dim, layout_dim) if layout_cells else None
+        summary_dim = annotation_dim + layout_cells * layout_dim
+        self.init_h = nn.Linear(summary_dim, hidden_dim)
+        self.init_c = nn.Linear(summary_dim, hidden_dim)
         if gate not in ("scalar", "vector"):
             raise ValueError(f"unknown gate '{gate}' (known: scalar, vector)")
         # z_t is as wide as attention's memory: D, or D + 2 with the grid coordinates appended.
@@ -71,8 +79,10 @@ class AttentionDecoder(nn.Module):
 
     def prepare(self, annotations: torch.Tensor) -> tuple[Memory, DecoderState]:
         """The per-image work: attention keys and the initial state, from annotations [B, L, D]."""
-        mean = annotations.mean(dim=1)  # [B, D]
-        state = DecoderState(h=torch.tanh(self.init_h(mean)), c=self.init_c(mean))
+        summary = annotations.mean(dim=1)  # [B, D]
+        if self.layout is not None:
+            summary = torch.cat([summary, self.layout(annotations).flatten(1)], dim=1)  # [B, D + L * layout_dim]
+        state = DecoderState(h=torch.tanh(self.init_h(summary)), c=self.init_c(summary))
         return self.attention.prepare(annotations), state
 
     def _advance(self, memory: Memory, state: DecoderState,

@@ -15,7 +15,9 @@ instead ("a red circle and a blue square"), so this counts few, self-selected re
 *probe* that asks every model the same questions: for each ordered pair of objects (A, B) of an
 image, which of the four captions "a <A> <relation> a <B>" it finds most likely (teacher forcing,
 the whole caption with its <end>); the probe's accuracy is how often that is the true relation
-(chance: 0.25).
+(chance: 0.25). The probe's answers split in two: whether it picks the right *axis* (left/right
+against above/below: which of |dx|, |dy| is larger) and, where it does, the right *direction*
+along it (the sign); a decoder can know the one and not the other (docs/attention.md).
 """
 
 from __future__ import annotations
@@ -165,10 +167,10 @@ def caption_log_likelihoods(decoder: AttentionDecoder, annotations: torch.Tensor
 
 
 def relation_probe(decoder: AttentionDecoder, annotations: torch.Tensor, truths: Sequence[Grounding],
-                   vocab: Vocabulary) -> list[bool]:
-    """For every ordered pair of objects (A, B) of each image: is the true relation the one whose
-    caption "a <colour A> <shape A> <relation> a <colour B> <shape B>" the model finds most likely?
-    annotations [B, L, D], one row per image of `truths`."""
+                   vocab: Vocabulary) -> list[tuple[int, int]]:
+    """For every ordered pair of objects (A, B) of each image: the true relation and the one whose
+    caption "a <colour A> <shape A> <relation> a <colour B> <shape B>" the model finds most likely,
+    as indices into RELATIONS. annotations [B, L, D], one row per image of `truths`."""
     rows, captions, truth = [], [], []
     for image, grounding in enumerate(truths):
         objects = grounding.objects
@@ -183,7 +185,21 @@ def relation_probe(decoder: AttentionDecoder, annotations: torch.Tensor, truths:
         return []
     scores = caption_log_likelihoods(decoder, annotations[torch.tensor(rows, device=annotations.device)], captions)
     best = scores.view(len(truth), len(RELATIONS)).argmax(dim=1).cpu()  # [pairs]
-    return (best == torch.tensor(truth)).tolist()
+    return list(zip(truth, best.tolist()))
+
+
+def probe_scores(answers: Sequence[tuple[int, int]]) -> dict[str, float]:
+    """The probe's accuracy, and its two parts: the right axis (horizontal or vertical), and the
+    right direction where the axis is right."""
+    if not answers:
+        return {"relation_probe_accuracy": float("nan"), "relation_probe_axis": float("nan"),
+                "relation_probe_direction": float("nan"), "relation_probe_pairs": 0}
+    truth, picked = np.array(answers).T
+    horizontal = np.array(["left" in r or "right" in r for r in RELATIONS])  # [4], per relation
+    axis = horizontal[truth] == horizontal[picked]
+    return {"relation_probe_accuracy": float(np.mean(truth == picked)), "relation_probe_axis": float(np.mean(axis)),
+            "relation_probe_direction": float(np.mean(truth[axis] == picked[axis])) if axis.any() else float("nan"),
+            "relation_probe_pairs": len(answers)}
 
 
 @torch.no_grad()
@@ -225,6 +241,5 @@ def evaluate_split(decoder: AttentionDecoder, annotations: np.ndarray, *, image_
         metrics["attention_words"] = len(correct)
         metrics["relation_accuracy"] = float(np.mean(relations)) if relations else float("nan")
         metrics["relations_generated"] = len(relations)
-        metrics["relation_probe_accuracy"] = float(np.mean(probed)) if probed else float("nan")
-        metrics["relation_probe_pairs"] = len(probed)
+        metrics.update(probe_scores(probed))
     return metrics, results

@@ -27,7 +27,16 @@ def build_decoder(config: Config, *, vocab_size: int, annotation_dim: int,
                                 group=config.train.samples)  # train_step's copies of each caption
     return AttentionDecoder(vocab_size=vocab_size, annotation_dim=annotation_dim, embed_dim=m.embed_dim,
                             hidden_dim=m.hidden_dim, attention=attention, gate=m.gate, dropout=m.dropout,
-                            deep_output=m.deep_output)
+                            deep_output=m.deep_output, layout_cells=_layout_cells(m.init, grid))
+
+
+def _layout_cells(init: str, grid: tuple[int, int] | None) -> int:
+    """model.init=layout needs the grid's size; the paper's mean does not."""
+    if init == "mean":
+        return 0
+    if grid is None:
+        raise ValueError("model.init=layout needs the annotation grid (Hg, Wg)")
+    return grid[0] * grid[1]
 
 
 class Captioner(nn.Module):

@@ -126,6 +126,7 @@ def test_unknown_override_keys_raise_naming_the_key(override, message):
     ("encoder.padding=circular", "encoder.padding 'circular' is not one of zeros, reflect, replicate"),
     ("encoder.layer=stride8", "encoder.layer 'stride8'"),
     ("model.deep_output=relu", "model.deep_output 'relu' is not one of linear, tanh"),
+    ("model.init=zeros", "model.init 'zeros' is not one of mean, layout"),
 ])
 def test_values_no_run_could_use_raise_before_anything_is_built(override, message):
     with pytest.raises(ConfigError, match=message):

@@ -145,6 +145,34 @@ def test_initial_state_comes_from_the_mean_annotation():
     torch.testing.assert_close(same.c, state.c)
 
 
+def test_layout_init_adds_every_cell_in_grid_order_to_the_mean():
+    torch.manual_seed(3)
+    attention = build_attention(kind="soft", score="additive", annotation_dim=D, hidden_dim=H, attention_dim=A)
+    decoder = AttentionDecoder(vocab_size=V, annotation_dim=D, embed_dim=E, hidden_dim=H, attention=attention,
+                               layout_cells=L, layout_dim=3)
+    annotations, tokens = make_inputs()
+    perm = torch.randperm(L, generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        _, state = decoder.prepare(annotations)
+        summary = torch.cat([annotations.mean(1), decoder.layout(annotations).reshape(B, L * 3)], 1)  # [B, D + 3L]
+        _, shuffled = decoder.prepare(annotations[:, perm])
+    assert decoder.init_h.in_features == decoder.init_c.in_features == D + L * 3
+    torch.testing.assert_close(state.h, torch.tanh(decoder.init_h(summary)))
+    torch.testing.assert_close(state.c, decoder.init_c(summary))
+    assert (shuffled.h - state.h).abs().max() > 1e-3  # unlike the mean, it knows where things are
+    assert decoder(annotations, tokens).logits.shape == (B, T, V)
+
+
+def test_layout_init_needs_the_grid():
+    from captioning.config import load_config
+    from captioning.model import build_decoder
+
+    config = load_config(None, ["model.init=layout"])
+    assert build_decoder(config, vocab_size=V, annotation_dim=D, grid=(3, 3)).init_h.in_features == D + 9 * 8
+    with pytest.raises(ValueError, match="grid"):
+        build_decoder(config, vocab_size=V, annotation_dim=D, grid=None)
+
+
 def test_permuting_cells_keeps_the_state_and_outputs_and_permutes_the_maps():
     decoder = make_decoder(2).eval()
     annotations, tokens = make_inputs()

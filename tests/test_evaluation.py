@@ -20,6 +20,7 @@ from captioning.evaluation import (
     caption_metrics,
     grounding_scores,
     java_available,
+    probe_scores,
     relation_probe,
     word_objects,
 )
@@ -196,7 +197,14 @@ def test_relation_probe_asks_every_ordered_pair_and_takes_the_likeliest_relation
     # Pairs in order (red, blue), (red, green), (blue, red), (blue, green), (green, red), (green, blue):
     # "to the left of" holds for red -> blue and green -> blue (140 px apart in x, 80 in y); red is
     # above green (the same x), and nothing is left of red.
-    assert answers == [True, False, False, False, False, True]
+    left, right, above, below = range(4)
+    assert answers == [(left, left), (above, left), (right, left), (right, left), (below, left), (left, left)]
+    scores = probe_scores(answers)
+    assert scores["relation_probe_accuracy"] == pytest.approx(2 / 6)
+    assert scores["relation_probe_axis"] == pytest.approx(4 / 6)  # "left" has the axis of left and right
+    assert scores["relation_probe_direction"] == pytest.approx(2 / 4)  # of those four, the two lefts
+    assert scores["relation_probe_pairs"] == 6
+    assert np.isnan(probe_scores([])["relation_probe_accuracy"])
 
 
 def test_caption_metrics_identical_and_unrelated() -> None:
