@@ -50,6 +50,8 @@ RUNS = {
     # The initial state from the layout, not only the mean: the relation is named before B is looked at.
     "soft_layout": ("shapes_soft.yaml", ("model.init=layout",)),
     "soft_local_layout": ("shapes_soft.yaml", ("model.score=local", "model.init=layout")),
+    "soft_local_tanh_layout": ("shapes_soft.yaml",
+                               ("model.score=local", "model.deep_output=tanh", "model.init=layout")),
 }
 DECODINGS = {"beam 3": 3, "greedy": 1}
 

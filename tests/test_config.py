@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from captioning.config import Config, ConfigError, apply_overrides, from_dict, load_config
@@ -159,3 +161,14 @@ def test_round_trip_through_to_dict_and_from_dict():
     assert from_dict(config.to_dict()) == config
     with pytest.raises(ConfigError, match="bogus"):
         from_dict({"train": {"bogus": 1}})
+
+
+
+def test_the_relations_config_is_the_soft_one_with_what_it_says_changed():
+    configs = Path(__file__).resolve().parents[1] / "configs"
+    soft = load_config(configs / "shapes_soft.yaml").to_dict()
+    relations = load_config(configs / "shapes_relations.yaml").to_dict()
+    changed = {(section, key) for section in soft for key in soft[section]
+               if soft[section][key] != relations[section][key]}
+    assert changed == {("model", "score"), ("model", "init"), ("train", "out_dir")}
+    assert (relations["model"]["score"], relations["model"]["init"]) == ("local", "layout")
