@@ -158,16 +158,8 @@ def annotation_norms(data: Path, images: int = 200) -> str:
     config = load_config(REPO / BASE[0], [f"data.root={data}"])
     test = load_splits(config, ("test",))["test"]
     annotations = torch.from_numpy(np.asarray(test.annotations[:images], dtype=np.float32))  # [N, L, D]
-    (rows, columns), inside = test.grid, []
-    for truth in test.grounding[:images]:
-        ys = (torch.arange(rows) + 0.5) * truth.height / rows
-        xs = (torch.arange(columns) + 0.5) * truth.width / columns
-        y, x = torch.meshgrid(ys, xs, indexing="ij")
-        hit = torch.zeros(rows, columns, dtype=torch.bool)
-        for o in truth.objects:
-            hit |= (x >= o.box[0]) & (x <= o.box[2]) & (y >= o.box[1]) & (y <= o.box[3])
-        inside.append(hit.flatten())
-    inside_t = torch.stack(inside)  # [N, L]
+    inside = [truth.object_cells(*test.grid) for truth in test.grounding[:images]]
+    inside_t = torch.from_numpy(np.stack(inside))  # [N, L]
     norms = annotations.norm(dim=2)  # [N, L]
     mean = annotations.mean(dim=1).norm(dim=1).mean()
     return (f"Annotation norms on {images} test images (stride 16): cells inside an object's box "

@@ -42,18 +42,10 @@ CELLS = {"all cells": "all", "background cells": "background", "inner cells": "i
 
 def cell_masks(test, rows: int, columns: int) -> dict[str, torch.Tensor]:
     """[N, L] bool per kind of cell: all, background (no box holds the centre), inner (not the outer ring)."""
-    background = []
-    for truth in test.grounding:
-        ys = (torch.arange(rows) + 0.5) * truth.height / rows
-        xs = (torch.arange(columns) + 0.5) * truth.width / columns
-        y, x = torch.meshgrid(ys, xs, indexing="ij")
-        hit = torch.zeros(rows, columns, dtype=torch.bool)
-        for o in truth.objects:
-            hit |= (x >= o.box[0]) & (x <= o.box[2]) & (y >= o.box[1]) & (y <= o.box[3])
-        background.append(~hit.flatten())
+    objects = np.stack([truth.object_cells(rows, columns) for truth in test.grounding])  # [N, L]
+    background_t = ~torch.from_numpy(objects)
     inner = torch.zeros(rows, columns, dtype=torch.bool)
     inner[1:-1, 1:-1] = True
-    background_t = torch.stack(background)  # [N, L]
     return {"all": torch.ones_like(background_t), "background": background_t,
             "inner": inner.flatten().expand_as(background_t)}
 
