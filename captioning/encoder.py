@@ -21,7 +21,6 @@ batch-norm statistics never drift.
 
 from __future__ import annotations
 
-import functools
 from collections import OrderedDict
 from pathlib import Path
 
@@ -142,14 +141,23 @@ def _torchvision(name: str, *, weights_path: str | None) -> nn.Module:
         ) from error
 
 
-def _same_padded_conv(conv: nn.Conv2d, mode: str, x: torch.Tensor) -> torch.Tensor:
-    """timm's TF-"same" convolution (Conv2dSame), padding by `mode` where timm pads with zeros."""
-    from timm.layers.padding import get_same_padding
+class _SamePaddedConv(nn.Conv2d):
+    """timm's TF-"same" convolution (Conv2dSame) with the same weights, padding by `mode` where timm
+    pads with zeros."""
 
-    pad_h = get_same_padding(x.shape[-2], conv.kernel_size[0], conv.stride[0], conv.dilation[0])
-    pad_w = get_same_padding(x.shape[-1], conv.kernel_size[1], conv.stride[1], conv.dilation[1])
-    x = F.pad(x, (pad_w // 2, pad_w - pad_w // 2, pad_h // 2, pad_h - pad_h // 2), mode=mode)
-    return F.conv2d(x, conv.weight, conv.bias, conv.stride, 0, conv.dilation, conv.groups)
+    def __init__(self, conv: nn.Conv2d, mode: str):
+        super().__init__(conv.in_channels, conv.out_channels, conv.kernel_size, stride=conv.stride, padding=0,
+                         dilation=conv.dilation, groups=conv.groups, bias=conv.bias is not None)
+        self.weight, self.bias = conv.weight, conv.bias  # shared, under the same names
+        self.mode = mode
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from timm.layers.padding import get_same_padding
+
+        pad_h = get_same_padding(x.shape[-2], self.kernel_size[0], self.stride[0], self.dilation[0])
+        pad_w = get_same_padding(x.shape[-1], self.kernel_size[1], self.stride[1], self.dilation[1])
+        x = F.pad(x, (pad_w // 2, pad_w - pad_w // 2, pad_h // 2, pad_h - pad_h // 2), mode=self.mode)
+        return F.conv2d(x, self.weight, self.bias, self.stride, 0, self.dilation, self.groups)
 
 
 def _pad_borders(body: nn.Module, mode: str) -> None:
@@ -158,9 +166,10 @@ def _pad_borders(body: nn.Module, mode: str) -> None:
     which no cell wins, so it marks no border."""
     if mode == "zeros":
         return
-    for conv in body.modules():
-        if type(conv).__name__ == "Conv2dSame":  # pads inside its forward(), with zeros
-            conv.forward = functools.partial(_same_padded_conv, conv, mode)
+    for name, conv in list(body.named_modules()):
+        if type(conv).__name__ == "Conv2dSame":  # timm's: pads inside its forward(), with zeros
+            parent, _, child = name.rpartition(".")
+            setattr(body.get_submodule(parent), child, _SamePaddedConv(conv, mode))
         elif isinstance(conv, nn.Conv2d):
             conv.padding_mode = mode  # torch then pads with F.pad(mode) and convolves unpadded
 

@@ -6,6 +6,7 @@ once per module. Nothing here touches the network: the one test of the download 
 
 from __future__ import annotations
 
+import copy
 import urllib.error
 
 import numpy as np
@@ -123,6 +124,8 @@ def test_border_padding_takes_away_where_the_border_is(lite_encoders, padding):
     reference = lite_encoders["stride16"].state_dict()
     assert list(padded.state_dict()) == list(reference)
     assert all(torch.equal(value, reference[name]) for name, value in padded.state_dict().items())
+    with torch.no_grad():  # a copy pads the same way, with its own weights
+        torch.testing.assert_close(copy.deepcopy(padded)(uniform)[0], border_free, rtol=0, atol=0)
 
 
 def test_border_padding_on_a_torchvision_encoder(resnet18_file):
