@@ -50,6 +50,9 @@ RUNS = {
     # The initial state from the layout, not only the mean: the relation is named before B is looked at.
     "soft_layout": ("shapes_soft.yaml", ("model.init=layout",)),
     "soft_local_layout": ("shapes_soft.yaml", ("model.score=local", "model.init=layout")),
+    # configs/shapes_relations.yaml (= soft_local_layout) with two other seeds: the noise of these runs
+    "soft_local_layout_seed1": ("shapes_soft.yaml", ("model.score=local", "model.init=layout", "train.seed=1")),
+    "soft_local_layout_seed2": ("shapes_soft.yaml", ("model.score=local", "model.init=layout", "train.seed=2")),
     "soft_local_tanh_layout": ("shapes_soft.yaml",
                                ("model.score=local", "model.deep_output=tanh", "model.init=layout")),
 }
