@@ -74,7 +74,7 @@ def run(name: str, *, data: Path, out: Path, results: Path) -> dict:
     test = load_splits(config, ("test",))["test"]
     decoder = decoder_from_checkpoint(payload, config)
     result = {"name": name, "config": config_name, "overrides": list(overrides), "steps": payload["progress"]["step"],
-              "train_seconds": max(h["seconds"] for h in history),
+              "train_seconds": max(h["seconds"] for h in history),  # up to the kept (best) checkpoint
               "best_epoch": max(history, key=lambda h: h["CIDEr"])["epoch"],
               # what training length does to relations: the validation split's probe after every epoch
               # (last.pt's history: best.pt's ends at the best epoch)
