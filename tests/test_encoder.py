@@ -124,7 +124,7 @@ def test_border_padding_takes_away_where_the_border_is(lite_encoders, padding):
     reference = lite_encoders["stride16"].state_dict()
     assert list(padded.state_dict()) == list(reference)
     assert all(torch.equal(value, reference[name]) for name, value in padded.state_dict().items())
-    with torch.no_grad():  # a copy pads the same way, with its own weights
+    with torch.no_grad():  # a deep copy (as DDP or EMA code makes) pads the same way
         torch.testing.assert_close(copy.deepcopy(padded)(uniform)[0], border_free, rtol=0, atol=0)
 
 
