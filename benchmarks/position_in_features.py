@@ -94,7 +94,7 @@ def table(results: dict[str, dict]) -> str:
 
 
 def main() -> int:
-    args = study_parser(__doc__, data="data/study", out="runs/position_study", results="docs/position_study",
+    args = study_parser(__doc__, data="data/study", out=None, results="docs/position_study",
                         data_help=f"shapes data (made if missing: {COUNTS})").parse_args()
     torch.set_num_threads(1)
     data, kept = Path(args.data), Path(args.results)

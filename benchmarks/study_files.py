@@ -9,12 +9,13 @@ import re
 from pathlib import Path
 
 
-def study_parser(doc: str, *, data: str, out: str, results: str, data_help: str) -> argparse.ArgumentParser:
-    """--data, --out (checkpoints), --results (one metrics file per run, committed), --doc, --only
-    and --tables-only, with this study's defaults."""
+def study_parser(doc: str, *, data: str, out: str | None, results: str, data_help: str) -> argparse.ArgumentParser:
+    """--data, --out (checkpoints; none for a study that trains nothing), --results (one metrics file
+    per run, committed), --doc, --only and --tables-only, with this study's defaults."""
     parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", default=data, help=data_help)
-    parser.add_argument("--out", default=out, help="checkpoints")
+    if out is not None:
+        parser.add_argument("--out", default=out, help="checkpoints")
     parser.add_argument("--results", default=results, help="one metrics file per run")
     parser.add_argument("--doc", default="docs/attention.md")
     parser.add_argument("--only", help="run only the configurations whose name contains this")
