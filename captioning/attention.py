@@ -37,6 +37,7 @@ class Memory:
     # Hard attention while training: True where this image uses the soft expectation instead of a
     # sample for its whole caption (Sec. 4.1: "with probability 0.5"). None otherwise.
     expectation: torch.Tensor | None = None  # [B] bool
+    glimpse: Memory | None = None  # the decoder's second glimpse's own memory (model.glimpses=2)
 
     def select(self, index: torch.Tensor) -> Memory:
         """Rows of the batch, e.g. each image repeated once per beam."""
@@ -44,7 +45,8 @@ class Memory:
         def pick(tensor: torch.Tensor | None) -> torch.Tensor | None:
             return None if tensor is None else tensor.index_select(0, index)
 
-        return Memory(pick(self.annotations), pick(self.keys), pick(self.expectation))
+        return Memory(pick(self.annotations), pick(self.keys), pick(self.expectation),
+                      None if self.glimpse is None else self.glimpse.select(index))
 
     def prefix(self, rows: int) -> Memory:
         """The first `rows` images, as views (no copy): the rows still running when sorted by length."""
@@ -52,7 +54,8 @@ class Memory:
         def first(tensor: torch.Tensor | None) -> torch.Tensor | None:
             return None if tensor is None else tensor[:rows]
 
-        return Memory(first(self.annotations), first(self.keys), first(self.expectation))
+        return Memory(first(self.annotations), first(self.keys), first(self.expectation),
+                      None if self.glimpse is None else self.glimpse.prefix(rows))
 
 
 @dataclass

@@ -74,6 +74,10 @@ class ModelConfig:
     # h_0, c_0 from the mean annotation (Sec. 3.1.2: "mean"), or from the mean and a small projection
     # of every cell in grid order ("layout": the decoder starts out knowing where things are).
     init: str = "mean"
+    # Glimpses per word (not in the paper): 2 adds a second soft attention whose query is h_{t-1}
+    # and the first glimpse's context, so that one word can see two places (the two objects of a
+    # relation); z_t is both contexts side by side. See captioning.decoder.
+    glimpses: int = 1
     dropout: float = 0.3
 
 
@@ -160,6 +164,11 @@ def validate(config: Config, where: str = "config") -> Config:
     for key, value in positive.items():
         if not isinstance(value, int) or value < 1:
             raise ConfigError(f"{where}: {key} must be a positive integer, got {value!r}")
+    if config.model.glimpses not in (1, 2):
+        raise ConfigError(f"{where}: model.glimpses must be 1 or 2, got {config.model.glimpses!r}")
+    if config.model.glimpses == 2 and config.model.attention != "soft":
+        raise ConfigError(f"{where}: model.glimpses=2 needs model.attention=soft (the second glimpse samples "
+                          "nothing, so REINFORCE would not train it)")
     if config.data.augment and config.data.feature_cache and config.encoder.fine_tune_from is None:
         raise ConfigError(f"{where}: data.augment needs the encoder on the fly (cached annotations are computed "
                           "once per image): set data.feature_cache=false or encoder.fine_tune_from")

@@ -5,6 +5,7 @@ H hidden size, V vocabulary size.
 
 One step t, given the previous word y_{t-1} and state (h_{t-1}, c_{t-1}):
   alpha_t, z_t = attention(a, h_{t-1})              Eqs. 4-6
+  (model.glimpses=2: z_t = [z_t; z'_t], z'_t = glimpse(a, [h_{t-1}; z_t]), a second soft attention)
   z_t          = beta_t * z_t,  beta_t = sigmoid(f_beta(h_{t-1}))      Sec. 4.2.1
   h_t, c_t     = LSTM([E y_{t-1}; z_t], (h_{t-1}, c_{t-1}))            Eqs. 1-3
   p(y_t)       ∝ exp(L_o(E y_{t-1} + L_h h_t + L_z z_t))               Eq. 7 (deep output)
@@ -14,6 +15,12 @@ tanh before L_o, which makes it a one-hidden-layer network: deep_output="tanh". 
 matters for words that are not a linear function of the state: "to" (of "to the left/right of")
 must be likelier than "above" and "below" when |dx| > |dy|, which no linear read-out of positions
 gives (docs/attention.md measures it).
+
+A second glimpse (not in the paper) is for the same word: "A to the left of B" is decided at the
+word "to", before B is named, and a single map at that word cannot sit on both A and B. The second
+glimpse's query includes what the first one saw, so it can look *elsewhere*; with the grid
+coordinates appended (model.position=coordinates) z_t then holds both places. The maps the decoder
+reports (alphas: overlays, attention correctness) are the first glimpse's.
 """
 
 from __future__ import annotations
@@ -48,9 +55,10 @@ class DecoderOutput:
 class AttentionDecoder(nn.Module):
     def __init__(self, *, vocab_size: int, annotation_dim: int, embed_dim: int, hidden_dim: int,
                  attention: nn.Module, gate: str = "scalar", dropout: float = 0.3, deep_output: str = "linear",
-                 layout_cells: int = 0, layout_dim: int = 8):
+                 layout_cells: int = 0, layout_dim: int = 8, glimpse: nn.Module | None = None):
         super().__init__()
         self.attention = attention
+        self.glimpse = glimpse  # a second soft attention per word, queried with [h_{t-1}; z_t]; or None
         self.embed = nn.Embedding(vocab_size, embed_dim)  # E
         # h_0 and c_0 from the mean annotation through two separate layers (Sec. 3.1.2). The mean
         # is the same for any permutation of the cells: it says what is in the image, not where. A
@@ -64,8 +72,9 @@ class AttentionDecoder(nn.Module):
         self.init_c = nn.Linear(summary_dim, hidden_dim)
         if gate not in ("scalar", "vector"):
             raise ValueError(f"unknown gate '{gate}' (known: scalar, vector)")
-        # z_t is as wide as attention's memory: D, or D + 2 with the grid coordinates appended.
-        context_dim = annotation_dim + getattr(attention, "extra_channels", 0)
+        # z_t is as wide as attention's memory: D, or D + 2 with the grid coordinates appended; twice
+        # that with a second glimpse.
+        context_dim = (annotation_dim + getattr(attention, "extra_channels", 0)) * (1 if glimpse is None else 2)
         # The paper's beta_t is a scalar per step; some ports gate each channel instead.
         self.gate = nn.Linear(hidden_dim, 1 if gate == "scalar" else context_dim)
         self.lstm = nn.LSTMCell(embed_dim + context_dim, hidden_dim)
@@ -83,13 +92,25 @@ class AttentionDecoder(nn.Module):
         if self.layout is not None:
             summary = torch.cat([summary, self.layout(annotations).flatten(1)], dim=1)  # [B, D + L * layout_dim]
         state = DecoderState(h=torch.tanh(self.init_h(summary)), c=self.init_c(summary))
-        return self.attention.prepare(annotations), state
+        memory = self.attention.prepare(annotations)
+        if self.glimpse is not None:
+            memory.glimpse = self.glimpse.prepare(annotations)
+        return memory, state
+
+    @property
+    def fusable(self) -> bool:
+        """Whether the fused recurrence (captioning.fused) computes this decoder's steps."""
+        return self.glimpse is None and fused.supports(self.attention)
 
     def _advance(self, memory: Memory, state: DecoderState,
                  embedded: torch.Tensor) -> tuple[DecoderState, torch.Tensor, AttentionOutput]:
         """One recurrence step: attend with h_{t-1}, gate, update the LSTM. embedded [B, E]."""
         attended = self.attention(memory, state.h)
-        z = torch.sigmoid(self.gate(state.h)) * attended.context  # [B, D], beta_t * z_t
+        context = attended.context  # [B, D]
+        if self.glimpse is not None:
+            second = self.glimpse(memory.glimpse, torch.cat([state.h, context], dim=1))
+            context = torch.cat([context, second.context], dim=1)  # [B, 2D]
+        z = torch.sigmoid(self.gate(state.h)) * context  # [B, D] (2D with a glimpse), beta_t * z_t
         h, c = self.lstm(torch.cat([embedded, z], dim=1), (state.h, state.c))
         return DecoderState(h, c), z, attended
 
@@ -139,7 +160,7 @@ class AttentionDecoder(nn.Module):
         step_of, row_of = step_of.to(inputs.device), row_of.to(inputs.device)  # [N]
         embedded = self.embed(inputs[row_of, step_of])  # [N, E], the real positions only
         memory, state = self.prepare(annotations)
-        if fused.supports(self.attention):
+        if self.fusable:
             hs, zs, alphas = self._fused_recurrence(memory, state, embedded, batch_sizes)
             hard: dict[str, torch.Tensor | None] = {"log_prob": None, "entropy": None, "location": None}
         else:

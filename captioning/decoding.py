@@ -53,7 +53,7 @@ def _stepper(decoder: AttentionDecoder, annotations: torch.Tensor, group: int) -
     rows = torch.arange(annotations.shape[0], device=annotations.device).repeat_interleave(group)  # [B*group]
     state = state.select(rows)
     none = torch.full((rows.shape[0],), -1, dtype=torch.long, device=annotations.device)  # [B*group]
-    if fused.supports(decoder.attention):
+    if decoder.fusable:
         grouped = fused.GroupedStep(decoder, keys=memory.keys, annotations=memory.annotations, group=group)
 
         def step(state: DecoderState, tokens: torch.Tensor):

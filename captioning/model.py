@@ -25,9 +25,15 @@ def build_decoder(config: Config, *, vocab_size: int, annotation_dim: int,
                                 unit_annotations=m.unit_annotations,
                                 expectation_prob=m.hard_expectation_prob, coin=m.hard_coin, warmup=m.hard_warmup,
                                 group=config.train.samples)  # train_step's copies of each caption
+    glimpse = None
+    if m.glimpses == 2:  # queried with [h_{t-1}; z_t], so its "hidden" side is H + the context's width
+        glimpse = build_attention(kind="soft", score=m.score, annotation_dim=annotation_dim,
+                                  hidden_dim=m.hidden_dim + annotation_dim + attention.extra_channels,
+                                  attention_dim=m.attention_dim, grid=grid, temperature=m.temperature,
+                                  position=m.position, local_base=m.local_base, unit_annotations=m.unit_annotations)
     return AttentionDecoder(vocab_size=vocab_size, annotation_dim=annotation_dim, embed_dim=m.embed_dim,
                             hidden_dim=m.hidden_dim, attention=attention, gate=m.gate, dropout=m.dropout,
-                            deep_output=m.deep_output, layout_cells=_layout_cells(m.init, grid))
+                            deep_output=m.deep_output, layout_cells=_layout_cells(m.init, grid), glimpse=glimpse)
 
 
 def _layout_cells(init: str, grid: tuple[int, int] | None) -> int:
