@@ -10,7 +10,8 @@ sits at chance there. These runs use the demo's budget instead: the default shap
 3 (as the demo) and greedily: caption metrics, attention correctness, the relations the captions
 state, and the relation probe (captioning.evaluation.relation_probe). Results are kept per run in
 RESULTS/<name>.json (default docs/relations_study/, committed); checkpoints in OUT/<name>/. A run whose
-OUT/<name>/best.pt exists is scored without training again.
+OUT/<name>/best.pt exists is scored without training again; a kept result from before the probe
+scored the relation's own words (relation_probe_words) gets them from its checkpoint.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
@@ -32,7 +34,7 @@ from captioning.checkpoint import decoder_from_checkpoint, load_checkpoint  # no
 from captioning.config import load_config  # noqa: E402
 from captioning.data.shapes import SHAPES_DEFAULT_COUNTS, make_shapes  # noqa: E402
 from captioning.data.splits import load_splits  # noqa: E402
-from captioning.evaluation import evaluate_split  # noqa: E402
+from captioning.evaluation import evaluate_split, probe_scores, relation_probe  # noqa: E402
 from captioning.training import fit  # noqa: E402
 from captioning.vocab import Vocabulary  # noqa: E402
 
@@ -55,6 +57,18 @@ RUNS = {
     "soft_local_layout_seed2": ("shapes_soft.yaml", ("model.score=local", "model.init=layout", "train.seed=2")),
     "soft_local_tanh_layout": ("shapes_soft.yaml",
                                ("model.score=local", "model.deep_output=tanh", "model.init=layout")),
+    # Capacity and length: the train split's probe is no better than the test split's (underfitting,
+    # not overfitting), so a wider decoder trained for longer.
+    "soft_local_layout_wide": ("shapes_soft.yaml",
+                               ("model.score=local", "model.init=layout", "model.hidden_dim=512",
+                                "model.embed_dim=256", "model.attention_dim=256", "train.epochs=16",
+                                "train.early_stop_patience=4")),
+    # Two glimpses per word (model.glimpses=2): at the word "to"/"above"/"below" one map can sit on A
+    # and the other on B, and with the coordinates appended z_t holds both places.
+    "soft_glimpses_coordinates": ("shapes_soft.yaml", ("model.glimpses=2", "model.position=coordinates")),
+    "soft_local_layout_glimpses_coordinates": ("shapes_soft.yaml",
+                                               ("model.score=local", "model.init=layout", "model.glimpses=2",
+                                                "model.position=coordinates")),
 }
 DECODINGS = {"beam 3": 3, "greedy": 1}
 
@@ -62,11 +76,19 @@ DECODINGS = {"beam 3": 3, "greedy": 1}
 def run(name: str, *, data: Path, out: Path, results: Path) -> dict:
     """Train one configuration (unless its checkpoint exists) and score it on the test split."""
     path = results / f"{name}.json"
-    if path.exists():
-        return json.loads(path.read_text())
     config_name, overrides = RUNS[name]
     config = load_config(REPO / "configs" / config_name, [f"data.root={data}", f"train.out_dir={out / name}",
                                                          *overrides])
+    if path.exists():
+        result = json.loads(path.read_text())
+        if "relation_probe_words" not in result["greedy"] and (out / name / "best.pt").exists():
+            # kept from before the probe scored the relation's own words: add them from the checkpoint
+            payload = load_checkpoint(out / name / "best.pt")
+            test = load_splits(config, ("test",))["test"]
+            decoder = decoder_from_checkpoint(payload, config)
+            result["greedy"].update(_probe(decoder, test, Vocabulary(payload["vocab"])))
+            path.write_text(json.dumps(result, indent=2))
+        return result
     if not (out / name / "best.pt").exists():
         fit(config)
     payload = load_checkpoint(out / name / "best.pt")
@@ -91,6 +113,17 @@ def run(name: str, *, data: Path, out: Path, results: Path) -> dict:
     return result
 
 
+@torch.no_grad()
+def _probe(decoder, split, vocab: Vocabulary, batch_size: int = 100) -> dict[str, float]:
+    """The relation probe alone on a split (evaluate_split runs it as well, with the decoding)."""
+    decoder.eval()
+    answers = []
+    for start in range(0, len(split.image_ids), batch_size):
+        batch = torch.from_numpy(np.asarray(split.annotations[start:start + batch_size], dtype=np.float32))
+        answers += relation_probe(decoder, batch, split.grounding[start:start + batch_size], vocab)
+    return probe_scores(answers)
+
+
 def _row(name: str, result: dict) -> str:
     cells = []
     for label in DECODINGS:
@@ -100,12 +133,13 @@ def _row(name: str, result: dict) -> str:
                      f"**{m['attention_correctness'] / m['attention_correctness_chance']:.2f}x** | "
                      f"{'–' if math.isnan(stated) else f'{stated:.2f}'} ({m['relations_generated']})")
     probe = result["greedy"]  # the probe does not depend on the decoding
-    axis, direction = (probe.get(f"relation_probe_{part}", math.nan) for part in ("axis", "direction"))
+    axis, direction, words, chance = (probe.get(f"relation_probe_{part}", math.nan)
+                                      for part in ("axis", "direction", "words", "words_chance"))
     by_epoch = " ".join("–" if p is None else f"{p:.2f}" for p in result.get("probe_by_epoch", [])) or "–"
     overrides = " ".join(result["overrides"]) or "as is"
     return (f"| {name} | `{result['config']}` {overrides} | {' | '.join(cells)} | "
             f"**{probe['relation_probe_accuracy']:.2f}** ({probe['relation_probe_pairs']}) | "
-            f"{axis:.2f} / {direction:.2f} | "
+            f"{axis:.2f} / {direction:.2f} | {words:.2f} ({chance:.2f}) | "
             f"{by_epoch} | {result['train_seconds']:.0f} |")
 
 
@@ -113,7 +147,8 @@ def table(results: dict[str, dict]) -> str:
     head = " | ".join(f"{label}: BLEU-4 | CIDEr | attention ratio | relations stated: accuracy (n)"
                       for label in DECODINGS)
     lines = [f"| run | configuration | {head} | relation probe (pairs) | probe: axis / direction | "
-             "validation probe by epoch | train s |", "|" + "---|" * (6 + 4 * len(DECODINGS))]
+             "relation words alone (chance) | validation probe by epoch | train s |",
+             "|" + "---|" * (7 + 4 * len(DECODINGS))]
     return "\n".join(lines + [_row(name, results[name]) for name in RUNS if name in results])
 
 
