@@ -71,6 +71,7 @@ RUNS = {
                                                 "model.position=coordinates")),
 }
 DECODINGS = {"beam 3": 3, "greedy": 1}
+TRAIN_PROBE_IMAGES = 500  # as many training images as the test split has
 
 
 def run(name: str, *, data: Path, out: Path, results: Path) -> dict:
@@ -81,12 +82,14 @@ def run(name: str, *, data: Path, out: Path, results: Path) -> dict:
                                                          *overrides])
     if path.exists():
         result = json.loads(path.read_text())
-        if "relation_probe_words" not in result["greedy"] and (out / name / "best.pt").exists():
-            # kept from before the probe scored the relation's own words: add them from the checkpoint
+        if (out / name / "best.pt").exists() and ("relation_probe_words" not in result["greedy"]
+                                                  or "train_probe" not in result):
+            # kept from before these were scored: add them from the checkpoint
             payload = load_checkpoint(out / name / "best.pt")
-            test = load_splits(config, ("test",))["test"]
-            decoder = decoder_from_checkpoint(payload, config)
-            result["greedy"].update(_probe(decoder, test, Vocabulary(payload["vocab"])))
+            decoder, vocab = decoder_from_checkpoint(payload, config), Vocabulary(payload["vocab"])
+            result["greedy"].update(_probe(decoder, load_splits(config, ("test",))["test"], vocab))
+            result["train_probe"] = _probe(decoder, load_splits(config, ("train",))["train"], vocab,
+                                           images=TRAIN_PROBE_IMAGES)["relation_probe_accuracy"]
             path.write_text(json.dumps(result, indent=2))
         return result
     if not (out / name / "best.pt").exists():
@@ -102,6 +105,9 @@ def run(name: str, *, data: Path, out: Path, results: Path) -> dict:
               # (last.pt's history: best.pt's ends at the best epoch)
               "probe_by_epoch": [h.get("relation_probe_accuracy")
                                  for h in load_checkpoint(out / name / "last.pt")["progress"]["history"]]}
+    # underfitting or overfitting: the probe on training images, against the test split's
+    result["train_probe"] = _probe(decoder, load_splits(config, ("train",))["train"], Vocabulary(payload["vocab"]),
+                                   images=TRAIN_PROBE_IMAGES)["relation_probe_accuracy"]
     for label, beam in DECODINGS.items():
         started = time.time()
         metrics, _ = evaluate_split(decoder, test.annotations, image_ids=test.image_ids, references=test.references,
@@ -114,13 +120,15 @@ def run(name: str, *, data: Path, out: Path, results: Path) -> dict:
 
 
 @torch.no_grad()
-def _probe(decoder, split, vocab: Vocabulary, batch_size: int = 100) -> dict[str, float]:
-    """The relation probe alone on a split (evaluate_split runs it as well, with the decoding)."""
+def _probe(decoder, split, vocab: Vocabulary, *, images: int | None = None, batch_size: int = 100) -> dict[str, float]:
+    """The relation probe alone on a split's first `images` (evaluate_split runs it with the decoding)."""
     decoder.eval()
     answers = []
-    for start in range(0, len(split.image_ids), batch_size):
-        batch = torch.from_numpy(np.asarray(split.annotations[start:start + batch_size], dtype=np.float32))
-        answers += relation_probe(decoder, batch, split.grounding[start:start + batch_size], vocab)
+    count = min(len(split.image_ids), images or len(split.image_ids))
+    for start in range(0, count, batch_size):
+        end = min(start + batch_size, count)
+        batch = torch.from_numpy(np.asarray(split.annotations[start:end], dtype=np.float32))
+        answers += relation_probe(decoder, batch, split.grounding[start:end], vocab)
     return probe_scores(answers)
 
 
@@ -139,6 +147,7 @@ def _row(name: str, result: dict) -> str:
     overrides = " ".join(result["overrides"]) or "as is"
     return (f"| {name} | `{result['config']}` {overrides} | {' | '.join(cells)} | "
             f"**{probe['relation_probe_accuracy']:.2f}** ({probe['relation_probe_pairs']}) | "
+            f"{result.get('train_probe', math.nan):.2f} | "
             f"{axis:.2f} / {direction:.2f} | {words:.2f} ({chance:.2f}) | "
             f"{by_epoch} | {result['train_seconds']:.0f} |")
 
@@ -146,9 +155,9 @@ def _row(name: str, result: dict) -> str:
 def table(results: dict[str, dict]) -> str:
     head = " | ".join(f"{label}: BLEU-4 | CIDEr | attention ratio | relations stated: accuracy (n)"
                       for label in DECODINGS)
-    lines = [f"| run | configuration | {head} | relation probe (pairs) | probe: axis / direction | "
-             "relation words alone (chance) | validation probe by epoch | train s |",
-             "|" + "---|" * (7 + 4 * len(DECODINGS))]
+    lines = [f"| run | configuration | {head} | relation probe (pairs) | probe on training images | "
+             "probe: axis / direction | relation words alone (chance) | validation probe by epoch | train s |",
+             "|" + "---|" * (8 + 4 * len(DECODINGS))]
     return "\n".join(lines + [_row(name, results[name]) for name in RUNS if name in results])
 
 
