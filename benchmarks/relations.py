@@ -11,7 +11,8 @@ sits at chance there. These runs use the demo's budget instead: the default shap
 state, and the relation probe (captioning.evaluation.relation_probe). Results are kept per run in
 RESULTS/<name>.json (default docs/relations_study/, committed); checkpoints in OUT/<name>/. A run whose
 OUT/<name>/best.pt exists is scored without training again; a kept result from before the probe
-scored the relation's own words (relation_probe_words) gets them from its checkpoint.
+scored the relation's own words (relation_probe_words) and the training images (train_probe) gets
+them from its checkpoint.
 """
 
 from __future__ import annotations
