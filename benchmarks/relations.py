@@ -70,6 +70,12 @@ RUNS = {
     "soft_local_layout_glimpses_coordinates": ("shapes_soft.yaml",
                                                ("model.score=local", "model.init=layout", "model.glimpses=2",
                                                 "model.position=coordinates")),
+    # The same for 16 epochs (its relation words were still rising at epoch 8). Its first 8 epochs are
+    # the run above: no early stop or different learning rate before that, and resuming is exact.
+    "soft_local_layout_glimpses_coordinates_16ep": ("shapes_soft.yaml",
+                                                    ("model.score=local", "model.init=layout", "model.glimpses=2",
+                                                     "model.position=coordinates", "train.epochs=16",
+                                                     "train.early_stop_patience=16")),
 }
 DECODINGS = {"beam 3": 3, "greedy": 1}
 TRAIN_PROBE_IMAGES = 500  # as many training images as the test split has
