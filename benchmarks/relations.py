@@ -95,8 +95,7 @@ def run(name: str, *, data: Path, out: Path, results: Path) -> dict:
             payload = load_checkpoint(out / name / "best.pt")
             decoder, vocab = decoder_from_checkpoint(payload, config), Vocabulary(payload["vocab"])
             result["greedy"].update(_probe(decoder, load_splits(config, ("test",))["test"], vocab))
-            result["train_probe"] = _probe(decoder, load_splits(config, ("train",))["train"], vocab,
-                                           images=TRAIN_PROBE_IMAGES)["relation_probe_accuracy"]
+            result["train_probe"] = _train_probe(decoder, config, vocab)
             path.write_text(json.dumps(result, indent=2))
         return result
     if not (out / name / "best.pt").exists():
@@ -113,8 +112,7 @@ def run(name: str, *, data: Path, out: Path, results: Path) -> dict:
               "probe_by_epoch": [h.get("relation_probe_accuracy")
                                  for h in load_checkpoint(out / name / "last.pt")["progress"]["history"]]}
     # underfitting or overfitting: the probe on training images, against the test split's
-    result["train_probe"] = _probe(decoder, load_splits(config, ("train",))["train"], Vocabulary(payload["vocab"]),
-                                   images=TRAIN_PROBE_IMAGES)["relation_probe_accuracy"]
+    result["train_probe"] = _train_probe(decoder, config, Vocabulary(payload["vocab"]))
     for label, beam in DECODINGS.items():
         started = time.time()
         metrics, _ = evaluate_split(decoder, test.annotations, image_ids=test.image_ids, references=test.references,
@@ -137,6 +135,12 @@ def _probe(decoder, split, vocab: Vocabulary, *, images: int | None = None, batc
         batch = torch.from_numpy(np.asarray(split.annotations[start:end], dtype=np.float32))
         answers += relation_probe(decoder, batch, split.grounding[start:end], vocab)
     return probe_scores(answers)
+
+
+def _train_probe(decoder, config, vocab: Vocabulary) -> float:
+    """The probe's accuracy on the first TRAIN_PROBE_IMAGES training images."""
+    train = load_splits(config, ("train",))["train"]
+    return _probe(decoder, train, vocab, images=TRAIN_PROBE_IMAGES)["relation_probe_accuracy"]
 
 
 def _row(name: str, result: dict) -> str:

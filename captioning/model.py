@@ -19,18 +19,16 @@ def build_decoder(config: Config, *, vocab_size: int, annotation_dim: int,
                   grid: tuple[int, int] | None = None) -> AttentionDecoder:
     """`grid` (Hg, Wg) is needed by the location and local scores and the learned 2-D position."""
     m = config.model
-    attention = build_attention(kind=m.attention, score=m.score, annotation_dim=annotation_dim,
-                                hidden_dim=m.hidden_dim, attention_dim=m.attention_dim, grid=grid,
-                                temperature=m.temperature, position=m.position, local_base=m.local_base,
-                                unit_annotations=m.unit_annotations,
+    shared = {"score": m.score, "annotation_dim": annotation_dim, "attention_dim": m.attention_dim, "grid": grid,
+              "temperature": m.temperature, "position": m.position, "local_base": m.local_base,
+              "unit_annotations": m.unit_annotations}
+    attention = build_attention(kind=m.attention, hidden_dim=m.hidden_dim, **shared,
                                 expectation_prob=m.hard_expectation_prob, coin=m.hard_coin, warmup=m.hard_warmup,
                                 group=config.train.samples)  # train_step's copies of each caption
     glimpse = None
     if m.glimpses == 2:  # queried with [h_{t-1}; z_t], so its "hidden" side is H + the context's width
-        glimpse = build_attention(kind="soft", score=m.score, annotation_dim=annotation_dim,
-                                  hidden_dim=m.hidden_dim + annotation_dim + attention.extra_channels,
-                                  attention_dim=m.attention_dim, grid=grid, temperature=m.temperature,
-                                  position=m.position, local_base=m.local_base, unit_annotations=m.unit_annotations)
+        glimpse = build_attention(kind="soft", hidden_dim=m.hidden_dim + annotation_dim + attention.extra_channels,
+                                  **shared)
     return AttentionDecoder(vocab_size=vocab_size, annotation_dim=annotation_dim, embed_dim=m.embed_dim,
                             hidden_dim=m.hidden_dim, attention=attention, gate=m.gate, dropout=m.dropout,
                             deep_output=m.deep_output, layout_cells=_layout_cells(m.init, grid), glimpse=glimpse)
