@@ -111,7 +111,7 @@ def run(name: str, overrides: tuple[str, ...], *, data: Path, out: Path, results
     test = load_splits(config, ("test",))["test"]
     decoder = decoder_from_checkpoint(payload, config)
     result = {"name": name, "overrides": list(overrides), "train_seconds": seconds, "steps": summary["steps"],
-              "best_epoch": max(payload["progress"]["history"], key=lambda h: h["CIDEr"])["epoch"]}
+              "best_epoch": payload["progress"]["history"][-1]["epoch"]}  # best.pt's history ends there
     choices = ("expectation", "argmax") if config.model.attention == "hard" else ("expectation",)
     for choice in choices:
         metrics, _ = evaluate_split(decoder, test.annotations, image_ids=test.image_ids, references=test.references,
