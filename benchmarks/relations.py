@@ -12,7 +12,7 @@ state, and the relation probe (captioning.evaluation.relation_probe). Results ar
 RESULTS/<name>.json (default docs/relations_study/, committed); checkpoints in OUT/<name>/. A run whose
 OUT/<name>/best.pt exists is scored without training again; a kept result from before the probe
 scored the relation's own words (relation_probe_words) and the training images (train_probe) gets
-them from its checkpoint.
+them from its checkpoint, and its validation relation words by epoch (words_by_epoch) from last.pt.
 """
 
 from __future__ import annotations
