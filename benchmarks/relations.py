@@ -39,6 +39,10 @@ from captioning.evaluation import evaluate_split, probe_scores, relation_probe  
 from captioning.training import fit  # noqa: E402
 from captioning.vocab import Vocabulary  # noqa: E402
 
+# the two-glimpse local-score runs' overrides, alone and trained for 16 epochs without early stopping
+GLIMPSES_LOCAL = ("model.score=local", "model.init=layout", "model.glimpses=2", "model.position=coordinates")
+GLIMPSES_LOCAL_16EP = (*GLIMPSES_LOCAL, "train.epochs=16", "train.early_stop_patience=16")
+
 # name -> (config, overrides)
 RUNS = {
     "soft": ("shapes_soft.yaml", ()),
@@ -67,25 +71,17 @@ RUNS = {
     # Two glimpses per word (model.glimpses=2): at the word "to"/"above"/"below" one map can sit on A
     # and the other on B, and with the coordinates appended z_t holds both places.
     "soft_glimpses_coordinates": ("shapes_soft.yaml", ("model.glimpses=2", "model.position=coordinates")),
-    "soft_local_layout_glimpses_coordinates": ("shapes_soft.yaml",
-                                               ("model.score=local", "model.init=layout", "model.glimpses=2",
-                                                "model.position=coordinates")),
+    "soft_local_layout_glimpses_coordinates": ("shapes_soft.yaml", GLIMPSES_LOCAL),
     # The same for 16 epochs (its relation words were still rising at epoch 8). Its first 8 epochs are
     # the run above: no early stop or different learning rate before that, and resuming is exact.
-    "soft_local_layout_glimpses_coordinates_16ep": ("shapes_soft.yaml",
-                                                    ("model.score=local", "model.init=layout", "model.glimpses=2",
-                                                     "model.position=coordinates", "train.epochs=16",
-                                                     "train.early_stop_patience=16")),
+    "soft_local_layout_glimpses_coordinates_16ep": ("shapes_soft.yaml", GLIMPSES_LOCAL_16EP),
     # ... with two other seeds: is the 16-epoch run's rise in relation words more than one seed's luck?
-    **{f"soft_local_layout_glimpses_coordinates_16ep_seed{seed}": (
-        "shapes_soft.yaml", ("model.score=local", "model.init=layout", "model.glimpses=2", "model.position=coordinates",
-                             "train.epochs=16", "train.early_stop_patience=16", f"train.seed={seed}"))
+    **{f"soft_local_layout_glimpses_coordinates_16ep_seed{seed}": ("shapes_soft.yaml",
+                                                                   (*GLIMPSES_LOCAL_16EP, f"train.seed={seed}"))
        for seed in (1, 2)},
     # ... with the checkpoint kept, and the learning rate halved, by the validation probe rather than CIDEr
     "soft_local_layout_glimpses_coordinates_16ep_by_probe": (
-        "shapes_soft.yaml", ("model.score=local", "model.init=layout", "model.glimpses=2", "model.position=coordinates",
-                             "train.epochs=16", "train.early_stop_patience=16",
-                             "train.val_metric=relation_probe_accuracy")),
+        "shapes_soft.yaml", (*GLIMPSES_LOCAL_16EP, "train.val_metric=relation_probe_accuracy")),
 }
 DECODINGS = {"beam 3": 3, "greedy": 1}
 TRAIN_PROBE_IMAGES = 500  # as many training images as the test split has
@@ -99,6 +95,7 @@ def run(name: str, *, data: Path, out: Path, results: Path) -> dict:
                                                          *overrides])
     if path.exists():
         result = json.loads(path.read_text())
+        kept = json.dumps(result, indent=2)
         if (out / name / "best.pt").exists() and ("relation_probe_words" not in result["greedy"]
                                                   or "train_probe" not in result):
             # kept from before these were scored: add them from the checkpoint
@@ -106,9 +103,9 @@ def run(name: str, *, data: Path, out: Path, results: Path) -> dict:
             decoder, vocab = decoder_from_checkpoint(payload, config), Vocabulary(payload["vocab"])
             result["greedy"].update(_probe(decoder, load_splits(config, ("test",))["test"], vocab))
             result["train_probe"] = _train_probe(decoder, config, vocab)
-            path.write_text(json.dumps(result, indent=2))
         if (out / name / "last.pt").exists() and "words_by_epoch" not in result:
             result["words_by_epoch"] = _by_epoch(out / name / "last.pt", "relation_probe_words")
+        if json.dumps(result, indent=2) != kept:
             path.write_text(json.dumps(result, indent=2))
         return result
     if not (out / name / "best.pt").exists():

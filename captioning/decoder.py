@@ -19,9 +19,10 @@ gives (docs/attention.md measures it).
 A second glimpse (not in the paper) is for the same word: "A to the left of B" is decided at the
 word "to", before B is named, and a single map at that word cannot sit on both A and B. The second
 glimpse's query includes what the first one saw, so it can look *elsewhere*; with the grid
-coordinates appended (model.position=coordinates) z_t then holds both places. On the shapes data it
-did not teach the decoder relations (docs/attention.md). The maps the decoder reports (alphas:
-overlays, attention correctness) are the first glimpse's.
+coordinates appended (model.position=coordinates) z_t then holds both places. On the shapes data,
+with the local score and 16 epochs, it helps the decoder choose a relation before naming B, by an
+amount that varies with the seed, and relations stay far from solved (docs/attention.md). The maps
+the decoder reports (alphas: overlays, attention correctness) are the first glimpse's.
 """
 
 from __future__ import annotations
