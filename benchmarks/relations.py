@@ -42,6 +42,7 @@ from captioning.vocab import Vocabulary  # noqa: E402
 # the two-glimpse local-score runs' overrides, alone and trained for 16 epochs without early stopping
 GLIMPSES_LOCAL = ("model.score=local", "model.init=layout", "model.glimpses=2", "model.position=coordinates")
 GLIMPSES_LOCAL_16EP = (*GLIMPSES_LOCAL, "train.epochs=16", "train.early_stop_patience=16")
+RELATION_WORDS = ("to", "left", "right", "above", "below")  # the words of RELATIONS that tell them apart
 
 # name -> (config, overrides)
 RUNS = {
@@ -82,6 +83,13 @@ RUNS = {
     # ... with the checkpoint kept, and the learning rate halved, by the validation probe rather than CIDEr
     "soft_local_layout_glimpses_coordinates_16ep_by_probe": (
         "shapes_soft.yaml", (*GLIMPSES_LOCAL_16EP, "train.val_metric=relation_probe_accuracy")),
+    # ... with the cross-entropy of the words that decide a relation (its axis at "to" / "above" /
+    # "below", its direction at "left" / "right") counted 3 and 10 times: a relation is decided in
+    # one word of ten, before the second object is named, and the decoder learns it slowest.
+    **{f"soft_local_layout_glimpses_coordinates_16ep_by_probe_words{weight}": (
+        "shapes_soft.yaml", (*GLIMPSES_LOCAL_16EP, "train.val_metric=relation_probe_accuracy",
+                             "train.word_weights={" + ", ".join(f"{w}: {weight}" for w in RELATION_WORDS) + "}"))
+       for weight in (3, 10)},
 }
 DECODINGS = {"beam 3": 3, "greedy": 1}
 TRAIN_PROBE_IMAGES = 500  # as many training images as the test split has

@@ -94,6 +94,10 @@ class TrainConfig:
     # "length" is T/L, which a caption of T words over L cells can actually meet.
     ds_weight: float = 0.0
     ds_target: str = "one"
+    # Target words whose cross-entropy counts this many times, e.g. {above: 4} (not in the paper;
+    # empty: every word counts once). For the word that decides a spatial relation, one token in ten
+    # of a shapes caption (docs/attention.md); the loss is still divided by the number of words.
+    word_weights: dict[str, float] = field(default_factory=dict)
     val_metric: str = "CIDEr"  # from greedy decoding of the validation split
     lr_decay: float = 0.5  # multiply the learning rate by this when the metric stalls...
     lr_patience: int = 1  # ...for this many evaluations
@@ -164,6 +168,11 @@ def validate(config: Config, where: str = "config") -> Config:
     for key, value in positive.items():
         if not isinstance(value, int) or value < 1:
             raise ConfigError(f"{where}: {key} must be a positive integer, got {value!r}")
+    weights = config.train.word_weights
+    if not isinstance(weights, dict) or not all(
+            isinstance(word, str) and isinstance(weight, (int, float)) and not isinstance(weight, bool) and weight > 0
+            for word, weight in weights.items()):
+        raise ConfigError(f"{where}: train.word_weights must map words to positive numbers, got {weights!r}")
     if config.model.glimpses not in (1, 2):
         raise ConfigError(f"{where}: model.glimpses must be 1 or 2, got {config.model.glimpses!r}")
     if config.model.glimpses == 2 and config.model.attention != "soft":
@@ -186,9 +195,9 @@ def _merge(target: Any, values: dict[str, Any], where: str) -> None:
                 raise ConfigError(f"{where}: '{key}' must be a mapping")
             _merge(current, value, f"{where}.{key}" if where else key)
         else:
-            if isinstance(value, dict):  # e.g. `train.lr.x=1`: no field takes a mapping, so `x` is unknown
+            if isinstance(value, dict) and not isinstance(current, dict):  # e.g. `train.lr.x=1`: `x` is unknown
                 raise ConfigError(f"{where}: '{key}' is a value, not a section (got keys {', '.join(map(str, value))})")
-            if isinstance(value, str) and "float" in str(known[key].type):
+            if isinstance(value, str) and str(known[key].type).startswith("float"):
                 # YAML 1.1 reads `1e-4` (no dot) as a string; a float field takes it as the number it is.
                 try:
                     value = float(value)

@@ -13,10 +13,18 @@ import torch
 import torch.nn.functional as F
 
 
-def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean negative log-likelihood per real target word. logits [B, T, V], targets/mask [B, T]."""
+def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor, *,
+                  word_weights: torch.Tensor | None = None) -> torch.Tensor:
+    """Mean negative log-likelihood per real target word. logits [B, T, V], targets/mask [B, T].
+
+    `word_weights` [V] (not in the paper; train.word_weights) multiplies each target word's term by
+    its word's weight. The sum is still divided by the number of real words, not by the total
+    weight, so that all-ones weights give the plain loss and the REINFORCE terms and the share of a
+    distributed batch (both per real word) keep their proportions.
+    """
     nll = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none").view_as(targets)  # [B, T]
-    return (nll * mask).sum() / mask.sum()
+    weighted = mask if word_weights is None else mask * word_weights[targets]  # [B, T]
+    return (nll * weighted).sum() / mask.sum()
 
 
 def doubly_stochastic(alphas: torch.Tensor, mask: torch.Tensor, *, target: str = "one") -> torch.Tensor:

@@ -94,14 +94,15 @@ class TrainingModel(nn.Module):
 def train_step(model: nn.Module, batch: Batch, optimizer: torch.optim.Optimizer, *, grad_clip: float,
                ds_weight: float, ds_target: str, precision: Precision = FULL_PRECISION,
                scaler: torch.amp.GradScaler | None = None, shares: tuple[float, float] = (1.0, 1.0),
-               reinforce: Reinforce | None = None) -> dict[str, float]:
+               reinforce: Reinforce | None = None, word_weights: torch.Tensor | None = None) -> dict[str, float]:
     """One optimizer step of cross-entropy plus the doubly stochastic term, plus, when the decoder's
     attention samples locations (hard attention), the REINFORCE terms of `reinforce` (Sec. 4.1).
 
     `model(batch.source, inputs)` is a decoder (on annotations) or a TrainingModel (needed with
     `reinforce.samples` > 1: it copies each image after the encoder, so the CNN runs once per image).
     `shares` weight the terms by this process's share of the global batch's words and images (1
-    alone; see captioning.distributed); the losses returned are this process's own.
+    alone; see captioning.distributed); the losses returned are this process's own. `word_weights`
+    [V] weight each target word's cross-entropy (losses.cross_entropy; None: all 1).
     """
     model.train()
     samples = reinforce.samples if reinforce is not None else 1
@@ -112,7 +113,7 @@ def train_step(model: nn.Module, batch: Batch, optimizer: torch.optim.Optimizer,
     with precision.autocast():
         output = model(batch.source, inputs, lengths=mask.sum(1).long(), **repeats)  # padded steps not computed
     logits = output.logits.float()  # [B, T-1, V]
-    xe = cross_entropy(logits, targets, mask)
+    xe = cross_entropy(logits, targets, mask, word_weights=word_weights)
     ds = doubly_stochastic(output.alphas.float(), mask, target=ds_target)
     surrogate, extra = torch.zeros((), device=xe.device), {}
     if reinforce is not None and output.log_probs is not None:  # soft attention samples nothing
@@ -136,6 +137,17 @@ def train_step(model: nn.Module, batch: Batch, optimizer: torch.optim.Optimizer,
         scaler.step(optimizer)
         scaler.update()
     return {"loss": loss.item(), "xe": xe.item(), "ds": ds.item(), "grad_norm": norm.item(), **extra}
+
+
+def word_weight_vector(weights: dict[str, float], vocab: Vocabulary) -> torch.Tensor:
+    """train.word_weights as a [V] tensor, 1 for every word it does not name."""
+    unknown = sorted(word for word in weights if word not in vocab.index)
+    if unknown:
+        raise TrainingError(f"train.word_weights: not in the vocabulary: {', '.join(unknown)}")
+    vector = torch.ones(len(vocab))
+    for word, weight in weights.items():
+        vector[vocab.index[word]] = float(weight)
+    return vector
 
 
 # the run -------------------------------------------------------------------------------------------
@@ -176,6 +188,7 @@ class Run:
         self.reinforce = Reinforce(reward_weight=t.reinforce_weight, entropy_weight=t.entropy_weight,
                                    baseline=t.baseline, decay=t.baseline_decay, samples=t.samples,
                                    warmup=t.reinforce_warmup) if config.model.attention == "hard" else None
+        self.word_weights = word_weight_vector(t.word_weights, self.data.vocab).to(device) if t.word_weights else None
         groups = [{"params": list(self.decoder.parameters()), "lr": t.lr}]
         if self.encoder is not None and self.encoder.trainable:
             groups.append({"params": [p for p in self.encoder.parameters() if p.requires_grad],
@@ -331,7 +344,7 @@ class Run:
         return train_step(self.module, batch, self.optimizer, grad_clip=t.grad_clip, ds_weight=t.ds_weight,
                           ds_target=t.ds_target, precision=self.precision,
                           scaler=self.scaler if self.scaler.is_enabled() else None, shares=(shares[0], shares[1]),
-                          reinforce=self.reinforce)
+                          reinforce=self.reinforce, word_weights=self.word_weights)
 
     def train(self, signals: StopSignals) -> str | None:
         """Epochs until done, early stopping or a signal; returns the signal's name if one stopped it."""

@@ -135,6 +135,21 @@ def test_values_no_run_could_use_raise_before_anything_is_built(override, messag
         load_config(None, [override])
 
 
+def test_word_weights_are_a_mapping_from_a_file_or_an_override(tmp_path):
+    assert Config().train.word_weights == {} and Config().train.word_weights is not Config().train.word_weights
+    path = write(tmp_path / "c.yaml", "train:\n  word_weights: {above: 4, below: 2.5}\n")
+    assert load_config(path).train.word_weights == {"above": 4, "below": 2.5}
+    assert load_config(path, ["train.word_weights={to: 3}"]).train.word_weights == {"to": 3}  # replaced, not merged
+
+
+@pytest.mark.parametrize("override", ["train.word_weights={above: 0}", "train.word_weights={above: -1}",
+                                      "train.word_weights={above: x}", "train.word_weights=4",
+                                      "train.word_weights={above: true}"])
+def test_word_weights_must_be_positive_numbers(override):
+    with pytest.raises(ConfigError, match="train.word_weights must map words to positive numbers"):
+        load_config(None, [override])
+
+
 def test_apply_overrides_rejects_unknown_keys_and_leaves_known_values():
     config = Config()
     with pytest.raises(ConfigError, match="unknown key 'beam'"):

@@ -39,6 +39,21 @@ def test_cross_entropy_is_the_mean_nll_over_real_words():
     assert len(terms) == 8
 
 
+def test_word_weights_multiply_each_target_words_term_and_keep_the_per_word_mean():
+    logits = random_logits()
+    log_probs = torch.log_softmax(logits, dim=2)
+    weights = torch.ones(V)
+    weights[5], weights[END] = 4.0, 0.5
+    terms = [-weights[TARGETS[b, t]] * log_probs[b, t, TARGETS[b, t]] for b in range(B) for t in range(T) if MASK[b, t]]
+    expected = sum(terms) / 8  # still divided by the 8 real words, not by the total weight
+    torch.testing.assert_close(cross_entropy(logits, TARGETS, MASK, word_weights=weights), expected)
+    torch.testing.assert_close(cross_entropy(logits, TARGETS, MASK, word_weights=torch.ones(V)),
+                               cross_entropy(logits, TARGETS, MASK))
+    padded = weights.clone()
+    padded[PAD] = 100.0  # padding still reaches nothing
+    torch.testing.assert_close(cross_entropy(logits, TARGETS, MASK, word_weights=padded), expected)
+
+
 def test_cross_entropy_ignores_logits_at_padded_positions():
     logits = random_logits().requires_grad_(True)
     loss = cross_entropy(logits, TARGETS, MASK)

@@ -15,8 +15,8 @@ from captioning.config import Config, ModelConfig, from_dict
 from captioning.data.dataset import Batch
 from captioning.data.karpathy import read_split
 from captioning.model import build_decoder
-from captioning.training import TrainingError, fit, train_step
-from captioning.vocab import SPECIALS
+from captioning.training import TrainingError, fit, train_step, word_weight_vector
+from captioning.vocab import SPECIALS, Vocabulary
 
 
 @pytest.fixture(scope="module")
@@ -142,6 +142,38 @@ def test_overfit_one_batch() -> None:
     assert history[-1] < 0.1
 
 
+def test_word_weights_reach_the_step_and_name_unknown_words() -> None:
+    vocab = Vocabulary([*SPECIALS, "above", "below", "circle"])
+    vector = word_weight_vector({"above": 4.0, "circle": 0.5}, vocab)
+    expected = torch.ones(len(vocab))
+    expected[vocab.index["above"]], expected[vocab.index["circle"]] = 4.0, 0.5
+    torch.testing.assert_close(vector, expected)
+    with pytest.raises(TrainingError, match="not in the vocabulary: abvoe, belwo"):
+        word_weight_vector({"belwo": 2.0, "abvoe": 2.0, "below": 2.0}, vocab)
+
+    weights = torch.ones(11)
+    weights[5] = 3.0
+    losses = []
+    for word_weights in (None, weights):
+        torch.manual_seed(0)
+        decoder = _tiny_decoder()
+        optimizer = torch.optim.Adam(decoder.parameters(), lr=1e-2)
+        losses.append(train_step(decoder, _fixed_batch(), optimizer, grad_clip=5.0, ds_weight=0.0, ds_target="one",
+                                 word_weights=word_weights)["xe"])
+    assert losses[1] > losses[0]  # word 5's term counts three times
+
+
+def test_a_run_with_word_weights_trains_resumes_from_its_config_and_rejects_unknown_words(tmp_path: Path,
+                                                                                        tiny_config) -> None:
+    out = tmp_path / "run"
+    fit(tiny_config(out, "train.max_steps=2", "train.word_weights={above: 4, below: 4}"))
+    payload = load_checkpoint(out / "last.pt")  # weights_only: the mapping is plain data
+    assert from_dict(payload["config"]).train.word_weights == {"above": 4, "below": 4}
+    with pytest.raises(TrainingError, match="train.word_weights: not in the vocabulary: abvoe"):
+        fit(tiny_config(tmp_path / "typo", "train.max_steps=2", "train.word_weights={abvoe: 4}"))
+    assert not (tmp_path / "typo" / "last.pt").exists()
+
+
 def test_the_samples_of_a_caption_share_one_pass_of_the_encoder() -> None:
     """train.samples = K copies of each caption for leave-one-out: the CNN still sees each image once,
     and the decoder gets each image's annotations K times, in the rows of that caption's copies."""
@@ -200,9 +232,9 @@ def test_non_finite_loss_in_fit_keeps_the_last_good_checkpoint(tmp_path: Path, t
     real = training.cross_entropy
     calls = []
 
-    def poisoned(logits, targets, mask):
+    def poisoned(logits, targets, mask, **weights):
         calls.append(1)
-        loss = real(logits, targets, mask)
+        loss = real(logits, targets, mask, **weights)
         return loss * float("nan") if len(calls) == 5 else loss
 
     monkeypatch.setattr(training, "cross_entropy", poisoned)
