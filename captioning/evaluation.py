@@ -151,7 +151,9 @@ def grounding_scores(words: Sequence[str], alphas: np.ndarray,
     for match in _RELATION.finditer(" ".join(words)):
         _, colour_a, shape_a, stated, _, colour_b, shape_b = match.groups()
         a, b = _find(truth.objects, shape_a, colour_a), _find(truth.objects, shape_b, colour_b)
-        relations.append(a is not None and b is not None and relation(truth.objects[a], truth.objects[b]) == stated)
+        # An object named twice ("a red circle above a red circle") stands in no relation to itself.
+        relations.append(a is not None and b is not None and a != b
+                         and relation(truth.objects[a], truth.objects[b]) == stated)
     return correct, chance, relations
 
 

@@ -126,6 +126,18 @@ def test_grounding_scores_checks_relations_and_attention() -> None:
     assert relations == [True]
 
 
+@pytest.mark.parametrize("stated", ["to the left of", "to the right of", "above", "below"])
+def test_grounding_scores_relation_of_an_object_to_itself_is_false(stated) -> None:
+    """A decoder that names A again as B ("a red circle to the right of a red circle") states
+    nothing true. relation(A, A) returns "to the right of" (no offset on either axis), which a
+    scorer that did not check for it counted as true."""
+    truth = Grounding(objects=[RED_CIRCLE, BLUE_SQUARE], width=SIDE, height=SIDE)
+    words = _words(f"a red circle {stated} a red circle")
+    alphas = np.full((len(words), GRID, GRID), 1 / GRID**2, dtype=np.float32)
+    _, _, relations = grounding_scores(words, alphas, truth)
+    assert relations == [False]
+
+
 def test_grounding_scores_relation_with_an_absent_object_is_false() -> None:
     truth = Grounding(objects=[RED_CIRCLE, BLUE_SQUARE], width=SIDE, height=SIDE)
     words = _words("a red circle to the left of a yellow diamond")
