@@ -136,9 +136,16 @@ def box_share(box: Sequence[float], *, width: int, height: int) -> float:
     return box_mass(np.ones((1, 1)), box, width=width, height=height)
 
 
+# What a stated relation "A <relation> B" is, scored against the image: true; wrong (A and B are two
+# of its objects, and another relation holds); self (B names A again: "a red circle above a red
+# circle"); absent (A or B names no object of the image, or more than one).
+VERDICTS = ("true", "wrong", "self", "absent")
+
+
 def grounding_scores(words: Sequence[str], alphas: np.ndarray,
-                     truth: Grounding) -> tuple[list[float], list[float], list[bool]]:
-    """Per named word: attention mass in its box and the chance level; per stated relation: true or not.
+                     truth: Grounding) -> tuple[list[float], list[float], list[str]]:
+    """Per named word: attention mass in its box and the chance level; per stated relation: its
+    verdict (VERDICTS).
 
     words: generated words; alphas [n_words, Hg, Wg], the map that generated each word.
     """
@@ -151,9 +158,12 @@ def grounding_scores(words: Sequence[str], alphas: np.ndarray,
     for match in _RELATION.finditer(" ".join(words)):
         _, colour_a, shape_a, stated, _, colour_b, shape_b = match.groups()
         a, b = _find(truth.objects, shape_a, colour_a), _find(truth.objects, shape_b, colour_b)
-        # An object named twice ("a red circle above a red circle") stands in no relation to itself.
-        relations.append(a is not None and b is not None and a != b
-                         and relation(truth.objects[a], truth.objects[b]) == stated)
+        if a is None or b is None:
+            relations.append("absent")
+        elif a == b:  # relation(A, A) would read "to the right of": no offset on either axis
+            relations.append("self")
+        else:
+            relations.append("true" if relation(truth.objects[a], truth.objects[b]) == stated else "wrong")
     return correct, chance, relations
 
 
@@ -277,7 +287,8 @@ def evaluate_split(decoder: AttentionDecoder, annotations: np.ndarray, *, image_
         metrics["attention_correctness"] = float(np.mean(correct)) if correct else float("nan")
         metrics["attention_correctness_chance"] = float(np.mean(chance)) if chance else float("nan")
         metrics["attention_words"] = len(correct)
-        metrics["relation_accuracy"] = float(np.mean(relations)) if relations else float("nan")
+        metrics["relation_accuracy"] = float(np.mean([v == "true" for v in relations])) if relations else float("nan")
         metrics["relations_generated"] = len(relations)
+        metrics.update({f"relations_{verdict}": relations.count(verdict) for verdict in VERDICTS[1:]})
         metrics.update(probe_scores(probed))
     return metrics, results

@@ -111,7 +111,7 @@ def test_grounding_scores_checks_relations_and_attention() -> None:
     alphas[3] = _one_hot(6, 1)  # "circle" looks at the circle (cell centre x 24, y 104)
     alphas[11] = _one_hot(13, 0)  # "square" looks at the bottom left corner, far from the square
     correct, chance, relations = grounding_scores(true_words, alphas, truth)
-    assert relations == [True]
+    assert relations == ["true"]
     assert len(correct) == len(chance) == 2
     assert correct[0] > 0.5 and correct[1] == pytest.approx(0.0, abs=1e-9)
     assert chance[0] == pytest.approx(box_share(RED_CIRCLE.box, width=SIDE, height=SIDE))
@@ -119,11 +119,11 @@ def test_grounding_scores_checks_relations_and_attention() -> None:
     assert correct[0] > 5 * chance[0]
 
     _, _, relations = grounding_scores(false_words, alphas[: len(false_words)], truth)
-    assert relations == [False]
+    assert relations == ["wrong"]
     _, _, relations = grounding_scores(wrong_axis, alphas[: len(wrong_axis)], truth)
-    assert relations == [False]  # the two differ most along x, so "above" is not what holds
+    assert relations == ["wrong"]  # the two differ most along x, so "above" is not what holds
     _, _, relations = grounding_scores(_words("a blue square to the right of a red circle"), alphas, truth)
-    assert relations == [True]
+    assert relations == ["true"]
 
 
 @pytest.mark.parametrize("stated", ["to the left of", "to the right of", "above", "below"])
@@ -135,7 +135,7 @@ def test_grounding_scores_relation_of_an_object_to_itself_is_false(stated) -> No
     words = _words(f"a red circle {stated} a red circle")
     alphas = np.full((len(words), GRID, GRID), 1 / GRID**2, dtype=np.float32)
     _, _, relations = grounding_scores(words, alphas, truth)
-    assert relations == [False]
+    assert relations == ["self"]
 
 
 def test_grounding_scores_relation_with_an_absent_object_is_false() -> None:
@@ -143,7 +143,7 @@ def test_grounding_scores_relation_with_an_absent_object_is_false() -> None:
     words = _words("a red circle to the left of a yellow diamond")
     alphas = np.full((len(words), GRID, GRID), 1 / GRID**2, dtype=np.float32)
     correct, _, relations = grounding_scores(words, alphas, truth)
-    assert relations == [False] and len(correct) == 1
+    assert relations == ["absent"] and len(correct) == 1
 
 
 # caption_metrics -----------------------------------------------------------------------------------
@@ -291,6 +291,9 @@ def test_eval_main_writes_metrics_and_results(tiny_run, tmp_path: Path, capsys) 
         expected.add("METEOR")
     assert expected <= set(metrics), expected - set(metrics)
     assert metrics["split"] == "test" and metrics["beam_size"] == 2
+    stated = metrics["relations_generated"]  # each stated relation gets one verdict
+    held = round(metrics["relation_accuracy"] * stated) if stated else 0
+    assert held + metrics["relations_wrong"] + metrics["relations_self"] + metrics["relations_absent"] == stated
     assert all(0.0 <= metrics[f"Bleu_{n}"] <= 1.0 for n in range(1, 5))
     if metrics["attention_words"]:
         assert 0.0 < metrics["attention_correctness_chance"] < 0.5  # shapes are small against the image
