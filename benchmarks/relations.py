@@ -92,6 +92,7 @@ RUNS = {
        for weight in (3, 10)},
 }
 DECODINGS = {"beam 3": 3, "greedy": 1}
+RELATION_KEYS = ("relation_accuracy", "relations_generated", "relations_wrong", "relations_self", "relations_absent")
 TRAIN_PROBE_IMAGES = 500  # as many training images as the test split has
 
 
@@ -111,6 +112,15 @@ def run(name: str, *, data: Path, out: Path, results: Path) -> dict:
             decoder, vocab = decoder_from_checkpoint(payload, config), Vocabulary(payload["vocab"])
             result["greedy"].update(_probe(decoder, load_splits(config, ("test",))["test"], vocab))
             result["train_probe"] = _train_probe(decoder, config, vocab)
+        if (out / name / "best.pt").exists() and "relations_self" not in result["greedy"]:
+            # kept from before stated relations got a verdict (and one of an object to itself was
+            # scored as true when it read "to the right of"): decode again and re-score them
+            payload = load_checkpoint(out / name / "best.pt")
+            decoder, vocab = decoder_from_checkpoint(payload, config), Vocabulary(payload["vocab"])
+            test = load_splits(config, ("test",))["test"]
+            for label, metrics in _decodings(decoder, test, vocab, probe=False).items():
+                _check_same_captions(name, label, result[label], metrics)
+                result[label].update({key: metrics[key] for key in RELATION_KEYS})
         if (out / name / "last.pt").exists() and "words_by_epoch" not in result:
             result["words_by_epoch"] = _by_epoch(out / name / "last.pt", "relation_probe_words")
         if json.dumps(result, indent=2) != kept:
@@ -130,15 +140,31 @@ def run(name: str, *, data: Path, out: Path, results: Path) -> dict:
               "words_by_epoch": _by_epoch(out / name / "last.pt", "relation_probe_words")}
     # underfitting or overfitting: the probe on training images, against the test split's
     result["train_probe"] = _train_probe(decoder, config, Vocabulary(payload["vocab"]))
-    for label, beam in DECODINGS.items():
-        started = time.time()
-        metrics, _ = evaluate_split(decoder, test.annotations, image_ids=test.image_ids, references=test.references,
-                                    vocab=Vocabulary(payload["vocab"]), grid=test.grid, grounding=test.grounding,
-                                    beam_size=beam, full=False)
-        result[label] = {**metrics, "seconds": time.time() - started}
+    result.update(_decodings(decoder, test, Vocabulary(payload["vocab"])))
     results.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=2))
     return result
+
+
+def _decodings(decoder, test, vocab: Vocabulary, *, probe: bool = True) -> dict[str, dict]:
+    """Each of DECODINGS scored on the test split, with its seconds; the relation probe (which does
+    not depend on the decoding) with the greedy one only, unless `probe` is False."""
+    scored = {}
+    for label, beam in DECODINGS.items():
+        started = time.time()
+        metrics, _ = evaluate_split(decoder, test.annotations, image_ids=test.image_ids, references=test.references,
+                                    vocab=vocab, grid=test.grid, grounding=test.grounding, beam_size=beam, full=False,
+                                    probe=probe and label == "greedy")
+        scored[label] = {**metrics, "seconds": time.time() - started}
+    return scored
+
+
+def _check_same_captions(name: str, label: str, kept: dict, scored: dict) -> None:
+    """A kept result is re-scored only if decoding again gives the captions it was scored on."""
+    for key in ("Bleu_4", "CIDEr", "attention_correctness", "relations_generated"):
+        if not math.isclose(kept[key], scored[key], rel_tol=1e-9, abs_tol=1e-12):
+            raise SystemExit(f"{name} ({label}): decoding again gives {key} {scored[key]}, kept {kept[key]}; "
+                             "delete the kept result to score the run afresh")
 
 
 def _by_epoch(checkpoint: Path, metric: str) -> list[float | None]:
@@ -171,9 +197,11 @@ def _row(name: str, result: dict) -> str:
     for label in DECODINGS:
         m = result[label]
         stated = m["relation_accuracy"]
+        errors = "" if math.isnan(stated) else ": " + " / ".join(
+            str(m[f"relations_{verdict}"]) for verdict in ("wrong", "self", "absent"))
         cells.append(f"{m['Bleu_4']:.3f} | {m['CIDEr']:.3f} | "
                      f"**{m['attention_correctness'] / m['attention_correctness_chance']:.2f}x** | "
-                     f"{'–' if math.isnan(stated) else f'{stated:.2f}'} ({m['relations_generated']})")
+                     f"{'–' if math.isnan(stated) else f'{stated:.2f}'} ({m['relations_generated']}{errors})")
     probe = result["greedy"]  # the probe does not depend on the decoding
     axis, direction, words, chance = (probe.get(f"relation_probe_{part}", math.nan)
                                       for part in ("axis", "direction", "words", "words_chance"))
@@ -188,7 +216,8 @@ def _row(name: str, result: dict) -> str:
 
 
 def table(results: dict[str, dict]) -> str:
-    head = " | ".join(f"{label}: BLEU-4 | CIDEr | attention ratio | relations stated: accuracy (n)"
+    head = " | ".join(f"{label}: BLEU-4 | CIDEr | attention ratio | relations stated: accuracy "
+                      "(n: wrong / self / absent)"
                       for label in DECODINGS)
     lines = [f"| run | configuration | {head} | relation probe (pairs) | probe on training images | "
              "probe: axis / direction | relation words alone (chance) | validation probe by epoch | "

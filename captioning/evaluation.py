@@ -256,9 +256,11 @@ def evaluate_split(decoder: AttentionDecoder, annotations: np.ndarray, *, image_
                    grounding: Sequence[Grounding] | None = None, beam_size: int = 1, max_length: int = 20,
                    length_penalty: float = 0.0, batch_size: int = 100, full: bool = True,
                    device: str | torch.device = "cpu",
-                   hard_attention: str | None = None) -> tuple[dict[str, float], list[dict]]:
+                   hard_attention: str | None = None, probe: bool = True) -> tuple[dict[str, float], list[dict]]:
     """Decode every image of a split and score it. annotations [N, L, D]. `hard_attention` is how a
     hard attention model picks its cell (see decoding); attention correctness scores the map alpha.
+    With grounding, also the relation probe unless `probe` is False (it does not depend on the
+    decoding, so a second decoding of the same split need not run it again).
 
     Returns the metrics and the COCO results list [{"image_id", "caption"}].
     """
@@ -278,7 +280,7 @@ def evaluate_split(decoder: AttentionDecoder, annotations: np.ndarray, *, image_
                 correct += c
                 chance += h
                 relations += r
-        if grounding is not None:
+        if grounding is not None and probe:
             with hard_inference(decoder, hard_attention):
                 probed += relation_probe(decoder, batch, grounding[start:start + batch.shape[0]], vocab)
     metrics = caption_metrics({i: refs for i, refs in zip(image_ids, references)},
@@ -290,5 +292,6 @@ def evaluate_split(decoder: AttentionDecoder, annotations: np.ndarray, *, image_
         metrics["relation_accuracy"] = float(np.mean([v == "true" for v in relations])) if relations else float("nan")
         metrics["relations_generated"] = len(relations)
         metrics.update({f"relations_{verdict}": relations.count(verdict) for verdict in VERDICTS[1:]})
-        metrics.update(probe_scores(probed))
+        if probe:
+            metrics.update(probe_scores(probed))
     return metrics, results

@@ -315,3 +315,23 @@ def test_eval_main_bad_override_is_one_line_error(tiny_run, capsys) -> None:
     assert code != 0
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "nonsense" in err[0]
+
+
+def test_evaluate_split_without_the_probe_scores_the_same_decoding(tiny_run) -> None:
+    from captioning.checkpoint import decoder_from_checkpoint, load_checkpoint
+    from captioning.config import load_config
+    from captioning.data.splits import load_splits
+    from captioning.evaluation import evaluate_split
+    from captioning.vocab import Vocabulary
+
+    config = load_config(None, list(tiny_run.overrides))
+    payload = load_checkpoint(tiny_run.checkpoint)
+    test = load_splits(config, ("test",))["test"]
+    scored = [evaluate_split(decoder_from_checkpoint(payload, config), test.annotations, image_ids=test.image_ids,
+                             references=test.references, vocab=Vocabulary(payload["vocab"]), grid=test.grid,
+                             grounding=test.grounding, beam_size=2, full=False, probe=probe) for probe in (True, False)]
+    (with_probe, results), (without, same_results) = scored
+    assert results == same_results
+    assert "relation_probe_accuracy" in with_probe and not any(key.startswith("relation_probe") for key in without)
+    rest = {k: v for k, v in with_probe.items() if not k.startswith("relation_probe")}
+    assert json.dumps(without, sort_keys=True) == json.dumps(rest, sort_keys=True)  # NaN where nothing was stated
