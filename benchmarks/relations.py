@@ -44,6 +44,12 @@ GLIMPSES_LOCAL = ("model.score=local", "model.init=layout", "model.glimpses=2", 
 GLIMPSES_LOCAL_16EP = (*GLIMPSES_LOCAL, "train.epochs=16", "train.early_stop_patience=16")
 RELATION_WORDS = ("to", "left", "right", "above", "below")  # the words of RELATIONS that tell them apart
 
+
+def relation_word_weights(weight: int) -> str:
+    """train.word_weights counting each of RELATION_WORDS `weight` times, as a YAML mapping."""
+    return "{" + ", ".join(f"{word}: {weight}" for word in RELATION_WORDS) + "}"
+
+
 # name -> (config, overrides)
 RUNS = {
     "soft": ("shapes_soft.yaml", ()),
@@ -88,8 +94,14 @@ RUNS = {
     # one word of ten, before the second object is named, and the decoder learns it slowest.
     **{f"soft_local_layout_glimpses_coordinates_16ep_by_probe_words{weight}": (
         "shapes_soft.yaml", (*GLIMPSES_LOCAL_16EP, "train.val_metric=relation_probe_accuracy",
-                             "train.word_weights={" + ", ".join(f"{w}: {weight}" for w in RELATION_WORDS) + "}"))
+                             f"train.word_weights={relation_word_weights(weight)}"))
        for weight in (3, 10)},
+    # ... and at the demo's budget (8 epochs, kept by CIDEr): configs/shapes_relations.yaml with the
+    # relation words counted 3 times, with one glimpse per word and with two
+    "soft_local_layout_words3": ("shapes_soft.yaml", ("model.score=local", "model.init=layout",
+                                                      f"train.word_weights={relation_word_weights(3)}")),
+    "soft_local_layout_glimpses_coordinates_words3": (
+        "shapes_soft.yaml", (*GLIMPSES_LOCAL, f"train.word_weights={relation_word_weights(3)}")),
 }
 DECODINGS = {"beam 3": 3, "greedy": 1}
 RELATION_KEYS = ("relation_accuracy", "relations_generated", "relations_wrong", "relations_self", "relations_absent")
