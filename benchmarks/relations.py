@@ -17,6 +17,7 @@ them from its checkpoint, and its validation relation words by epoch (words_by_e
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import sys
@@ -117,24 +118,7 @@ def run(name: str, *, data: Path, out: Path, results: Path) -> dict:
     if path.exists():
         result = json.loads(path.read_text())
         kept = json.dumps(result, indent=2)
-        if (out / name / "best.pt").exists() and ("relation_probe_words" not in result["greedy"]
-                                                  or "train_probe" not in result):
-            # kept from before these were scored: add them from the checkpoint
-            payload = load_checkpoint(out / name / "best.pt")
-            decoder, vocab = decoder_from_checkpoint(payload, config), Vocabulary(payload["vocab"])
-            result["greedy"].update(_probe(decoder, load_splits(config, ("test",))["test"], vocab))
-            result["train_probe"] = _train_probe(decoder, config, vocab)
-        if (out / name / "best.pt").exists() and "relations_self" not in result["greedy"]:
-            # kept from before stated relations got a verdict (and one of an object to itself was
-            # scored as true when it read "to the right of"): decode again and re-score them
-            payload = load_checkpoint(out / name / "best.pt")
-            decoder, vocab = decoder_from_checkpoint(payload, config), Vocabulary(payload["vocab"])
-            test = load_splits(config, ("test",))["test"]
-            for label, metrics in _decodings(decoder, test, vocab, probe=False).items():
-                _check_same_captions(name, label, result[label], metrics)
-                result[label].update({key: metrics[key] for key in RELATION_KEYS})
-        if (out / name / "last.pt").exists() and "words_by_epoch" not in result:
-            result["words_by_epoch"] = _by_epoch(out / name / "last.pt", "relation_probe_words")
+        _complete_kept(name, result, config=config, run_dir=out / name)
         if json.dumps(result, indent=2) != kept:
             path.write_text(json.dumps(result, indent=2))
         return result
@@ -143,7 +127,7 @@ def run(name: str, *, data: Path, out: Path, results: Path) -> dict:
     payload = load_checkpoint(out / name / "best.pt")
     history = payload["progress"]["history"]
     test = load_splits(config, ("test",))["test"]
-    decoder = decoder_from_checkpoint(payload, config)
+    decoder, vocab = decoder_from_checkpoint(payload, config), Vocabulary(payload["vocab"])
     result = {"name": name, "config": config_name, "overrides": list(overrides), "steps": payload["progress"]["step"],
               "train_seconds": max(h["seconds"] for h in history),  # up to the kept (best) checkpoint
               "best_epoch": history[-1]["epoch"],  # best.pt's history ends at the kept epoch, whatever train.val_metric
@@ -151,11 +135,37 @@ def run(name: str, *, data: Path, out: Path, results: Path) -> dict:
               "probe_by_epoch": _by_epoch(out / name / "last.pt", "relation_probe_accuracy"),
               "words_by_epoch": _by_epoch(out / name / "last.pt", "relation_probe_words")}
     # underfitting or overfitting: the probe on training images, against the test split's
-    result["train_probe"] = _train_probe(decoder, config, Vocabulary(payload["vocab"]))
-    result.update(_decodings(decoder, test, Vocabulary(payload["vocab"])))
+    result["train_probe"] = _train_probe(decoder, config, vocab)
+    result.update(_decodings(decoder, test, vocab))
     results.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=2))
     return result
+
+
+def _complete_kept(name: str, result: dict, *, config, run_dir: Path) -> None:
+    """Adds to a result kept from before a measure existed what its run's checkpoints give, in place:
+    the probe's relation words and its training-image score, the verdicts of stated relations (and
+    their accuracy, which counted an object's relation to itself as true when it read "to the right
+    of"), and the validation relation words by epoch. best.pt and the test split are read once."""
+
+    @functools.cache
+    def kept_model():
+        payload = load_checkpoint(run_dir / "best.pt")
+        return (decoder_from_checkpoint(payload, config), Vocabulary(payload["vocab"]),
+                load_splits(config, ("test",))["test"])
+
+    if (run_dir / "best.pt").exists():
+        if "relation_probe_words" not in result["greedy"] or "train_probe" not in result:
+            decoder, vocab, test = kept_model()
+            result["greedy"].update(_probe(decoder, test, vocab))
+            result["train_probe"] = _train_probe(decoder, config, vocab)
+        if "relations_self" not in result["greedy"]:  # decode again and re-score the stated relations
+            decoder, vocab, test = kept_model()
+            for label, metrics in _decodings(decoder, test, vocab, probe=False).items():
+                _check_same_captions(name, label, result[label], metrics)
+                result[label].update({key: metrics[key] for key in RELATION_KEYS})
+    if (run_dir / "last.pt").exists() and "words_by_epoch" not in result:
+        result["words_by_epoch"] = _by_epoch(run_dir / "last.pt", "relation_probe_words")
 
 
 def _decodings(decoder, test, vocab: Vocabulary, *, probe: bool = True) -> dict[str, dict]:
