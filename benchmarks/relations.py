@@ -97,6 +97,11 @@ RUNS = {
         "shapes_soft.yaml", (*GLIMPSES_LOCAL_16EP, "train.val_metric=relation_probe_accuracy",
                              f"train.word_weights={relation_word_weights(weight)}"))
        for weight in (3, 10)},
+    # ... counted 3 times, with two other seeds
+    **{f"soft_local_layout_glimpses_coordinates_16ep_by_probe_words3_seed{seed}": (
+        "shapes_soft.yaml", (*GLIMPSES_LOCAL_16EP, "train.val_metric=relation_probe_accuracy",
+                             f"train.word_weights={relation_word_weights(3)}", f"train.seed={seed}"))
+       for seed in (1, 2)},
     # ... and at the demo's budget (8 epochs, kept by CIDEr): configs/shapes_relations.yaml with the
     # relation words counted 3 times, with one glimpse per word and with two
     "soft_local_layout_words3": ("shapes_soft.yaml", ("model.score=local", "model.init=layout",
