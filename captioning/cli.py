@@ -23,7 +23,7 @@ from captioning.data.images import ImageReadError
 from captioning.data.karpathy import DatasetError
 from captioning.data.shapes import SHAPES_DEFAULT_COUNTS
 from captioning.encoder import EncoderWeightsError
-from captioning.training import TrainingError
+from captioning.training_step import TrainingError
 
 EXPECTED_ERRORS = (CheckpointError, ConfigError, DatasetError, EncoderWeightsError, ImageReadError, TrainingError)
 

@@ -9,7 +9,7 @@ from captioning.attention import build_attention
 from captioning.data.dataset import Batch
 from captioning.decoder import AttentionDecoder
 from captioning.losses import cross_entropy, doubly_stochastic
-from captioning.training import train_step
+from captioning.training_step import train_step
 from captioning.vocab import Vocabulary
 
 B, T, L, V = 2, 5, 9, 11

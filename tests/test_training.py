@@ -9,13 +9,14 @@ import pytest
 import torch
 
 import captioning.checkpoint as checkpoint_module
-import captioning.training as training
+import captioning.training_step as training_step
 from captioning.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from captioning.config import Config, ModelConfig, from_dict
 from captioning.data.dataset import Batch
 from captioning.data.karpathy import read_split
 from captioning.model import build_decoder
-from captioning.training import TrainingError, fit, train_step, word_weight_vector
+from captioning.training import fit
+from captioning.training_step import TrainingError, train_step, word_weight_vector
 from captioning.vocab import SPECIALS, Vocabulary
 
 
@@ -178,7 +179,7 @@ def test_the_samples_of_a_caption_share_one_pass_of_the_encoder() -> None:
     """train.samples = K copies of each caption for leave-one-out: the CNN still sees each image once,
     and the decoder gets each image's annotations K times, in the rows of that caption's copies."""
     from captioning.losses import Reinforce
-    from captioning.training import TrainingModel
+    from captioning.training_step import TrainingModel
 
     class Encoder(torch.nn.Module):  # stands in for a fine-tuned CNN: images [B, 8, 3, 3] -> [B, 9, 8]
         def __init__(self):
@@ -229,7 +230,7 @@ def test_non_finite_loss_raises_before_any_update() -> None:
 
 
 def test_non_finite_loss_in_fit_keeps_the_last_good_checkpoint(tmp_path: Path, tiny_config, monkeypatch) -> None:
-    real = training.cross_entropy
+    real = training_step.cross_entropy
     calls = []
 
     def poisoned(logits, targets, mask, **weights):
@@ -237,7 +238,7 @@ def test_non_finite_loss_in_fit_keeps_the_last_good_checkpoint(tmp_path: Path, t
         loss = real(logits, targets, mask, **weights)
         return loss * float("nan") if len(calls) == 5 else loss
 
-    monkeypatch.setattr(training, "cross_entropy", poisoned)
+    monkeypatch.setattr(training_step, "cross_entropy", poisoned)
     out = tmp_path / "run"
     config = tiny_config(out, "train.max_steps=10", "train.eval_every_steps=3")
     with pytest.raises(TrainingError, match="non-finite"):

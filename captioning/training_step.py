@@ -1,0 +1,105 @@
+"""One training step: what it trains (the decoder, after the encoder when that is fine-tuned) and
+the optimizer step of cross-entropy, the doubly stochastic term and, for hard attention, the
+REINFORCE terms (Sec. 4.1 of the paper).
+
+Notation: B batch, T caption steps, L grid cells, D channels, S input side, V vocabulary.
+
+The run around it (checkpoints, logs, signals, validation, the epoch loop) is training.py.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from captioning.data.dataset import Batch
+from captioning.decoder import AttentionDecoder, DecoderOutput
+from captioning.encoder import Encoder
+from captioning.losses import Reinforce, cross_entropy, doubly_stochastic
+from captioning.precision import FULL_PRECISION, Precision
+from captioning.vocab import Vocabulary
+
+
+class TrainingError(RuntimeError):
+    """Training cannot go on (e.g. a non-finite loss); the last good checkpoint is kept."""
+
+
+class TrainingModel(nn.Module):
+    """What a step trains: the decoder, after the encoder when that runs on the fly (fine-tuning).
+
+    One module, so that DistributedDataParallel and torch.compile wrap the whole trained graph.
+    """
+
+    def __init__(self, *, decoder: AttentionDecoder, encoder: Encoder | None = None):
+        super().__init__()
+        self.decoder = decoder
+        self.encoder = encoder
+
+    def forward(self, source: torch.Tensor, inputs: torch.Tensor, *, lengths: torch.Tensor | None = None,
+                repeats: int = 1) -> DecoderOutput:
+        """source: annotations [B, L, D], or images [B, 3, S, S] when there is an encoder; inputs
+        [B*repeats, T] (each caption `repeats` times in a row: train.samples); lengths [B*repeats] the
+        real steps of each row (see AttentionDecoder.forward). The encoder sees each image once."""
+        annotations = source if self.encoder is None else self.encoder(source)[0]  # [B, L, D]
+        if repeats > 1:
+            annotations = annotations.repeat_interleave(repeats, dim=0)  # [B*repeats, L, D]
+        return self.decoder(annotations, inputs, lengths=lengths)
+
+
+def train_step(model: nn.Module, batch: Batch, optimizer: torch.optim.Optimizer, *, grad_clip: float,
+               ds_weight: float, ds_target: str, precision: Precision = FULL_PRECISION,
+               scaler: torch.amp.GradScaler | None = None, shares: tuple[float, float] = (1.0, 1.0),
+               reinforce: Reinforce | None = None, word_weights: torch.Tensor | None = None) -> dict[str, float]:
+    """One optimizer step of cross-entropy plus the doubly stochastic term, plus, when the decoder's
+    attention samples locations (hard attention), the REINFORCE terms of `reinforce` (Sec. 4.1).
+
+    `model(batch.source, inputs)` is a decoder (on annotations) or a TrainingModel (needed with
+    `reinforce.samples` > 1: it copies each image after the encoder, so the CNN runs once per image).
+    `shares` weight the terms by this process's share of the global batch's words and images (1
+    alone; see captioning.distributed); the losses returned are this process's own. `word_weights`
+    [V] weight each target word's cross-entropy (losses.cross_entropy; None: all 1).
+    """
+    model.train()
+    samples = reinforce.samples if reinforce is not None else 1
+    tokens = batch.tokens.repeat_interleave(samples, dim=0)  # [B*K, T]: K samples of locations per caption
+    inputs, targets = tokens[:, :-1], tokens[:, 1:]  # [B, T-1]: predict word t+1 from word t
+    mask = (targets != Vocabulary.pad_id).float()  # [B, T-1], padding reaches no term
+    repeats = {"repeats": samples} if samples > 1 else {}
+    with precision.autocast():
+        output = model(batch.source, inputs, lengths=mask.sum(1).long(), **repeats)  # padded steps not computed
+    logits = output.logits.float()  # [B, T-1, V]
+    xe = cross_entropy(logits, targets, mask, word_weights=word_weights)
+    ds = doubly_stochastic(output.alphas.float(), mask, target=ds_target)
+    surrogate, extra = torch.zeros((), device=xe.device), {}
+    if reinforce is not None and output.log_probs is not None:  # soft attention samples nothing
+        surrogate, extra = reinforce(logits=logits, targets=targets, mask=mask, log_probs=output.log_probs.float(),
+                                     entropies=output.entropies.float(), locations=output.locations)
+    loss = xe + ds_weight * ds + surrogate
+    if not torch.isfinite(loss):
+        raise TrainingError(f"non-finite loss ({loss.item()}); stopping, the last good checkpoint is kept")
+    words_share, images_share = shares
+    optimizer.zero_grad(set_to_none=True)
+    # The surrogate is normalized per real word, like the cross-entropy, so it takes the words' share.
+    objective = words_share * (xe + surrogate) + ds_weight * images_share * ds
+    if scaler is None:
+        objective.backward()
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+        optimizer.step()
+    else:
+        scaler.scale(objective).backward()
+        scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+        scaler.step(optimizer)
+        scaler.update()
+    return {"loss": loss.item(), "xe": xe.item(), "ds": ds.item(), "grad_norm": norm.item(), **extra}
+
+
+def word_weight_vector(weights: dict[str, float], vocab: Vocabulary) -> torch.Tensor:
+    """train.word_weights as a [V] tensor, 1 for every word it does not name."""
+    unknown = sorted(word for word in weights if word not in vocab.index)
+    if unknown:
+        raise TrainingError(f"train.word_weights: not in the vocabulary: {', '.join(unknown)}")
+    vector = torch.ones(len(vocab))
+    for word, weight in weights.items():
+        vector[vocab.index[word]] = float(weight)
+    return vector
