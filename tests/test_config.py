@@ -178,7 +178,6 @@ def test_round_trip_through_to_dict_and_from_dict():
         from_dict({"train": {"bogus": 1}})
 
 
-
 def test_the_relations_config_is_the_soft_one_with_what_it_says_changed():
     configs = Path(__file__).resolve().parents[1] / "configs"
     soft = load_config(configs / "shapes_soft.yaml").to_dict()
@@ -187,3 +186,19 @@ def test_the_relations_config_is_the_soft_one_with_what_it_says_changed():
                if soft[section][key] != relations[section][key]}
     assert changed == {("model", "score"), ("model", "init"), ("train", "out_dir")}
     assert (relations["model"]["score"], relations["model"]["init"]) == ("local", "layout")
+
+
+def test_the_16_epoch_relations_config_is_the_run_its_comment_reports():
+    """configs/shapes_relations_16ep.yaml is benchmarks/relations.py's run
+    soft_local_layout_glimpses_coordinates_16ep_by_probe_words3 (seeds 0 to 2) with beam 5."""
+    configs = Path(__file__).resolve().parents[1] / "configs"
+    soft = load_config(configs / "shapes_soft.yaml").to_dict()
+    long = load_config(configs / "shapes_relations_16ep.yaml").to_dict()
+    changed = {(section, key): long[section][key] for section in soft for key in soft[section]
+               if soft[section][key] != long[section][key]}
+    weights = {word: 3 for word in ("to", "left", "right", "above", "below")}
+    assert changed == {("model", "score"): "local", ("model", "init"): "layout", ("model", "glimpses"): 2,
+                       ("model", "position"): "coordinates", ("train", "epochs"): 16,
+                       ("train", "early_stop_patience"): 16, ("train", "val_metric"): "relation_probe_accuracy",
+                       ("train", "word_weights"): weights, ("train", "out_dir"): "runs/shapes_relations_16ep",
+                       ("decode", "beam_size"): 5}
