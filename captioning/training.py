@@ -10,9 +10,8 @@ keep falling while the captions the model actually produces stop improving.
 
 Layout, top to bottom: `Progress`; `Run` (state, checkpoints, logs, the epoch loop); `fit`.
 Elsewhere: one optimizer step and the module it trains (training_step.py), validation and its
-TensorBoard overlays (validation.py), the
-data of a run (data/loading.py, data/sampling.py), mixed precision (precision.py), several
-processes (distributed.py), SIGTERM/SIGINT (stop_signals.py).
+TensorBoard overlays (validation.py), the data of a run (data/loading.py, data/sampling.py), mixed
+precision (precision.py), several processes (distributed.py), SIGTERM/SIGINT (stop_signals.py).
 """
 
 from __future__ import annotations
