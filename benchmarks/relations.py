@@ -43,6 +43,7 @@ from captioning.vocab import Vocabulary  # noqa: E402
 # the two-glimpse local-score runs' overrides, alone and trained for 16 epochs without early stopping
 GLIMPSES_LOCAL = ("model.score=local", "model.init=layout", "model.glimpses=2", "model.position=coordinates")
 GLIMPSES_LOCAL_16EP = (*GLIMPSES_LOCAL, "train.epochs=16", "train.early_stop_patience=16")
+GLIMPSES_LOCAL_16EP_BY_PROBE = (*GLIMPSES_LOCAL_16EP, "train.val_metric=relation_probe_accuracy")
 RELATION_WORDS = ("to", "left", "right", "above", "below")  # the words of RELATIONS that tell them apart
 
 
@@ -88,19 +89,17 @@ RUNS = {
                                                                    (*GLIMPSES_LOCAL_16EP, f"train.seed={seed}"))
        for seed in (1, 2)},
     # ... with the checkpoint kept, and the learning rate halved, by the validation probe rather than CIDEr
-    "soft_local_layout_glimpses_coordinates_16ep_by_probe": (
-        "shapes_soft.yaml", (*GLIMPSES_LOCAL_16EP, "train.val_metric=relation_probe_accuracy")),
+    "soft_local_layout_glimpses_coordinates_16ep_by_probe": ("shapes_soft.yaml", GLIMPSES_LOCAL_16EP_BY_PROBE),
     # ... with the cross-entropy of the words that decide a relation (its axis at "to" / "above" /
     # "below", its direction at "left" / "right") counted 3 and 10 times: a relation is decided in
     # one word of ten, before the second object is named, and the decoder learns it slowest.
     **{f"soft_local_layout_glimpses_coordinates_16ep_by_probe_words{weight}": (
-        "shapes_soft.yaml", (*GLIMPSES_LOCAL_16EP, "train.val_metric=relation_probe_accuracy",
-                             f"train.word_weights={relation_word_weights(weight)}"))
+        "shapes_soft.yaml", (*GLIMPSES_LOCAL_16EP_BY_PROBE, f"train.word_weights={relation_word_weights(weight)}"))
        for weight in (3, 10)},
     # ... counted 3 times, with two other seeds
     **{f"soft_local_layout_glimpses_coordinates_16ep_by_probe_words3_seed{seed}": (
-        "shapes_soft.yaml", (*GLIMPSES_LOCAL_16EP, "train.val_metric=relation_probe_accuracy",
-                             f"train.word_weights={relation_word_weights(3)}", f"train.seed={seed}"))
+        "shapes_soft.yaml", (*GLIMPSES_LOCAL_16EP_BY_PROBE, f"train.word_weights={relation_word_weights(3)}",
+                             f"train.seed={seed}"))
        for seed in (1, 2)},
     # ... and at the demo's budget (8 epochs, kept by CIDEr): configs/shapes_relations.yaml with the
     # relation words counted 3 times, with one glimpse per word and with two

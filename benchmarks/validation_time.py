@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from captioning.checkpoint import decoder_from_checkpoint, load_checkpoint
-from captioning.config import from_dict
+from captioning.config import apply_overrides, from_dict
 from captioning.data.splits import load_splits
 from captioning.evaluation import evaluate_split
 from captioning.vocab import Vocabulary
@@ -33,7 +33,8 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     payload = load_checkpoint(args.checkpoint)
-    config = from_dict({**payload["config"], "data": {**payload["config"]["data"], "root": args.data}})
+    config = apply_overrides(from_dict(payload["config"], where=f"{args.checkpoint}: config"),
+                             [f"data.root={args.data}"])
     val = load_splits(config, ("val",))["val"]
     decoder, vocab = decoder_from_checkpoint(payload, config), Vocabulary(payload["vocab"])
     count = config.train.val_images or len(val.records)
