@@ -8,7 +8,7 @@ sits at chance there. These runs use the demo's budget instead: the default shap
 500 / 500 images, `make demo`'s), `configs/shapes_soft.yaml` or `shapes_hard.yaml` as they are
 (8 epochs), one change each, one CPU thread per run. Each is scored on the 500 test images with beam
 3 (as the demo) and greedily: caption metrics, attention correctness, the relations the captions
-state, and the relation probe (captioning.evaluation.relation_probe). Results are kept per run in
+state, and the relation probe (captioning.probe). Results are kept per run in
 RESULTS/<name>.json (default docs/relations_study/, committed); checkpoints in OUT/<name>/. A run whose
 OUT/<name>/best.pt exists is scored without training again; a kept result from before the probe
 scored the relation's own words (relation_probe_words) and the training images (train_probe) gets
@@ -36,7 +36,8 @@ from captioning.checkpoint import decoder_from_checkpoint, load_checkpoint  # no
 from captioning.config import load_config  # noqa: E402
 from captioning.data.shapes import SHAPES_DEFAULT_COUNTS, make_shapes  # noqa: E402
 from captioning.data.splits import load_splits  # noqa: E402
-from captioning.evaluation import evaluate_split, probe_scores, relation_probe  # noqa: E402
+from captioning.evaluation import evaluate_split  # noqa: E402
+from captioning.probe import probe_scores, relation_probe  # noqa: E402
 from captioning.training import fit  # noqa: E402
 from captioning.vocab import Vocabulary  # noqa: E402
 

@@ -3,9 +3,9 @@
     python benchmarks/validation_time.py --checkpoint runs/shapes_soft/best.pt [--data data/shapes]
 
 Training validates after every epoch: greedy captions of train.val_images validation images, scored,
-and on the shapes data the relation probe (captioning.evaluation.relation_probe: four teacher-forced
-captions per ordered pair of objects). The probe does not depend on the decoding and is the larger
-part of the cost; this prints both, alternated, medians of --rounds. Results: docs/results.md.
+and on the shapes data the relation probe (captioning.probe: four teacher-forced captions per
+ordered pair of objects). The probe does not depend on the decoding; this prints the cost of a
+validation with and without it, alternated, medians of --rounds. Results: docs/results.md.
 """
 
 from __future__ import annotations

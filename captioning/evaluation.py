@@ -11,17 +11,8 @@ map, i.e. the box's share of the image.
 
 Relation accuracy (shapes data) is scored two ways. Over the relations the model *states*: how
 many of them hold in the image; a model that is unsure of positions tends to list the objects
-instead ("a red circle and a blue square"), so this counts few, self-selected relations. And by a
-*probe* that asks every model the same questions: for each ordered pair of objects (A, B) of an
-image, which of the four captions "a <A> <relation> a <B>" it finds most likely (teacher forcing,
-the whole caption with its <end>); the probe's accuracy is how often that is the true relation
-(chance: 0.25). The probe's answers split in two: whether it picks the right *axis* (left/right
-against above/below: which of |dx|, |dy| is larger) and, where it does, the right *direction*
-along it (the sign); a decoder can know the one and not the other (docs/attention.md). The whole
-caption includes B, so a decoder can pass the probe by *checking*: having said "above a", it looks
-above A and finds B there or not. The relation's words alone, the likeliest of the four after
-"a <A>", are what it would *say* before naming B; relation_probe_words is how often they hold of A
-and some other object of the image, against that share's chance level.
+instead ("a red circle and a blue square"), so this counts few, self-selected relations. And by the
+relation probe (captioning.probe), which asks every model the same questions.
 """
 
 from __future__ import annotations
@@ -32,7 +23,6 @@ import re
 import shutil
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -42,6 +32,7 @@ from captioning.data.images import attention_on_image
 from captioning.data.shapes import COLOURS, RELATIONS, SHAPES, SIZES, Grounding, ShapeObject, relation
 from captioning.decoder import AttentionDecoder
 from captioning.decoding import decode
+from captioning.probe import probe_scores, relation_probe
 from captioning.vocab import Vocabulary, normalize, tokenize
 
 JAVA_METRICS = ("METEOR", "the PTB tokenizer")
@@ -165,89 +156,6 @@ def grounding_scores(words: Sequence[str], alphas: np.ndarray,
         else:
             relations.append("true" if relation(truth.objects[a], truth.objects[b]) == stated else "wrong")
     return correct, chance, relations
-
-
-@torch.no_grad()
-def caption_log_likelihoods(decoder: AttentionDecoder, annotations: torch.Tensor,
-                            captions: Sequence[Sequence[int]]) -> torch.Tensor:
-    """log p(caption | image) of token ids [<start> w1 .. wn <end>] under teacher forcing; annotations
-    [N, L, D], one row per caption. Returns [N]."""
-    return caption_token_log_likelihoods(decoder, annotations, captions).sum(dim=1)
-
-
-def caption_token_log_likelihoods(decoder: AttentionDecoder, annotations: torch.Tensor,
-                                  captions: Sequence[Sequence[int]]) -> torch.Tensor:
-    """log p(w_k | w_<k, image) of each predicted token w1 .. <end>, 0 past a caption's end: [N, T]."""
-    lengths = torch.tensor([len(c) - 1 for c in captions])  # predicted tokens: w1 .. <end>
-    tokens = torch.full((len(captions), int(lengths.max()) + 1), Vocabulary.pad_id, dtype=torch.long)
-    for row, caption in enumerate(captions):
-        tokens[row, : len(caption)] = torch.tensor(caption)
-    tokens = tokens.to(annotations.device)
-    inputs, targets = tokens[:, :-1], tokens[:, 1:]  # [N, T]
-    logits = decoder(annotations, inputs, lengths=lengths.to(annotations.device)).logits.float()  # [N, T, V]
-    picked = torch.log_softmax(logits, dim=2).gather(2, targets[:, :, None]).squeeze(2)  # [N, T]
-    return picked * (targets != Vocabulary.pad_id)  # [N, T]
-
-
-@dataclass(frozen=True)
-class ProbeAnswer:
-    """The relation probe's answer for one ordered pair of objects (A, B), as indices into RELATIONS."""
-
-    truth: int  # the relation that holds of A with respect to B
-    picked: int  # the relation of the likeliest whole caption "a A <relation> a B"
-    # The relation whose words alone are likeliest after "a A", i.e. what the decoder would say
-    # before it has named B, and the relations that hold of A and *some* other object: that choice
-    # is right if it is one of them (the caption may go on to name that other object).
-    words: int
-    holding: frozenset[int]
-
-
-def relation_probe(decoder: AttentionDecoder, annotations: torch.Tensor, truths: Sequence[Grounding],
-                   vocab: Vocabulary) -> list[ProbeAnswer]:
-    """For every ordered pair of objects (A, B) of each image, scores the four captions
-    "a <colour A> <shape A> <relation> a <colour B> <shape B>" by their likelihood: the whole caption
-    and, separately, the relation's own words. annotations [B, L, D], one row per image of `truths`."""
-    rows, captions, pairs = [], [], []
-    for image, grounding in enumerate(truths):
-        objects = grounding.objects
-        for a, b in ((a, b) for a in range(len(objects)) for b in range(len(objects)) if a != b):
-            first, second = objects[a], objects[b]
-            for stated in RELATIONS:
-                words = ["a", first.colour, first.shape, *stated.split(), "a", second.colour, second.shape]
-                captions.append(vocab.encode(words))
-                rows.append(image)
-            holding = frozenset(RELATIONS.index(relation(first, other)) for other in objects if other is not first)
-            pairs.append((RELATIONS.index(relation(first, second)), holding))
-    if not pairs:
-        return []
-    tokens = caption_token_log_likelihoods(decoder, annotations[torch.tensor(rows, device=annotations.device)],
-                                           captions).cpu()  # [pairs * 4, T]
-    whole = tokens.sum(dim=1).view(len(pairs), len(RELATIONS))  # [pairs, 4]
-    # The relation's words are predicted tokens 3 .. 3 + n - 1 (after "a", colour, shape).
-    spans = [(3, 3 + len(stated.split())) for stated in RELATIONS]
-    own = torch.stack([tokens[k::len(RELATIONS), start:end].sum(dim=1) for k, (start, end) in enumerate(spans)],
-                      dim=1)  # [pairs, 4]
-    return [ProbeAnswer(truth, int(picked), int(words), holding)
-            for (truth, holding), picked, words in zip(pairs, whole.argmax(dim=1), own.argmax(dim=1))]
-
-
-def probe_scores(answers: Sequence[ProbeAnswer]) -> dict[str, float]:
-    """The probe's accuracy, and its two parts: the right axis (horizontal or vertical), and the
-    right direction where the axis is right. Also the relation words alone (relation_probe_words):
-    how often what the decoder would say before naming B holds of A and some other object, with
-    its chance level (the share of the four relations that hold)."""
-    if not answers:
-        return {"relation_probe_accuracy": float("nan"), "relation_probe_axis": float("nan"),
-                "relation_probe_direction": float("nan"), "relation_probe_words": float("nan"),
-                "relation_probe_words_chance": float("nan"), "relation_probe_pairs": 0}
-    truth, picked = np.array([(a.truth, a.picked) for a in answers]).T
-    horizontal = np.array(["left" in r or "right" in r for r in RELATIONS])  # [4], per relation
-    axis = horizontal[truth] == horizontal[picked]
-    return {"relation_probe_accuracy": float(np.mean(truth == picked)), "relation_probe_axis": float(np.mean(axis)),
-            "relation_probe_direction": float(np.mean(truth[axis] == picked[axis])) if axis.any() else float("nan"),
-            "relation_probe_words": float(np.mean([a.words in a.holding for a in answers])),
-            "relation_probe_words_chance": float(np.mean([len(a.holding) / len(RELATIONS) for a in answers])),
-            "relation_probe_pairs": len(answers)}
 
 
 @torch.no_grad()

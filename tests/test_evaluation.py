@@ -16,13 +16,9 @@ from captioning.data.shapes import Grounding, ShapeObject
 from captioning.evaluation import (
     box_mass,
     box_share,
-    caption_log_likelihoods,
     caption_metrics,
-    caption_token_log_likelihoods,
     grounding_scores,
     java_available,
-    probe_scores,
-    relation_probe,
     word_objects,
 )
 
@@ -155,90 +151,6 @@ REFERENCES = {
 }
 IDENTICAL = {i: refs[0] for i, refs in REFERENCES.items()}
 UNRELATED = {i: "zebras graze quietly near an old river bank" for i in REFERENCES}
-
-
-# the relation probe --------------------------------------------------------------------------------
-
-
-def test_caption_log_likelihoods_match_decoding_word_by_word() -> None:
-    import torch
-
-    from captioning.config import Config, ModelConfig
-    from captioning.model import build_decoder
-    from captioning.vocab import Vocabulary
-
-    torch.manual_seed(0)
-    decoder = build_decoder(Config(model=ModelConfig(embed_dim=8, hidden_dim=16, attention_dim=8)), vocab_size=12,
-                            annotation_dim=6).eval()
-    annotations = torch.randn(3, 4, 6)
-    captions = [[1, 5, 6, 2], [1, 7, 2], [1, 4, 9, 10, 11, 2]]  # different lengths: padding must not count
-    got = caption_log_likelihoods(decoder, annotations, captions)
-    per_token = caption_token_log_likelihoods(decoder, annotations, captions)  # [3, 5]
-    assert per_token.shape == (3, 5)
-    with torch.no_grad():
-        for row, caption in enumerate(captions):
-            memory, state = decoder.prepare(annotations[row:row + 1])
-            total = 0.0
-            for k, (previous, word) in enumerate(zip(caption[:-1], caption[1:])):
-                logits, state, _ = decoder.step(memory, state, torch.tensor([previous]))
-                step = float(torch.log_softmax(logits, dim=1)[0, word])
-                assert abs(float(per_token[row, k]) - step) < 1e-4, (row, k)
-                total += step
-            assert abs(float(got[row]) - total) < 1e-4, (row, float(got[row]), total)
-            assert (per_token[row, len(caption) - 1:] == 0).all()  # past the end: nothing
-    assert Vocabulary.pad_id not in captions[0]
-
-
-def test_relation_probe_asks_every_ordered_pair_and_takes_the_likeliest_relation(monkeypatch) -> None:
-    import torch
-
-    from captioning.data.shapes import RELATIONS
-    from captioning.vocab import SPECIALS, Vocabulary
-
-    words = ["a", "red", "blue", "green", "circle", "square", "to", "the", "left", "right", "of", "above", "below"]
-    vocab = Vocabulary([*SPECIALS, *words])
-    red = ShapeObject("circle", "red", "small", (10, 100, 30, 120))  # left of and above blue
-    blue = ShapeObject("square", "blue", "small", (150, 110, 170, 130))
-    green = ShapeObject("circle", "green", "small", (10, 190, 30, 210))  # below red
-    truths = [Grounding([red], 224, 224), Grounding([red, blue, green], 224, 224)]
-    asked = []
-
-    def token_likelihoods(decoder, annotations, captions):
-        asked.extend(vocab.decode(c) for c in captions)
-        # Per predicted token (a, colour, shape, relation words, a, colour, shape, <end>): the words
-        # "above" get +1, and B's colour after "to the left of a" gets +4. So the whole caption
-        # prefers "left" for every pair, the relation's own words "above".
-        scores = torch.zeros(len(captions), 12)
-        for row, caption in enumerate(captions):
-            words = vocab.decode(caption)
-            if "above" in words:
-                scores[row, 3] = 1.0
-            if "left" in words:
-                scores[row, 8] = 4.0
-        return scores
-
-    monkeypatch.setattr(evaluation, "caption_token_log_likelihoods", token_likelihoods)
-    answers = relation_probe(None, torch.zeros(2, 4, 6), truths, vocab)
-    assert len(asked) == 6 * len(RELATIONS)  # one object: no pair; three objects: 6 ordered pairs x 4
-    assert asked[0] == ["a", "red", "circle", "to", "the", "left", "of", "a", "blue", "square"]
-    # Pairs in order (red, blue), (red, green), (blue, red), (blue, green), (green, red), (green, blue):
-    # "to the left of" holds for red -> blue and green -> blue (140 px apart in x, 80 in y); red is
-    # above green (the same x), and nothing is left of red.
-    left, right, above, below = range(4)
-    assert [(a.truth, a.picked, a.words) for a in answers] == [
-        (left, left, above), (above, left, above), (right, left, above), (right, left, above),
-        (below, left, above), (left, left, above)]
-    # What holds of A and some other object: red {left of blue, above green}, blue {right of both},
-    # green {below red, left of blue}.
-    assert [a.holding for a in answers] == [{left, above}] * 2 + [{right}] * 2 + [{below, left}] * 2
-    scores = probe_scores(answers)
-    assert scores["relation_probe_accuracy"] == pytest.approx(2 / 6)
-    assert scores["relation_probe_axis"] == pytest.approx(4 / 6)  # "left" has the axis of left and right
-    assert scores["relation_probe_direction"] == pytest.approx(2 / 4)  # of those four, the two lefts
-    assert scores["relation_probe_words"] == pytest.approx(2 / 6)  # "above" holds of red only
-    assert scores["relation_probe_words_chance"] == pytest.approx((2 + 2 + 1 + 1 + 2 + 2) / 6 / 4)
-    assert scores["relation_probe_pairs"] == 6
-    assert np.isnan(probe_scores([])["relation_probe_accuracy"])
 
 
 def test_caption_metrics_identical_and_unrelated() -> None:
