@@ -4,24 +4,16 @@ from __future__ import annotations
 
 import pytest
 import torch
+from attention_sizes import A, B, D, H, L, V, inputs
 
 from captioning.attention import AttentionOutput, Memory, SoftAttention, build_attention
 from captioning.decoder import AttentionDecoder
 from captioning.scores import AdditiveScore
 
-B, L, D, H, A, V = 2, 9, 8, 16, 8, 11
-
 
 def make_attention(seed: int = 0, dtype=torch.float32) -> SoftAttention:
     torch.manual_seed(seed)
     return build_attention(kind="soft", score="additive", annotation_dim=D, hidden_dim=H, attention_dim=A).to(dtype)
-
-
-def inputs(seed: int = 1, dtype=torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
-    generator = torch.Generator().manual_seed(seed)
-    annotations = torch.randn(B, L, D, generator=generator, dtype=dtype)
-    hidden = torch.randn(B, H, generator=generator, dtype=dtype)
-    return annotations, hidden
 
 
 def test_build_attention_gives_soft_attention_with_the_additive_score():

@@ -5,25 +5,18 @@ from __future__ import annotations
 
 import pytest
 import torch
+from attention_sizes import GRID, A, B, D, H, L, V, inputs
 
 from captioning.attention import HardAttention, build_attention, hard_inference
 from captioning.decoder import AttentionDecoder
 from captioning.decoding import decode
 from captioning.vocab import Vocabulary
 
-B, GRID, D, H, A, V = 2, (3, 3), 8, 16, 8, 11
-L = GRID[0] * GRID[1]
-
 
 def make(kind: str = "hard", score: str = "additive", seed: int = 0, **options):
     torch.manual_seed(seed)
     return build_attention(kind=kind, score=score, annotation_dim=D, hidden_dim=H, attention_dim=A, grid=GRID,
                            **options)
-
-
-def inputs(seed: int = 1, batch: int = B) -> tuple[torch.Tensor, torch.Tensor]:
-    generator = torch.Generator().manual_seed(seed)
-    return torch.randn(batch, L, D, generator=generator), torch.randn(batch, H, generator=generator)
 
 
 @pytest.mark.parametrize("score", ["additive", "dot", "local"])

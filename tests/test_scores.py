@@ -7,23 +7,16 @@ import math
 
 import pytest
 import torch
+from attention_sizes import GRID, A, B, D, H, L, V, inputs
 
 from captioning.attention import GridCoordinates, GridPosition, HardAttention, SoftAttention, build_attention
 from captioning.decoder import AttentionDecoder
 from captioning.scores import SCORES, CosineScore, DotScore, LocalScore
 
-B, GRID, D, H, A, V = 2, (3, 3), 8, 16, 8, 11
-L = GRID[0] * GRID[1]
-
 
 def make_score(name: str, seed: int = 0, dtype=torch.float32, **options) -> torch.nn.Module:
     torch.manual_seed(seed)
     return SCORES[name](annotation_dim=D, hidden_dim=H, attention_dim=A, grid=GRID, **options).to(dtype)
-
-
-def inputs(seed: int = 1, dtype=torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
-    generator = torch.Generator().manual_seed(seed)
-    return torch.randn(B, L, D, generator=generator, dtype=dtype), torch.randn(B, H, generator=generator, dtype=dtype)
 
 
 def scores_of(score: torch.nn.Module, annotations: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
