@@ -1,0 +1,92 @@
+"""Where a two-glimpse decoder looks when it names a relation: on A, on B, or on both?
+
+    python benchmarks/glimpses_at_relation.py runs/relations_study/<run>/best.pt [...] [--images 300]
+
+model.glimpses=2 was added so that at the relation's first word ("to", "above", "below") one map
+could sit on A and the other on B (captioning.decoder). This measures whether they do. For the first
+reference caption of each validation image that reads "a A <relation> a B" (A and B two objects of
+the image), it feeds the caption's words up to A under teacher forcing and takes both glimpses' maps
+at the step that predicts the relation's first word: the share of each map inside A's box and inside
+B's (evaluation.box_mass, as attention correctness), against a uniform map's. Results:
+docs/attention.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from captioning.checkpoint import decoder_from_checkpoint, load_checkpoint
+from captioning.config import apply_overrides, from_dict
+from captioning.data.shapes import RELATIONS
+from captioning.data.splits import load_splits
+from captioning.evaluation import box_mass, box_share, word_objects
+from captioning.vocab import Vocabulary
+
+FIRST_WORDS = {stated.split()[0] for stated in RELATIONS}  # "to", "above", "below"
+
+
+def masses(checkpoint: Path, *, data: str, images: int) -> dict[str, float]:
+    """Mean share of each glimpse's map in A's and B's boxes at the relation's first word."""
+    payload = load_checkpoint(checkpoint)
+    config = apply_overrides(from_dict(payload["config"], where=f"{checkpoint}: config"), [f"data.root={data}"])
+    if config.model.glimpses != 2:
+        raise SystemExit(f"{checkpoint}: model.glimpses is {config.model.glimpses}; this needs two glimpses")
+    val = load_splits(config, ("val",))["val"]
+    decoder, vocab = decoder_from_checkpoint(payload, config).eval(), Vocabulary(payload["vocab"])
+    second = []
+    hook = decoder.glimpse.register_forward_hook(lambda module, inputs, output: second.append(output.alpha))
+    shares: dict[str, list[float]] = {"first on A": [], "first on B": [], "second on A": [], "second on B": [],
+                                      "uniform on A": [], "uniform on B": []}
+    try:
+        for image in range(min(images, len(val.records))):
+            truth = val.grounding[image]
+            for caption in val.references[image]:
+                words = caption.split()
+                links = word_objects(words, truth.objects)  # (word position, object) per named shape
+                if len(links) < 2 or links[0][1] == links[1][1] or words[links[0][0] + 1] not in FIRST_WORDS:
+                    continue
+                (position, a), (_, b) = links[:2]
+                tokens = torch.tensor(vocab.encode(words))  # <start> w1 .. ; w_k is input k
+                annotations = torch.from_numpy(np.asarray(val.annotations[image:image + 1], dtype=np.float32))
+                with torch.no_grad():
+                    memory, state = decoder.prepare(annotations)
+                    for k in range(position + 2):  # inputs <start> .. A's shape: the last predicts the relation
+                        _, state, attended = decoder.step(memory, state, tokens[k:k + 1])
+                maps = {"first": attended.alpha[0], "second": second[-1][0]}  # [L] each
+                for glimpse, alpha in maps.items():
+                    for name, target in (("A", a), ("B", b)):
+                        shares[f"{glimpse} on {name}"].append(box_mass(
+                            alpha.view(*val.grid).numpy(), truth.objects[target].box, width=truth.width,
+                            height=truth.height))
+                for name, target in (("A", a), ("B", b)):
+                    shares[f"uniform on {name}"].append(box_share(truth.objects[target].box, width=truth.width,
+                                                                  height=truth.height))
+                second.clear()
+                break
+    finally:
+        hook.remove()
+    return {"captions": len(shares["first on A"]), **{name: float(np.mean(v)) for name, v in shares.items()}}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("checkpoints", type=Path, nargs="+")
+    parser.add_argument("--data", default="data/shapes")
+    parser.add_argument("--images", type=int, default=300, help="the first N validation images")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    print("| run | captions | first glimpse: A / B | second glimpse: A / B | uniform: A / B |")
+    print("|---|---|---|---|---|")
+    for checkpoint in args.checkpoints:
+        m = masses(checkpoint, data=args.data, images=args.images)
+        print(f"| {checkpoint.parent.name} | {m['captions']} | {m['first on A']:.3f} / {m['first on B']:.3f} | "
+              f"{m['second on A']:.3f} / {m['second on B']:.3f} | {m['uniform on A']:.3f} / {m['uniform on B']:.3f} |",
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()
