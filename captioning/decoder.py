@@ -17,12 +17,14 @@ must be likelier than "above" and "below" when |dx| > |dy|, which no linear read
 gives (docs/attention.md measures it).
 
 A second glimpse (not in the paper) is for the same word: "A to the left of B" is decided at the
-word "to", before B is named, and a single map at that word cannot sit on both A and B. The second
+word "to", before B is named, and a single map at that word would have to cover both A and B. The second
 glimpse's query includes what the first one saw, so it can look *elsewhere*; with the grid
 coordinates appended (model.position=coordinates) z_t then holds both places. On the shapes data,
 with the local score and 16 epochs, it helps the decoder choose a relation before naming B, by an
-amount that varies with the seed, and relations stay far from solved (docs/attention.md). The maps
-the decoder reports (alphas: overlays, attention correctness) are the first glimpse's.
+amount that varies with the seed, and relations stay far from solved (docs/attention.md). Measured
+at the relation word, the two maps do not split into one on A and one on B: each spreads over both
+(benchmarks/glimpses_at_relation.py). The maps the decoder reports (alphas: overlays, attention
+correctness) are the first glimpse's.
 """
 
 from __future__ import annotations
