@@ -1,0 +1,129 @@
+"""Where a decoder gets spatial relations wrong: close to the diagonal, or among three objects?
+
+    python benchmarks/relation_errors.py runs/relations_study/<run>/best.pt [--split val]
+        [--captions results_test.json]
+
+Two things can make a relation hard on the shapes data. Its *axis* is the one along which the two
+centres differ most (captioning.data.shapes.relation), so a pair near the diagonal, |dx| close to
+|dy|, needs positions read finely. And with three objects, the relation is said before B is named,
+so naming B must find the object that lies that way of A and not the third one. This splits the
+relation probe's answers (captioning.probe: whole captions "a A <relation> a B", B given) by the
+pair's margin (|dx| - |dy|, as a share of the image side) and by the image's object count. With
+`--captions` (eval.py's COCO-format results for the same split) it also splits the verdicts of the
+relations the captions state (captioning.evaluation.VERDICTS) by object count. Results:
+docs/attention.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from captioning.checkpoint import decoder_from_checkpoint, load_checkpoint
+from captioning.config import apply_overrides, from_dict
+from captioning.data.shapes import RELATIONS
+from captioning.data.splits import load_splits
+from captioning.evaluation import VERDICTS, grounding_scores
+from captioning.probe import relation_probe
+from captioning.vocab import Vocabulary
+
+MARGINS = (0.0, 0.05, 0.1, 0.2, 0.3, 1.0)  # bins of | |dx| - |dy| | as a share of the image side
+HORIZONTAL = np.array(["left" in stated or "right" in stated for stated in RELATIONS])  # [4]
+
+
+def pair_geometry(grounding) -> list[tuple[float, int]]:
+    """Per ordered pair (A, B), in relation_probe's order: (|dx| - |dy|) / side, and the object count."""
+    rows = []
+    for truth in grounding:
+        objects = truth.objects
+        for a in range(len(objects)):
+            for b in range(len(objects)):
+                if a != b:
+                    (ax, ay), (bx, by) = objects[a].centre, objects[b].centre
+                    rows.append(((abs(bx - ax) - abs(by - ay)) / truth.width, len(objects)))
+    return rows
+
+
+def probe_breakdown(checkpoint: Path, *, data: str, split: str, batch: int = 50) -> list[str]:
+    payload = load_checkpoint(checkpoint)
+    config = apply_overrides(from_dict(payload["config"], where=f"{checkpoint}: config"), [f"data.root={data}"])
+    images = load_splits(config, (split,))[split]
+    decoder, vocab = decoder_from_checkpoint(payload, config).eval(), Vocabulary(payload["vocab"])
+    answers = []
+    with torch.no_grad():
+        for start in range(0, len(images.grounding), batch):
+            annotations = torch.from_numpy(np.asarray(images.annotations[start:start + batch], dtype=np.float32))
+            answers += relation_probe(decoder, annotations, images.grounding[start:start + batch], vocab)
+    margin, count = (np.array(column) for column in zip(*pair_geometry(images.grounding)))
+    truth, picked = np.array([(a.truth, a.picked) for a in answers]).T
+    right, axis = truth == picked, HORIZONTAL[truth] == HORIZONTAL[picked]
+    lines = [f"{checkpoint} on {split}: {len(answers)} pairs, probe {right.mean():.3f}, axis {axis.mean():.3f}"]
+    # The two are confounded (a third object adds pairs of every margin), so each count is split too.
+    for objects in (2, 3):
+        of_count = count == objects
+        lines.append(f"  {objects} objects: {of_count.sum():4d} pairs, probe {right[of_count].mean():.3f}, "
+                     f"axis {axis[of_count].mean():.3f}")
+        for low, high in zip(MARGINS, MARGINS[1:]):
+            where = of_count & (np.abs(margin) >= low) & (np.abs(margin) < high)
+            lines.append(f"    margin {low:.2f}-{high:.2f} of the side: {where.sum():4d} pairs, "
+                         f"probe {right[where].mean():.3f}, axis {axis[where].mean():.3f}")
+    return lines
+
+
+def read_captions(captions: Path) -> dict[int, str]:
+    """eval.py's COCO-format results: image id -> caption."""
+    try:
+        return {int(row["image_id"]): row["caption"] for row in json.loads(captions.read_text())}
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise SystemExit(f"{captions}: not eval.py's results (a JSON list of image_id, caption): {error}") from None
+
+
+def caption_breakdown(captions: Path, stated: dict[int, str], *, data: str, split: str, config: dict) -> list[str]:
+    """Verdicts of the relations `stated` (read from `captions`) by the image's object count.
+    `config`: the checkpoint's."""
+    config = apply_overrides(from_dict(config, where="checkpoint config"), [f"data.root={data}"])
+    images = load_splits(config, (split,))[split]
+    missing = [image for image in images.image_ids if image not in stated]
+    if missing:
+        raise SystemExit(f"{captions}: no caption for {len(missing)} of the {split} split's images "
+                         f"(e.g. {missing[0]}); is it that split's results?")
+    verdicts: dict[int, Counter] = {2: Counter(), 3: Counter()}
+    for image, truth in zip(images.image_ids, images.grounding):
+        words = stated[image].split()
+        if len(truth.objects) in verdicts:
+            # Only the verdicts are used: the attention maps are placeholders.
+            _, _, found = grounding_scores(words, np.full((len(words), 1, 1), 1.0), truth)
+            verdicts[len(truth.objects)].update(found)
+    lines = [f"{captions}: stated relations by object count"]
+    for objects, found in verdicts.items():
+        total = sum(found.values())
+        share = found["true"] / total if total else float("nan")
+        lines.append(f"  {objects} objects: {total:4d} stated, {share:.0%} true; "
+                     + ", ".join(f"{verdict} {found[verdict]}" for verdict in VERDICTS))
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("checkpoints", nargs="+", type=Path)
+    parser.add_argument("--split", default="val", choices=("val", "test"))
+    parser.add_argument("--data", default="data/shapes")
+    parser.add_argument("--captions", type=Path, help="eval.py's results file for --split (one checkpoint only)")
+    args = parser.parse_args()
+    if args.captions and len(args.checkpoints) != 1:
+        parser.error("--captions goes with exactly one checkpoint")
+    stated = read_captions(args.captions) if args.captions else None  # a bad file fails before the probe runs
+    for checkpoint in args.checkpoints:
+        print("\n".join(probe_breakdown(checkpoint, data=args.data, split=args.split)), flush=True)
+    if stated is not None:
+        config = load_checkpoint(args.checkpoints[0])["config"]
+        print("\n".join(caption_breakdown(args.captions, stated, data=args.data, split=args.split, config=config)))
+
+
+if __name__ == "__main__":
+    main()
