@@ -173,16 +173,31 @@ class LocalScore(nn.Module):
     so alpha_t ∝ softmax(base)_i * exp(-||c_i - p_t||^2 / 2 sigma^2): Luong's window multiplied into
     the weights, then renormalized, because alpha must stay a distribution (hard attention samples
     from it). sigma defaults to a quarter of the grid's longer side (3.5 cells at 14x14).
+
+    window="learned" (not in Luong or the paper) adds a learned shape around the centre, chosen by
+    the state:
+
+      e_ti += w_s^T tanh(W_s (c_i - p_t) / sigma + U_s h_{t-1})
+
+    A Gaussian times any exp(linear) is another Gaussian, so the plain window can only move; this can
+    be a half-plane or a cone, e.g. "below the centre". On the shapes data, naming B after "A above"
+    among three objects means finding the object that lies below A (docs/attention.md). w_s starts
+    at zero, so the score starts as the plain local one.
     """
 
+    WINDOWS = ("gaussian", "learned")
+
     def __init__(self, *, annotation_dim: int, hidden_dim: int, attention_dim: int,
-                 grid: tuple[int, int] | None = None, base: str = "additive", sigma: float | None = None):
+                 grid: tuple[int, int] | None = None, base: str = "additive", sigma: float | None = None,
+                 window: str = "gaussian"):
         super().__init__()
         if grid is None:
             raise ValueError("the local score needs the grid (Hg, Wg): its window lives on the grid")
         if base not in SCORES or base == "local":
             raise ValueError(f"unknown base score '{base}' for the local score "
                              f"(known: {', '.join(s for s in SCORES if s != 'local')})")
+        if window not in self.WINDOWS:
+            raise ValueError(f"unknown local window '{window}' (known: {', '.join(self.WINDOWS)})")
         self.base = SCORES[base](annotation_dim=annotation_dim, hidden_dim=hidden_dim, attention_dim=attention_dim,
                                  grid=grid)
         self.centre = nn.Sequential(nn.Linear(hidden_dim, attention_dim), nn.Tanh(),  # V_p
@@ -192,6 +207,13 @@ class LocalScore(nn.Module):
         self.register_buffer("cells", torch.stack([rows, columns], dim=2).view(-1, 2), persistent=False)  # [L, 2]
         self.register_buffer("extent", torch.tensor([float(grid[0]), float(grid[1])]), persistent=False)  # [2]
         self.sigma = float(sigma) if sigma is not None else max(grid) / 4
+        self.shape = None
+        if window == "learned":
+            units = attention_dim // 4  # a shape on a 2-D offset needs few units
+            self.shape = nn.ModuleDict({"offset": nn.Linear(2, units),  # W_s
+                                        "query": nn.Linear(hidden_dim, units, bias=False),  # U_s
+                                        "out": nn.Linear(units, 1, bias=False)})  # w_s
+            nn.init.zeros_(self.shape["out"].weight)
 
     def prepare(self, annotations: torch.Tensor) -> torch.Tensor | None:
         check_cells(annotations, self.cells.shape[0], "local")
@@ -202,8 +224,12 @@ class LocalScore(nn.Module):
         return self.extent * torch.sigmoid(self.centre(hidden))
 
     def forward(self, keys: torch.Tensor | None, hidden: torch.Tensor) -> torch.Tensor:
-        distance2 = ((self.cells[None] - self.centre_of(hidden)[:, None]) ** 2).sum(2)  # [B, L]
-        return self.base(keys, hidden) - distance2 / (2 * self.sigma ** 2)  # [B, L], log of the window added
+        offset = self.cells[None] - self.centre_of(hidden)[:, None]  # [B, L, 2], c_i - p_t in cells
+        scores = self.base(keys, hidden) - (offset ** 2).sum(2) / (2 * self.sigma ** 2)  # [B, L], log window added
+        if self.shape is not None:
+            units = torch.tanh(self.shape["offset"](offset / self.sigma) + self.shape["query"](hidden)[:, None])
+            scores = scores + self.shape["out"](units).squeeze(2)  # [B, L]
+        return scores
 
 
 SCORES: dict[str, type[nn.Module]] = {

@@ -115,6 +115,54 @@ def test_local_adds_a_log_gaussian_window_around_the_predicted_centre():
     torch.testing.assert_close(alpha, product / product.sum(1, keepdim=True), rtol=1e-5, atol=1e-6)
 
 
+def test_learned_local_window_adds_a_shape_of_the_offset_from_the_centre():
+    plain, learned = make_score("local"), make_score("local", window="learned")
+    a, h = inputs()
+    # w_s starts at zero: the learned window starts as the Gaussian one (same seed, same base and centre).
+    torch.testing.assert_close(scores_of(learned, a, h), scores_of(plain, a, h))
+    with torch.no_grad():
+        learned.shape["out"].weight.normal_(generator=torch.Generator().manual_seed(3))
+    W_s, b_s = learned.shape["offset"].weight, learned.shape["offset"].bias  # [A/4, 2], [A/4]
+    U_s, w_s = learned.shape["query"].weight, learned.shape["out"].weight[0]  # [A/4, H], [A/4]
+    plain_scores = scores_of(plain, a, h)
+    with torch.no_grad():
+        centres = learned.centre_of(h)  # [B, 2], checked against its formula above
+
+    def shape(n: int, i: int) -> torch.Tensor:
+        row, column = divmod(i, GRID[1])
+        offset = (torch.tensor([row + 0.5, column + 0.5]) - centres[n]) / learned.sigma
+        return w_s @ torch.tanh(W_s @ offset + b_s + U_s @ h[n])
+
+    expected = by_formula(lambda n, i: plain_scores[n, i] + shape(n, i))
+    torch.testing.assert_close(scores_of(learned, a, h), expected, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="local window"):
+        make_score("local", window="square")
+    with pytest.raises(ValueError, match="local score only"):
+        build_attention(kind="soft", score="additive", local_window="learned", annotation_dim=D, hidden_dim=H,
+                        attention_dim=A)
+
+
+@pytest.mark.parametrize("kind", ["soft", "hard"])
+def test_gradcheck_float64_learned_local_window(kind):
+    torch.manual_seed(0)
+    attention = build_attention(kind=kind, score="local", local_window="learned", annotation_dim=D, hidden_dim=H,
+                                attention_dim=A, grid=GRID, position="coordinates").to(torch.float64)
+    with torch.no_grad():
+        attention.score.shape["out"].weight.normal_()  # not the zero start, where the shape passes no gradient
+    if kind == "hard":
+        attention.eval()
+        attention.inference = "argmax"
+    a, h = inputs(dtype=torch.float64)
+    a.requires_grad_(True)
+    h.requires_grad_(True)
+
+    def run(annotations, hidden):
+        out = attention(attention.prepare(annotations), hidden)
+        return tuple(x for x in (out.context, out.alpha, out.log_prob, out.entropy) if x is not None)
+
+    assert torch.autograd.gradcheck(run, (a, h), eps=1e-6, atol=1e-5)
+
+
 def test_local_takes_any_content_score_as_its_base():
     torch.manual_seed(0)
     attention = build_attention(kind="soft", score="local", local_base="general", annotation_dim=D, hidden_dim=H,
