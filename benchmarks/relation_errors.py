@@ -8,7 +8,10 @@ centres differ most (captioning.data.shapes.relation), so a pair near the diagon
 |dy|, needs positions read finely. And with three objects, the relation is said before B is named,
 so naming B must find the object that lies that way of A and not the third one. This splits the
 relation probe's answers (captioning.probe: whole captions "a A <relation> a B", B given) by the
-pair's margin (|dx| - |dy|, as a share of the image side) and by the image's object count. With
+pair's margin (|dx| - |dy|, as a share of the image side) and by the image's object count. In
+images of three objects it then feeds each reference caption "a A <relation> a B" and looks at the
+step that predicts B's colour: where the map sits (on A, B or the third object C) and whose colour
+the decoder rates likeliest. With
 `--captions` (eval.py's COCO-format results for the same split) it also splits the verdicts of the
 relations the captions state (captioning.evaluation.VERDICTS) by object count. Results:
 docs/attention.md.
@@ -26,14 +29,15 @@ import torch
 
 from captioning.checkpoint import decoder_from_checkpoint, load_checkpoint
 from captioning.config import apply_overrides, from_dict
-from captioning.data.shapes import RELATIONS
+from captioning.data.shapes import RELATIONS, relation
 from captioning.data.splits import load_splits
-from captioning.evaluation import VERDICTS, grounding_scores
+from captioning.evaluation import VERDICTS, box_mass, grounding_scores, word_objects
 from captioning.probe import relation_probe
 from captioning.vocab import Vocabulary
 
 MARGINS = (0.0, 0.05, 0.1, 0.2, 0.3, 1.0)  # bins of | |dx| - |dy| | as a share of the image side
 HORIZONTAL = np.array(["left" in stated or "right" in stated for stated in RELATIONS])  # [4]
+FIRST_WORDS = {stated.split()[0] for stated in RELATIONS}  # "to", "above", "below"
 
 
 def pair_geometry(grounding) -> list[tuple[float, int]]:
@@ -62,16 +66,86 @@ def probe_breakdown(checkpoint: Path, *, data: str, split: str, batch: int = 50)
     margin, count = (np.array(column) for column in zip(*pair_geometry(images.grounding)))
     truth, picked = np.array([(a.truth, a.picked) for a in answers]).T
     right, axis = truth == picked, HORIZONTAL[truth] == HORIZONTAL[picked]
+    # What the decoder would say before naming B holds of A and some other object; chance: the share
+    # of the four relations that hold of A and some other object.
+    words = np.array([a.words in a.holding for a in answers])
+    chance = np.array([len(a.holding) / len(RELATIONS) for a in answers])
     lines = [f"{checkpoint} on {split}: {len(answers)} pairs, probe {right.mean():.3f}, axis {axis.mean():.3f}"]
     # The two are confounded (a third object adds pairs of every margin), so each count is split too.
     for objects in (2, 3):
         of_count = count == objects
         lines.append(f"  {objects} objects: {of_count.sum():4d} pairs, probe {right[of_count].mean():.3f}, "
-                     f"axis {axis[of_count].mean():.3f}")
+                     f"axis {axis[of_count].mean():.3f}; relation words {words[of_count].mean():.3f} "
+                     f"(chance {chance[of_count].mean():.3f})")
         for low, high in zip(MARGINS, MARGINS[1:]):
             where = of_count & (np.abs(margin) >= low) & (np.abs(margin) < high)
             lines.append(f"    margin {low:.2f}-{high:.2f} of the side: {where.sum():4d} pairs, "
                          f"probe {right[where].mean():.3f}, axis {axis[where].mean():.3f}")
+    return lines
+
+
+def naming_breakdown(checkpoint: Path, *, data: str, split: str, images: int) -> list[str]:
+    """In images of three objects A, B, C with three colours, teacher-forced on each reference caption
+    "a A <relation> a B": at the step that predicts B's colour, the share of the (first) map inside
+    each object's box, and which of the three colours the decoder rates likeliest."""
+    payload = load_checkpoint(checkpoint)
+    config = apply_overrides(from_dict(payload["config"], where=f"{checkpoint}: config"), [f"data.root={data}"])
+    split_data = load_splits(config, (split,))[split]
+    decoder, vocab = decoder_from_checkpoint(payload, config).eval(), Vocabulary(payload["vocab"])
+    masses: dict[str, list[float]] = {"A": [], "B": [], "C": []}
+    at_relation: dict[tuple[str, str], list[float]] = {}  # (glimpse, object) -> shares at the relation's first word
+    second: list[torch.Tensor] = []
+    hook = None if decoder.glimpse is None else decoder.glimpse.register_forward_hook(
+        lambda module, inputs, output: second.append(output.alpha))
+    picks: Counter = Counter()
+    for image in range(min(images, len(split_data.records))):
+        truth = split_data.grounding[image]
+        if len(truth.objects) != 3 or len({o.colour for o in truth.objects}) != 3:
+            continue
+        annotations = torch.from_numpy(np.asarray(split_data.annotations[image:image + 1], dtype=np.float32))
+        for caption in split_data.references[image]:
+            words = caption.split()
+            links = word_objects(words, truth.objects)  # (position of the shape word, object) per named object
+            if len(links) < 2 or links[0][1] == links[1][1] or words[links[0][0] + 1] not in FIRST_WORDS:
+                continue
+            a, b = links[0][1], links[1][1]
+            c = 3 - a - b
+            colour_at = links[1][0] - 1  # "a [small] blue square": the colour is just before the shape
+            tokens = torch.tensor(vocab.encode(words))  # <start> w_0 w_1 ..: step k is fed token k, predicts w_k
+            maps = {}
+            with torch.no_grad():
+                memory, state = decoder.prepare(annotations)
+                for k in range(colour_at + 1):
+                    second.clear()
+                    logits, state, attended = decoder.step(memory, state, tokens[k:k + 1])
+                    if k == links[0][0] + 1:  # the step that predicts the relation's first word
+                        maps = {"first": attended.alpha[0], **({"second": second[0][0]} if second else {})}
+            for glimpse, alpha in maps.items():
+                for name, target in (("A", a), ("B", b), ("C", c)):
+                    at_relation.setdefault((glimpse, name), []).append(box_mass(
+                        alpha.view(*split_data.grid).numpy(), truth.objects[target].box, width=truth.width,
+                        height=truth.height))
+            alpha = attended.alpha[0].view(*split_data.grid).numpy()
+            for name, target in (("A", a), ("B", b), ("C", c)):
+                masses[name].append(box_mass(alpha, truth.objects[target].box, width=truth.width,
+                                             height=truth.height))
+            colours = [vocab.encode([truth.objects[o].colour])[1] for o in (a, b, c)]  # past <start>
+            # Naming C is no error where the stated relation holds of A and C too.
+            only_b = relation(truth.objects[a], truth.objects[c]) != relation(truth.objects[a], truth.objects[b])
+            picks["ABC"[int(logits[0, colours].argmax())], only_b] += 1
+    if hook is not None:
+        hook.remove()
+    lines = [f"{checkpoint} on {split}, three objects, teacher-forced on \"a A <relation> a B\":"]
+    for glimpse in ("first", "second"):
+        if (glimpse, "A") in at_relation:
+            lines.append(f"  at the relation's first word, {glimpse} map inside A / B / C: "
+                         + " / ".join(f"{np.mean(at_relation[glimpse, name]):.3f}" for name in "ABC"))
+    lines.append("  at B's colour, map inside A / B / C: "
+                 + " / ".join(f"{np.mean(masses[name]):.3f}" for name in "ABC"))
+    for only_b, where in ((True, "the relation holds of B only"), (False, "it holds of C too")):
+        total = sum(picks[name, only_b] for name in "ABC")
+        lines.append(f"  {where} ({total} captions): likeliest colour "
+                     + ", ".join(f"{name}'s {picks[name, only_b] / max(total, 1):.0%}" for name in "ABC"))
     return lines
 
 
@@ -113,6 +187,7 @@ def main() -> None:
     parser.add_argument("checkpoints", nargs="+", type=Path)
     parser.add_argument("--split", default="val", choices=("val", "test"))
     parser.add_argument("--data", default="data/shapes")
+    parser.add_argument("--images", type=int, default=500, help="the first N images, for B's naming")
     parser.add_argument("--captions", type=Path, help="eval.py's results file for --split (one checkpoint only)")
     args = parser.parse_args()
     if args.captions and len(args.checkpoints) != 1:
@@ -120,6 +195,8 @@ def main() -> None:
     stated = read_captions(args.captions) if args.captions else None  # a bad file fails before the probe runs
     for checkpoint in args.checkpoints:
         print("\n".join(probe_breakdown(checkpoint, data=args.data, split=args.split)), flush=True)
+        print("\n".join(naming_breakdown(checkpoint, data=args.data, split=args.split, images=args.images)),
+              flush=True)
     if stated is not None:
         config = load_checkpoint(args.checkpoints[0])["config"]
         print("\n".join(caption_breakdown(args.captions, stated, data=args.data, split=args.split, config=config)))

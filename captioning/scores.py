@@ -180,8 +180,8 @@ class LocalScore(nn.Module):
       e_ti += w_s^T tanh(W_s (c_i - p_t) / sigma + U_s h_{t-1})
 
     A Gaussian times any exp(linear) is another Gaussian, so the plain window can only move; this can
-    be a half-plane or a cone, e.g. "below the centre". On the shapes data, naming B after "A above"
-    among three objects means finding the object that lies below A (docs/attention.md). w_s starts
+    be a half-plane or a cone, e.g. "below the centre": centred on A, such a map asks whether anything
+    lies below A, which deciding a relation among three objects needs (docs/attention.md). w_s starts
     at zero, so the score starts as the plain local one.
     """
 
