@@ -59,6 +59,7 @@ class Progress:
     stale_evaluations: int = 0  # evaluations since the best one, for early stopping
     history: list[dict[str, float]] = field(default_factory=list)
     skipped_images: int = 0  # training pairs left out because their image could not be read
+    seconds: float = 0.0  # wall-clock seconds trained up to this point, summed over resumed runs
 
 
 # the run -------------------------------------------------------------------------------------------
@@ -127,11 +128,14 @@ class Run:
             self.writer = SummaryWriter(str(self.out / "tensorboard"),
                                         purge_step=self.progress.step + 1 if checkpoint else None)
             self._trim_log(self.progress.step if checkpoint else 0)
-        self.started = time.time()
+        # A resumed run's clock goes on from its checkpoint's, so that history and fit() report the
+        # time trained in all, not the time since the last resume.
+        self.started = time.time() - self.progress.seconds
 
     # checkpoints
 
     def payload(self) -> dict[str, Any]:
+        self.progress.seconds = time.time() - self.started
         rng = {"torch": torch.get_rng_state(), "python": random.getstate()}
         if torch.cuda.is_available():
             rng["cuda"] = torch.cuda.get_rng_state_all()
@@ -304,7 +308,8 @@ class Run:
 
 
 def fit(config: Config, *, resume: bool = False, device: str | torch.device = "cpu") -> dict[str, Any]:
-    """Train as configured; returns the best validation metric and the checkpoint paths.
+    """Train as configured; returns the best validation metric, the checkpoint paths and the
+    seconds trained (in all: a resumed run counts those before its checkpoint too).
 
     Under torchrun (WORLD_SIZE > 1) every process calls this; they train one model together.
     """

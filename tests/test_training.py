@@ -102,6 +102,24 @@ def test_resume_continues_exactly(tmp_path: Path, tiny_config, batches_per_epoch
             == [repr({k: v for k, v in h.items() if k != "seconds"}) for h in b["progress"]["history"]])
 
 
+def test_a_resumed_run_counts_the_seconds_trained_before_it(tmp_path: Path, tiny_config) -> None:
+    """The history's seconds go on from the checkpoint's, not from the resume (benchmarks read the
+    train time of a resumed run from them). The checkpoint is edited to say that 10^6 s came before."""
+    config = tiny_config(tmp_path, "train.max_steps=3", "train.eval_every_steps=3")
+    fit(config)
+    payload = load_checkpoint(tmp_path / "last.pt")
+    before = payload["progress"]
+    assert before["history"] and 0 < before["history"][-1]["seconds"] <= before["seconds"]
+    before["seconds"] = 1e6
+    save_checkpoint(tmp_path / "last.pt", payload)
+
+    summary = fit(tiny_config(tmp_path, "train.max_steps=6", "train.eval_every_steps=3"), resume=True)
+    after = load_checkpoint(tmp_path / "last.pt")["progress"]
+    resumed = [entry["seconds"] for entry in after["history"][len(before["history"]):]]
+    assert resumed and all(1e6 < seconds < 1e6 + 600 for seconds in resumed)
+    assert 1e6 < after["seconds"] <= summary["seconds"] < 1e6 + 600
+
+
 def test_same_config_gives_same_weights_whatever_the_global_rng(tmp_path: Path, tiny_config) -> None:
     torch.manual_seed(1)
     fit(tiny_config(tmp_path / "x", "train.max_steps=2"))
