@@ -30,7 +30,7 @@ demo: install
 	echo && echo "demo done in $$(( $$(date +%s) - start )) s:" && \
 	echo "  data:        $(DATA) (images, COCO captions, Karpathy split, object boxes)" && \
 	echo "  checkpoints: $(RUN)/best.pt, $(RUN)/last.pt" && \
-	echo "  metrics:     $(RUN)/metrics_test.json; captions: $(RUN)/results_test.json" && \
+	echo "  metrics:     $(RUN)/metrics_test.json; captions: $(RUN)/metrics_test_captions.json" && \
 	echo "  overlays:    $(RUN)/overlays/<image>/ (one PNG per word + grid.png)" && \
 	echo "  tensorboard: $(VENV)/bin/tensorboard --logdir $(RUN)/tensorboard"
 

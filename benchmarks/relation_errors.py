@@ -1,7 +1,7 @@
 """Where a decoder gets spatial relations wrong: close to the diagonal, or among three objects?
 
     python benchmarks/relation_errors.py runs/relations_study/<run>/best.pt [--split val]
-        [--captions results_test.json]
+        [--captions <eval.py's captions: metrics_test_captions.json beside its --out>]
 
 Two things can make a relation hard on the shapes data. Its *axis* is the one along which the two
 centres differ most (captioning.data.shapes.relation), so a pair near the diagonal, |dx| close to

@@ -156,7 +156,8 @@ def _add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--beam-size", type=int, help="default: the checkpoint config's decode.beam_size")
     _add_hard_attention_argument(parser)
     parser.add_argument("--out", help="write the metrics here as JSON")
-    parser.add_argument("--results", help="COCO results file [{image_id, caption}] (default: beside --out)")
+    parser.add_argument("--results", help="COCO results file [{image_id, caption}] (default: beside --out, "
+                        "named after it: metrics_test.json -> metrics_test_captions.json)")
     parser.add_argument("--device")
     parser.add_argument("overrides", nargs="*", metavar="key.sub=value", help="e.g. data.root=/data/shapes")
 
@@ -206,7 +207,10 @@ def _evaluate(args: argparse.Namespace) -> int:
                                               "beam_size": beam_size, "hard_attention": choice, **metrics},
                                              indent=2))
         print(f"metrics: {args.out}")
-    results_path = args.results or (str(Path(args.out).with_name(f"results_{args.split}.json")) if args.out else None)
+    # Named after --out, not after the split: two evaluations of one split (beam sizes, checkpoints)
+    # into one folder must not overwrite each other's captions.
+    results_path = args.results or (str(Path(args.out).with_name(f"{Path(args.out).stem}_captions.json"))
+                                    if args.out else None)
     if results_path:
         Path(results_path).write_text(json.dumps(results))
         print(f"captions (COCO results format): {results_path}")

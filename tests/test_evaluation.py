@@ -212,7 +212,7 @@ def test_eval_main_writes_metrics_and_results(tiny_run, tmp_path: Path, capsys) 
         assert 0.0 <= metrics["attention_correctness"] <= 1.0
     else:
         assert math.isnan(metrics["attention_correctness"])
-    results = json.loads((out.parent / "results_test.json").read_text())
+    results = json.loads((out.parent / "metrics_captions.json").read_text())
     test_ids = [r.image_id for r in read_split(tiny_run.data_root / "dataset_shapes.json", "test")]
     assert [r["image_id"] for r in results] == test_ids
     assert all(set(r) == {"image_id", "caption"} and isinstance(r["caption"], str) for r in results)
