@@ -172,7 +172,8 @@ class LocalScore(nn.Module):
 
     so alpha_t ∝ softmax(base)_i * exp(-||c_i - p_t||^2 / 2 sigma^2): Luong's window multiplied into
     the weights, then renormalized, because alpha must stay a distribution (hard attention samples
-    from it). sigma defaults to a quarter of the grid's longer side (3.5 cells at 14x14).
+    from it). sigma (model.local_sigma) defaults to a quarter of the grid's longer side (3.5 cells at
+    14x14), about the width of a large shape: the shapes are 2 to 4 cells across there.
 
     window="learned" (not in Luong or the paper) adds a learned shape around the centre, chosen by
     the state:
@@ -206,6 +207,8 @@ class LocalScore(nn.Module):
         # Fixed geometry, not weights: kept out of the state dict, but moved by .to(device/dtype).
         self.register_buffer("cells", torch.stack([rows, columns], dim=2).view(-1, 2), persistent=False)  # [L, 2]
         self.register_buffer("extent", torch.tensor([float(grid[0]), float(grid[1])]), persistent=False)  # [2]
+        if sigma is not None and not sigma > 0:
+            raise ValueError(f"the local window's width sigma must be positive, got {sigma}")
         self.sigma = float(sigma) if sigma is not None else max(grid) / 4
         self.shape = None
         if window == "learned":

@@ -10,7 +10,9 @@ import torch
 from attention_sizes import GRID, A, B, D, H, L, V, inputs
 
 from captioning.attention import GridCoordinates, GridPosition, HardAttention, SoftAttention, build_attention
+from captioning.config import Config, ModelConfig
 from captioning.decoder import AttentionDecoder
+from captioning.model import build_decoder
 from captioning.scores import SCORES, CosineScore, DotScore, LocalScore
 
 
@@ -140,6 +142,23 @@ def test_learned_local_window_adds_a_shape_of_the_offset_from_the_centre():
     with pytest.raises(ValueError, match="local score only"):
         build_attention(kind="soft", score="additive", local_window="learned", annotation_dim=D, hidden_dim=H,
                         attention_dim=A)
+
+
+def test_local_window_width_comes_from_the_config_and_reaches_both_glimpses():
+    config = Config(model=ModelConfig(score="local", glimpses=2, local_sigma=1.5))
+    decoder = build_decoder(config, vocab_size=11, annotation_dim=D, grid=GRID)
+    assert decoder.attention.score.sigma == decoder.glimpse.score.sigma == 1.5
+    # and the width is the formula's sigma: half of it doubles the log window's fall-off
+    wide, narrow = make_score("local", sigma=3.0), make_score("local", sigma=1.5)
+    a, h = inputs()
+    log_window = {width: scores_of(score, a, h) - scores_of(score.base, a, h) for width, score in
+                  (("wide", wide), ("narrow", narrow))}  # [B, L]: -||c_i - p_t||^2 / (2 sigma^2)
+    fall_off = log_window["narrow"] / log_window["wide"]
+    torch.testing.assert_close(fall_off, torch.full_like(fall_off, 4.0))
+    with pytest.raises(ValueError, match="must be positive"):
+        make_score("local", sigma=0.0)
+    with pytest.raises(ValueError, match="local score only"):
+        build_decoder(Config(model=ModelConfig(local_sigma=1.5)), vocab_size=11, annotation_dim=D, grid=GRID)
 
 
 @pytest.mark.parametrize("kind", ["soft", "hard"])
