@@ -26,6 +26,25 @@ def scores_of(score: torch.nn.Module, annotations: torch.Tensor, hidden: torch.T
         return score(score.prepare(annotations), hidden)  # [B, L]
 
 
+def gradcheck_attention(attention: torch.nn.Module, *, kind: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """float64 gradcheck of context, alpha, log p(s_t) and entropy with respect to the annotations and
+    the state; hard attention in eval mode with argmax, where the cell is a fixed function of the input.
+    Returns the inputs it checked at (they require grad)."""
+    if kind == "hard":
+        attention.eval()
+        attention.inference = "argmax"
+    a, h = inputs(dtype=torch.float64)
+    a.requires_grad_(True)
+    h.requires_grad_(True)
+
+    def run(annotations, hidden):
+        out = attention(attention.prepare(annotations), hidden)
+        return tuple(x for x in (out.context, out.alpha, out.log_prob, out.entropy) if x is not None)
+
+    assert torch.autograd.gradcheck(run, (a, h), eps=1e-6, atol=1e-5)
+    return a, h
+
+
 def by_formula(function) -> torch.Tensor:
     """e[b, i] = function(b, i), one cell at a time: no batching tricks shared with the code under test."""
     with torch.no_grad():
@@ -168,18 +187,7 @@ def test_gradcheck_float64_learned_local_window(kind):
                                 attention_dim=A, grid=GRID, position="coordinates").to(torch.float64)
     with torch.no_grad():
         attention.score.shape["out"].weight.normal_()  # not the zero start, where the shape passes no gradient
-    if kind == "hard":
-        attention.eval()
-        attention.inference = "argmax"
-    a, h = inputs(dtype=torch.float64)
-    a.requires_grad_(True)
-    h.requires_grad_(True)
-
-    def run(annotations, hidden):
-        out = attention(attention.prepare(annotations), hidden)
-        return tuple(x for x in (out.context, out.alpha, out.log_prob, out.entropy) if x is not None)
-
-    assert torch.autograd.gradcheck(run, (a, h), eps=1e-6, atol=1e-5)
+    gradcheck_attention(attention, kind=kind)
 
 
 def test_local_takes_any_content_score_as_its_base():
@@ -288,23 +296,12 @@ def test_a_decoder_with_coordinates_widens_its_context_not_its_initial_state():
 @pytest.mark.parametrize("kind", ["soft", "hard"])
 @pytest.mark.parametrize("position", ["learned", "coordinates"])
 def test_gradcheck_float64_every_score_with_both_kinds(name, kind, position):
-    """Hard attention is checked in eval mode with argmax, where the cell is a fixed function of the
-    input; its context, log p(s_t) and entropy are the differentiable outputs."""
+    """Hard attention is checked in eval mode with argmax (gradcheck_attention); then the state and,
+    for every score but location, the annotations get a gradient."""
     torch.manual_seed(0)
     attention = build_attention(kind=kind, score=name, annotation_dim=D, hidden_dim=H, attention_dim=A, grid=GRID,
                                 position=position).to(torch.float64)
-    if kind == "hard":
-        attention.eval()
-        attention.inference = "argmax"
-    a, h = inputs(dtype=torch.float64)
-    a.requires_grad_(True)
-    h.requires_grad_(True)
-
-    def run(annotations, hidden):
-        out = attention(attention.prepare(annotations), hidden)
-        return tuple(x for x in (out.context, out.alpha, out.log_prob, out.entropy) if x is not None)
-
-    assert torch.autograd.gradcheck(run, (a, h), eps=1e-6, atol=1e-5)
+    a, h = gradcheck_attention(attention, kind=kind)
     out = attention(attention.prepare(a), h)
     (out.context.sum() + out.alpha[:, 0].sum()).backward()
     assert a.grad.abs().sum() > 0 or name == "location"  # location alone ignores the content
