@@ -86,8 +86,10 @@ def probe_breakdown(checkpoint: Path, *, data: str, split: str, batch: int = 50)
 
 def naming_breakdown(checkpoint: Path, *, data: str, split: str, images: int) -> list[str]:
     """In images of three objects A, B, C with three colours, teacher-forced on each reference caption
-    "a A <relation> a B": at the step that predicts B's colour, the share of the (first) map inside
-    each object's box, and which of the three colours the decoder rates likeliest."""
+    "a A <relation> a B": at the step that predicts the relation's first word, the share of each
+    glimpse's map inside each object's box, and how much of what lies inside them is on one object;
+    at the step that predicts B's colour, the share of the (first) map inside each object's box, and
+    which of the three colours the decoder rates likeliest."""
     payload = load_checkpoint(checkpoint)
     config = apply_overrides(from_dict(payload["config"], where=f"{checkpoint}: config"), [f"data.root={data}"])
     split_data = load_splits(config, (split,))[split]
@@ -138,8 +140,15 @@ def naming_breakdown(checkpoint: Path, *, data: str, split: str, images: int) ->
     lines = [f"{checkpoint} on {split}, three objects, teacher-forced on \"a A <relation> a B\":"]
     for glimpse in ("first", "second"):
         if (glimpse, "A") in at_relation:
+            # Means over captions cannot tell a map that blends the three objects from maps that each
+            # pick one, a different one from caption to caption: the share on its top object can.
+            shares = np.array([at_relation[glimpse, name] for name in "ABC"]).T  # [captions, 3]
+            inside = shares.sum(1)
+            top = shares.max(1)[inside > 0] / inside[inside > 0]
             lines.append(f"  at the relation's first word, {glimpse} map inside A / B / C: "
-                         + " / ".join(f"{np.mean(at_relation[glimpse, name]):.3f}" for name in "ABC"))
+                         + " / ".join(f"{np.mean(at_relation[glimpse, name]):.3f}" for name in "ABC")
+                         + f"; inside any {inside.mean():.2f}, of which on its top object {top.mean():.2f} "
+                         "(1/3: spread evenly, 1: one object)")
     lines.append("  at B's colour, map inside A / B / C: "
                  + " / ".join(f"{np.mean(masses[name]):.3f}" for name in "ABC"))
     for only_b, where in ((True, "the relation holds of B only"), (False, "it holds of C too")):
