@@ -22,9 +22,9 @@ glimpse's query includes what the first one saw, so it can look *elsewhere*; wit
 coordinates appended (model.position=coordinates) z_t then holds both places. On the shapes data,
 with the local score and 16 epochs, it helps the decoder choose a relation before naming B, by an
 amount that varies with the seed, and relations stay far from solved (docs/attention.md). Measured
-at the relation word, the two maps do not split into one on A and one on B: each spreads over both
-(benchmarks/glimpses_at_relation.py). The maps the decoder reports (alphas: overlays, attention
-correctness) are the first glimpse's.
+at the relation word, the two maps do not split into a first one on A and a second on B; caption by
+caption, each puts most of its mass inside the objects on one of them (benchmarks/relation_errors.py).
+The maps the decoder reports (alphas: overlays, attention correctness) are the first glimpse's.
 """
 
 from __future__ import annotations
