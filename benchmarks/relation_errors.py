@@ -13,8 +13,9 @@ images of three objects it then feeds each reference caption "a A <relation> a B
 step that predicts B's colour: where the map sits (on A, B or the third object C) and whose colour
 the decoder rates likeliest. With
 `--captions` (eval.py's COCO-format results for the same split) it also splits the verdicts of the
-relations the captions state (captioning.evaluation.VERDICTS) by object count. Results:
-docs/attention.md.
+relations the captions state (captioning.evaluation.VERDICTS) by object count, and says why each
+false one is false (CAUSES): no object lies that way of A, or one does and B named another, or a
+phrase names no object. Results: docs/attention.md.
 """
 
 from __future__ import annotations
@@ -29,9 +30,9 @@ import torch
 
 from captioning.checkpoint import decoder_from_checkpoint, load_checkpoint
 from captioning.config import apply_overrides, from_dict
-from captioning.data.shapes import RELATIONS, relation
+from captioning.data.shapes import RELATIONS, Grounding, relation
 from captioning.data.splits import load_splits
-from captioning.evaluation import VERDICTS, box_mass, grounding_scores, word_objects
+from captioning.evaluation import VERDICTS, box_mass, grounding_scores, stated_relations, word_objects
 from captioning.probe import relation_probe
 from captioning.vocab import Vocabulary
 
@@ -176,19 +177,47 @@ def caption_breakdown(captions: Path, stated: dict[int, str], *, data: str, spli
         raise SystemExit(f"{captions}: no caption for {len(missing)} of the {split} split's images "
                          f"(e.g. {missing[0]}); is it that split's results?")
     verdicts: dict[int, Counter] = {2: Counter(), 3: Counter()}
+    causes: dict[int, Counter] = {2: Counter(), 3: Counter()}
     for image, truth in zip(images.image_ids, images.grounding):
         words = stated[image].split()
         if len(truth.objects) in verdicts:
-            # Only the verdicts are used: the attention maps are placeholders.
-            _, _, found = grounding_scores(words, np.full((len(words), 1, 1), 1.0), truth)
-            verdicts[len(truth.objects)].update(found)
+            for verdict, cause in verdict_causes(words, truth):
+                verdicts[len(truth.objects)][verdict] += 1
+                if cause is not None:
+                    causes[len(truth.objects)][cause] += 1
     lines = [f"{captions}: stated relations by object count"]
     for objects, found in verdicts.items():
         total = sum(found.values())
         share = found["true"] / total if total else float("nan")
         lines.append(f"  {objects} objects: {total:4d} stated, {share:.0%} true; "
                      + ", ".join(f"{verdict} {found[verdict]}" for verdict in VERDICTS))
+        lines.append("    of the false ones: " + ", ".join(f"{cause} {causes[objects][cause]}" for cause in CAUSES))
     return lines
+
+
+# Why a stated relation "A <relation> B" is false. Wrong or self: either no object of the image lies
+# that way of A (the relation word was wrong whatever came next), or one does and B named another.
+# Absent: A's or B's phrase names no object of the image (e.g. one object's colour on another's shape).
+CAUSES = ("no object that way", "another object that way", "A names none", "B names none")
+
+
+def verdict_causes(words: list[str], truth: Grounding) -> list[tuple[str, str | None]]:
+    """Per relation the words state: its verdict (captioning.evaluation.VERDICTS) and, where it is
+    not true, its cause (CAUSES)."""
+    # Only the verdicts are used: the attention maps are placeholders.
+    _, _, verdicts = grounding_scores(words, np.full((len(words), 1, 1), 1.0), truth)
+    found = []
+    for (a, stated, _), verdict in zip(stated_relations(words, truth.objects), verdicts):
+        if verdict == "true":
+            cause = None
+        elif verdict == "absent":
+            cause = CAUSES[2] if a is None else CAUSES[3]
+        else:
+            that_way = any(relation(truth.objects[a], other) == stated
+                           for k, other in enumerate(truth.objects) if k != a)
+            cause = CAUSES[1] if that_way else CAUSES[0]
+        found.append((verdict, cause))
+    return found
 
 
 def main() -> None:

@@ -146,9 +146,7 @@ def grounding_scores(words: Sequence[str], alphas: np.ndarray,
         correct.append(box_mass(alphas[position], box, width=truth.width, height=truth.height))
         chance.append(box_share(box, width=truth.width, height=truth.height))
     relations = []
-    for match in _RELATION.finditer(" ".join(words)):
-        _, colour_a, shape_a, stated, _, colour_b, shape_b = match.groups()
-        a, b = _find(truth.objects, shape_a, colour_a), _find(truth.objects, shape_b, colour_b)
+    for a, stated, b in stated_relations(words, truth.objects):
         if a is None or b is None:
             relations.append("absent")
         elif a == b:  # relation(A, A) would read "to the right of": no offset on either axis
@@ -156,6 +154,17 @@ def grounding_scores(words: Sequence[str], alphas: np.ndarray,
         else:
             relations.append("true" if relation(truth.objects[a], truth.objects[b]) == stated else "wrong")
     return correct, chance, relations
+
+
+def stated_relations(words: Sequence[str],
+                     objects: Sequence[ShapeObject]) -> list[tuple[int | None, str, int | None]]:
+    """(A's object index, relation, B's object index) per "a A <relation> a B" in the words; an index
+    is None where its phrase names no object of the image, or more than one."""
+    found = []
+    for match in _RELATION.finditer(" ".join(words)):
+        _, colour_a, shape_a, stated, _, colour_b, shape_b = match.groups()
+        found.append((_find(objects, shape_a, colour_a), stated, _find(objects, shape_b, colour_b)))
+    return found
 
 
 @torch.no_grad()

@@ -43,3 +43,34 @@ def test_pair_geometry_follows_the_probes_pairs(relation_errors, monkeypatch) ->
     assert [margin >= 0 for margin, _ in geometry] == horizontal
     assert [count for _, count in geometry] == [3] * 6 + [2] * 2 + [3] * 12 + [2] * 2
     assert {RELATIONS[a.truth] for a in answers} == set(RELATIONS)  # the scenes exercise every relation
+
+
+def test_verdict_causes_tell_a_wrong_relation_word_from_a_wrong_b(relation_errors) -> None:
+    """A false "A <relation> B" is the relation word's fault when no object lies that way of A, and
+    B's when one does; an absent phrase says whether it was A or B."""
+    left = ShapeObject("circle", "red", "small", (10, 100, 30, 120))  # centre (20, 110)
+    right = ShapeObject("square", "blue", "small", (190, 100, 210, 120))  # (200, 110): right of left
+    top = ShapeObject("circle", "green", "small", (100, 0, 120, 20))  # (110, 10): above both
+    truth = Grounding([left, right, top], 224, 224)
+
+    def causes(text: str) -> list[tuple[str, str | None]]:
+        return relation_errors.verdict_causes(text.split(), truth)
+
+    assert causes("a red circle to the left of a blue square") == [("true", None)]
+    # Above the red circle lies nothing: whatever B had been, the relation word was wrong.
+    assert causes("a red circle above a blue square") == [("wrong", "no object that way")]
+    assert causes("a red circle above a red circle") == [("self", "no object that way")]
+    # relation(A, A) reads "to the right of" (no offset): A itself is no object that way.
+    assert causes("a red circle to the right of a red circle") == [("self", "no object that way")]
+    assert causes("a blue square to the left of a green circle") == [("wrong", "no object that way")]
+    # The red circle is below the green one: the relation word held, and B named another object.
+    assert causes("a red circle below a blue square") == [("wrong", "another object that way")]
+    assert causes("a red circle below a red circle") == [("self", "another object that way")]
+    assert causes("a blue square to the right of a green circle") == [("wrong", "another object that way")]
+    # A phrase names no object: a shape the image lacks, or a colour that picks neither circle.
+    assert causes("a green triangle above a red circle") == [("absent", "A names none")]
+    assert causes("a yellow circle below a blue square") == [("absent", "A names none")]
+    assert causes("a red circle below a yellow diamond") == [("absent", "B names none")]
+    # Two relations in one caption: one verdict and cause each, in order.
+    assert causes("a green circle above a red circle and a red circle above a blue square") == [
+        ("true", None), ("wrong", "no object that way")]
