@@ -15,7 +15,8 @@ the decoder rates likeliest. With
 `--captions` (eval.py's COCO-format results for the same split) it also splits the verdicts of the
 relations the captions state (captioning.evaluation.VERDICTS) by object count, and says why each
 false one is false (CAUSES): no object lies that way of A, or one does and B named another, or a
-phrase names no object. Results: docs/attention.md.
+phrase names no object; and, teacher-forced on those captions, where the maps sit at the first
+stated relation's first word, by verdict. Results: docs/attention.md.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import torch
 
 from captioning.checkpoint import decoder_from_checkpoint, load_checkpoint
 from captioning.config import apply_overrides, from_dict
-from captioning.data.shapes import RELATIONS, Grounding, relation
+from captioning.data.shapes import RELATIONS, SHAPES, Grounding, relation
 from captioning.data.splits import load_splits
 from captioning.evaluation import VERDICTS, box_mass, grounding_scores, stated_relations, word_objects
 from captioning.probe import relation_probe
@@ -85,6 +86,28 @@ def probe_breakdown(checkpoint: Path, *, data: str, split: str, batch: int = 50)
     return lines
 
 
+def teacher_forced(decoder, annotations: torch.Tensor, tokens: torch.Tensor,
+                   steps: int) -> list[tuple[torch.Tensor, dict[str, torch.Tensor]]]:
+    """Feeds one image's annotations [1, L, D] and tokens [<start>, w_0, w_1, ..] one by one for
+    `steps` steps. Per step k (fed token k, predicting w_k): the logits [V] and each glimpse's map [L]
+    by name ("first"; "second" with two glimpses)."""
+    second: list[torch.Tensor] = []
+    hook = None if decoder.glimpse is None else decoder.glimpse.register_forward_hook(
+        lambda module, inputs, output: second.append(output.alpha))
+    found = []
+    try:
+        with torch.no_grad():
+            memory, state = decoder.prepare(annotations)
+            for k in range(steps):
+                second.clear()
+                logits, state, attended = decoder.step(memory, state, tokens[k:k + 1])
+                found.append((logits[0], {"first": attended.alpha[0], **({"second": second[0][0]} if second else {})}))
+    finally:
+        if hook is not None:
+            hook.remove()
+    return found
+
+
 def naming_breakdown(checkpoint: Path, *, data: str, split: str, images: int) -> list[str]:
     """In images of three objects A, B, C with three colours, teacher-forced on each reference caption
     "a A <relation> a B": at the step that predicts the relation's first word, the share of each
@@ -97,9 +120,6 @@ def naming_breakdown(checkpoint: Path, *, data: str, split: str, images: int) ->
     decoder, vocab = decoder_from_checkpoint(payload, config).eval(), Vocabulary(payload["vocab"])
     masses: dict[str, list[float]] = {"A": [], "B": [], "C": []}
     at_relation: dict[tuple[str, str], list[float]] = {}  # (glimpse, object) -> shares at the relation's first word
-    second: list[torch.Tensor] = []
-    hook = None if decoder.glimpse is None else decoder.glimpse.register_forward_hook(
-        lambda module, inputs, output: second.append(output.alpha))
     picks: Counter = Counter()
     for image in range(min(images, len(split_data.records))):
         truth = split_data.grounding[image]
@@ -114,30 +134,21 @@ def naming_breakdown(checkpoint: Path, *, data: str, split: str, images: int) ->
             a, b = links[0][1], links[1][1]
             c = 3 - a - b
             colour_at = links[1][0] - 1  # "a [small] blue square": the colour is just before the shape
-            tokens = torch.tensor(vocab.encode(words))  # <start> w_0 w_1 ..: step k is fed token k, predicts w_k
-            maps = {}
-            with torch.no_grad():
-                memory, state = decoder.prepare(annotations)
-                for k in range(colour_at + 1):
-                    second.clear()
-                    logits, state, attended = decoder.step(memory, state, tokens[k:k + 1])
-                    if k == links[0][0] + 1:  # the step that predicts the relation's first word
-                        maps = {"first": attended.alpha[0], **({"second": second[0][0]} if second else {})}
-            for glimpse, alpha in maps.items():
+            steps = teacher_forced(decoder, annotations, torch.tensor(vocab.encode(words)), colour_at + 1)
+            for glimpse, alpha in steps[links[0][0] + 1][1].items():  # the step that predicts the relation's first word
                 for name, target in (("A", a), ("B", b), ("C", c)):
                     at_relation.setdefault((glimpse, name), []).append(box_mass(
                         alpha.view(*split_data.grid).numpy(), truth.objects[target].box, width=truth.width,
                         height=truth.height))
-            alpha = attended.alpha[0].view(*split_data.grid).numpy()
+            logits, maps = steps[colour_at]  # the step that predicts B's colour
+            alpha = maps["first"].view(*split_data.grid).numpy()
             for name, target in (("A", a), ("B", b), ("C", c)):
                 masses[name].append(box_mass(alpha, truth.objects[target].box, width=truth.width,
                                              height=truth.height))
             colours = [vocab.encode([truth.objects[o].colour])[1] for o in (a, b, c)]  # past <start>
             # Naming C is no error where the stated relation holds of A and C too.
             only_b = relation(truth.objects[a], truth.objects[c]) != relation(truth.objects[a], truth.objects[b])
-            picks["ABC"[int(logits[0, colours].argmax())], only_b] += 1
-    if hook is not None:
-        hook.remove()
+            picks["ABC"[int(logits[colours].argmax())], only_b] += 1
     lines = [f"{checkpoint} on {split}, three objects, teacher-forced on \"a A <relation> a B\":"]
     for glimpse in ("first", "second"):
         if (glimpse, "A") in at_relation:
@@ -220,6 +231,44 @@ def verdict_causes(words: list[str], truth: Grounding) -> list[tuple[str, str | 
     return found
 
 
+def stated_glimpses(checkpoint: Path, stated: dict[int, str], *, data: str, split: str) -> list[str]:
+    """Teacher-forced on the decoder's own captions (`stated`, from eval.py): at the step that predicts
+    the first stated relation's first word, each glimpse's share inside A, inside the object named B
+    (none where B names A again) and inside the other objects, by the relation's verdict and cause.
+    Does a relation that points where no object lies come with maps that looked elsewhere?"""
+    payload = load_checkpoint(checkpoint)
+    config = apply_overrides(from_dict(payload["config"], where=f"{checkpoint}: config"), [f"data.root={data}"])
+    split_data = load_splits(config, (split,))[split]
+    decoder, vocab = decoder_from_checkpoint(payload, config).eval(), Vocabulary(payload["vocab"])
+    shares: dict[tuple[str, str], list[list[float]]] = {}  # (cause or "true", glimpse) -> [A, B, others] per caption
+    for index, (image, truth) in enumerate(zip(split_data.image_ids, split_data.grounding)):
+        words = stated[image].split()
+        found = verdict_causes(words, truth)
+        at = next((k for k in range(len(words) - 1) if words[k] in SHAPES and words[k + 1] in FIRST_WORDS), None)
+        if not found or found[0][0] == "absent" or at is None:
+            continue
+        a, _, b = stated_relations(words, truth.objects)[0]
+        if (at, a) not in word_objects(words, truth.objects):  # the first relation's A is the shape before it
+            continue
+        steps = teacher_forced(decoder, torch.from_numpy(np.asarray(split_data.annotations[index:index + 1],
+                                                                     dtype=np.float32)),
+                               torch.tensor(vocab.encode(words)), at + 2)
+        for glimpse, alpha in steps[at + 1][1].items():
+            mass = [box_mass(alpha.view(*split_data.grid).numpy(), o.box, width=truth.width, height=truth.height)
+                    for o in truth.objects]
+            others = sum(m for k, m in enumerate(mass) if k not in (a, b))
+            named_b = mass[b] if b != a else 0.0
+            shares.setdefault((found[0][1] or "true", glimpse), []).append([mass[a], named_b, others])
+    lines = [f"{checkpoint} on {split}, its own captions, at the first stated relation's first word: "
+             "map inside A / B (0 where B is A) / the other objects"]
+    for glimpse in ("first", "second"):
+        for group in ("true", *CAUSES[:2]):
+            if (group, glimpse) in shares:
+                rows = np.array(shares[group, glimpse])
+                lines.append(f"  {glimpse}, {group} ({len(rows)}): " + " / ".join(f"{v:.3f}" for v in rows.mean(0)))
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("checkpoints", nargs="+", type=Path)
@@ -238,6 +287,7 @@ def main() -> None:
     if stated is not None:
         config = load_checkpoint(args.checkpoints[0])["config"]
         print("\n".join(caption_breakdown(args.captions, stated, data=args.data, split=args.split, config=config)))
+        print("\n".join(stated_glimpses(args.checkpoints[0], stated, data=args.data, split=args.split)))
 
 
 if __name__ == "__main__":

@@ -74,3 +74,26 @@ def test_verdict_causes_tell_a_wrong_relation_word_from_a_wrong_b(relation_error
     # Two relations in one caption: one verdict and cause each, in order.
     assert causes("a green circle above a red circle and a red circle above a blue square") == [
         ("true", None), ("wrong", "no object that way")]
+
+
+def test_teacher_forced_steps_match_the_decoders_forward_pass(relation_errors) -> None:
+    """The per-step logits and maps the breakdowns read are those of the decoder's own teacher-forced
+    pass (which runs every step of the batch at once), step for step, for both glimpses."""
+    from test_glimpses import T, make_decoder, make_inputs
+
+    decoder = make_decoder(seed=3)
+    annotations, tokens = make_inputs(seed=4)
+    one, words = annotations[:1], tokens[0]
+    steps = relation_errors.teacher_forced(decoder, one, words, T)
+    seconds: list[torch.Tensor] = []
+    hook = decoder.glimpse.register_forward_hook(lambda module, inputs, output: seconds.append(output.alpha))
+    with torch.no_grad():
+        output = decoder(one, words[None])
+    hook.remove()
+    assert len(steps) == len(seconds) == T
+    for k, (logits, maps) in enumerate(steps):
+        torch.testing.assert_close(logits, output.logits[0, k])
+        torch.testing.assert_close(maps["first"], output.alphas[0, k])
+        torch.testing.assert_close(maps["second"], seconds[k][0])
+    assert not torch.allclose(steps[2][1]["first"], steps[2][1]["second"])  # two maps, not one twice
+    assert decoder.glimpse._forward_hooks == {}  # teacher_forced left no hook behind
