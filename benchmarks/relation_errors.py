@@ -55,11 +55,16 @@ def pair_geometry(grounding) -> list[tuple[float, int]]:
     return rows
 
 
-def probe_breakdown(checkpoint: Path, *, data: str, split: str, batch: int = 50) -> list[str]:
+def load_run(checkpoint: Path, *, data: str, split: str):
+    """The checkpoint's decoder (eval mode) and vocabulary, and the split's data under its config."""
     payload = load_checkpoint(checkpoint)
     config = apply_overrides(from_dict(payload["config"], where=f"{checkpoint}: config"), [f"data.root={data}"])
-    images = load_splits(config, (split,))[split]
-    decoder, vocab = decoder_from_checkpoint(payload, config).eval(), Vocabulary(payload["vocab"])
+    decoder = decoder_from_checkpoint(payload, config).eval()
+    return decoder, Vocabulary(payload["vocab"]), load_splits(config, (split,))[split]
+
+
+def probe_breakdown(checkpoint: Path, *, data: str, split: str, batch: int = 50) -> list[str]:
+    decoder, vocab, images = load_run(checkpoint, data=data, split=split)
     answers = []
     with torch.no_grad():
         for start in range(0, len(images.grounding), batch):
@@ -114,10 +119,7 @@ def naming_breakdown(checkpoint: Path, *, data: str, split: str, images: int) ->
     glimpse's map inside each object's box, and how much of what lies inside them is on one object;
     at the step that predicts B's colour, the share of the (first) map inside each object's box, and
     which of the three colours the decoder rates likeliest."""
-    payload = load_checkpoint(checkpoint)
-    config = apply_overrides(from_dict(payload["config"], where=f"{checkpoint}: config"), [f"data.root={data}"])
-    split_data = load_splits(config, (split,))[split]
-    decoder, vocab = decoder_from_checkpoint(payload, config).eval(), Vocabulary(payload["vocab"])
+    decoder, vocab, split_data = load_run(checkpoint, data=data, split=split)
     masses: dict[str, list[float]] = {"A": [], "B": [], "C": []}
     at_relation: dict[tuple[str, str], list[float]] = {}  # (glimpse, object) -> shares at the relation's first word
     picks: Counter = Counter()
@@ -236,10 +238,7 @@ def stated_glimpses(checkpoint: Path, stated: dict[int, str], *, data: str, spli
     the first stated relation's first word, each glimpse's share inside A, inside the object named B
     (none where B names A again) and inside the other objects, by the relation's verdict and cause.
     Does a relation that points where no object lies come with maps that looked elsewhere?"""
-    payload = load_checkpoint(checkpoint)
-    config = apply_overrides(from_dict(payload["config"], where=f"{checkpoint}: config"), [f"data.root={data}"])
-    split_data = load_splits(config, (split,))[split]
-    decoder, vocab = decoder_from_checkpoint(payload, config).eval(), Vocabulary(payload["vocab"])
+    decoder, vocab, split_data = load_run(checkpoint, data=data, split=split)
     shares: dict[tuple[str, str], list[list[float]]] = {}  # (cause or "true", glimpse) -> [A, B, others] per caption
     for index, (image, truth) in enumerate(zip(split_data.image_ids, split_data.grounding)):
         words = stated[image].split()
