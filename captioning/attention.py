@@ -318,7 +318,8 @@ POSITIONS = ("none", "learned", "coordinates")
 def build_attention(*, kind: str = "soft", score: str = "additive", annotation_dim: int, hidden_dim: int,
                     attention_dim: int, grid: tuple[int, int] | None = None, temperature: float = 1.0,
                     position: str = "none", local_base: str = "additive", local_window: str = "gaussian",
-                    local_sigma: float | None = None, unit_annotations: bool = False,
+                    local_sigma: float | None = None, cosine_sharpness: float | None = None,
+                    unit_annotations: bool = False,
                     expectation_prob: float = 0.5, coin: str = "image", warmup: int = 0,
                     group: int = 1) -> _Attention:
     """Any score with either kind. `grid` is needed by the location and local scores and the 2-D
@@ -343,8 +344,14 @@ def build_attention(*, kind: str = "soft", score: str = "additive", annotation_d
         raise ValueError(f"the '{local_window}' local window applies to the local score only, not '{score}'")
     if score != "local" and local_sigma is not None:
         raise ValueError(f"the local window's width applies to the local score only, not '{score}'")
-    scorer = (LocalScore(**dims, base=local_base, window=local_window, sigma=local_sigma) if score == "local"
-              else SCORES[score](**dims))
+    if score != "cosine" and cosine_sharpness is not None:
+        raise ValueError(f"the sharpness applies to the cosine score only, not '{score}'")
+    if score == "local":
+        scorer = LocalScore(**dims, base=local_base, window=local_window, sigma=local_sigma)
+    elif score == "cosine" and cosine_sharpness is not None:
+        scorer = SCORES[score](**dims, sharpness=cosine_sharpness)
+    else:
+        scorer = SCORES[score](**dims)
     shared = {"temperature": temperature, "position": where, "unit_annotations": unit_annotations}
     if kind == "hard":
         return HardAttention(scorer, **shared, expectation_prob=expectation_prob, coin=coin, warmup=warmup,

@@ -21,7 +21,8 @@ def build_decoder(config: Config, *, vocab_size: int, annotation_dim: int,
     m = config.model
     shared = {"score": m.score, "annotation_dim": annotation_dim, "attention_dim": m.attention_dim, "grid": grid,
               "temperature": m.temperature, "position": m.position, "local_base": m.local_base,
-              "local_window": m.local_window, "local_sigma": m.local_sigma, "unit_annotations": m.unit_annotations}
+              "local_window": m.local_window, "local_sigma": m.local_sigma, "cosine_sharpness": m.cosine_sharpness,
+              "unit_annotations": m.unit_annotations}
     attention = build_attention(kind=m.attention, hidden_dim=m.hidden_dim, **shared,
                                 expectation_prob=m.hard_expectation_prob, coin=m.hard_coin, warmup=m.hard_warmup,
                                 group=config.train.samples)  # train_step's copies of each caption

@@ -129,6 +129,8 @@ class CosineScore(nn.Module):
     def __init__(self, *, annotation_dim: int, hidden_dim: int, attention_dim: int,
                  grid: tuple[int, int] | None = None, sharpness: float = 5.0, learn_sharpness: bool = True):
         super().__init__()
+        if not sharpness > 0:
+            raise ValueError(f"the cosine score's sharpness must be positive, got {sharpness}")
         self.query = _query(hidden_dim, annotation_dim)
         log_sharpness = torch.tensor(math.log(sharpness))
         if learn_sharpness:

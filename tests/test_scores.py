@@ -101,6 +101,20 @@ def test_cosine_is_sharpness_times_the_cosine():
     assert "log_sharpness" not in dict(fixed.named_parameters())
 
 
+def test_cosine_sharpness_comes_from_the_config_and_reaches_both_glimpses():
+    config = Config(model=ModelConfig(score="cosine", glimpses=2, cosine_sharpness=12.0))
+    decoder = build_decoder(config, vocab_size=11, annotation_dim=D, grid=GRID)
+    for score in (decoder.attention.score, decoder.glimpse.score):
+        assert isinstance(score.log_sharpness, torch.nn.Parameter)  # a start, still learned
+        assert float(score.log_sharpness.detach().exp()) == pytest.approx(12.0)
+    default = build_decoder(Config(model=ModelConfig(score="cosine")), vocab_size=11, annotation_dim=D, grid=GRID)
+    assert float(default.attention.score.log_sharpness.detach().exp()) == pytest.approx(5.0)
+    with pytest.raises(ValueError, match="must be positive"):
+        make_score("cosine", sharpness=0.0)
+    with pytest.raises(ValueError, match="cosine score only"):
+        build_decoder(Config(model=ModelConfig(cosine_sharpness=12.0)), vocab_size=11, annotation_dim=D, grid=GRID)
+
+
 def test_location_ignores_the_content():
     score = make_score("location")
     a, h = inputs()
