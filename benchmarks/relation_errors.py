@@ -31,9 +31,9 @@ import torch
 
 from captioning.checkpoint import decoder_from_checkpoint, load_checkpoint
 from captioning.config import apply_overrides, from_dict
-from captioning.data.shapes import RELATIONS, SHAPES, Grounding, relation
+from captioning.data.shapes import RELATIONS, SHAPES, Grounding, ShapeObject, relation
 from captioning.data.splits import load_splits
-from captioning.evaluation import VERDICTS, box_mass, grounding_scores, stated_relations, word_objects
+from captioning.evaluation import VERDICTS, box_mass, relation_verdict, stated_relations, word_objects
 from captioning.probe import relation_probe
 from captioning.vocab import Vocabulary
 
@@ -217,20 +217,19 @@ CAUSES = ("no object that way", "another object that way", "A names none", "B na
 def verdict_causes(words: list[str], truth: Grounding) -> list[tuple[str, str | None]]:
     """Per relation the words state: its verdict (captioning.evaluation.VERDICTS) and, where it is
     not true, its cause (CAUSES)."""
-    # Only the verdicts are used: the attention maps are placeholders.
-    _, _, verdicts = grounding_scores(words, np.full((len(words), 1, 1), 1.0), truth)
-    found = []
-    for (a, stated, _), verdict in zip(stated_relations(words, truth.objects), verdicts):
-        if verdict == "true":
-            cause = None
-        elif verdict == "absent":
-            cause = CAUSES[2] if a is None else CAUSES[3]
-        else:
-            that_way = any(relation(truth.objects[a], other) == stated
-                           for k, other in enumerate(truth.objects) if k != a)
-            cause = CAUSES[1] if that_way else CAUSES[0]
-        found.append((verdict, cause))
-    return found
+    return [verdict_cause(a, stated, b, truth.objects) for a, stated, b in stated_relations(words, truth.objects)]
+
+
+def verdict_cause(a: int | None, stated: str, b: int | None,
+                  objects: list[ShapeObject]) -> tuple[str, str | None]:
+    """One stated relation's verdict and, where it is not true, its cause (CAUSES)."""
+    verdict = relation_verdict(a, stated, b, objects)
+    if verdict == "true":
+        return verdict, None
+    if verdict == "absent":
+        return verdict, CAUSES[2] if a is None else CAUSES[3]
+    that_way = any(relation(objects[a], other) == stated for k, other in enumerate(objects) if k != a)
+    return verdict, CAUSES[1] if that_way else CAUSES[0]
 
 
 def stated_glimpses(checkpoint: Path, stated: dict[int, str], *, data: str, split: str) -> list[str]:
@@ -242,12 +241,13 @@ def stated_glimpses(checkpoint: Path, stated: dict[int, str], *, data: str, spli
     shares: dict[tuple[str, str], list[list[float]]] = {}  # (cause or "true", glimpse) -> [A, B, others] per caption
     for index, (image, truth) in enumerate(zip(split_data.image_ids, split_data.grounding)):
         words = stated[image].split()
-        found = verdict_causes(words, truth)
+        relations = stated_relations(words, truth.objects)
         at = next((k for k in range(len(words) - 1) if words[k] in SHAPES and words[k + 1] in FIRST_WORDS), None)
-        if not found or found[0][0] == "absent" or at is None:
+        if not relations or at is None:
             continue
-        a, _, b = stated_relations(words, truth.objects)[0]
-        if (at, a) not in word_objects(words, truth.objects):  # the first relation's A is the shape before it
+        a, said, b = relations[0]
+        verdict, cause = verdict_cause(a, said, b, truth.objects)
+        if verdict == "absent" or (at, a) not in word_objects(words, truth.objects):  # A: the shape before it
             continue
         steps = teacher_forced(decoder, torch.from_numpy(np.asarray(split_data.annotations[index:index + 1],
                                                                      dtype=np.float32)),
@@ -257,7 +257,7 @@ def stated_glimpses(checkpoint: Path, stated: dict[int, str], *, data: str, spli
                     for o in truth.objects]
             others = sum(m for k, m in enumerate(mass) if k not in (a, b))
             named_b = mass[b] if b != a else 0.0
-            shares.setdefault((found[0][1] or "true", glimpse), []).append([mass[a], named_b, others])
+            shares.setdefault((cause or "true", glimpse), []).append([mass[a], named_b, others])
     lines = [f"{checkpoint} on {split}, its own captions, at the first stated relation's first word: "
              "map inside A / B (0 where B is A) / the other objects"]
     for glimpse in ("first", "second"):

@@ -145,15 +145,18 @@ def grounding_scores(words: Sequence[str], alphas: np.ndarray,
         box = truth.objects[target].box
         correct.append(box_mass(alphas[position], box, width=truth.width, height=truth.height))
         chance.append(box_share(box, width=truth.width, height=truth.height))
-    relations = []
-    for a, stated, b in stated_relations(words, truth.objects):
-        if a is None or b is None:
-            relations.append("absent")
-        elif a == b:  # relation(A, A) would read "to the right of": no offset on either axis
-            relations.append("self")
-        else:
-            relations.append("true" if relation(truth.objects[a], truth.objects[b]) == stated else "wrong")
+    relations = [relation_verdict(a, stated, b, truth.objects)
+                 for a, stated, b in stated_relations(words, truth.objects)]
     return correct, chance, relations
+
+
+def relation_verdict(a: int | None, stated: str, b: int | None, objects: Sequence[ShapeObject]) -> str:
+    """The verdict (VERDICTS) on "A <stated> B", A and B as stated_relations finds them."""
+    if a is None or b is None:
+        return "absent"
+    if a == b:  # relation(A, A) would read "to the right of": no offset on either axis
+        return "self"
+    return "true" if relation(objects[a], objects[b]) == stated else "wrong"
 
 
 def stated_relations(words: Sequence[str],
