@@ -47,8 +47,13 @@ def _device(name: str | None) -> torch.device:
 def _make_shapes(args: argparse.Namespace) -> int:
     from captioning.data.shapes import make_shapes
 
-    split_file = make_shapes(args.out, {"train": args.train, "val": args.val, "test": args.test}, seed=args.seed,
-                             image_size=args.image_size)
+    counts = {"train": args.train, "val": args.val, "test": args.test}
+    try:
+        split_file = make_shapes(args.out, counts, seed=args.seed, image_size=args.image_size,
+                                 train_object_weights=args.train_object_weights)
+    except ValueError as error:
+        print(f"captioning make-shapes: {error}", file=sys.stderr)
+        return 2
     print(f"wrote {args.train} / {args.val} / {args.test} images with 5 captions each; split file {split_file}")
     return 0
 
@@ -286,6 +291,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     shapes.add_argument("--test", type=int, default=SHAPES_DEFAULT_COUNTS["test"])
     shapes.add_argument("--seed", type=int, default=0)
     shapes.add_argument("--image-size", type=int, default=224)
+    shapes.add_argument("--train-object-weights", type=float, nargs=3, metavar=("ONE", "TWO", "THREE"),
+                        help="odds of 1, 2 and 3 objects in a training image (default: even); validation and "
+                             "test images are unchanged")
     shapes.set_defaults(run=_make_shapes)
 
     caption = commands.add_parser("caption", help="caption images, optionally with per-word attention overlays")

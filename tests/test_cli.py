@@ -168,6 +168,20 @@ def test_make_shapes_command(tmp_path: Path, capsys) -> None:
             assert picture.size == (64, 64)
 
 
+def test_make_shapes_command_takes_the_training_mix_of_object_counts(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "shapes"
+    code = main(["make-shapes", "--out", str(out), "--train", "4", "--val", "1", "--test", "1", "--image-size", "64",
+                 "--train-object-weights", "0", "1", "0"])
+    assert code == 0
+    objects = json.loads((out / "objects.json").read_text())["images"]
+    assert [len(objects[str(i)]["objects"]) for i in range(4)] == [2, 2, 2, 2]
+    capsys.readouterr()
+    code = main(["make-shapes", "--out", str(tmp_path / "bad"), "--train-object-weights", "0", "0", "0"])
+    err = capsys.readouterr().err
+    assert code == 2 and "train_object_weights" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "bad").exists()
+
+
 # train ---------------------------------------------------------------------------------------------
 
 

@@ -56,6 +56,27 @@ def test_same_seed_gives_identical_files_and_another_seed_differs(tmp_path: Path
     assert a["objects.json"] != c["objects.json"]
 
 
+def test_train_object_weights_change_the_training_images_only(tmp_path: Path) -> None:
+    counts = {"train": 12, "val": 3, "test": 3}
+    make_shapes(tmp_path / "even", counts, seed=3, image_size=64)
+    make_shapes(tmp_path / "three", counts, seed=3, image_size=64, train_object_weights=(0, 0, 1))
+    even, three = _files(tmp_path / "even"), _files(tmp_path / "three")
+    for split in ("val", "test"):  # scored on the same images, byte for byte
+        names = [name for name in even if name.startswith(f"images/{split}/")]
+        assert len(names) == 3 and all(even[name] == three[name] for name in names)
+        assert even[f"captions_{split}.json"] == three[f"captions_{split}.json"]
+    objects = json.loads(three["objects.json"])["images"]
+    karpathy = json.loads(three["dataset_shapes.json"])["images"]
+    counts_by_split = {split: Counter(len(objects[str(e["cocoid"])]["objects"]) for e in karpathy
+                                      if e["split"] == split) for split in ("train", "test")}
+    assert counts_by_split["train"] == {3: 12}  # every training image has three objects
+    even_objects = json.loads(even["objects.json"])["images"]
+    assert all(objects[key] == even_objects[key] for key in objects if int(key) >= 12)
+    assert len(counts_by_split["test"]) > 1  # ... and the test images keep the even draw
+    with pytest.raises(ValueError, match="train_object_weights"):
+        make_shapes(tmp_path / "bad", counts, seed=3, image_size=64, train_object_weights=(1, -1, 1))
+
+
 def test_generate_image_is_a_function_of_seed_split_index() -> None:
     image, objects, captions = generate_image(11, "val", 3, 64)
     again, objects_again, captions_again = generate_image(11, "val", 3, 64)

@@ -99,8 +99,12 @@ def _polygon(shape: str, cx: float, cy: float, r: float) -> list[tuple[float, fl
     raise ValueError(shape)
 
 
-def _place_objects(rng: np.random.Generator, size: int) -> list[ShapeObject]:
-    count = int(rng.integers(1, 4))
+def _place_objects(rng: np.random.Generator, size: int,
+                   object_weights: tuple[float, float, float] | None = None) -> list[ShapeObject]:
+    if object_weights is None:
+        count = int(rng.integers(1, 4))
+    else:
+        count = 1 + int(rng.choice(3, p=np.asarray(object_weights, dtype=float) / sum(object_weights)))
     kinds = [(s, c) for s in SHAPES for c in COLOURS]
     chosen = rng.choice(len(kinds), size=count, replace=False)  # each (shape, colour) at most once
     objects: list[ShapeObject] = []
@@ -178,17 +182,29 @@ def _captions(rng: np.random.Generator, objects: list[ShapeObject], size: int) -
     return captions
 
 
-def generate_image(seed: int, split: str, index: int,
-                   image_size: int) -> tuple[Image.Image, list[ShapeObject], list[Caption]]:
-    """One image, its objects and its captions; a function of (seed, split, index) alone."""
+def generate_image(seed: int, split: str, index: int, image_size: int,
+                   object_weights: tuple[float, float, float] | None = None,
+                   ) -> tuple[Image.Image, list[ShapeObject], list[Caption]]:
+    """One image, its objects and its captions; a function of (seed, split, index) alone, and of
+    `object_weights` (the relative odds of 1, 2 and 3 objects) where given: None draws the count
+    uniformly."""
     rng = np.random.default_rng([seed, SPLITS.index(split), index])
-    objects = _place_objects(rng, image_size)
+    objects = _place_objects(rng, image_size, object_weights)
     image = _draw(rng, objects, image_size)
     return image, objects, _captions(rng, objects, image_size)
 
 
-def make_shapes(out: str | Path, counts: dict[str, int], seed: int = 0, image_size: int = 224) -> Path:
-    """Writes the dataset under `out` and returns the path of its Karpathy-style split file."""
+def make_shapes(out: str | Path, counts: dict[str, int], seed: int = 0, image_size: int = 224,
+                train_object_weights: tuple[float, float, float] | None = None) -> Path:
+    """Writes the dataset under `out` and returns the path of its Karpathy-style split file.
+
+    `train_object_weights` gives the training images another mix of 1, 2 and 3 objects (relative
+    odds, e.g. (1, 2, 3)); the validation and test images stay those of the uniform draw, byte for
+    byte, so that runs trained on either mix are scored on the same images."""
+    if train_object_weights is not None and (len(train_object_weights) != 3 or min(train_object_weights) < 0
+                                             or sum(train_object_weights) <= 0):
+        raise ValueError(f"train_object_weights: three non-negative odds for 1, 2 and 3 objects, not "
+                         f"{train_object_weights}")
     out = Path(out)
     karpathy_images = []
     objects_file: dict[str, dict] = {}
@@ -196,9 +212,11 @@ def make_shapes(out: str | Path, counts: dict[str, int], seed: int = 0, image_si
     for split in SPLITS:
         folder = out / "images" / split
         folder.mkdir(parents=True, exist_ok=True)
-        coco = {"info": {"description": f"shapes {split}, seed {seed}"}, "images": [], "annotations": []}
+        mix = f", objects 1 / 2 / 3 at odds {train_object_weights}" if split == "train" and train_object_weights else ""
+        coco = {"info": {"description": f"shapes {split}, seed {seed}{mix}"}, "images": [], "annotations": []}
         for index in range(counts.get(split, 0)):
-            image, objects, captions = generate_image(seed, split, index, image_size)
+            image, objects, captions = generate_image(seed, split, index, image_size,
+                                                      train_object_weights if split == "train" else None)
             filename = f"{split}_{index:05d}.png"
             image.save(folder / filename, compress_level=1)
             coco["images"].append({"id": image_id, "file_name": filename, "width": image_size, "height": image_size})
