@@ -139,6 +139,13 @@ RUNS = {
         "shapes_soft.yaml", (*GLIMPSES_LOCAL_16EP_BY_PROBE, f"train.word_weights={relation_word_weights(3)}",
                              "train.lr_patience=3", f"train.seed={seed}", "model.deep_output=tanh"))
        for seed in (0, 1)},
+    # ... for 16 epochs on training scenes with more three-object images (odds 1 : 2 : 3 for one,
+    # two and three objects, TRAIN_OBJECT_WEIGHTS): most false relations are stated with three
+    # objects, and a third of the training images have three
+    **{f"soft_local_layout_glimpses_coordinates_16ep_by_probe_words3_patience3_objects123_seed{seed}": (
+        "shapes_soft.yaml", (*GLIMPSES_LOCAL_16EP_BY_PROBE, f"train.word_weights={relation_word_weights(3)}",
+                             "train.lr_patience=3", f"train.seed={seed}"))
+       for seed in (0, 1)},
     # ... and at the demo's budget (8 epochs, kept by CIDEr): configs/shapes_relations.yaml with the
     # relation words counted 3 times, with one glimpse per word and with two
     "soft_local_layout_words3": ("shapes_soft.yaml", ("model.score=local", "model.init=layout",
@@ -146,6 +153,9 @@ RUNS = {
     "soft_local_layout_glimpses_coordinates_words3": (
         "shapes_soft.yaml", (*GLIMPSES_LOCAL, f"train.word_weights={relation_word_weights(3)}")),
 }
+# runs trained on another mix of training scenes -> the odds of 1, 2 and 3 objects in a training image.
+# Their data is made beside --data (DATA_objects123); its validation and test images are --data's.
+TRAIN_OBJECT_WEIGHTS = {name: (1, 2, 3) for name in RUNS if "_objects123_" in name}
 DECODINGS = {"beam 3": 3, "greedy": 1}
 RELATION_KEYS = ("relation_accuracy", "relations_generated", "relations_wrong", "relations_self", "relations_absent")
 TRAIN_PROBE_IMAGES = 500  # as many training images as the test split has
@@ -155,6 +165,7 @@ def run(name: str, *, data: Path, out: Path, results: Path) -> dict:
     """Train one configuration (unless its checkpoint exists) and score it on the test split."""
     path = results / f"{name}.json"
     config_name, overrides = RUNS[name]
+    data = _data(name, data)
     config = load_config(REPO / "configs" / config_name, [f"data.root={data}", f"train.out_dir={out / name}",
                                                          *overrides])
     if path.exists():
@@ -182,6 +193,17 @@ def run(name: str, *, data: Path, out: Path, results: Path) -> dict:
     results.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=2))
     return result
+
+
+def _data(name: str, data: Path) -> Path:
+    """The shapes data a run trains on, made if missing: `data`, or its variant with the run's
+    TRAIN_OBJECT_WEIGHTS (the same validation and test images)."""
+    weights = TRAIN_OBJECT_WEIGHTS.get(name)
+    if weights is not None:
+        data = data.with_name(f"{data.name}_objects{''.join(str(w) for w in weights)}")
+    if not (data / "dataset_shapes.json").exists():
+        make_shapes(data, SHAPES_DEFAULT_COUNTS, seed=0, train_object_weights=weights)
+    return data
 
 
 def _complete_kept(name: str, result: dict, *, config, run_dir: Path) -> None:
@@ -292,19 +314,16 @@ def table(results: dict[str, dict]) -> str:
 
 def main() -> int:
     args = study_parser(__doc__, data="data/shapes", out="runs/relations_study", results="docs/relations_study",
-                        data_help=f"shapes data (made if missing: {SHAPES_DEFAULT_COUNTS})").parse_args()
+                        data_help=f"shapes data (made if missing: {SHAPES_DEFAULT_COUNTS}); "
+                                  "TRAIN_OBJECT_WEIGHTS runs make theirs beside it").parse_args()
     torch.set_num_threads(1)
     data, out, kept = Path(args.data), Path(args.out), Path(args.results)
-    results = {}
     for name in RUNS:
-        if args.tables_only or (args.only and args.only not in name):
-            if (kept / f"{name}.json").exists():
-                results[name] = json.loads((kept / f"{name}.json").read_text())
-            continue
-        if not (data / "dataset_shapes.json").exists():
-            make_shapes(data, SHAPES_DEFAULT_COUNTS, seed=0)
-        results[name] = run(name, data=data, out=out, results=kept)
-        print(_row(name, results[name]), flush=True)
+        if not args.tables_only and (not args.only or args.only in name):
+            print(_row(name, run(name, data=data, out=out, results=kept)), flush=True)
+    # every kept result, read as the table is written: a run that ended meanwhile in another process
+    # (two `--only` runs side by side) keeps its row
+    results = {name: json.loads(path.read_text()) for name in RUNS if (path := kept / f"{name}.json").exists()}
     write_between(Path(args.doc), "relations", "relations.py", table(results))
     print(f"table written to {args.doc}")
     return 0
