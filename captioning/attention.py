@@ -344,14 +344,15 @@ def build_attention(*, kind: str = "soft", score: str = "additive", annotation_d
         raise ValueError(f"the '{local_window}' local window applies to the local score only, not '{score}'")
     if score != "local" and local_sigma is not None:
         raise ValueError(f"the local window's width applies to the local score only, not '{score}'")
-    if score != "cosine" and cosine_sharpness is not None:
-        raise ValueError(f"the sharpness applies to the cosine score only, not '{score}'")
+    cosine = score == "cosine" or (score == "local" and local_base == "cosine")
+    if not cosine and cosine_sharpness is not None:
+        raise ValueError(f"the sharpness applies to the cosine score only (or the local score on a cosine base), "
+                         f"not '{score}'" + (f" on '{local_base}'" if score == "local" else ""))
+    sharpness = {"sharpness": cosine_sharpness} if cosine_sharpness is not None else {}
     if score == "local":
-        scorer = LocalScore(**dims, base=local_base, window=local_window, sigma=local_sigma)
-    elif score == "cosine" and cosine_sharpness is not None:
-        scorer = SCORES[score](**dims, sharpness=cosine_sharpness)
+        scorer = LocalScore(**dims, base=local_base, window=local_window, sigma=local_sigma, base_options=sharpness)
     else:
-        scorer = SCORES[score](**dims)
+        scorer = SCORES[score](**dims, **sharpness)
     shared = {"temperature": temperature, "position": where, "unit_annotations": unit_annotations}
     if kind == "hard":
         return HardAttention(scorer, **shared, expectation_prob=expectation_prob, coin=coin, warmup=warmup,

@@ -63,7 +63,8 @@ class ModelConfig:
     local_base: str = "additive"  # the content score under the `local` score's Gaussian window
     local_window: str = "gaussian"  # the local score's window: "gaussian" (Luong), or "learned" (scores.LocalScore)
     local_sigma: float | None = None  # its width in grid cells (None: a quarter of the grid's longer side)
-    cosine_sharpness: float | None = None  # the cosine score's beta at the start, then learned (None: 5)
+    # the cosine score's beta at the start, then learned (None: 5); also the local score's cosine base
+    cosine_sharpness: float | None = None
     unit_annotations: bool = False  # rescale each annotation to norm sqrt(D) before attention (see attention.py)
     # Hard attention, training: the chance that an image uses the soft expectation instead of samples
     # (Sec. 4.1: 0.5), one coin per "image" or one per "batch" (as the authors' code did).

@@ -192,7 +192,7 @@ class LocalScore(nn.Module):
 
     def __init__(self, *, annotation_dim: int, hidden_dim: int, attention_dim: int,
                  grid: tuple[int, int] | None = None, base: str = "additive", sigma: float | None = None,
-                 window: str = "gaussian"):
+                 window: str = "gaussian", base_options: dict | None = None):
         super().__init__()
         if grid is None:
             raise ValueError("the local score needs the grid (Hg, Wg): its window lives on the grid")
@@ -202,7 +202,7 @@ class LocalScore(nn.Module):
         if window not in self.WINDOWS:
             raise ValueError(f"unknown local window '{window}' (known: {', '.join(self.WINDOWS)})")
         self.base = SCORES[base](annotation_dim=annotation_dim, hidden_dim=hidden_dim, attention_dim=attention_dim,
-                                 grid=grid)
+                                 grid=grid, **(base_options or {}))  # e.g. the cosine base's sharpness
         self.centre = nn.Sequential(nn.Linear(hidden_dim, attention_dim), nn.Tanh(),  # V_p
                                     nn.Linear(attention_dim, 2))  # W_p: (row, column)
         rows, columns = torch.meshgrid(torch.arange(grid[0]) + 0.5, torch.arange(grid[1]) + 0.5, indexing="ij")

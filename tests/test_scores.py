@@ -113,6 +113,13 @@ def test_cosine_sharpness_comes_from_the_config_and_reaches_both_glimpses():
         make_score("cosine", sharpness=0.0)
     with pytest.raises(ValueError, match="cosine score only"):
         build_decoder(Config(model=ModelConfig(cosine_sharpness=12.0)), vocab_size=11, annotation_dim=D, grid=GRID)
+    on_cosine = ModelConfig(score="local", local_base="cosine", glimpses=2, cosine_sharpness=12.0)
+    local = build_decoder(Config(model=on_cosine), vocab_size=11, annotation_dim=D, grid=GRID)
+    for score in (local.attention.score, local.glimpse.score):  # the local score's cosine base takes it too
+        assert float(score.base.log_sharpness.detach().exp()) == pytest.approx(12.0)
+    with pytest.raises(ValueError, match="not 'local' on 'additive'"):
+        build_decoder(Config(model=ModelConfig(score="local", cosine_sharpness=12.0)), vocab_size=11, annotation_dim=D,
+                      grid=GRID)
 
 
 def test_location_ignores_the_content():
