@@ -73,8 +73,10 @@ def test_train_object_weights_change_the_training_images_only(tmp_path: Path) ->
     even_objects = json.loads(even["objects.json"])["images"]
     assert all(objects[key] == even_objects[key] for key in objects if int(key) >= 12)
     assert len(counts_by_split["test"]) > 1  # ... and the test images keep the even draw
-    with pytest.raises(ValueError, match="train_object_weights"):
-        make_shapes(tmp_path / "bad", counts, seed=3, image_size=64, train_object_weights=(1, -1, 1))
+    for bad in ((1, -1, 1), (0, 0, 0), (1, float("nan"), 1), (1, 2)):
+        with pytest.raises(ValueError, match="train_object_weights"):
+            make_shapes(tmp_path / "bad", counts, seed=3, image_size=64, train_object_weights=bad)
+    assert not (tmp_path / "bad").exists()  # refused before anything is written
 
 
 def test_generate_image_is_a_function_of_seed_split_index() -> None:

@@ -201,10 +201,11 @@ def make_shapes(out: str | Path, counts: dict[str, int], seed: int = 0, image_si
     `train_object_weights` gives the training images another mix of 1, 2 and 3 objects (relative
     odds, e.g. (1, 2, 3)); the validation and test images stay those of the uniform draw, byte for
     byte, so that runs trained on either mix are scored on the same images."""
-    if train_object_weights is not None and (len(train_object_weights) != 3 or min(train_object_weights) < 0
-                                             or sum(train_object_weights) <= 0):
-        raise ValueError(f"train_object_weights: three non-negative odds for 1, 2 and 3 objects, not "
-                         f"{train_object_weights}")
+    if train_object_weights is not None and (
+            len(train_object_weights) != 3 or not all(math.isfinite(w) and w >= 0 for w in train_object_weights)
+            or not sum(train_object_weights) > 0):
+        raise ValueError(f"train_object_weights: three non-negative odds for 1, 2 and 3 objects, not all zero; "
+                         f"got {train_object_weights}")
     out = Path(out)
     karpathy_images = []
     objects_file: dict[str, dict] = {}
@@ -212,7 +213,8 @@ def make_shapes(out: str | Path, counts: dict[str, int], seed: int = 0, image_si
     for split in SPLITS:
         folder = out / "images" / split
         folder.mkdir(parents=True, exist_ok=True)
-        mix = f", objects 1 / 2 / 3 at odds {train_object_weights}" if split == "train" and train_object_weights else ""
+        mix = (", 1 / 2 / 3 objects at odds " + ":".join(f"{w:g}" for w in train_object_weights)
+               if split == "train" and train_object_weights else "")
         coco = {"info": {"description": f"shapes {split}, seed {seed}{mix}"}, "images": [], "annotations": []}
         for index in range(counts.get(split, 0)):
             image, objects, captions = generate_image(seed, split, index, image_size,
