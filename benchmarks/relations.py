@@ -5,7 +5,8 @@
 
 The one-epoch study (benchmarks/attention_table.py) is too short for relations: every run's probe
 sits at chance there. These runs use the demo's budget instead: the default shapes data (4,000 /
-500 / 500 images, `make demo`'s), `configs/shapes_soft.yaml` or `shapes_hard.yaml` as they are
+500 / 500 images, `make demo`'s; the TRAIN_OBJECT_WEIGHTS runs train on another mix of objects per
+image, with the same validation and test images), `configs/shapes_soft.yaml` or `shapes_hard.yaml` as they are
 (8 epochs), one change each, one CPU thread per run. Each is scored on the 500 test images with beam
 3 (as the demo) and greedily: caption metrics, attention correctness, the relations the captions
 state, and the relation probe (captioning.probe). Results are kept per run in
