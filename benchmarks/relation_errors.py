@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -32,7 +33,7 @@ import torch
 from captioning.checkpoint import decoder_from_checkpoint, load_checkpoint
 from captioning.config import apply_overrides, from_dict
 from captioning.data.shapes import RELATIONS, SHAPES, Grounding, ShapeObject, relation
-from captioning.data.splits import load_splits
+from captioning.data.splits import Split, load_splits
 from captioning.evaluation import VERDICTS, box_mass, relation_verdict, stated_relations, word_objects
 from captioning.probe import relation_probe
 from captioning.vocab import Vocabulary
@@ -55,16 +56,27 @@ def pair_geometry(grounding) -> list[tuple[float, int]]:
     return rows
 
 
-def load_run(checkpoint: Path, *, data: str, split: str):
-    """The checkpoint's decoder (eval mode) and vocabulary, and the split's data under its config."""
+@dataclass
+class Run:
+    """A checkpoint's decoder (eval mode) and vocabulary, and one split's data under its config:
+    loaded once, for every breakdown of that checkpoint."""
+
+    checkpoint: Path
+    split: str
+    decoder: torch.nn.Module
+    vocab: Vocabulary
+    images: Split
+
+
+def load_run(checkpoint: Path, *, data: str, split: str) -> Run:
     payload = load_checkpoint(checkpoint)
     config = apply_overrides(from_dict(payload["config"], where=f"{checkpoint}: config"), [f"data.root={data}"])
-    decoder = decoder_from_checkpoint(payload, config).eval()
-    return decoder, Vocabulary(payload["vocab"]), load_splits(config, (split,))[split]
+    return Run(checkpoint, split, decoder_from_checkpoint(payload, config).eval(), Vocabulary(payload["vocab"]),
+               load_splits(config, (split,))[split])
 
 
-def probe_breakdown(checkpoint: Path, *, data: str, split: str, batch: int = 50) -> list[str]:
-    decoder, vocab, images = load_run(checkpoint, data=data, split=split)
+def probe_breakdown(run: Run, *, batch: int = 50) -> list[str]:
+    decoder, vocab, images = run.decoder, run.vocab, run.images
     answers = []
     with torch.no_grad():
         for start in range(0, len(images.grounding), batch):
@@ -77,7 +89,8 @@ def probe_breakdown(checkpoint: Path, *, data: str, split: str, batch: int = 50)
     # of the four relations that hold of A and some other object.
     words = np.array([a.words in a.holding for a in answers])
     chance = np.array([len(a.holding) / len(RELATIONS) for a in answers])
-    lines = [f"{checkpoint} on {split}: {len(answers)} pairs, probe {right.mean():.3f}, axis {axis.mean():.3f}"]
+    lines = [f"{run.checkpoint} on {run.split}: {len(answers)} pairs, probe {right.mean():.3f}, "
+             f"axis {axis.mean():.3f}"]
     # The two are confounded (a third object adds pairs of every margin), so each count is split too.
     for objects in (2, 3):
         of_count = count == objects
@@ -113,13 +126,13 @@ def teacher_forced(decoder, annotations: torch.Tensor, tokens: torch.Tensor,
     return found
 
 
-def naming_breakdown(checkpoint: Path, *, data: str, split: str, images: int) -> list[str]:
+def naming_breakdown(run: Run, *, images: int) -> list[str]:
     """In images of three objects A, B, C with three colours, teacher-forced on each reference caption
     "a A <relation> a B": at the step that predicts the relation's first word, the share of each
     glimpse's map inside each object's box, and how much of what lies inside them is on one object;
     at the step that predicts B's colour, the share of the (first) map inside each object's box, and
     which of the three colours the decoder rates likeliest."""
-    decoder, vocab, split_data = load_run(checkpoint, data=data, split=split)
+    decoder, vocab, split_data = run.decoder, run.vocab, run.images
     masses: dict[str, list[float]] = {"A": [], "B": [], "C": []}
     at_relation: dict[tuple[str, str], list[float]] = {}  # (glimpse, object) -> shares at the relation's first word
     picks: Counter = Counter()
@@ -151,7 +164,7 @@ def naming_breakdown(checkpoint: Path, *, data: str, split: str, images: int) ->
             # Naming C is no error where the stated relation holds of A and C too.
             only_b = relation(truth.objects[a], truth.objects[c]) != relation(truth.objects[a], truth.objects[b])
             picks["ABC"[int(logits[colours].argmax())], only_b] += 1
-    lines = [f"{checkpoint} on {split}, three objects, teacher-forced on \"a A <relation> a B\":"]
+    lines = [f"{run.checkpoint} on {run.split}, three objects, teacher-forced on \"a A <relation> a B\":"]
     for glimpse in ("first", "second"):
         if (glimpse, "A") in at_relation:
             # Means over captions cannot tell a map that blends the three objects from maps that each
@@ -180,11 +193,10 @@ def read_captions(captions: Path) -> dict[int, str]:
         raise SystemExit(f"{captions}: not eval.py's results (a JSON list of image_id, caption): {error}") from None
 
 
-def caption_breakdown(captions: Path, stated: dict[int, str], *, data: str, split: str, config: dict) -> list[str]:
-    """Verdicts of the relations `stated` (read from `captions`) by the image's object count.
-    `config`: the checkpoint's."""
-    config = apply_overrides(from_dict(config, where="checkpoint config"), [f"data.root={data}"])
-    images = load_splits(config, (split,))[split]
+def caption_breakdown(captions: Path, stated: dict[int, str], *, run: Run) -> list[str]:
+    """Verdicts of the relations `stated` (read from `captions`, for the run's split) by the image's
+    object count."""
+    images, split = run.images, run.split
     missing = [image for image in images.image_ids if image not in stated]
     if missing:
         raise SystemExit(f"{captions}: no caption for {len(missing)} of the {split} split's images "
@@ -232,12 +244,12 @@ def verdict_cause(a: int | None, stated: str, b: int | None,
     return verdict, CAUSES[1] if that_way else CAUSES[0]
 
 
-def stated_glimpses(checkpoint: Path, stated: dict[int, str], *, data: str, split: str) -> list[str]:
+def stated_glimpses(run: Run, stated: dict[int, str]) -> list[str]:
     """Teacher-forced on the decoder's own captions (`stated`, from eval.py): at the step that predicts
     the first stated relation's first word, each glimpse's share inside A, inside the object named B
     (none where B names A again) and inside the other objects, by the relation's verdict and cause.
     Does a relation that points where no object lies come with maps that looked elsewhere?"""
-    decoder, vocab, split_data = load_run(checkpoint, data=data, split=split)
+    decoder, vocab, split_data = run.decoder, run.vocab, run.images
     shares: dict[tuple[str, str], list[list[float]]] = {}  # (cause or "true", glimpse) -> [A, B, others] per caption
     for index, (image, truth) in enumerate(zip(split_data.image_ids, split_data.grounding)):
         words = stated[image].split()
@@ -258,7 +270,7 @@ def stated_glimpses(checkpoint: Path, stated: dict[int, str], *, data: str, spli
             others = sum(m for k, m in enumerate(mass) if k not in (a, b))
             named_b = mass[b] if b != a else 0.0
             shares.setdefault((cause or "true", glimpse), []).append([mass[a], named_b, others])
-    lines = [f"{checkpoint} on {split}, its own captions, at the first stated relation's first word: "
+    lines = [f"{run.checkpoint} on {run.split}, its own captions, at the first stated relation's first word: "
              "map inside A / B (0 where B is A) / the other objects"]
     for glimpse in ("first", "second"):
         for group in ("true", *CAUSES[:2]):
@@ -280,13 +292,12 @@ def main() -> None:
         parser.error("--captions goes with exactly one checkpoint")
     stated = read_captions(args.captions) if args.captions else None  # a bad file fails before the probe runs
     for checkpoint in args.checkpoints:
-        print("\n".join(probe_breakdown(checkpoint, data=args.data, split=args.split)), flush=True)
-        print("\n".join(naming_breakdown(checkpoint, data=args.data, split=args.split, images=args.images)),
-              flush=True)
-    if stated is not None:
-        config = load_checkpoint(args.checkpoints[0])["config"]
-        print("\n".join(caption_breakdown(args.captions, stated, data=args.data, split=args.split, config=config)))
-        print("\n".join(stated_glimpses(args.checkpoints[0], stated, data=args.data, split=args.split)))
+        run = load_run(checkpoint, data=args.data, split=args.split)
+        print("\n".join(probe_breakdown(run)), flush=True)
+        print("\n".join(naming_breakdown(run, images=args.images)), flush=True)
+        if stated is not None:  # one checkpoint only
+            print("\n".join(caption_breakdown(args.captions, stated, run=run)))
+            print("\n".join(stated_glimpses(run, stated)))
 
 
 if __name__ == "__main__":
