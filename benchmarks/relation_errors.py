@@ -11,12 +11,15 @@ relation probe's answers (captioning.probe: whole captions "a A <relation> a B",
 pair's margin (|dx| - |dy|, as a share of the image side) and by the image's object count. In
 images of three objects it then feeds each reference caption "a A <relation> a B" and looks at the
 step that predicts B's colour: where the map sits (on A, B or the third object C) and whose colour
-the decoder rates likeliest. With
+the decoder rates likeliest. Where a reference caption's first object shares its shape with another
+(a red square beside a yellow square), it says where the map that predicts that shape sits, fed the
+colour: on the red square, or on its twin. With
 `--captions` (eval.py's COCO-format results for the same split) it also splits the verdicts of the
 relations the captions state (captioning.evaluation.VERDICTS) by object count, and says why each
 false one is false (CAUSES): no object lies that way of A, or one does and B named another, or a
-phrase names no object; and, teacher-forced on those captions, where the maps sit at the first
-stated relation's first word, by verdict. Results: docs/attention.md.
+phrase names no object, and splits them by whether two objects of the image share a shape or a
+colour; and, teacher-forced on those captions, where the maps sit at the first stated relation's
+first word, by verdict. Results: docs/attention.md.
 """
 
 from __future__ import annotations
@@ -203,13 +206,18 @@ def caption_breakdown(captions: Path, stated: dict[int, str], *, run: Run) -> li
                          f"(e.g. {missing[0]}); is it that split's results?")
     verdicts: dict[int, Counter] = {2: Counter(), 3: Counter()}
     causes: dict[int, Counter] = {2: Counter(), 3: Counter()}
+    twins: Counter = Counter()  # (object count, two objects share a shape or a colour, true) -> stated relations
     for image, truth in zip(images.image_ids, images.grounding):
         words = stated[image].split()
-        if len(truth.objects) in verdicts:
+        objects = truth.objects
+        if len(objects) in verdicts:
+            shared = any(p.shape == q.shape or p.colour == q.colour
+                         for k, p in enumerate(objects) for q in objects[k + 1:])
             for verdict, cause in verdict_causes(words, truth):
-                verdicts[len(truth.objects)][verdict] += 1
+                verdicts[len(objects)][verdict] += 1
+                twins[len(objects), shared, verdict == "true"] += 1
                 if cause is not None:
-                    causes[len(truth.objects)][cause] += 1
+                    causes[len(objects)][cause] += 1
     lines = [f"{captions}: stated relations by object count"]
     for objects, found in verdicts.items():
         total = sum(found.values())
@@ -217,6 +225,11 @@ def caption_breakdown(captions: Path, stated: dict[int, str], *, run: Run) -> li
         lines.append(f"  {objects} objects: {total:4d} stated, {share:.0%} true; "
                      + ", ".join(f"{verdict} {found[verdict]}" for verdict in VERDICTS))
         lines.append("    of the false ones: " + ", ".join(f"{cause} {causes[objects][cause]}" for cause in CAUSES))
+        for shared, where in ((True, "two of them share a shape or a colour"),
+                              (False, "all shapes and colours differ")):
+            true, total = twins[objects, shared, True], twins[objects, shared, True] + twins[objects, shared, False]
+            lines.append(f"    where {where}: {total} stated, "
+                         + (f"{true / total:.0%} true" if total else "none"))
     return lines
 
 
@@ -242,6 +255,41 @@ def verdict_cause(a: int | None, stated: str, b: int | None,
         return verdict, CAUSES[2] if a is None else CAUSES[3]
     that_way = any(relation(objects[a], other) == stated for k, other in enumerate(objects) if k != a)
     return verdict, CAUSES[1] if that_way else CAUSES[0]
+
+
+def binding_breakdown(run: Run, *, images: int) -> list[str]:
+    """Teacher-forced on each reference caption whose first object A shares its shape with another
+    object of the image (its twin: "a red square" beside a yellow square): at the step that predicts
+    A's shape, fed A's colour, the share of the (first) map inside A and inside its twins. With the
+    paper's query (h_{t-1}) that map is computed before the colour was chosen; with
+    model.query_word it has seen it."""
+    decoder, vocab, split_data = run.decoder, run.vocab, run.images
+    rows = []  # [inside A, inside its twins] per caption
+    for image in range(min(images, len(split_data.records))):
+        truth = split_data.grounding[image]
+        annotations = None
+        for caption in split_data.references[image]:
+            words = caption.split()
+            links = word_objects(words, truth.objects)
+            if not links:
+                continue
+            at, a = links[0]
+            twins = [k for k, o in enumerate(truth.objects) if k != a and o.shape == truth.objects[a].shape]
+            if not twins:
+                continue
+            if annotations is None:
+                annotations = torch.from_numpy(np.asarray(split_data.annotations[image:image + 1], dtype=np.float32))
+            steps = teacher_forced(decoder, annotations, torch.tensor(vocab.encode(words)), at + 1)
+            alpha = steps[at][1]["first"].view(*split_data.grid).numpy()  # fed A's colour, predicting its shape
+            mass = [box_mass(alpha, o.box, width=truth.width, height=truth.height) for o in truth.objects]
+            rows.append([mass[a], sum(mass[k] for k in twins)])
+    if not rows:
+        return [f"{run.checkpoint} on {run.split}: no reference caption names first an object with a twin"]
+    rows = np.array(rows)
+    on_a = rows[:, 0] > rows[:, 1]
+    return [f"{run.checkpoint} on {run.split}, {len(rows)} captions whose first object A shares its shape with "
+            f"another (its twin), at the step that predicts A's shape: map inside A {rows[:, 0].mean():.3f}, "
+            f"inside its twin {rows[:, 1].mean():.3f}; more on A than on the twin in {on_a.mean():.0%}"]
 
 
 def stated_glimpses(run: Run, stated: dict[int, str]) -> list[str]:
@@ -295,6 +343,7 @@ def main() -> None:
         run = load_run(checkpoint, data=args.data, split=args.split)
         print("\n".join(probe_breakdown(run)), flush=True)
         print("\n".join(naming_breakdown(run, images=args.images)), flush=True)
+        print("\n".join(binding_breakdown(run, images=args.images)), flush=True)
         if stated is not None:  # one checkpoint only
             print("\n".join(caption_breakdown(args.captions, stated, run=run)))
             print("\n".join(stated_glimpses(run, stated)))

@@ -4,8 +4,9 @@ Notation: B batch, T caption steps, L grid cells, D annotation channels, E embed
 H hidden size, V vocabulary size.
 
 One step t, given the previous word y_{t-1} and state (h_{t-1}, c_{t-1}):
-  alpha_t, z_t = attention(a, h_{t-1})              Eqs. 4-6
-  (model.glimpses=2: z_t = [z_t; z'_t], z'_t = glimpse(a, [h_{t-1}; z_t]), a second soft attention)
+  alpha_t, z_t = attention(a, q_t),  q_t = h_{t-1}  Eqs. 4-6
+  (model.query_word: q_t = [h_{t-1}; E y_{t-1}], the query also sees the previous word)
+  (model.glimpses=2: z_t = [z_t; z'_t], z'_t = glimpse(a, [q_t; z_t]), a second soft attention)
   z_t          = beta_t * z_t,  beta_t = sigmoid(f_beta(h_{t-1}))      Sec. 4.2.1
   h_t, c_t     = LSTM([E y_{t-1}; z_t], (h_{t-1}, c_{t-1}))            Eqs. 1-3
   p(y_t)       ∝ exp(L_o(E y_{t-1} + L_h h_t + L_z z_t))               Eq. 7 (deep output)
@@ -25,6 +26,14 @@ amount that varies with the seed, and relations stay far from solved (docs/atten
 at the relation word, the two maps do not split into a first one on A and a second on B; caption by
 caption, each puts most of its mass inside the objects on one of them (benchmarks/relation_errors.py).
 The maps the decoder reports (alphas: overlays, attention correctness) are the first glimpse's.
+
+The word in the query (not in the paper). In Eq. 4 the map for y_t is computed from h_{t-1}, the
+state that predicted y_{t-1}, before that word was chosen: after "a red" the map for the next word
+comes from a state that weighed "red" against "yellow" but does not know which was said, so with a
+red and a yellow square in the image the map for "square" may land on the yellow one, and the
+decoder goes on to describe where the yellow one is. Most of the shapes decoders' false relations
+are of this kind (docs/attention.md). model.query_word=true queries with [h_{t-1}; E y_{t-1}], as
+the attention LSTM of Anderson et al. (2018) reads the previous word before it attends.
 """
 
 from __future__ import annotations
@@ -59,10 +68,12 @@ class DecoderOutput:
 class AttentionDecoder(nn.Module):
     def __init__(self, *, vocab_size: int, annotation_dim: int, embed_dim: int, hidden_dim: int,
                  attention: nn.Module, gate: str = "scalar", dropout: float = 0.3, deep_output: str = "linear",
-                 layout_cells: int = 0, layout_dim: int = 8, glimpse: nn.Module | None = None):
+                 layout_cells: int = 0, layout_dim: int = 8, glimpse: nn.Module | None = None,
+                 query_word: bool = False):
         super().__init__()
         self.attention = attention
-        self.glimpse = glimpse  # a second soft attention per word, queried with [h_{t-1}; z_t]; or None
+        self.glimpse = glimpse  # a second soft attention per word, queried with [q_t; z_t]; or None
+        self.query_word = query_word  # attention queried with [h_{t-1}; E y_{t-1}] rather than h_{t-1}
         self.embed = nn.Embedding(vocab_size, embed_dim)  # E
         # h_0 and c_0 from the mean annotation through two separate layers (Sec. 3.1.2). The mean
         # is the same for any permutation of the cells: it says what is in the image, not where. A
@@ -104,15 +115,16 @@ class AttentionDecoder(nn.Module):
     @property
     def fusable(self) -> bool:
         """Whether the fused recurrence (captioning.fused) computes this decoder's steps."""
-        return self.glimpse is None and fused.supports(self.attention)
+        return self.glimpse is None and not self.query_word and fused.supports(self.attention)
 
     def _advance(self, memory: Memory, state: DecoderState,
                  embedded: torch.Tensor) -> tuple[DecoderState, torch.Tensor, AttentionOutput]:
-        """One recurrence step: attend with h_{t-1}, gate, update the LSTM. embedded [B, E]."""
-        attended = self.attention(memory, state.h)
+        """One recurrence step: attend with h_{t-1} (and y_{t-1}), gate, update the LSTM. embedded [B, E]."""
+        query = torch.cat([state.h, embedded], dim=1) if self.query_word else state.h  # [B, H (+ E)]
+        attended = self.attention(memory, query)
         context = attended.context  # [B, D]
         if self.glimpse is not None:
-            second = self.glimpse(memory.glimpse, torch.cat([state.h, context], dim=1))
+            second = self.glimpse(memory.glimpse, torch.cat([query, context], dim=1))
             context = torch.cat([context, second.context], dim=1)  # [B, 2D]
         z = torch.sigmoid(self.gate(state.h)) * context  # [B, D] (2D with a glimpse), beta_t * z_t
         h, c = self.lstm(torch.cat([embedded, z], dim=1), (state.h, state.c))

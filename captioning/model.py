@@ -23,16 +23,18 @@ def build_decoder(config: Config, *, vocab_size: int, annotation_dim: int,
               "temperature": m.temperature, "position": m.position, "local_base": m.local_base,
               "local_window": m.local_window, "local_sigma": m.local_sigma, "cosine_sharpness": m.cosine_sharpness,
               "unit_annotations": m.unit_annotations}
-    attention = build_attention(kind=m.attention, hidden_dim=m.hidden_dim, **shared,
+    query_dim = m.hidden_dim + (m.embed_dim if m.query_word else 0)  # h_{t-1}, or [h_{t-1}; E y_{t-1}]
+    attention = build_attention(kind=m.attention, hidden_dim=query_dim, **shared,
                                 expectation_prob=m.hard_expectation_prob, coin=m.hard_coin, warmup=m.hard_warmup,
                                 group=config.train.samples)  # train_step's copies of each caption
     glimpse = None
-    if m.glimpses == 2:  # queried with [h_{t-1}; z_t], so its "hidden" side is H + the context's width
-        glimpse = build_attention(kind="soft", hidden_dim=m.hidden_dim + annotation_dim + attention.extra_channels,
+    if m.glimpses == 2:  # queried with [query; z_t], so its "hidden" side is the query's + the context's width
+        glimpse = build_attention(kind="soft", hidden_dim=query_dim + annotation_dim + attention.extra_channels,
                                   **shared)
     return AttentionDecoder(vocab_size=vocab_size, annotation_dim=annotation_dim, embed_dim=m.embed_dim,
                             hidden_dim=m.hidden_dim, attention=attention, gate=m.gate, dropout=m.dropout,
-                            deep_output=m.deep_output, layout_cells=_layout_cells(m.init, grid), glimpse=glimpse)
+                            deep_output=m.deep_output, layout_cells=_layout_cells(m.init, grid), glimpse=glimpse,
+                            query_word=m.query_word)
 
 
 def _layout_cells(init: str, grid: tuple[int, int] | None) -> int:

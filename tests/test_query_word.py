@@ -1,0 +1,113 @@
+"""The previous word in the attention query (model.query_word): q_t = [h_{t-1}; E y_{t-1}]."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from captioning.config import load_config
+from captioning.decoder import AttentionDecoder
+from captioning.decoding import beam_search
+from captioning.model import build_decoder
+from captioning.vocab import Vocabulary
+
+B, GRID, D, V, T = 3, (3, 4), 8, 11, 7
+L = GRID[0] * GRID[1]
+
+
+def make_decoder(seed: int = 0, *overrides: str) -> AttentionDecoder:
+    torch.manual_seed(seed)
+    config = load_config(None, ["model.query_word=true", "model.embed_dim=8", "model.hidden_dim=16",
+                                "model.attention_dim=8", "model.dropout=0", *overrides])
+    decoder = build_decoder(config, vocab_size=V, annotation_dim=D, grid=GRID).eval()
+    with torch.no_grad():
+        decoder.out.weight.mul_(3.0)  # captions that end at varied lengths
+    return decoder
+
+
+def make_inputs(seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    annotations = torch.randn(B, L, D, generator=generator)
+    tokens = torch.randint(4, V, (B, T), generator=generator)
+    tokens[:, 0] = Vocabulary.start_id
+    return annotations, tokens
+
+
+def test_the_additive_map_is_computed_from_the_state_and_the_previous_word():
+    """alpha_t = softmax(v^T tanh(W_a a_i + b + W_q [h_{t-1}; E y_{t-1}])), the word's embedding unprojected."""
+    decoder = make_decoder(3)
+    annotations, tokens = make_inputs()
+    with torch.no_grad():
+        memory, state = decoder.prepare(annotations)
+        _, state, _ = decoder.step(memory, state, tokens[:, 0])
+        score = decoder.attention.score
+        query = torch.cat([state.h, decoder.embed(tokens[:, 1])], dim=1)  # [B, H + E]
+        e = score.v(torch.tanh(score.key(annotations) + score.query(query)[:, None])).squeeze(2)  # [B, L]
+        _, _, attended = decoder.step(memory, state, tokens[:, 1])
+    assert score.query.in_features == 16 + 8
+    torch.testing.assert_close(attended.alpha, torch.softmax(e, dim=1))
+
+
+@pytest.mark.parametrize("glimpses", [1, 2])
+def test_the_map_for_a_word_sees_the_word_before_it_and_nothing_later(glimpses):
+    """The paper's alpha_t depends on y_{<t-1} only (tests/test_decoder.py); with the word in the query
+    it also depends on y_{t-1}, the token fed at step t, and still on nothing after it."""
+    decoder = make_decoder(1, f"model.glimpses={glimpses}")
+    annotations, tokens = make_inputs()
+    changed = tokens.clone()
+    changed[:, 3:] = (changed[:, 3:] + 1 - 4) % (V - 4) + 4  # other real words from step 3 on
+    with torch.no_grad():
+        output = decoder(annotations, tokens)
+        other = decoder(annotations, changed)
+    torch.testing.assert_close(other.alphas[:, :3], output.alphas[:, :3])
+    assert (other.alphas[:, 3] - output.alphas[:, 3]).abs().max() > 1e-4  # fed the changed word: a new map
+    paper = make_decoder(1, f"model.glimpses={glimpses}", "model.query_word=false")
+    with torch.no_grad():
+        torch.testing.assert_close(paper(annotations, changed).alphas[:, 3], paper(annotations, tokens).alphas[:, 3])
+
+
+@pytest.mark.parametrize("overrides", [
+    ("model.glimpses=1",),
+    ("model.glimpses=2", "model.score=local", "model.position=coordinates", "model.init=layout"),
+    ("model.attention=hard",),
+], ids=["one_glimpse", "two_glimpses_local", "hard"])
+def test_teacher_forcing_with_ragged_lengths_equals_step_by_step(overrides):
+    decoder = make_decoder(2, *overrides)
+    annotations, tokens = make_inputs(2)
+    lengths = torch.tensor([4, T, 2])  # unsorted, so the packed path sorts and shrinks the batch
+    assert not decoder.fusable  # the fused recurrence queries with h_{t-1} alone
+    with torch.no_grad():
+        output = decoder(annotations, tokens, lengths=lengths)
+        memory, state = decoder.prepare(annotations)
+        for t in range(T):
+            logits, state, attended = decoder.step(memory, state, tokens[:, t])
+            running = lengths > t
+            torch.testing.assert_close(output.logits[running, t], logits[running], rtol=1e-5, atol=1e-6)
+            torch.testing.assert_close(output.alphas[running, t], attended.alpha[running], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("glimpses", [1, 2])
+def test_beam_search_scores_the_caption_it_returns(glimpses):
+    """Beam search feeds each hypothesis its own last word: the maps must follow that word, not another beam's."""
+    decoder = make_decoder(4, f"model.glimpses={glimpses}")
+    annotations, _ = make_inputs(5)
+    captions = beam_search(decoder, annotations, beam_size=3, max_length=6)
+    tokens = captions.tokens
+    inputs = torch.cat([torch.full_like(tokens[:, :1], Vocabulary.start_id), tokens[:, :-1]], dim=1)
+    with torch.no_grad():
+        output = decoder(annotations, inputs)
+    log_probs = torch.log_softmax(output.logits, 2).gather(2, tokens[..., None])[..., 0]  # [B, T]
+    counted = torch.arange(tokens.shape[1])[None] <= captions.lengths[:, None]
+    torch.testing.assert_close(captions.scores, (log_probs * counted).sum(1), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(captions.alphas, output.alphas, rtol=1e-5, atol=1e-6)
+
+
+def test_config_sizes_both_queries_and_the_paper_keeps_its_own():
+    config = load_config(None, ["model.query_word=true", "model.glimpses=2", "model.position=coordinates"])
+    decoder = build_decoder(config, vocab_size=V, annotation_dim=D, grid=GRID)
+    m = config.model
+    assert decoder.attention.score.query.in_features == m.hidden_dim + m.embed_dim  # [h; E y]
+    assert decoder.glimpse.score.query.in_features == m.hidden_dim + m.embed_dim + D + 2  # [h; E y; z_t]
+    paper = build_decoder(load_config(None, []), vocab_size=V, annotation_dim=D)
+    assert not paper.query_word and paper.fusable  # off by default: the paper's query, the fused path
+    assert paper.attention.score.query.in_features == m.hidden_dim
