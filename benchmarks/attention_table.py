@@ -71,6 +71,11 @@ STUDY_RUNS = {
     "soft_local_position": ("model.attention=soft", "model.score=local", "model.position=learned"),
     "soft_coordinates": ("model.attention=soft", "model.position=coordinates"),
     "soft_local_coordinates": ("model.attention=soft", "model.score=local", "model.position=coordinates"),
+    # The previous word in the query (model.query_word): the map for "square" after "a red" knows
+    # "red" was said. Three seeds, as for soft_1ep.
+    "soft_query_word": ("model.attention=soft", "model.query_word=true"),
+    "soft_query_word_seed1": ("model.attention=soft", "model.query_word=true", "train.seed=1"),
+    "soft_query_word_seed2": ("model.attention=soft", "model.query_word=true", "train.seed=2"),
     "hard_1ep": ("model.attention=hard",),
     "hard_loo4": ("model.attention=hard", "train.baseline=leave_one_out", "train.samples=4"),
     "hard_sample_only": ("model.attention=hard", "model.hard_expectation_prob=0.0"),

@@ -59,6 +59,17 @@ def pair_geometry(grounding) -> list[tuple[float, int]]:
     return rows
 
 
+def pair_twins(grounding) -> list[bool]:
+    """Per ordered pair (A, B), in relation_probe's order: whether two objects of the image share a
+    shape or a colour (a red square beside a yellow square, or beside a red circle)."""
+    rows = []
+    for truth in grounding:
+        objects = truth.objects
+        shared = any(p.shape == q.shape or p.colour == q.colour for k, p in enumerate(objects) for q in objects[k + 1:])
+        rows += [shared] * (len(objects) * (len(objects) - 1))
+    return rows
+
+
 @dataclass
 class Run:
     """A checkpoint's decoder (eval mode) and vocabulary, and one split's data under its config:
@@ -86,6 +97,7 @@ def probe_breakdown(run: Run, *, batch: int = 50) -> list[str]:
             annotations = torch.from_numpy(np.asarray(images.annotations[start:start + batch], dtype=np.float32))
             answers += relation_probe(decoder, annotations, images.grounding[start:start + batch], vocab)
     margin, count = (np.array(column) for column in zip(*pair_geometry(images.grounding)))
+    twins = np.array(pair_twins(images.grounding))
     truth, picked = np.array([(a.truth, a.picked) for a in answers]).T
     right, axis = truth == picked, HORIZONTAL[truth] == HORIZONTAL[picked]
     # What the decoder would say before naming B holds of A and some other object; chance: the share
@@ -104,6 +116,10 @@ def probe_breakdown(run: Run, *, batch: int = 50) -> list[str]:
             where = of_count & (np.abs(margin) >= low) & (np.abs(margin) < high)
             lines.append(f"    margin {low:.2f}-{high:.2f} of the side: {where.sum():4d} pairs, "
                          f"probe {right[where].mean():.3f}, axis {axis[where].mean():.3f}")
+        for shared, where in ((True, "two objects share a shape or a colour"), (False, "all differ")):
+            chosen = of_count & (twins == shared)
+            lines.append(f"    {where}: {chosen.sum():4d} pairs, probe {right[chosen].mean():.3f}, "
+                         f"relation words {words[chosen].mean():.3f}")
     return lines
 
 

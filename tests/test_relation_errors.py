@@ -157,3 +157,17 @@ def test_stated_relations_are_split_by_whether_two_objects_share_a_shape_or_colo
     assert "    where all shapes and colours differ: 3 stated, 67% true" in lines
     assert "  3 objects:    0 stated, nan% true; true 0, wrong 0, self 0, absent 0" in lines
     assert "    where all shapes and colours differ: 0 stated, none" in lines
+
+
+def test_pair_twins_follow_the_probes_pairs(relation_errors) -> None:
+    def shape(kind: str, colour: str, x: float) -> ShapeObject:
+        return ShapeObject(kind, colour, "small", (x, 100, x + 16, 116))
+
+    twins = Grounding([shape("circle", "red", 10), shape("circle", "blue", 100)], 224, 224)  # the same shape
+    colours = Grounding([shape("circle", "red", 10), shape("square", "blue", 60), shape("diamond", "red", 150)],
+                        224, 224)  # two reds
+    distinct = Grounding([shape("circle", "red", 10), shape("square", "blue", 100)], 224, 224)
+    alone = Grounding([shape("circle", "red", 10)], 224, 224)
+    grounding = [twins, alone, colours, distinct]
+    assert relation_errors.pair_twins(grounding) == [True] * 2 + [True] * 6 + [False] * 2
+    assert len(relation_errors.pair_twins(grounding)) == len(relation_errors.pair_geometry(grounding))
