@@ -153,7 +153,7 @@ RUNS = {
     **{f"soft_local_layout_glimpses_coordinates_16ep_by_probe_words3_patience3_query_word_seed{seed}": (
         "shapes_soft.yaml", (*GLIMPSES_LOCAL_16EP_BY_PROBE, f"train.word_weights={relation_word_weights(3)}",
                              "train.lr_patience=3", f"train.seed={seed}", "model.query_word=true"))
-       for seed in (0, 1)},
+       for seed in (0, 1, 2, 3)},
     # ... and at the demo's budget (8 epochs, kept by CIDEr): configs/shapes_relations.yaml with the
     # relation words counted 3 times, with one glimpse per word and with two
     "soft_local_layout_words3": ("shapes_soft.yaml", ("model.score=local", "model.init=layout",

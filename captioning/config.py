@@ -85,7 +85,7 @@ class ModelConfig:
     # The attention query: h_{t-1} alone (the paper, Eq. 4), or also the previous word's embedding,
     # [h_{t-1}; E y_{t-1}] (not in the paper; Anderson et al. 2018's attention LSTM reads the word
     # before attending). h_{t-1} predicted y_{t-1} and has not seen which word was chosen, so after
-    # "a red" the map for the next word cannot look for the red one of two squares (docs/attention.md).
+    # "a red" the map for the next word cannot look for the red one of two squares (captioning.decoder).
     query_word: bool = False
     dropout: float = 0.3
 

@@ -30,10 +30,11 @@ The maps the decoder reports (alphas: overlays, attention correctness) are the f
 The word in the query (not in the paper). In Eq. 4 the map for y_t is computed from h_{t-1}, the
 state that predicted y_{t-1}, before that word was chosen: after "a red" the map for the next word
 comes from a state that weighed "red" against "yellow" but does not know which was said, so with a
-red and a yellow square in the image the map for "square" may land on the yellow one, and the
-decoder goes on to describe where the yellow one is. Most of the shapes decoders' false relations
-are of this kind (docs/attention.md). model.query_word=true queries with [h_{t-1}; E y_{t-1}], as
-the attention LSTM of Anderson et al. (2018) reads the previous word before it attends.
+red and a yellow square in the image the map for "square" cannot look for the red one. On the
+shapes data that map puts more mass on the red square than on the yellow one for 69% of such
+captions, and 99% with model.query_word=true, which queries with [h_{t-1}; E y_{t-1}] as the
+attention LSTM of Anderson et al. (2018) reads the previous word before it attends; with the
+relations configuration it is what brought the stated relations to about 0.9 (docs/attention.md).
 """
 
 from __future__ import annotations
