@@ -8,7 +8,8 @@ centres differ most (captioning.data.shapes.relation), so a pair near the diagon
 |dy|, needs positions read finely. And with three objects, the relation is said before B is named,
 so naming B must find the object that lies that way of A and not the third one. This splits the
 relation probe's answers (captioning.probe: whole captions "a A <relation> a B", B given) by the
-pair's margin (|dx| - |dy|, as a share of the image side) and by the image's object count. In
+pair's margin (|dx| - |dy|, as a share of the image side), by the image's object count, and by
+whether two of its objects share a shape (then naming one takes its colour too). In
 images of three objects it then feeds each reference caption "a A <relation> a B" and looks at the
 step that predicts B's colour: where the map sits (on A, B or the third object C) and whose colour
 the decoder rates likeliest. Where a reference caption's first object shares its shape with another
@@ -17,9 +18,9 @@ colour: on the red square, or on its twin. With
 `--captions` (eval.py's COCO-format results for the same split) it also splits the verdicts of the
 relations the captions state (captioning.evaluation.VERDICTS) by object count, and says why each
 false one is false (CAUSES): no object lies that way of A, or one does and B named another, or a
-phrase names no object, and splits them by whether two objects of the image share a shape or a
-colour; and, teacher-forced on those captions, where the maps sit at the first stated relation's
-first word, by verdict. Results: docs/attention.md.
+phrase names no object, and splits them by whether two objects of the image share a shape; and,
+teacher-forced on those captions, where the maps sit at the first stated relation's first word,
+by verdict. Results: docs/attention.md.
 """
 
 from __future__ import annotations
@@ -59,15 +60,16 @@ def pair_geometry(grounding) -> list[tuple[float, int]]:
     return rows
 
 
+def shares_a_shape(objects: list[ShapeObject]) -> bool:
+    """Whether two of the objects have the same shape (a red square and a yellow square): then naming
+    one of them takes its colour as well as its shape."""
+    return len({o.shape for o in objects}) < len(objects)
+
+
 def pair_twins(grounding) -> list[bool]:
-    """Per ordered pair (A, B), in relation_probe's order: whether two objects of the image share a
-    shape or a colour (a red square beside a yellow square, or beside a red circle)."""
-    rows = []
-    for truth in grounding:
-        objects = truth.objects
-        shared = any(p.shape == q.shape or p.colour == q.colour for k, p in enumerate(objects) for q in objects[k + 1:])
-        rows += [shared] * (len(objects) * (len(objects) - 1))
-    return rows
+    """Per ordered pair (A, B), in relation_probe's order: whether two objects of its image share a shape."""
+    return [shares_a_shape(truth.objects) for truth in grounding
+            for _ in range(len(truth.objects) * (len(truth.objects) - 1))]
 
 
 @dataclass
@@ -116,7 +118,7 @@ def probe_breakdown(run: Run, *, batch: int = 50) -> list[str]:
             where = of_count & (np.abs(margin) >= low) & (np.abs(margin) < high)
             lines.append(f"    margin {low:.2f}-{high:.2f} of the side: {where.sum():4d} pairs, "
                          f"probe {right[where].mean():.3f}, axis {axis[where].mean():.3f}")
-        for shared, where in ((True, "two objects share a shape or a colour"), (False, "all differ")):
+        for shared, where in ((True, "two objects share a shape"), (False, "no two share a shape")):
             chosen = of_count & (twins == shared)
             lines.append(f"    {where}: {chosen.sum():4d} pairs, probe {right[chosen].mean():.3f}, "
                          f"relation words {words[chosen].mean():.3f}")
@@ -222,13 +224,12 @@ def caption_breakdown(captions: Path, stated: dict[int, str], *, run: Run) -> li
                          f"(e.g. {missing[0]}); is it that split's results?")
     verdicts: dict[int, Counter] = {2: Counter(), 3: Counter()}
     causes: dict[int, Counter] = {2: Counter(), 3: Counter()}
-    twins: Counter = Counter()  # (object count, two objects share a shape or a colour, true) -> stated relations
+    twins: Counter = Counter()  # (object count, two objects share a shape, true) -> stated relations
     for image, truth in zip(images.image_ids, images.grounding):
         words = stated[image].split()
         objects = truth.objects
         if len(objects) in verdicts:
-            shared = any(p.shape == q.shape or p.colour == q.colour
-                         for k, p in enumerate(objects) for q in objects[k + 1:])
+            shared = shares_a_shape(objects)
             for verdict, cause in verdict_causes(words, truth):
                 verdicts[len(objects)][verdict] += 1
                 twins[len(objects), shared, verdict == "true"] += 1
@@ -241,8 +242,7 @@ def caption_breakdown(captions: Path, stated: dict[int, str], *, run: Run) -> li
         lines.append(f"  {objects} objects: {total:4d} stated, {share:.0%} true; "
                      + ", ".join(f"{verdict} {found[verdict]}" for verdict in VERDICTS))
         lines.append("    of the false ones: " + ", ".join(f"{cause} {causes[objects][cause]}" for cause in CAUSES))
-        for shared, where in ((True, "two of them share a shape or a colour"),
-                              (False, "all shapes and colours differ")):
+        for shared, where in ((True, "two of them share a shape"), (False, "no two share a shape")):
             true, total = twins[objects, shared, True], twins[objects, shared, True] + twins[objects, shared, False]
             lines.append(f"    where {where}: {total} stated, "
                          + (f"{true / total:.0%} true" if total else "none"))
