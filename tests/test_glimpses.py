@@ -64,10 +64,16 @@ def test_teacher_forcing_with_ragged_lengths_equals_step_by_step(score, position
     annotations, tokens = make_inputs(2)
     lengths = torch.tensor([4, T, 2])  # unsorted, so the packed path sorts and shrinks the batch
     assert not decoder.fusable  # the fused recurrence knows one glimpse only
+    assert_teacher_forcing_equals_stepping(decoder, annotations, tokens, lengths)
+
+
+def assert_teacher_forcing_equals_stepping(decoder: AttentionDecoder, annotations: torch.Tensor,
+                                           tokens: torch.Tensor, lengths: torch.Tensor) -> None:
+    """The packed teacher-forced pass gives each running row the logits and maps of `step`, and zeros past its end."""
     with torch.no_grad():
         output = decoder(annotations, tokens, lengths=lengths)
         memory, state = decoder.prepare(annotations)
-        for t in range(T):
+        for t in range(tokens.shape[1]):
             logits, state, attended = decoder.step(memory, state, tokens[:, t])
             running = lengths > t
             torch.testing.assert_close(output.logits[running, t], logits[running], rtol=1e-5, atol=1e-6)
@@ -95,6 +101,11 @@ def test_searches_score_the_caption_they_return(beam_size):
     captions = beam_search(decoder, annotations, beam_size=beam_size, max_length=6)
     if beam_size == 1:
         assert torch.equal(captions.tokens, greedy(decoder, annotations, max_length=6).tokens)
+    assert_search_scores_its_captions(decoder, annotations, captions)
+
+
+def assert_search_scores_its_captions(decoder: AttentionDecoder, annotations: torch.Tensor, captions) -> None:
+    """A search's scores and maps are those of teacher forcing on the captions it returns."""
     tokens = captions.tokens
     inputs = torch.cat([torch.full_like(tokens[:, :1], Vocabulary.start_id), tokens[:, :-1]], dim=1)
     with torch.no_grad():

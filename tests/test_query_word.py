@@ -4,18 +4,24 @@ from __future__ import annotations
 
 import pytest
 import torch
+from test_glimpses import (
+    GRID,
+    D,
+    T,
+    V,
+    assert_search_scores_its_captions,
+    assert_teacher_forcing_equals_stepping,
+    make_inputs,
+)
 
 from captioning.config import load_config
 from captioning.decoder import AttentionDecoder
 from captioning.decoding import beam_search
 from captioning.model import build_decoder
-from captioning.vocab import Vocabulary
-
-B, GRID, D, V, T = 3, (3, 4), 8, 11, 7
-L = GRID[0] * GRID[1]
 
 
 def make_decoder(seed: int = 0, *overrides: str) -> AttentionDecoder:
+    """From the config, as train.py builds it: the word in the query, small sizes, no dropout."""
     torch.manual_seed(seed)
     config = load_config(None, ["model.query_word=true", "model.embed_dim=8", "model.hidden_dim=16",
                                 "model.attention_dim=8", "model.dropout=0", *overrides])
@@ -23,14 +29,6 @@ def make_decoder(seed: int = 0, *overrides: str) -> AttentionDecoder:
     with torch.no_grad():
         decoder.out.weight.mul_(3.0)  # captions that end at varied lengths
     return decoder
-
-
-def make_inputs(seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
-    generator = torch.Generator().manual_seed(seed)
-    annotations = torch.randn(B, L, D, generator=generator)
-    tokens = torch.randint(4, V, (B, T), generator=generator)
-    tokens[:, 0] = Vocabulary.start_id
-    return annotations, tokens
 
 
 def test_the_additive_map_is_computed_from_the_state_and_the_previous_word():
@@ -76,14 +74,7 @@ def test_teacher_forcing_with_ragged_lengths_equals_step_by_step(overrides):
     annotations, tokens = make_inputs(2)
     lengths = torch.tensor([4, T, 2])  # unsorted, so the packed path sorts and shrinks the batch
     assert not decoder.fusable  # the fused recurrence queries with h_{t-1} alone
-    with torch.no_grad():
-        output = decoder(annotations, tokens, lengths=lengths)
-        memory, state = decoder.prepare(annotations)
-        for t in range(T):
-            logits, state, attended = decoder.step(memory, state, tokens[:, t])
-            running = lengths > t
-            torch.testing.assert_close(output.logits[running, t], logits[running], rtol=1e-5, atol=1e-6)
-            torch.testing.assert_close(output.alphas[running, t], attended.alpha[running], rtol=1e-5, atol=1e-6)
+    assert_teacher_forcing_equals_stepping(decoder, annotations, tokens, lengths)
 
 
 @pytest.mark.parametrize("glimpses", [1, 2])
@@ -92,14 +83,7 @@ def test_beam_search_scores_the_caption_it_returns(glimpses):
     decoder = make_decoder(4, f"model.glimpses={glimpses}")
     annotations, _ = make_inputs(5)
     captions = beam_search(decoder, annotations, beam_size=3, max_length=6)
-    tokens = captions.tokens
-    inputs = torch.cat([torch.full_like(tokens[:, :1], Vocabulary.start_id), tokens[:, :-1]], dim=1)
-    with torch.no_grad():
-        output = decoder(annotations, inputs)
-    log_probs = torch.log_softmax(output.logits, 2).gather(2, tokens[..., None])[..., 0]  # [B, T]
-    counted = torch.arange(tokens.shape[1])[None] <= captions.lengths[:, None]
-    torch.testing.assert_close(captions.scores, (log_probs * counted).sum(1), rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(captions.alphas, output.alphas, rtol=1e-5, atol=1e-6)
+    assert_search_scores_its_captions(decoder, annotations, captions)
 
 
 def test_config_sizes_both_queries_and_the_paper_keeps_its_own():
