@@ -148,8 +148,9 @@ RUNS = {
                              "train.lr_patience=3", f"train.seed={seed}"))
        for seed in (0, 1)},
     # ... for 16 epochs with the previous word in the attention query (model.query_word): most false
-    # relations are stated where two objects share a shape or a colour, and the map for "square" after
-    # "a red" comes from a state that does not know "red" was said, so it may land on the other square
+    # relations are stated where two objects share a shape (benchmarks/relation_errors.py), and the map
+    # for "square" after "a red" comes from a state that does not know "red" was said, so it may land
+    # on the other square
     **{f"soft_local_layout_glimpses_coordinates_16ep_by_probe_words3_patience3_query_word_seed{seed}": (
         "shapes_soft.yaml", (*GLIMPSES_LOCAL_16EP_BY_PROBE, f"train.word_weights={relation_word_weights(3)}",
                              "train.lr_patience=3", f"train.seed={seed}", "model.query_word=true"))

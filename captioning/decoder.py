@@ -32,9 +32,10 @@ state that predicted y_{t-1}, before that word was chosen: after "a red" the map
 comes from a state that weighed "red" against "yellow" but does not know which was said, so with a
 red and a yellow square in the image the map for "square" cannot look for the red one. On the
 shapes data that map puts more mass on the red square than on the yellow one for 69% of such
-captions, and 99% with model.query_word=true, which queries with [h_{t-1}; E y_{t-1}] as the
-attention LSTM of Anderson et al. (2018) reads the previous word before it attends; with the
-relations configuration it is what brought the stated relations to about 0.9 (docs/attention.md).
+captions, and for 99 to 100% with model.query_word=true, which queries with [h_{t-1}; E y_{t-1}] as
+the attention LSTM of Anderson et al. (2018) reads the previous word before it attends. With it the
+stated relations of configs/shapes_relations_16ep.yaml hold 88 to 90% of the time over four seeds,
+against 76 to 86% over three without (docs/attention.md).
 """
 
 from __future__ import annotations
