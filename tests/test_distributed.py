@@ -4,15 +4,18 @@ batch's words, so that DDP's gradient average is the one-process gradient."""
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
+import weakref
 from pathlib import Path
 
 import torch
 
+from captioning import distributed
 from captioning.model import build_decoder
-from captioning.training import fit
+from captioning.training import Run, fit
 
 REPO = Path(__file__).resolve().parents[1]
 # Dropout off: two processes draw other masks than one, by design; everything else must match.
@@ -48,3 +51,14 @@ def test_two_processes_train_the_same_weights_as_one(tmp_path: Path, tiny_run, t
         torch.testing.assert_close(b["decoder"][name], a["decoder"][name], rtol=1e-3, atol=1e-4, msg=name)
     assert a["optimizer"]["state"].keys() == b["optimizer"]["state"].keys()
     assert sorted(p.name for p in two.iterdir() if p.suffix == ".pt") == ["best.pt", "last.pt"]
+
+
+def test_closing_a_run_releases_its_training_module(tmp_path: Path, tiny_config) -> None:
+    """Under torchrun the training module is the DDP wrapper, whose reducer holds the gloo process
+    group: it must be gone before distributed.teardown destroys the group, not at interpreter exit."""
+    run = Run(tiny_config(tmp_path / "run", *RUN), resume=False, context=distributed.Distributed(),
+              device=torch.device("cpu"))
+    module = weakref.ref(run.module)
+    run.close()
+    gc.collect()
+    assert module() is None
