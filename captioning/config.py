@@ -33,9 +33,13 @@ class DataConfig:
     feature_cache: bool = True  # frozen encoder: train on cached annotations; False runs it on the fly
     bucket_batches: bool = True  # batches of captions of similar length (less padding per step)
     # Training images only, with the encoder on the fly: a random square crop of 80-100% of the
-    # shorter side and colour jitter (data/images.py: augment). Never a horizontal flip: it would
-    # make "to the left of" in the caption false.
+    # shorter side and colour jitter (data/images.py: augment). Never a plain horizontal flip: it
+    # would make "to the left of" in the caption false (data.mirror flips and swaps the words).
     augment: bool = False
+    # Training pairs only: on a coin per pair and epoch, the image mirrored left-right and "left" and
+    # "right" swapped in its caption (data/mirror.py). Off by default (not in the paper). With the
+    # feature cache, the mirror images get a cache of their own (train_mirrored).
+    mirror: bool = False
 
 
 @dataclass

@@ -38,6 +38,7 @@ from captioning.checkpoint import load_checkpoint, save_checkpoint
 from captioning.config import Config
 from captioning.data.dataset import Batch
 from captioning.data.loading import load_run_data
+from captioning.data.mirror import mirror_batches
 from captioning.data.sampling import epoch_batches, rank_batches
 from captioning.data.splits import encoder_from_config, uses_feature_cache
 from captioning.losses import Reinforce
@@ -268,9 +269,11 @@ class Run:
         lengths = self.data.pairs.lengths
         stop = early_stopped = False
         while progress.epoch < t.epochs and not stop:
-            batches = rank_batches(epoch_batches(lengths, batch_size=t.batch_size, seed=t.seed, epoch=progress.epoch,
-                                                 bucket=self.config.data.bucket_batches),
-                                   rank=self.context.rank, world_size=self.context.world_size)
+            batches = epoch_batches(lengths, batch_size=t.batch_size, seed=t.seed, epoch=progress.epoch,
+                                    bucket=self.config.data.bucket_batches)
+            if self.config.data.mirror:
+                batches = mirror_batches(batches, pairs=len(lengths), seed=t.seed, epoch=progress.epoch)
+            batches = rank_batches(batches, rank=self.context.rank, world_size=self.context.world_size)
             bar = tqdm(self.loader(batches[progress.batch_in_epoch:]), desc=f"epoch {progress.epoch}", unit="batch",
                        initial=progress.batch_in_epoch, total=len(batches), leave=False,
                        disable=None if self.context.is_main else True)

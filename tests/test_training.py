@@ -63,21 +63,24 @@ def _state(path: Path) -> dict:
     return torch.load(path, map_location="cpu", weights_only=True)
 
 
-@pytest.mark.parametrize("interrupt", [5, 8], ids=["mid-epoch", "epoch-end"])
-def test_resume_continues_exactly(tmp_path: Path, tiny_config, batches_per_epoch: int, interrupt: int) -> None:
+@pytest.mark.parametrize(("interrupt", "extra"), [(5, ()), (8, ()), (5, ("data.mirror=true",))],
+                         ids=["mid-epoch", "epoch-end", "mirrored-mid-epoch"])
+def test_resume_continues_exactly(tmp_path: Path, tiny_config, batches_per_epoch: int, interrupt: int,
+                                  extra: tuple[str, ...]) -> None:
     """Run A trains 2N steps straight; run B trains N, stops, and resumes to 2N: same weights.
 
     Both evaluate (and so step the LR scheduler) at the same steps: every N steps mid-epoch, at
-    each epoch's end and at the end. Dropout stays on, so the RNG state must be restored too.
+    each epoch's end and at the end. Dropout stays on, so the RNG state must be restored too; with
+    data.mirror, so must the coins that mirror the pairs of the interrupted epoch and the next.
     """
     total = 2 * interrupt
     evaluate = f"train.eval_every_steps={interrupt}"
-    config_a = tiny_config(tmp_path / "a", f"train.max_steps={total}", evaluate)
+    config_a = tiny_config(tmp_path / "a", f"train.max_steps={total}", evaluate, *extra)
     assert config_a.model.dropout > 0
     fit(config_a)
 
     torch.manual_seed(1234)  # whatever the global RNG was doing before must not matter
-    fit(tiny_config(tmp_path / "b", f"train.max_steps={interrupt}", evaluate))
+    fit(tiny_config(tmp_path / "b", f"train.max_steps={interrupt}", evaluate, *extra))
     stopped = _state(tmp_path / "b" / "last.pt")["progress"]
     assert stopped["step"] == interrupt
     if interrupt % batches_per_epoch:  # really inside an epoch: the rest of it is still to do
@@ -85,7 +88,7 @@ def test_resume_continues_exactly(tmp_path: Path, tiny_config, batches_per_epoch
     else:
         assert (stopped["epoch"], stopped["batch_in_epoch"]) == (1, 0)
     torch.manual_seed(999)
-    fit(tiny_config(tmp_path / "b", f"train.max_steps={total}", evaluate), resume=True)
+    fit(tiny_config(tmp_path / "b", f"train.max_steps={total}", evaluate, *extra), resume=True)
 
     a, b = _state(tmp_path / "a" / "last.pt"), _state(tmp_path / "b" / "last.pt")
     assert a["progress"]["step"] == b["progress"]["step"] == total

@@ -31,6 +31,7 @@ from tqdm import tqdm
 
 from captioning.data.images import ImageReadError, load_image, to_tensor
 from captioning.data.karpathy import ImageRecord
+from captioning.data.mirror import mirror_image
 from captioning.encoder import Encoder
 
 
@@ -39,12 +40,13 @@ class ImageFiles(Dataset):
 
     Decoding happens here, in the DataLoader workers; each call opens and closes its own file, so
     no handle is shared across processes. An unreadable image gives None and the reason instead
-    of killing the whole run.
+    of killing the whole run. `mirrored`: each image flipped left-right first (data.mirror).
     """
 
     def __init__(self, records: list[ImageRecord], *, size: int, mean: tuple[float, ...], std: tuple[float, ...],
-                 first: int = 0):
+                 first: int = 0, mirrored: bool = False):
         self.records, self.size, self.mean, self.std, self.first = records, size, mean, std, first
+        self.mirrored = mirrored
 
     def __len__(self) -> int:
         return len(self.records) - self.first
@@ -55,6 +57,8 @@ class ImageFiles(Dataset):
             image = load_image(self.records[row].path)
         except ImageReadError as error:
             return row, None, str(error)
+        if self.mirrored:
+            image = mirror_image(image)
         return row, to_tensor(image, size=self.size, mean=self.mean, std=self.std), None
 
 
@@ -100,8 +104,11 @@ def _write_json(path: Path, value: dict) -> None:
 
 @torch.no_grad()
 def write_cache(directory: Path, split: str, records: list[ImageRecord], *, encoder: Encoder, image_size: int,
-                batch_size: int = 32, device: str | torch.device = "cpu", num_workers: int = 0) -> Cached:
-    """Compute the annotations of a split into DIRECTORY/SPLIT.npy, resuming an interrupted run."""
+                batch_size: int = 32, device: str | torch.device = "cpu", num_workers: int = 0,
+                mirrored: bool = False) -> Cached:
+    """Compute the annotations of a split into DIRECTORY/SPLIT.npy, resuming an interrupted run.
+
+    `mirrored`: of the images flipped left-right (data.mirror; SPLIT names it, e.g. train_mirrored)."""
     directory.mkdir(parents=True, exist_ok=True)
     partial, marker = directory / f".{split}.partial.npy", directory / f".{split}.progress.json"
     ids = [r.image_id for r in records]
@@ -113,7 +120,7 @@ def write_cache(directory: Path, split: str, records: list[ImageRecord], *, enco
     unreadable: list[int] = progress["unreadable"] if progress is not None else []
     grid: tuple[int, int] = tuple(progress["grid"]) if progress is not None else (0, 0)
     encoder = encoder.to(device).eval()
-    images = ImageFiles(records, size=image_size, mean=encoder.mean, std=encoder.std, first=done)
+    images = ImageFiles(records, size=image_size, mean=encoder.mean, std=encoder.std, first=done, mirrored=mirrored)
     loader = DataLoader(images, batch_size=batch_size, num_workers=num_workers, collate_fn=collate_images,
                         pin_memory=torch.device(device).type == "cuda")
     bar = tqdm(loader, desc=f"{split} features", unit="batch", leave=False, disable=None)
@@ -159,7 +166,7 @@ def read_cache(directory: Path, split: str, records: list[ImageRecord]) -> Cache
 
 def load_or_compute(directory: Path, split: str, records: list[ImageRecord], *, encoder_factory: Callable[[], Encoder],
                     image_size: int, batch_size: int = 32, device: str | torch.device = "cpu",
-                    num_workers: int = 0) -> Cached:
+                    num_workers: int = 0, mirrored: bool = False) -> Cached:
     """The cached annotations of a split (memory-mapped), computing and storing them if needed.
 
     `encoder_factory()` builds the encoder only when something must be computed.
@@ -175,7 +182,7 @@ def load_or_compute(directory: Path, split: str, records: list[ImageRecord], *, 
         if cached is not None:
             return cached
         return write_cache(directory, split, records, encoder=encoder_factory(), image_size=image_size,
-                           batch_size=batch_size, device=device, num_workers=num_workers)
+                           batch_size=batch_size, device=device, num_workers=num_workers, mirrored=mirrored)
 
 
 class EncodedImages:

@@ -40,7 +40,7 @@ def augment(image: Image.Image, *, generator: torch.Generator | None = None, min
     The crop's side is a random share in [min_scale, 1] of the shorter side, at a random place, so
     the encoder (which keeps the centre square, see `crop_box`) sees the whole crop. Brightness,
     contrast and saturation are each scaled by a random factor in [1 - jitter, 1 + jitter]. No
-    horizontal flip: captions name left and right.
+    horizontal flip: captions name left and right (data.mirror flips and swaps those words).
     """
     from torchvision.transforms import functional as TF
 

@@ -1,0 +1,38 @@
+"""Left-right mirroring of training pairs (`data.mirror`, off by default): the image flipped
+horizontally and "left" and "right" swapped in its caption, so the caption stays true.
+
+A plain horizontal flip, as image classifiers use, would make "a circle to the left of a square"
+false; with the words swapped it is a second, equally true training pair. It teaches nothing about
+"above" and "below", and it assumes what is drawn looks the same mirrored: true of the shapes data
+(circles, squares, upright triangles and diamonds) and of most COCO scenes, not of text or clocks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from PIL import Image, ImageOps
+
+MIRRORED_WORDS = {"left": "right", "right": "left"}
+
+
+def mirror_image(image: Image.Image) -> Image.Image:
+    return ImageOps.mirror(image)
+
+
+def mirror_words(words: Sequence[str]) -> list[str]:
+    """The caption of the mirrored image: ["a", "circle", "to", "the", "left", ...] -> [..., "right", ...]."""
+    return [MIRRORED_WORDS.get(word, word) for word in words]
+
+
+def mirror_batches(batches: list[list[int]], *, pairs: int, seed: int, epoch: int) -> list[list[int]]:
+    """Each pair index i in [0, pairs) becomes its mirrored copy i + pairs on a fair coin.
+
+    The coins are a pure function of (seed, epoch), like the batches themselves (sampling.py), so a
+    resumed run sees the same mirrored pairs as an uninterrupted one. One draw per pair, not per
+    position in the batches, so the choice does not depend on how the epoch was cut.
+    """
+    generator = torch.Generator().manual_seed(seed * 100_003 + epoch + 50_021)  # not the order's stream
+    heads = (torch.rand(pairs, generator=generator) < 0.5).tolist()  # [pairs]
+    return [[i + pairs if heads[i] else i for i in batch] for batch in batches]
