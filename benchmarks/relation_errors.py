@@ -225,14 +225,17 @@ def caption_breakdown(captions: Path, stated: dict[int, str], *, run: Run) -> li
     verdicts: dict[int, Counter] = {2: Counter(), 3: Counter()}
     causes: dict[int, Counter] = {2: Counter(), 3: Counter()}
     twins: Counter = Counter()  # (object count, two objects share a shape, true) -> stated relations
+    by_relation: Counter = Counter()  # (the relation stated, true) -> stated relations
     for image, truth in zip(images.image_ids, images.grounding):
         words = stated[image].split()
         objects = truth.objects
         if len(objects) in verdicts:
             shared = shares_a_shape(objects)
-            for verdict, cause in verdict_causes(words, truth):
+            said = [said for _, said, _ in stated_relations(words, objects)]
+            for relation_said, (verdict, cause) in zip(said, verdict_causes(words, truth)):
                 verdicts[len(objects)][verdict] += 1
                 twins[len(objects), shared, verdict == "true"] += 1
+                by_relation[relation_said, verdict == "true"] += 1
                 if cause is not None:
                     causes[len(objects)][cause] += 1
     lines = [f"{captions}: stated relations by object count"]
@@ -246,6 +249,9 @@ def caption_breakdown(captions: Path, stated: dict[int, str], *, run: Run) -> li
             true, total = twins[objects, shared, True], twins[objects, shared, True] + twins[objects, shared, False]
             lines.append(f"    where {where}: {total} stated, "
                          + (f"{true / total:.0%} true" if total else "none"))
+    lines.append("  by the relation stated (true of stated): " + ", ".join(
+        f"{said} {by_relation[said, True]} of {by_relation[said, True] + by_relation[said, False]}"
+        for said in RELATIONS))
     return lines
 
 

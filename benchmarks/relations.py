@@ -164,6 +164,16 @@ RUNS = {
                              "train.lr_patience=3", f"train.seed={seed}", "model.query_word=true",
                              "train.epochs=32", "train.early_stop_patience=32"))
        for seed in (0, 1, 2, 3)},
+    # ... for 16 epochs with the training pairs mirrored left-right half the time, "left" and
+    # "right" swapped in the caption (data.mirror): a false relation mostly points where no object
+    # lies, and a mirrored pair is a second true example of every left / right decision. Beam 5
+    # (eval.py): 90.2 / 88.6 / 82.9 / 89.5% of stated relations true against 90.1 / 88.9 / 88.9 /
+    # 88.4%, a lower probe on every seed: not adopted
+    **{f"soft_local_layout_glimpses_coordinates_16ep_by_probe_words3_patience3_query_word_mirror_seed{seed}": (
+        "shapes_soft.yaml", (*GLIMPSES_LOCAL_16EP_BY_PROBE, f"train.word_weights={relation_word_weights(3)}",
+                             "train.lr_patience=3", f"train.seed={seed}", "model.query_word=true",
+                             "data.mirror=true"))
+       for seed in (0, 1, 2, 3)},
     # ... and at the demo's budget (8 epochs, kept by CIDEr): configs/shapes_relations.yaml with the
     # relation words counted 3 times, with one glimpse per word and with two
     "soft_local_layout_words3": ("shapes_soft.yaml", ("model.score=local", "model.init=layout",

@@ -157,6 +157,8 @@ def test_stated_relations_are_split_by_whether_two_objects_share_a_shape(relatio
     assert "    where no two share a shape: 3 stated, 67% true" in lines
     assert "  3 objects:    0 stated, nan% true; true 0, wrong 0, self 0, absent 0" in lines
     assert "    where no two share a shape: 0 stated, none" in lines
+    assert lines[-1] == ("  by the relation stated (true of stated): to the left of 1 of 1, to the right of 1 of 3, "
+                         "above 0 of 0, below 0 of 0")
 
 
 def test_pair_twins_follow_the_probes_pairs(relation_errors) -> None:
