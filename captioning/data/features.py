@@ -108,7 +108,8 @@ def write_cache(directory: Path, split: str, records: list[ImageRecord], *, enco
                 mirrored: bool = False) -> Cached:
     """Compute the annotations of a split into DIRECTORY/SPLIT.npy, resuming an interrupted run.
 
-    `mirrored`: of the images flipped left-right (data.mirror; SPLIT names it, e.g. train_mirrored)."""
+    `mirrored`: the annotations of the images flipped left-right (data.mirror), under a SPLIT name of
+    their own (train_mirrored)."""
     directory.mkdir(parents=True, exist_ok=True)
     partial, marker = directory / f".{split}.partial.npy", directory / f".{split}.progress.json"
     ids = [r.image_id for r in records]
