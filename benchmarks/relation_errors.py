@@ -231,11 +231,11 @@ def caption_breakdown(captions: Path, stated: dict[int, str], *, run: Run) -> li
         objects = truth.objects
         if len(objects) in verdicts:
             shared = shares_a_shape(objects)
-            said = [said for _, said, _ in stated_relations(words, objects)]
-            for relation_said, (verdict, cause) in zip(said, verdict_causes(words, truth)):
+            for a, said, b in stated_relations(words, objects):
+                verdict, cause = verdict_cause(a, said, b, objects)
                 verdicts[len(objects)][verdict] += 1
                 twins[len(objects), shared, verdict == "true"] += 1
-                by_relation[relation_said, verdict == "true"] += 1
+                by_relation[said, verdict == "true"] += 1
                 if cause is not None:
                     causes[len(objects)][cause] += 1
     lines = [f"{captions}: stated relations by object count"]

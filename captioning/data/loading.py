@@ -13,8 +13,8 @@ from torch.utils.data import Dataset
 from captioning import distributed
 from captioning.config import Config
 from captioning.data.dataset import Batch, CaptionPairs, ImageCaptionPairs, collate, collate_images
-from captioning.data.features import EncodedImages, load_or_compute
-from captioning.data.splits import Split, encoder_from_config, features_dir, load_splits
+from captioning.data.features import EncodedImages
+from captioning.data.splits import Split, load_splits
 from captioning.encoder import Encoder
 from captioning.prepare import run_vocabulary
 from captioning.vocab import Vocabulary
@@ -38,20 +38,14 @@ def load_run_data(config: Config, *, vocab_words: list[str] | None, encoder: Enc
         distributed.barrier(context)
     splits = load_splits(config, ("train", "val"), device=device, features=encoder is None,
                          num_workers=config.train.num_workers)
-    train, val = splits["train"], splits["val"]
-    mirrored = None
-    if config.data.mirror and encoder is None:  # the mirror images' annotations: a cache of their own
-        mirrored = load_or_compute(features_dir(config), "train_mirrored", train.records, mirrored=True,
-                                   encoder_factory=lambda: encoder_from_config(config),
-                                   image_size=config.data.image_size, batch_size=config.encoder.batch_size,
-                                   device=device, num_workers=config.train.num_workers).annotations
     vocab = Vocabulary(vocab_words) if vocab_words is not None else run_vocabulary(config)
     if context.is_main:
         distributed.barrier(context)
+    train, val = splits["train"], splits["val"]
     max_length = config.data.max_caption_length
     if encoder is None:
         pairs: Dataset = CaptionPairs(train.annotations, train.records, vocab, max_length=max_length,
-                                      mirrored_annotations=mirrored)
+                                      mirrored_annotations=train.mirrored_annotations)
         return RunData(train, val, vocab, pairs, collate, val.annotations)
     pairs = ImageCaptionPairs(train.records, vocab, image_size=config.data.image_size, mean=encoder.mean,
                               std=encoder.std, max_length=max_length, augmented=config.data.augment,

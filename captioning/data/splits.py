@@ -48,6 +48,8 @@ class Split:
     grid: tuple[int, int] | None  # (Hg, Wg), L = Hg * Wg; known once annotations exist
     grounding: list[Grounding] | None  # per image, for attention correctness
     unreadable: int = 0  # images of the split skipped because they could not be read
+    # the same images' annotations from their mirror images [N, L, D]: the train split, with data.mirror
+    mirrored_annotations: np.ndarray | None = None
 
     @property
     def image_ids(self) -> list[int]:
@@ -87,7 +89,8 @@ def ensure_shapes(config: Config) -> None:
 def load_splits(config: Config, names: tuple[str, ...], *, device: str | torch.device = "cpu",
                 features: bool = True, num_workers: int = 0) -> dict[str, Split]:
     """The named splits; with `features`, their cached annotations, computing any missing cache with
-    one shared encoder. Images that cannot be read are left out of the split, with a warning."""
+    one shared encoder (with data.mirror, the train split's mirror images too). Images that cannot be
+    read are left out of the split, with a warning."""
     ensure_shapes(config)
     objects = Path(config.data.root) / "objects.json"
     encoder = functools.cache(lambda: encoder_from_config(config))
@@ -110,5 +113,11 @@ def load_splits(config: Config, names: tuple[str, ...], *, device: str | torch.d
             annotations = Rows(cached.annotations, keep)
             records = [records[i] for i in keep]
             grounding = [grounding[i] for i in keep] if grounding is not None else None
-        splits[name] = Split(name, records, annotations, cached.grid, grounding, unreadable=len(cached.unreadable))
+        mirrored = None
+        if name == "train" and config.data.mirror:  # a cache of their own, of the readable images
+            mirrored = load_or_compute(features_dir(config), "train_mirrored", records, encoder_factory=encoder,
+                                       image_size=config.data.image_size, batch_size=config.encoder.batch_size,
+                                       device=device, num_workers=num_workers, mirrored=True).annotations
+        splits[name] = Split(name, records, annotations, cached.grid, grounding, unreadable=len(cached.unreadable),
+                             mirrored_annotations=mirrored)
     return splits
