@@ -94,6 +94,9 @@ def load_splits(config: Config, names: tuple[str, ...], *, device: str | torch.d
     ensure_shapes(config)
     objects = Path(config.data.root) / "objects.json"
     encoder = functools.cache(lambda: encoder_from_config(config))
+    cache = functools.partial(load_or_compute, features_dir(config), encoder_factory=encoder,
+                              image_size=config.data.image_size, batch_size=config.encoder.batch_size,
+                              device=device, num_workers=num_workers)
     splits = {}
     for name in names:
         records = read_records(config.data, name)
@@ -101,9 +104,7 @@ def load_splits(config: Config, names: tuple[str, ...], *, device: str | torch.d
         if not features:
             splits[name] = Split(name, records, None, None, grounding)
             continue
-        cached = load_or_compute(features_dir(config), name, records, encoder_factory=encoder,
-                                 image_size=config.data.image_size, batch_size=config.encoder.batch_size,
-                                 device=device, num_workers=num_workers)
+        cached = cache(name, records)
         annotations: np.ndarray | Rows = cached.annotations
         if cached.unreadable:
             print(f"warning: {name}: {len(cached.unreadable)} of {len(records)} images could not be read and are "
@@ -115,9 +116,7 @@ def load_splits(config: Config, names: tuple[str, ...], *, device: str | torch.d
             grounding = [grounding[i] for i in keep] if grounding is not None else None
         mirrored = None
         if name == "train" and config.data.mirror:  # a cache of their own, of the readable images
-            mirrored = load_or_compute(features_dir(config), "train_mirrored", records, encoder_factory=encoder,
-                                       image_size=config.data.image_size, batch_size=config.encoder.batch_size,
-                                       device=device, num_workers=num_workers, mirrored=True).annotations
+            mirrored = cache("train_mirrored", records, mirrored=True).annotations
         splits[name] = Split(name, records, annotations, cached.grid, grounding, unreadable=len(cached.unreadable),
                              mirrored_annotations=mirrored)
     return splits
