@@ -3,7 +3,8 @@
 A checkpoint holds everything needed to caption (config, vocabulary, decoder weights, grid) and to
 resume training exactly (optimizer, scheduler, gradient scaler, step, position in the epoch, RNG
 states, the best metric so far). A frozen encoder is not stored: its weights are rebuilt from the
-config; a fine-tuned one is.
+config; a fine-tuned one is. Under train.ema_decay "decoder" is the weights' moving average, the
+model that was validated and that captions, and "training_decoder" the weights training goes on from.
 """
 
 from __future__ import annotations

@@ -134,6 +134,10 @@ class TrainConfig:
     baseline_decay: float = 0.9
     samples: int = 1
     reinforce_warmup: int = 0  # batches over which both terms grow from 0 (not in the paper; see losses.Reinforce)
+    # Polyak averaging of the decoder's weights (not in the paper; 0 = off): after each step the
+    # average moves 1 - ema_decay of the way to the new weights, and validation, best.pt and the
+    # checkpoint's "decoder" use the average (e.g. 0.999: about the last 1,000 steps).
+    ema_decay: float = 0.0
 
 
 @dataclass
@@ -186,6 +190,11 @@ def validate(config: Config, where: str = "config") -> Config:
             isinstance(word, str) and isinstance(weight, (int, float)) and not isinstance(weight, bool) and weight > 0
             for word, weight in weights.items()):
         raise ConfigError(f"{where}: train.word_weights must map words to positive numbers, got {weights!r}")
+    if not 0.0 <= config.train.ema_decay < 1.0:
+        raise ConfigError(f"{where}: train.ema_decay must be in [0, 1), got {config.train.ema_decay!r}")
+    if config.train.ema_decay and config.encoder.fine_tune_from is not None:
+        raise ConfigError(f"{where}: train.ema_decay averages the decoder only; it does not go with "
+                          "encoder.fine_tune_from")
     if config.model.glimpses not in (1, 2):
         raise ConfigError(f"{where}: model.glimpses must be 1 or 2, got {config.model.glimpses!r}")
     if config.model.glimpses == 2 and config.model.attention != "soft":

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import pytest
 import torch
 
 import captioning.checkpoint as checkpoint_module
+import captioning.training
 import captioning.training_step as training_step
 from captioning.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from captioning.config import Config, ModelConfig, from_dict
+from captioning.config import Config, ConfigError, ModelConfig, from_dict
 from captioning.data.dataset import Batch
 from captioning.data.karpathy import read_split
 from captioning.model import build_decoder
@@ -63,8 +65,9 @@ def _state(path: Path) -> dict:
     return torch.load(path, map_location="cpu", weights_only=True)
 
 
-@pytest.mark.parametrize(("interrupt", "extra"), [(5, ()), (8, ()), (5, ("data.mirror=true",))],
-                         ids=["mid-epoch", "epoch-end", "mirrored-mid-epoch"])
+@pytest.mark.parametrize(("interrupt", "extra"), [(5, ()), (8, ()), (5, ("data.mirror=true",)),
+                                                  (5, ("train.ema_decay=0.9",))],
+                         ids=["mid-epoch", "epoch-end", "mirrored-mid-epoch", "averaged-mid-epoch"])
 def test_resume_continues_exactly(tmp_path: Path, tiny_config, batches_per_epoch: int, interrupt: int,
                                   extra: tuple[str, ...]) -> None:
     """Run A trains 2N steps straight; run B trains N, stops, and resumes to 2N: same weights.
@@ -93,9 +96,11 @@ def test_resume_continues_exactly(tmp_path: Path, tiny_config, batches_per_epoch
     a, b = _state(tmp_path / "a" / "last.pt"), _state(tmp_path / "b" / "last.pt")
     assert a["progress"]["step"] == b["progress"]["step"] == total
     assert a["progress"]["epoch"] == b["progress"]["epoch"] >= 1  # the run crossed an epoch boundary
-    assert a["decoder"].keys() == b["decoder"].keys()
-    for name in a["decoder"]:
-        assert torch.equal(a["decoder"][name], b["decoder"][name]), name
+    weights = ("decoder", "training_decoder") if "training_decoder" in a else ("decoder",)  # the average too
+    for key in weights:
+        assert a[key].keys() == b[key].keys()
+        for name in a[key]:
+            assert torch.equal(a[key][name], b[key][name]), (key, name)
     for key, moments in a["optimizer"]["state"].items():
         for name, value in moments.items():
             assert torch.equal(value, b["optimizer"]["state"][key][name]), (key, name)
@@ -135,6 +140,58 @@ def test_same_config_gives_same_weights_whatever_the_global_rng(tmp_path: Path, 
     fit(z_config)
     z = _state(tmp_path / "z" / "last.pt")["decoder"]
     assert not torch.equal(x["out.weight"], z["out.weight"])  # the seed does matter
+
+
+# the weights' average (train.ema_decay) -----------------------------------------------------------
+
+
+def test_the_average_follows_its_formula_and_is_what_is_validated(tmp_path: Path, tiny_config,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """After one step the average is the trained weights; after two, d * w_1 + (1 - d) * w_2. The
+    checkpoint's "decoder" (what eval.py and caption load) and validation both use it."""
+    decay = 0.75
+    validated = []
+    real_validate = captioning.training.validate
+
+    def spy(decoder, *args, **kwargs):
+        validated.append({name: value.clone() for name, value in decoder.state_dict().items()})
+        return real_validate(decoder, *args, **kwargs)
+
+    monkeypatch.setattr(captioning.training, "validate", spy)
+    fit(tiny_config(tmp_path / "one", "train.max_steps=1", f"train.ema_decay={decay}"))
+    one = _state(tmp_path / "one" / "last.pt")
+    fit(tiny_config(tmp_path / "two", "train.max_steps=2", f"train.ema_decay={decay}"))
+    two = _state(tmp_path / "two" / "last.pt")
+    fit(tiny_config(tmp_path / "plain", "train.max_steps=2"))
+    without = _state(tmp_path / "plain" / "last.pt")
+
+    w1, w2 = one["training_decoder"], two["training_decoder"]
+    assert all(torch.equal(one["decoder"][name], w1[name]) for name in w1)
+    assert all(torch.equal(w2[name], without["decoder"][name]) for name in w2)  # averaging does not steer training
+    assert "training_decoder" not in without
+    moved = 0
+    for name in w1:
+        expected = decay * w1[name] + (1 - decay) * w2[name]
+        torch.testing.assert_close(two["decoder"][name], expected, rtol=0, atol=1e-6)
+        moved += not torch.equal(w1[name], w2[name])
+    assert moved  # the second step changed weights, so the average differs from both
+    assert len(validated) == 3  # each run validates once, at its end
+    for name, value in validated[1].items():
+        assert torch.equal(value, two["decoder"][name]), name
+    # and best.pt (the only evaluation was the best so far) holds the same average
+    best = _state(tmp_path / "two" / "best.pt")
+    assert all(torch.equal(best["decoder"][name], two["decoder"][name]) for name in w1)
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ("train.ema_decay=1.0", "train.ema_decay must be in [0, 1)"),
+    ("train.ema_decay=-0.5", "train.ema_decay must be in [0, 1)"),
+    ("encoder.fine_tune_from=layer4", "does not go with encoder.fine_tune_from"),
+])
+def test_a_bad_average_is_a_config_error(tmp_path: Path, tiny_config, override: str, message: str) -> None:
+    extra = ("train.ema_decay=0.9",) if override.startswith("encoder.") else ()
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        tiny_config(tmp_path, *extra, override)
 
 
 # overfitting one batch -----------------------------------------------------------------------------
