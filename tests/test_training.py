@@ -166,6 +166,7 @@ def test_the_average_follows_its_formula_and_is_what_is_validated(tmp_path: Path
     without = _state(tmp_path / "plain" / "last.pt")
 
     w1, w2 = one["training_decoder"], two["training_decoder"]
+    assert two["decoder"].keys() == w2.keys() == without["decoder"].keys()  # loads as a plain decoder does
     assert all(torch.equal(one["decoder"][name], w1[name]) for name in w1)
     assert all(torch.equal(w2[name], without["decoder"][name]) for name in w2)  # averaging does not steer training
     assert "training_decoder" not in without
