@@ -9,6 +9,12 @@ the image), it feeds the caption's words up to A under teacher forcing and takes
 at the step that predicts the relation's first word: the share of each map inside A's box and inside
 B's (evaluation.box_mass, as attention correctness), against a uniform map's. Results:
 docs/attention.md.
+
+    python benchmarks/glimpses_at_relation.py <best.pt> [...] --correctness [--split test]
+
+instead scores each glimpse's maps on the split's greedy captions as attention correctness does
+(the decoder reports the first glimpse's; nothing ties "the one that lands on the named object" to
+either), as a multiple of chance.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from captioning.checkpoint import decoder_from_checkpoint, load_checkpoint
 from captioning.config import apply_overrides, from_dict
 from captioning.data.shapes import RELATIONS
 from captioning.data.splits import load_splits
-from captioning.evaluation import box_mass, box_share, word_objects
+from captioning.evaluation import box_mass, box_share, evaluate_split, word_objects
 from captioning.vocab import Vocabulary
 
 FIRST_WORDS = {stated.split()[0] for stated in RELATIONS}  # "to", "above", "below"
@@ -72,13 +78,47 @@ def masses(checkpoint: Path, *, data: str, images: int) -> dict[str, float]:
     return {"captions": len(shares["first on A"]), **{name: float(np.mean(v)) for name, v in shares.items()}}
 
 
+def correctness_by_glimpse(checkpoint: Path, *, data: str, split: str) -> dict[str, float]:
+    """Attention correctness / chance of the first and of the second glimpse's maps, greedy captions."""
+    payload = load_checkpoint(checkpoint)
+    config = apply_overrides(from_dict(payload["config"], where=f"{checkpoint}: config"), [f"data.root={data}"])
+    if config.model.glimpses != 2:
+        raise SystemExit(f"{checkpoint}: model.glimpses is {config.model.glimpses}; this needs two glimpses")
+    part = load_splits(config, (split,))[split]
+    decoder, vocab = decoder_from_checkpoint(payload, config).eval(), Vocabulary(payload["vocab"])
+    scores, first = {}, []
+    for glimpse in ("first", "second"):
+        hooks = []
+        if glimpse == "second":  # the step's reported output (the first glimpse's) takes the second's map
+            hooks = [decoder.attention.register_forward_hook(lambda module, inputs, output: first.append(output)),
+                     decoder.glimpse.register_forward_hook(
+                         lambda module, inputs, output: setattr(first.pop(), "alpha", output.alpha))]
+        try:
+            metrics, _ = evaluate_split(decoder, part.annotations, image_ids=part.image_ids,
+                                        references=part.references, vocab=vocab, grid=part.grid,
+                                        grounding=part.grounding, beam_size=1, full=False, probe=False)
+        finally:
+            for hook in hooks:
+                hook.remove()
+        scores[glimpse] = metrics["attention_correctness"] / metrics["attention_correctness_chance"]
+    return scores
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("checkpoints", type=Path, nargs="+")
     parser.add_argument("--data", default="data/shapes")
     parser.add_argument("--images", type=int, default=300, help="the first N validation images")
+    parser.add_argument("--correctness", action="store_true", help="each glimpse's attention correctness instead")
+    parser.add_argument("--split", default="test", choices=("val", "test"), help="for --correctness")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    if args.correctness:
+        print("| run | first glimpse | second glimpse |\n|---|---|---|")
+        for checkpoint in args.checkpoints:
+            m = correctness_by_glimpse(checkpoint, data=args.data, split=args.split)
+            print(f"| {checkpoint.parent.name} | {m['first']:.2f}x chance | {m['second']:.2f}x chance |", flush=True)
+        return
     print("| run | captions | first glimpse: A / B | second glimpse: A / B | uniform: A / B |")
     print("|---|---|---|---|---|")
     for checkpoint in args.checkpoints:
