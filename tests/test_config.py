@@ -190,13 +190,14 @@ def test_the_relations_config_is_the_soft_one_with_what_it_says_changed():
 
 def test_the_16_epoch_relations_config_is_the_run_its_comment_reports(monkeypatch):
     """configs/shapes_relations_16ep.yaml is benchmarks/relations.py's run
-    soft_local_layout_glimpses_coordinates_16ep_by_probe_words3_patience3_query_word_narrow_dropout01
+    soft_local_layout_glimpses_coordinates_16ep_by_probe_words3_patience3_query_word_narrow_dropout01_ema0999
     (seeds 0 to 3), decoded with beam 5: the numbers in its comment are that run's."""
     repo = Path(__file__).resolve().parents[1]
     monkeypatch.syspath_prepend(str(repo / "benchmarks"))
     import relations
 
-    run_name = "soft_local_layout_glimpses_coordinates_16ep_by_probe_words3_patience3_query_word_narrow_dropout01_seed0"
+    run_name = ("soft_local_layout_glimpses_coordinates_16ep_by_probe_words3_patience3_query_word_narrow_dropout01"
+                "_ema0999_seed0")
     config_name, overrides = relations.RUNS[run_name]
     run = load_config(repo / "configs" / config_name, list(overrides)).to_dict()
     long = load_config(repo / "configs" / "shapes_relations_16ep.yaml").to_dict()
@@ -207,3 +208,4 @@ def test_the_16_epoch_relations_config_is_the_run_its_comment_reports(monkeypatc
     assert long["train"]["word_weights"] == {word: 3 for word in ("to", "left", "right", "above", "below")}
     assert long["model"]["query_word"] is True
     assert (long["model"]["local_sigma"], long["model"]["dropout"]) == (1.75, 0.1)
+    assert long["train"]["ema_decay"] == 0.999
