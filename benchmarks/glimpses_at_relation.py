@@ -24,25 +24,25 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from relation_errors import Run, load_run
 
-from captioning.checkpoint import decoder_from_checkpoint, load_checkpoint
-from captioning.config import apply_overrides, from_dict
 from captioning.data.shapes import RELATIONS
-from captioning.data.splits import load_splits
 from captioning.evaluation import box_mass, box_share, evaluate_split, word_objects
-from captioning.vocab import Vocabulary
 
 FIRST_WORDS = {stated.split()[0] for stated in RELATIONS}  # "to", "above", "below"
 
 
+def two_glimpse_run(checkpoint: Path, *, data: str, split: str) -> Run:
+    run = load_run(checkpoint, data=data, split=split)
+    if run.decoder.glimpse is None:  # model.glimpses is 1 or 2
+        raise SystemExit(f"{checkpoint}: model.glimpses is 1; this needs two glimpses")
+    return run
+
+
 def masses(checkpoint: Path, *, data: str, images: int) -> dict[str, float]:
     """Mean share of each glimpse's map in A's and B's boxes at the relation's first word."""
-    payload = load_checkpoint(checkpoint)
-    config = apply_overrides(from_dict(payload["config"], where=f"{checkpoint}: config"), [f"data.root={data}"])
-    if config.model.glimpses != 2:
-        raise SystemExit(f"{checkpoint}: model.glimpses is {config.model.glimpses}; this needs two glimpses")
-    val = load_splits(config, ("val",))["val"]
-    decoder, vocab = decoder_from_checkpoint(payload, config).eval(), Vocabulary(payload["vocab"])
+    run = two_glimpse_run(checkpoint, data=data, split="val")
+    val, decoder, vocab = run.images, run.decoder, run.vocab
     second = []
     hook = decoder.glimpse.register_forward_hook(lambda module, inputs, output: second.append(output.alpha))
     shares: dict[str, list[float]] = {"first on A": [], "first on B": [], "second on A": [], "second on B": [],
@@ -80,12 +80,8 @@ def masses(checkpoint: Path, *, data: str, images: int) -> dict[str, float]:
 
 def correctness_by_glimpse(checkpoint: Path, *, data: str, split: str) -> dict[str, float]:
     """Attention correctness / chance of the first and of the second glimpse's maps, greedy captions."""
-    payload = load_checkpoint(checkpoint)
-    config = apply_overrides(from_dict(payload["config"], where=f"{checkpoint}: config"), [f"data.root={data}"])
-    if config.model.glimpses != 2:
-        raise SystemExit(f"{checkpoint}: model.glimpses is {config.model.glimpses}; this needs two glimpses")
-    part = load_splits(config, (split,))[split]
-    decoder, vocab = decoder_from_checkpoint(payload, config).eval(), Vocabulary(payload["vocab"])
+    run = two_glimpse_run(checkpoint, data=data, split=split)
+    part, decoder, vocab = run.images, run.decoder, run.vocab
     scores, first = {}, []
     for glimpse in ("first", "second"):
         hooks = []
