@@ -12,9 +12,9 @@ docs/attention.md.
 
     python benchmarks/glimpses_at_relation.py <best.pt> [...] --correctness [--split test]
 
-instead scores each glimpse's maps on the split's greedy captions as attention correctness does
-(the decoder reports the first glimpse's; nothing ties "the one that lands on the named object" to
-either), as a multiple of chance.
+instead scores each glimpse's maps, and their mean (the map the decoder reports), on the split's
+greedy captions as attention correctness does, as a multiple of chance: nothing ties "the glimpse
+that lands on the named object" to the first or the second.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from relation_errors import Run, load_run
+from relation_errors import Run, load_run, teacher_forced
 
 from captioning.data.shapes import RELATIONS
 from captioning.evaluation import box_mass, box_share, evaluate_split, word_objects
@@ -43,52 +43,55 @@ def masses(checkpoint: Path, *, data: str, images: int) -> dict[str, float]:
     """Mean share of each glimpse's map in A's and B's boxes at the relation's first word."""
     run = two_glimpse_run(checkpoint, data=data, split="val")
     val, decoder, vocab = run.images, run.decoder, run.vocab
-    second = []
-    hook = decoder.glimpse.register_forward_hook(lambda module, inputs, output: second.append(output.alpha))
     shares: dict[str, list[float]] = {"first on A": [], "first on B": [], "second on A": [], "second on B": [],
                                       "uniform on A": [], "uniform on B": []}
-    try:
-        for image in range(min(images, len(val.records))):
-            truth = val.grounding[image]
-            for caption in val.references[image]:
-                words = caption.split()
-                links = word_objects(words, truth.objects)  # (word position, object) per named shape
-                if len(links) < 2 or links[0][1] == links[1][1] or words[links[0][0] + 1] not in FIRST_WORDS:
-                    continue
-                (position, a), (_, b) = links[:2]
-                tokens = torch.tensor(vocab.encode(words))  # <start> w1 .. ; w_k is input k
-                annotations = torch.from_numpy(np.asarray(val.annotations[image:image + 1], dtype=np.float32))
-                with torch.no_grad():
-                    memory, state = decoder.prepare(annotations)
-                    for k in range(position + 2):  # inputs <start> .. A's shape: the last predicts the relation
-                        _, state, attended = decoder.step(memory, state, tokens[k:k + 1])
-                maps = {"first": attended.alpha[0], "second": second[-1][0]}  # [L] each
-                for glimpse, alpha in maps.items():
-                    for name, target in (("A", a), ("B", b)):
-                        shares[f"{glimpse} on {name}"].append(box_mass(
-                            alpha.view(*val.grid).numpy(), truth.objects[target].box, width=truth.width,
-                            height=truth.height))
+    for image in range(min(images, len(val.records))):
+        truth = val.grounding[image]
+        for caption in val.references[image]:
+            words = caption.split()
+            links = word_objects(words, truth.objects)  # (word position, object) per named shape
+            if len(links) < 2 or links[0][1] == links[1][1] or words[links[0][0] + 1] not in FIRST_WORDS:
+                continue
+            (position, a), (_, b) = links[:2]
+            annotations = torch.from_numpy(np.asarray(val.annotations[image:image + 1], dtype=np.float32))
+            # inputs <start> .. A's shape: the last step predicts the relation's first word
+            _, maps = teacher_forced(decoder, annotations, torch.tensor(vocab.encode(words)), position + 2)[-1]
+            for glimpse, alpha in maps.items():  # [L] each
                 for name, target in (("A", a), ("B", b)):
-                    shares[f"uniform on {name}"].append(box_share(truth.objects[target].box, width=truth.width,
-                                                                  height=truth.height))
-                second.clear()
-                break
-    finally:
-        hook.remove()
+                    shares[f"{glimpse} on {name}"].append(box_mass(
+                        alpha.view(*val.grid).numpy(), truth.objects[target].box, width=truth.width,
+                        height=truth.height))
+            for name, target in (("A", a), ("B", b)):
+                shares[f"uniform on {name}"].append(box_share(truth.objects[target].box, width=truth.width,
+                                                              height=truth.height))
+            break
     return {"captions": len(shares["first on A"]), **{name: float(np.mean(v)) for name, v in shares.items()}}
 
 
 def correctness_by_glimpse(checkpoint: Path, *, data: str, split: str) -> dict[str, float]:
-    """Attention correctness / chance of the first and of the second glimpse's maps, greedy captions."""
+    """Attention correctness / chance of the first glimpse's maps, of the second's, and of their mean
+    (the map the decoder reports), on the split's greedy captions (the same captions for all three:
+    what is reported does not change what is decoded)."""
     run = two_glimpse_run(checkpoint, data=data, split=split)
     part, decoder, vocab = run.images, run.decoder, run.vocab
     scores, first = {}, []
-    for glimpse in ("first", "second"):
+
+    def report_only(glimpse: str):
+        """A hook on the second glimpse that makes the step's reported mean one glimpse's map: the
+        contexts are computed by then, so the captions stay the same."""
+        def hook(module, inputs, output):
+            kept = first.pop()
+            if glimpse == "first":
+                output.alpha = kept.alpha
+            else:
+                kept.alpha = output.alpha
+        return hook
+
+    for glimpse in ("first", "second", "mean"):
         hooks = []
-        if glimpse == "second":  # the step's reported output (the first glimpse's) takes the second's map
+        if glimpse != "mean":
             hooks = [decoder.attention.register_forward_hook(lambda module, inputs, output: first.append(output)),
-                     decoder.glimpse.register_forward_hook(
-                         lambda module, inputs, output: setattr(first.pop(), "alpha", output.alpha))]
+                     decoder.glimpse.register_forward_hook(report_only(glimpse))]
         try:
             metrics, _ = evaluate_split(decoder, part.annotations, image_ids=part.image_ids,
                                         references=part.references, vocab=vocab, grid=part.grid,
@@ -110,10 +113,11 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     if args.correctness:
-        print("| run | first glimpse | second glimpse |\n|---|---|---|")
+        print("| run | first glimpse | second glimpse | their mean (reported) |\n|---|---|---|---|")
         for checkpoint in args.checkpoints:
             m = correctness_by_glimpse(checkpoint, data=args.data, split=args.split)
-            print(f"| {checkpoint.parent.name} | {m['first']:.2f}x chance | {m['second']:.2f}x chance |", flush=True)
+            print(f"| {checkpoint.parent.name} | {m['first']:.2f}x chance | {m['second']:.2f}x chance | "
+                  f"{m['mean']:.2f}x chance |", flush=True)
         return
     print("| run | captions | first glimpse: A / B | second glimpse: A / B | uniform: A / B |")
     print("|---|---|---|---|---|")

@@ -128,21 +128,21 @@ def probe_breakdown(run: Run, *, batch: int = 50) -> list[str]:
 def teacher_forced(decoder, annotations: torch.Tensor, tokens: torch.Tensor,
                    steps: int) -> list[tuple[torch.Tensor, dict[str, torch.Tensor]]]:
     """Feeds one image's annotations [1, L, D] and tokens [<start>, w_0, w_1, ..] one by one for
-    `steps` steps. Per step k (fed token k, predicting w_k): the logits [V] and each glimpse's map [L]
-    by name ("first"; "second" with two glimpses)."""
-    second: list[torch.Tensor] = []
-    hook = None if decoder.glimpse is None else decoder.glimpse.register_forward_hook(
-        lambda module, inputs, output: second.append(output.alpha))
+    `steps` steps. Per step k (fed token k, predicting w_k): the logits [V] and each glimpse's own map
+    [L] by name ("first"; "second" with two glimpses; the decoder reports their mean)."""
+    maps: dict[str, torch.Tensor] = {}
+    glimpses = {"first": decoder.attention, **({} if decoder.glimpse is None else {"second": decoder.glimpse})}
+    hooks = [module.register_forward_hook(lambda module, inputs, output, name=name: maps.update({name: output.alpha}))
+             for name, module in glimpses.items()]
     found = []
     try:
         with torch.no_grad():
             memory, state = decoder.prepare(annotations)
             for k in range(steps):
-                second.clear()
-                logits, state, attended = decoder.step(memory, state, tokens[k:k + 1])
-                found.append((logits[0], {"first": attended.alpha[0], **({"second": second[0][0]} if second else {})}))
+                logits, state, _ = decoder.step(memory, state, tokens[k:k + 1])
+                found.append((logits[0], {name: maps[name][0] for name in glimpses}))
     finally:
-        if hook is not None:
+        for hook in hooks:
             hook.remove()
     return found
 

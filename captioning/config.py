@@ -84,7 +84,8 @@ class ModelConfig:
     init: str = "mean"
     # Glimpses per word (not in the paper): 2 adds a second soft attention whose query is h_{t-1}
     # and the first glimpse's context, so that one word can see two places (the two objects of a
-    # relation); z_t is both contexts side by side. See captioning.decoder.
+    # relation); z_t is both contexts side by side, and the map reported for the word (overlays,
+    # attention correctness) is the mean of the two. See captioning.decoder.
     glimpses: int = 1
     # The attention query: h_{t-1} alone (the paper, Eq. 4), or also the previous word's embedding,
     # [h_{t-1}; E y_{t-1}] (not in the paper; Anderson et al. 2018's attention LSTM reads the word

@@ -25,7 +25,13 @@ with the local score and 16 epochs, it helps the decoder choose a relation befor
 amount that varies with the seed, and relations stay far from solved (docs/attention.md). Measured
 at the relation word, the two maps do not split into a first one on A and a second on B; caption by
 caption, each puts most of its mass inside the objects on one of them (benchmarks/relation_errors.py).
-The maps the decoder reports (alphas: overlays, attention correctness) are the first glimpse's.
+The map the decoder reports for a word (alphas: overlays, attention correctness, the doubly
+stochastic term) is the mean of the two glimpses' maps, still a distribution over the L cells, as
+the maps of multi-head attention are averaged over heads. Both glimpses' contexts feed the word, and
+which of them looks at the object being named is not fixed by the architecture: it is the first on
+most seeds and the second on some (on the shapes data one seed in six), so the first glimpse's map
+alone would show where the decoder looked on some models and not on others (docs/attention.md).
+benchmarks/glimpses_at_relation.py scores each glimpse's map on its own.
 
 The word in the query (not in the paper). In Eq. 4 the map for y_t is computed from h_{t-1}, the
 state that predicted y_{t-1}, before that word was chosen: after "a red" the map for the next word
@@ -40,7 +46,7 @@ hold 88 to 90% of the time over four seeds, against 76 to 86% over three without
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import nn
@@ -128,6 +134,7 @@ class AttentionDecoder(nn.Module):
         if self.glimpse is not None:
             second = self.glimpse(memory.glimpse, torch.cat([query, context], dim=1))
             context = torch.cat([context, second.context], dim=1)  # [B, 2D]
+            attended = replace(attended, alpha=(attended.alpha + second.alpha) / 2)  # [B, L], the reported map
         z = torch.sigmoid(self.gate(state.h)) * context  # [B, D] (2D with a glimpse), beta_t * z_t
         h, c = self.lstm(torch.cat([embedded, z], dim=1), (state.h, state.c))
         return DecoderState(h, c), z, attended

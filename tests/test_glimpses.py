@@ -113,7 +113,33 @@ def assert_search_scores_its_captions(decoder: AttentionDecoder, annotations: to
     log_probs = torch.log_softmax(output.logits, 2).gather(2, tokens[..., None])[..., 0]  # [B, T]
     counted = torch.arange(tokens.shape[1])[None] <= captions.lengths[:, None]
     torch.testing.assert_close(captions.scores, (log_probs * counted).sum(1), rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(captions.alphas, output.alphas, rtol=1e-5, atol=1e-6)  # the first glimpse's maps
+    torch.testing.assert_close(captions.alphas, output.alphas, rtol=1e-5, atol=1e-6)  # the reported maps
+
+
+def test_the_reported_map_is_the_mean_of_both_glimpses_maps():
+    """Teacher forcing, greedy and beam search report (alpha_t + alpha'_t) / 2, a distribution, not the
+    first glimpse's alpha_t alone: which glimpse looks at the named object varies with the seed."""
+    decoder = make_decoder(7)
+    annotations, tokens = make_inputs(8)
+    maps: dict[str, list[torch.Tensor]] = {"first": [], "second": []}
+    hooks = [module.register_forward_hook(lambda module, inputs, output, name=name: maps[name].append(output.alpha))
+             for name, module in (("first", decoder.attention), ("second", decoder.glimpse))]
+    try:
+        with torch.no_grad():
+            output = decoder(annotations, tokens)  # the stepwise path: one call of each glimpse per step
+            first, second = (torch.stack(maps[name], 1) for name in ("first", "second"))  # [B, T, L]
+            for name in maps:
+                maps[name].clear()
+            captions = greedy(decoder, annotations, max_length=6)
+            searched = [torch.stack(maps[name], 1) for name in ("first", "second")]
+    finally:
+        for hook in hooks:
+            hook.remove()
+    assert (first - second).abs().max() > 1e-2  # two different maps, so the mean is not either one
+    torch.testing.assert_close(output.alphas, (first + second) / 2)
+    torch.testing.assert_close(output.alphas.sum(2), torch.ones(B, T))
+    steps = captions.alphas.shape[1]
+    torch.testing.assert_close(captions.alphas, (searched[0][:, :steps] + searched[1][:, :steps]) / 2)
 
 
 def test_gradients_reach_both_glimpses_in_float64():

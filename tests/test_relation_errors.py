@@ -85,18 +85,22 @@ def test_teacher_forced_steps_match_the_decoders_forward_pass(relation_errors) -
     annotations, tokens = make_inputs(seed=4)
     one, words = annotations[:1], tokens[0]
     steps = relation_errors.teacher_forced(decoder, one, words, T)
-    seconds: list[torch.Tensor] = []
-    hook = decoder.glimpse.register_forward_hook(lambda module, inputs, output: seconds.append(output.alpha))
+    seen: dict[str, list[torch.Tensor]] = {"first": [], "second": []}
+    hooks = [module.register_forward_hook(lambda module, inputs, output, name=name: seen[name].append(output.alpha))
+             for name, module in (("first", decoder.attention), ("second", decoder.glimpse))]
     with torch.no_grad():
         output = decoder(one, words[None])
-    hook.remove()
-    assert len(steps) == len(seconds) == T
+    for hook in hooks:
+        hook.remove()
+    assert len(steps) == len(seen["first"]) == len(seen["second"]) == T
     for k, (logits, maps) in enumerate(steps):
         torch.testing.assert_close(logits, output.logits[0, k])
-        torch.testing.assert_close(maps["first"], output.alphas[0, k])
-        torch.testing.assert_close(maps["second"], seconds[k][0])
+        torch.testing.assert_close(maps["first"], seen["first"][k][0])  # each glimpse's own map, not the mean
+        torch.testing.assert_close(maps["second"], seen["second"][k][0])
+        torch.testing.assert_close((maps["first"] + maps["second"]) / 2, output.alphas[0, k])  # what it reports
     assert not torch.allclose(steps[2][1]["first"], steps[2][1]["second"])  # two maps, not one twice
-    assert decoder.glimpse._forward_hooks == {}  # teacher_forced left no hook behind
+    # teacher_forced left no hook behind
+    assert decoder.attention._forward_hooks == {} and decoder.glimpse._forward_hooks == {}
 
 
 def test_binding_reads_the_map_that_predicts_the_first_objects_shape(relation_errors, monkeypatch) -> None:

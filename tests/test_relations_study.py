@@ -55,3 +55,42 @@ def test_the_table_keeps_the_row_of_a_run_that_ended_in_another_process(relation
     assert relations.main() == 0
     rows = [line.split(" | ")[0] for line in doc.read_text().splitlines() if line.startswith("| soft_")]
     assert rows == [f"| {MIX_SEED0}", f"| {MIX_SEED1}"]
+
+
+def test_a_two_glimpse_result_scored_on_the_first_glimpse_is_scored_again_on_the_mean(relations, monkeypatch,
+                                                                                       tmp_path):
+    """Kept results from when a two-glimpse decoder reported its first glimpse's maps: re-scored on the
+    mean of both where the checkpoint is kept (the same captions, or it stops), marked where it is not."""
+    from captioning.config import load_config
+
+    config_name, overrides = relations.RUNS[MIX_SEED0]
+    config = load_config(REPO / "configs" / config_name, list(overrides))
+    assert config.model.glimpses == 2
+    now = json.loads((REPO / "docs" / "relations_study" / f"{MIX_SEED0}.json").read_text())
+    assert now["reported_map"] == "mean of glimpses"
+    before = json.loads(json.dumps(now))
+    del before["reported_map"]
+    for label in relations.DECODINGS:
+        before[label]["attention_correctness"] = before[label].pop("attention_correctness_first_glimpse")
+    rescored = {label: {**now[label], "seconds": 1.0} for label in relations.DECODINGS}
+    monkeypatch.setattr(relations, "_decodings", lambda decoder, test, vocab, *, probe: rescored)
+    for name in ("load_checkpoint", "decoder_from_checkpoint", "Vocabulary"):
+        monkeypatch.setattr(relations, name, lambda *args, **kwargs: {"vocab": []})
+    monkeypatch.setattr(relations, "load_splits", lambda config, names: {"test": None})
+
+    gone = json.loads(json.dumps(before))
+    relations._complete_kept(MIX_SEED0, gone, config=config, run_dir=tmp_path / "gone")
+    assert gone["reported_map"] == "first glimpse" and gone["greedy"] == before["greedy"]
+    assert relations._row(MIX_SEED0, gone).count("x** (first glimpse)") == len(relations.DECODINGS)
+
+    (tmp_path / "kept").mkdir()
+    (tmp_path / "kept" / "best.pt").write_bytes(b"")
+    relations._complete_kept(MIX_SEED0, before, config=config, run_dir=tmp_path / "kept")
+    assert before == now
+    row = relations._row(MIX_SEED0, before)
+    assert "(first glimpse)" not in row and row.count("x** (first glimpse ") == len(relations.DECODINGS)
+
+    del before["reported_map"]
+    rescored["greedy"]["CIDEr"] += 0.01  # decoding again would not give the captions that were scored
+    with pytest.raises(SystemExit, match="CIDEr"):
+        relations._complete_kept(MIX_SEED0, before, config=config, run_dir=tmp_path / "kept")
