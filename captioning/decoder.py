@@ -27,10 +27,11 @@ at the relation word, the two maps do not split into a first one on A and a seco
 caption, each puts most of its mass inside the objects on one of them (benchmarks/relation_errors.py).
 The map the decoder reports for a word (alphas: overlays, attention correctness, the doubly
 stochastic term) is the mean of the two glimpses' maps, still a distribution over the L cells, as
-the maps of multi-head attention are averaged over heads. Both glimpses' contexts feed the word, and
-which of them looks at the object being named is not fixed by the architecture: it is the first on
-most seeds and the second on some (on the shapes data one seed in six), so the first glimpse's map
-alone would show where the decoder looked on some models and not on others (docs/attention.md).
+the maps of several attention heads are often averaged to show them. Both glimpses' contexts feed
+the word, and which of them looks at the object being named is not fixed by the architecture: it
+is the first on most seeds and the second on some (seed 5 of six of
+configs/shapes_relations_16ep.yaml), so the first glimpse's map alone would show where the decoder
+looked on some models and not on others (docs/attention.md).
 benchmarks/glimpses_at_relation.py scores each glimpse's map on its own.
 
 The word in the query (not in the paper). In Eq. 4 the map for y_t is computed from h_{t-1}, the

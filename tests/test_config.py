@@ -191,7 +191,7 @@ def test_the_relations_config_is_the_soft_one_with_what_it_says_changed():
 def test_the_16_epoch_relations_config_is_the_run_its_comment_reports(monkeypatch):
     """configs/shapes_relations_16ep.yaml is benchmarks/relations.py's run
     soft_local_layout_glimpses_coordinates_16ep_by_probe_words3_patience3_query_word_narrow_dropout01_ema0999
-    (seeds 0 to 3), decoded with beam 5: the numbers in its comment are that run's."""
+    (seeds 0 to 5), decoded with beam 5: the numbers in its comment are that run's."""
     repo = Path(__file__).resolve().parents[1]
     monkeypatch.syspath_prepend(str(repo / "benchmarks"))
     import relations
