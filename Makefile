@@ -1,6 +1,7 @@
 # `make demo`: set up, then make the shapes data, train, evaluate and caption on the embedded default.
 # `make demo CONFIG=configs/shapes_hard.yaml`: the same with hard attention (runs/shapes_hard).
 # `make test`: set up, then run the test suite (what CI runs).
+# `make tables`: rewrite every study table in docs/ from the kept results (no training).
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -8,7 +9,7 @@ DATA ?= data/shapes
 CONFIG ?= configs/shapes_soft.yaml
 RUN ?= runs/$(basename $(notdir $(CONFIG)))
 
-.PHONY: install demo test lint clean
+.PHONY: install demo test lint tables clean
 
 install: $(VENV)/.installed
 
@@ -36,6 +37,13 @@ demo: install
 
 test: install
 	$(PY) -m pytest -q
+
+# Every study table in docs/results.md and docs/attention.md, from the kept results (no training).
+tables: install
+	$(PY) benchmarks/attention_table.py --tables-only
+	$(PY) benchmarks/relations.py --tables-only
+	$(PY) benchmarks/hard_seeds.py --tables-only
+	$(PY) benchmarks/position_in_features.py --tables-only
 
 lint: install
 	$(VENV)/bin/ruff check captioning tests train.py eval.py benchmarks

@@ -2,14 +2,14 @@
 
     python benchmarks/attention_table.py                 # train what is missing, then rewrite the tables
     python benchmarks/attention_table.py --only hard_    # just the runs whose name contains "hard_"
-    python benchmarks/attention_table.py --tables-only   # rewrite docs/attention.md from finished runs
+    python benchmarks/attention_table.py --tables-only   # rewrite docs/results.md from finished runs
 
 Each run trains from configs/shapes_soft.yaml plus its overrides, on one CPU thread, then decodes the
 test split greedily and scores it (BLEU-4 and CIDEr on the project's tokenization, attention
 correctness and its chance level, relation accuracy). Results are kept per run in
 RESULTS/<name>.json (default docs/attention_study/, committed: a fresh clone can rewrite the tables
 with --tables-only), so an interrupted study resumes; checkpoints go to OUT/<name>/. The tables between
-the markers in docs/attention.md are regenerated from those files only, never typed by hand.
+the markers in docs/results.md are regenerated from those files only, never typed by hand.
 """
 
 from __future__ import annotations
@@ -174,7 +174,7 @@ def annotation_norms(data: Path, images: int = 200) -> str:
 
 def main() -> int:
     args = study_parser(__doc__, data="data/study", out="runs/attention_study", results="docs/attention_study",
-                        data_help=f"shapes data (made if missing: {COUNTS})").parse_args()
+                        data_help=f"shapes data (made if missing: {COUNTS})", table_doc="docs/results.md").parse_args()
     torch.set_num_threads(1)  # the same budget for every run: one CPU thread
     data, out, kept = Path(args.data), Path(args.out), Path(args.results)
     if not (data / "dataset_shapes.json").exists():

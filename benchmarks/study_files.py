@@ -9,15 +9,17 @@ import re
 from pathlib import Path
 
 
-def study_parser(doc: str, *, data: str, out: str | None, results: str, data_help: str) -> argparse.ArgumentParser:
+def study_parser(doc: str, *, data: str, out: str | None, results: str, data_help: str,
+                 table_doc: str = "docs/attention.md") -> argparse.ArgumentParser:
     """--data, --out (checkpoints; none for a study that trains nothing), --results (one metrics file
-    per run, committed), --doc, --only and --tables-only, with this study's defaults."""
+    per run, committed), --doc (where its table goes), --only and --tables-only, with this study's
+    defaults."""
     parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", default=data, help=data_help)
     if out is not None:
         parser.add_argument("--out", default=out, help="checkpoints")
     parser.add_argument("--results", default=results, help="one metrics file per run")
-    parser.add_argument("--doc", default="docs/attention.md")
+    parser.add_argument("--doc", default=table_doc)
     parser.add_argument("--only", help="run only the configurations whose name contains this")
     parser.add_argument("--tables-only", action="store_true", help="rewrite the doc from the kept results")
     return parser
