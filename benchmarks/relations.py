@@ -279,7 +279,8 @@ def _complete_kept(name: str, result: dict, *, config, run_dir: Path) -> None:
     """Adds to a result kept from before a measure existed what its run's checkpoints give, in place:
     the probe's relation words and its training-image score, the verdicts of stated relations (and
     their accuracy, which counted an object's relation to itself as true when it read "to the right
-    of"), and the validation relation words by epoch. best.pt and the test split are read once."""
+    of"), the attention of a two-glimpse run on the mean of its maps, and the validation relation words
+    by epoch. best.pt and the test split are read, and the test split decoded, once."""
 
     @functools.cache
     def kept_model():
@@ -287,21 +288,17 @@ def _complete_kept(name: str, result: dict, *, config, run_dir: Path) -> None:
         return (decoder_from_checkpoint(payload, config), Vocabulary(payload["vocab"]),
                 load_splits(config, ("test",))["test"])
 
-    if (run_dir / "best.pt").exists():
-        if "relation_probe_words" not in result["greedy"] or "train_probe" not in result:
-            decoder, vocab, test = kept_model()
-            result["greedy"].update(_probe(decoder, test, vocab))
-            result["train_probe"] = _train_probe(decoder, config, vocab)
-        if "relations_self" not in result["greedy"]:  # decode again and re-score the stated relations
-            decoder, vocab, test = kept_model()
-            for label, metrics in _decodings(decoder, test, vocab, probe=False).items():
-                _check_same_captions(name, label, result[label], metrics)
-                result[label].update({key: metrics[key] for key in RELATION_KEYS})
+    @functools.cache
+    def decoded() -> dict[str, dict]:
+        """The test split decoded again with each of DECODINGS, once for every re-scoring below."""
+        decoder, vocab, test = kept_model()
+        return _decodings(decoder, test, vocab, probe=False)
+
+    # First, so that the checks below compare attention correctness on the map the decoder now reports.
     if config.model.glimpses == 2 and "reported_map" not in result:
         # scored before the decoder reported the mean of its glimpses' maps: the first glimpse's
         if (run_dir / "best.pt").exists():
-            decoder, vocab, test = kept_model()
-            for label, metrics in _decodings(decoder, test, vocab, probe=False).items():
+            for label, metrics in decoded().items():
                 _check_same_captions(name, label, result[label], metrics,
                                      keys=("Bleu_4", "CIDEr", "relations_generated", "attention_words"))
                 result[label]["attention_correctness_first_glimpse"] = result[label]["attention_correctness"]
@@ -309,6 +306,15 @@ def _complete_kept(name: str, result: dict, *, config, run_dir: Path) -> None:
             result["reported_map"] = "mean of glimpses"
         else:
             result["reported_map"] = "first glimpse"
+    if (run_dir / "best.pt").exists():
+        if "relation_probe_words" not in result["greedy"] or "train_probe" not in result:
+            decoder, vocab, test = kept_model()
+            result["greedy"].update(_probe(decoder, test, vocab))
+            result["train_probe"] = _train_probe(decoder, config, vocab)
+        if "relations_self" not in result["greedy"]:  # decode again and re-score the stated relations
+            for label, metrics in decoded().items():
+                _check_same_captions(name, label, result[label], metrics)
+                result[label].update({key: metrics[key] for key in RELATION_KEYS})
     if (run_dir / "last.pt").exists() and "words_by_epoch" not in result:
         result["words_by_epoch"] = _by_epoch(run_dir / "last.pt", "relation_probe_words")
 

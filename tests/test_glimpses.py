@@ -117,8 +117,9 @@ def assert_search_scores_its_captions(decoder: AttentionDecoder, annotations: to
 
 
 def test_the_reported_map_is_the_mean_of_both_glimpses_maps():
-    """Teacher forcing, greedy and beam search report (alpha_t + alpha'_t) / 2, a distribution, not the
-    first glimpse's alpha_t alone: which glimpse looks at the named object varies with the seed."""
+    """Teacher forcing and greedy decoding report (alpha_t + alpha'_t) / 2, a distribution, not the
+    first glimpse's alpha_t alone: which glimpse looks at the named object varies with the seed. (Beam
+    search reports teacher forcing's maps: test_searches_score_the_caption_they_return.)"""
     decoder = make_decoder(7)
     annotations, tokens = make_inputs(8)
     maps: dict[str, list[torch.Tensor]] = {"first": [], "second": []}
