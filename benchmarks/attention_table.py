@@ -28,13 +28,13 @@ sys.path.insert(0, str(REPO))
 
 from study_files import study_parser, write_between  # noqa: E402
 
-from captioning.checkpoint import decoder_from_checkpoint, load_checkpoint  # noqa: E402
 from captioning.config import load_config  # noqa: E402
 from captioning.data.shapes import make_shapes  # noqa: E402
 from captioning.data.splits import load_splits  # noqa: E402
-from captioning.evaluation import evaluate_split  # noqa: E402
-from captioning.training import fit  # noqa: E402
-from captioning.vocab import Vocabulary  # noqa: E402
+from captioning.data.vocab import Vocabulary  # noqa: E402
+from captioning.eval.evaluate import evaluate_split  # noqa: E402
+from captioning.train.checkpoint import decoder_from_checkpoint, load_checkpoint  # noqa: E402
+from captioning.train.loop import fit  # noqa: E402
 
 COUNTS = {"train": 1500, "val": 150, "test": 300}
 BASE = ("configs/shapes_soft.yaml", "train.epochs=1", "train.val_images=100", "train.early_stop_patience=10")

@@ -20,15 +20,15 @@ from pathlib import Path
 
 import torch
 
-from captioning import distributed
 from captioning.config import load_config
 from captioning.data.coco import read_records
 from captioning.data.features import write_cache
 from captioning.data.sampling import epoch_batches
 from captioning.data.shapes import SHAPES_DEFAULT_COUNTS, make_shapes
 from captioning.data.splits import encoder_from_config, load_splits
-from captioning.stop_signals import StopSignals
-from captioning.training import Run
+from captioning.train import distributed
+from captioning.train.loop import Run
+from captioning.train.signals import StopSignals
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -3,7 +3,7 @@
     python benchmarks/glimpses_at_relation.py runs/relations_study/<run>/best.pt [...] [--images 300]
 
 model.glimpses=2 was added so that at the relation's first word ("to", "above", "below") one map
-could sit on A and the other on B (captioning.decoder). This measures whether they do. For the first
+could sit on A and the other on B (captioning.model.decoder). This measures whether they do. For the first
 reference caption of each validation image that reads "a A <relation> a B" (A and B two objects of
 the image), it feeds the caption's words up to A under teacher forcing and takes both glimpses' maps
 at the step that predicts the relation's first word: the share of each map inside A's box and inside
@@ -27,7 +27,7 @@ import torch
 from relation_errors import Run, load_run, teacher_forced
 
 from captioning.data.shapes import RELATIONS
-from captioning.evaluation import box_mass, box_share, evaluate_split, word_objects
+from captioning.eval.evaluate import box_mass, box_share, evaluate_split, word_objects
 
 FIRST_WORDS = {stated.split()[0] for stated in RELATIONS}  # "to", "above", "below"
 

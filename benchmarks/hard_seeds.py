@@ -26,13 +26,13 @@ sys.path.insert(0, str(REPO))
 
 from study_files import study_parser, write_between  # noqa: E402
 
-from captioning.checkpoint import decoder_from_checkpoint, load_checkpoint  # noqa: E402
 from captioning.config import load_config  # noqa: E402
 from captioning.data.shapes import make_shapes  # noqa: E402
 from captioning.data.splits import load_splits  # noqa: E402
-from captioning.evaluation import evaluate_split  # noqa: E402
-from captioning.training import fit  # noqa: E402
-from captioning.vocab import Vocabulary  # noqa: E402
+from captioning.data.vocab import Vocabulary  # noqa: E402
+from captioning.eval.evaluate import evaluate_split  # noqa: E402
+from captioning.train.checkpoint import decoder_from_checkpoint, load_checkpoint  # noqa: E402
+from captioning.train.loop import fit  # noqa: E402
 
 COUNTS, DATA_SEED = {"train": 600, "val": 60, "test": 100}, 7
 BASE = ("train.epochs=5", "train.val_images=60", "model.hard_warmup=100")

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import torch
 
-from captioning.decoder import AttentionDecoder, DecoderOutput
-from captioning.decoding import Captions
-from captioning.vocab import Vocabulary
+from captioning.data.vocab import Vocabulary
+from captioning.model.decoder import AttentionDecoder, DecoderOutput
+from captioning.model.decoding import Captions
 
 
 def _attend(decoder: AttentionDecoder, annotations: torch.Tensor, h: torch.Tensor):

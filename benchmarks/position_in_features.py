@@ -34,7 +34,7 @@ from study_files import study_parser, write_between  # noqa: E402
 from captioning.config import load_config  # noqa: E402
 from captioning.data.shapes import make_shapes  # noqa: E402
 from captioning.data.splits import load_splits  # noqa: E402
-from captioning.encoder import PADDINGS  # noqa: E402
+from captioning.model.encoder import PADDINGS  # noqa: E402
 
 COUNTS = {"train": 1500, "val": 150, "test": 300}  # the attention study's data (benchmarks/attention_table.py)
 CELLS = {"all cells": "all", "background cells": "background", "inner cells": "inner"}

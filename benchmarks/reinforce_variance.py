@@ -23,10 +23,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from captioning.attention import GivenLocations, build_attention  # noqa: E402
-from captioning.decoder import AttentionDecoder  # noqa: E402
-from captioning.losses import Reinforce, caption_log_likelihood, cross_entropy  # noqa: E402
-from captioning.vocab import Vocabulary  # noqa: E402
+from captioning.data.vocab import Vocabulary  # noqa: E402
+from captioning.model.attention import GivenLocations, build_attention  # noqa: E402
+from captioning.model.decoder import AttentionDecoder  # noqa: E402
+from captioning.train.losses import Reinforce, caption_log_likelihood, cross_entropy  # noqa: E402
 
 GRID, D, H, A, V = (1, 3), 8, 16, 8, 11
 L = GRID[0] * GRID[1]

@@ -34,13 +34,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from captioning.checkpoint import decoder_from_checkpoint, load_checkpoint
 from captioning.config import apply_overrides, from_dict
 from captioning.data.shapes import RELATIONS, SHAPES, Grounding, ShapeObject, relation
 from captioning.data.splits import Split, load_splits
-from captioning.evaluation import VERDICTS, box_mass, relation_verdict, stated_relations, word_objects
+from captioning.data.vocab import Vocabulary
+from captioning.eval.evaluate import VERDICTS, box_mass, relation_verdict, stated_relations, word_objects
 from captioning.probe import relation_probe
-from captioning.vocab import Vocabulary
+from captioning.train.checkpoint import decoder_from_checkpoint, load_checkpoint
 
 MARGINS = (0.0, 0.05, 0.1, 0.2, 0.3, 1.0)  # bins of | |dx| - |dy| | as a share of the image side
 HORIZONTAL = np.array(["left" in stated or "right" in stated for stated in RELATIONS])  # [4]

@@ -36,14 +36,14 @@ sys.path.insert(0, str(REPO))
 
 from study_files import study_parser, write_between  # noqa: E402
 
-from captioning.checkpoint import decoder_from_checkpoint, load_checkpoint  # noqa: E402
 from captioning.config import load_config  # noqa: E402
 from captioning.data.shapes import SHAPES_DEFAULT_COUNTS, make_shapes  # noqa: E402
 from captioning.data.splits import load_splits  # noqa: E402
-from captioning.evaluation import evaluate_split  # noqa: E402
+from captioning.data.vocab import Vocabulary  # noqa: E402
+from captioning.eval.evaluate import evaluate_split  # noqa: E402
 from captioning.probe import probe_scores, relation_probe  # noqa: E402
-from captioning.training import fit  # noqa: E402
-from captioning.vocab import Vocabulary  # noqa: E402
+from captioning.train.checkpoint import decoder_from_checkpoint, load_checkpoint  # noqa: E402
+from captioning.train.loop import fit  # noqa: E402
 
 # the two-glimpse local-score runs' overrides, alone and trained for 16 epochs without early stopping
 GLIMPSES_LOCAL = ("model.score=local", "model.init=layout", "model.glimpses=2", "model.position=coordinates")

@@ -44,10 +44,10 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "benchmarks")]
 
-from captioning.attention import build_attention  # noqa: E402
-from captioning.decoder import AttentionDecoder  # noqa: E402
-from captioning.losses import cross_entropy, doubly_stochastic  # noqa: E402
-from captioning.vocab import Vocabulary  # noqa: E402
+from captioning.data.vocab import Vocabulary  # noqa: E402
+from captioning.model.attention import build_attention  # noqa: E402
+from captioning.model.decoder import AttentionDecoder  # noqa: E402
+from captioning.train.losses import cross_entropy, doubly_stochastic  # noqa: E402
 
 CASES = ("a", "b", "c3", "c5", "d")
 VOCAB, EMBED, HIDDEN, ATTENTION = 10_000, 512, 512, 512
@@ -106,7 +106,7 @@ class Implementation:
     def __init__(self, name: str):
         self.name = name
         if name == "fast":
-            from captioning import decoding
+            from captioning.model import decoding
 
             self.forward = lambda decoder, annotations, inputs, lengths: decoder(annotations, inputs, lengths=lengths)
             self.beam_search = decoding.beam_search
@@ -158,7 +158,7 @@ def training_case(args: argparse.Namespace, impl: Implementation, *, batch: int,
     if with_encoder:
         import torchvision
 
-        from captioning.encoder import Encoder
+        from captioning.model.encoder import Encoder
 
         torch.manual_seed(0)
         resnet = torchvision.models.resnet101(weights=None)  # random weights: only the arithmetic matters
@@ -216,7 +216,7 @@ def beam_case(args: argparse.Namespace, impl: Implementation, *, beam_size: int)
                 else nullcontext())
     search = impl.beam_search
     if args.compile:  # the per-step function of the search; untested on a GPU so far (docs/benchmarks.md)
-        from captioning import fused
+        from captioning.model import fused
 
         decoder.step = torch.compile(decoder.step)  # the step-by-step path (any other attention)
         fused.GroupedStep.__call__ = torch.compile(fused.GroupedStep.__call__)  # the default decoder's path

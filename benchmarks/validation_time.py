@@ -17,11 +17,11 @@ from pathlib import Path
 
 import torch
 
-from captioning.checkpoint import decoder_from_checkpoint, load_checkpoint
 from captioning.config import apply_overrides, from_dict
 from captioning.data.splits import load_splits
-from captioning.evaluation import evaluate_split
-from captioning.vocab import Vocabulary
+from captioning.data.vocab import Vocabulary
+from captioning.eval.evaluate import evaluate_split
+from captioning.train.checkpoint import decoder_from_checkpoint, load_checkpoint
 
 
 def main() -> None:

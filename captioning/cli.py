@@ -17,13 +17,13 @@ from pathlib import Path
 
 import torch
 
-from captioning.checkpoint import CheckpointError
 from captioning.config import Config, ConfigError
 from captioning.data.images import ImageReadError
 from captioning.data.karpathy import DatasetError
 from captioning.data.shapes import SHAPES_DEFAULT_COUNTS
-from captioning.encoder import EncoderWeightsError
-from captioning.training_step import TrainingError
+from captioning.model.encoder import EncoderWeightsError
+from captioning.train.checkpoint import CheckpointError
+from captioning.train.step import TrainingError
 
 EXPECTED_ERRORS = (CheckpointError, ConfigError, DatasetError, EncoderWeightsError, ImageReadError, TrainingError)
 
@@ -70,7 +70,7 @@ def _add_train_arguments(parser: argparse.ArgumentParser) -> None:
 @_guarded
 def _train(args: argparse.Namespace) -> int:
     from captioning.config import load_config
-    from captioning.training import fit
+    from captioning.train.loop import fit
 
     config = load_config(args.config, args.overrides)
     summary = fit(config, resume=args.resume, device=_device(args.device))
@@ -96,7 +96,7 @@ def _add_config_arguments(parser: argparse.ArgumentParser) -> None:
 @_guarded
 def _prepare(args: argparse.Namespace) -> int:
     from captioning.config import load_config
-    from captioning.prepare import prepare_vocabulary, vocabulary_path
+    from captioning.data.prepare import prepare_vocabulary, vocabulary_path
 
     config = load_config(args.config, args.overrides)
     vocab, stats = prepare_vocabulary(config)
@@ -111,8 +111,8 @@ def _prepare(args: argparse.Namespace) -> int:
 @_guarded
 def _prepare_features(args: argparse.Namespace) -> int:
     from captioning.config import load_config
+    from captioning.data.prepare import prepare_features
     from captioning.data.splits import features_dir
-    from captioning.prepare import prepare_features
 
     config = load_config(args.config, args.overrides)
     if config.encoder.fine_tune_from is not None:
@@ -136,7 +136,7 @@ def train_main(argv: Sequence[str] | None = None) -> int:
 # evaluate ------------------------------------------------------------------------------------------
 
 def _add_hard_attention_argument(parser: argparse.ArgumentParser) -> None:
-    from captioning.attention import HardAttention
+    from captioning.model.attention import HardAttention
 
     parser.add_argument("--hard-attention", choices=HardAttention.CHOICES,
                         help="how a hard attention model picks its cell per word (default: the checkpoint config's "
@@ -146,7 +146,7 @@ def _add_hard_attention_argument(parser: argparse.ArgumentParser) -> None:
 def _hard_attention_choice(args: argparse.Namespace, config: Config, decoder: torch.nn.Module) -> str:
     """The --hard-attention choice (or the config's), checked against the model: soft attention is
     the expectation, so argmax or sample on a soft model is an error, not silently ignored."""
-    from captioning.attention import HardAttention
+    from captioning.model.attention import HardAttention
 
     choice = args.hard_attention or config.decode.hard_attention
     if choice != "expectation" and not any(isinstance(m, HardAttention) for m in decoder.modules()):
@@ -169,11 +169,11 @@ def _add_eval_arguments(parser: argparse.ArgumentParser) -> None:
 
 @_guarded
 def _evaluate(args: argparse.Namespace) -> int:
-    from captioning.checkpoint import decoder_from_checkpoint, load_checkpoint
     from captioning.config import apply_overrides, from_dict
     from captioning.data.splits import load_splits
-    from captioning.evaluation import evaluate_split
-    from captioning.vocab import Vocabulary
+    from captioning.data.vocab import Vocabulary
+    from captioning.eval.evaluate import evaluate_split
+    from captioning.train.checkpoint import decoder_from_checkpoint, load_checkpoint
 
     device = _device(args.device)
     payload = load_checkpoint(args.checkpoint)
@@ -231,9 +231,9 @@ def eval_main(argv: Sequence[str] | None = None) -> int:
 # caption -------------------------------------------------------------------------------------------
 
 def _caption(args: argparse.Namespace) -> int:
-    from captioning.checkpoint import captioner_from_checkpoint
     from captioning.data.images import load_image, to_tensor
-    from captioning.visualize import save_overlays
+    from captioning.eval.overlays import save_overlays
+    from captioning.train.checkpoint import captioner_from_checkpoint
 
     device = _device(args.device)
     try:

@@ -90,7 +90,7 @@ class ModelConfig:
     # The attention query: h_{t-1} alone (the paper, Eq. 4), or also the previous word's embedding,
     # [h_{t-1}; E y_{t-1}] (not in the paper; Anderson et al. 2018's attention LSTM reads the word
     # before attending). h_{t-1} predicted y_{t-1} and has not seen which word was chosen, so after
-    # "a red" the map for the next word cannot look for the red one of two squares (captioning.decoder).
+    # "a red" the map for the next word cannot look for the red one of two squares (captioning.model.decoder).
     query_word: bool = False
     dropout: float = 0.3
 
@@ -170,7 +170,7 @@ DATASETS = ("shapes", "coco", "flickr8k", "flickr30k", "karpathy", "coco_officia
 
 def validate(config: Config, where: str = "config") -> Config:
     """Values that no run could use, caught before any data is read or model built."""
-    from captioning.encoder import ENCODERS, PADDINGS
+    from captioning.model.encoder import ENCODERS, PADDINGS
 
     choices = {"data.dataset": (config.data.dataset, DATASETS), "encoder.name": (config.encoder.name, ENCODERS),
                "encoder.layer": (config.encoder.layer, ("stride16", "stride32")),

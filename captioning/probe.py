@@ -27,10 +27,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from captioning.attention import Memory
 from captioning.data.shapes import RELATIONS, Grounding, relation
-from captioning.decoder import AttentionDecoder, DecoderState
-from captioning.vocab import Vocabulary
+from captioning.data.vocab import Vocabulary
+from captioning.model.attention import Memory
+from captioning.model.decoder import AttentionDecoder, DecoderState
 
 Phrase = tuple[str, str]  # (colour, shape): how a caption names an object
 

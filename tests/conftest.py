@@ -70,7 +70,7 @@ def tiny_config(shapes_root: Path) -> Callable[..., Config]:
 def tiny_run(tmp_path_factory: pytest.TempPathFactory, shapes_root: Path,
              tiny_config: Callable[..., Config]) -> TinyRun:
     """A tiny model trained for a few steps: best.pt / last.pt for the CLI and evaluation tests."""
-    from captioning.training import fit
+    from captioning.train.loop import fit
 
     run_dir = tmp_path_factory.mktemp("run")
     steps = 80  # enough for captions that name shapes ("a red diamond"), so attention gets scored
@@ -83,7 +83,7 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory, shapes_root: Path,
 @pytest.fixture(scope="session")
 def encoder():
     """The real frozen encoder, built once."""
-    from captioning.encoder import build_encoder
+    from captioning.model.encoder import build_encoder
 
     return build_encoder(name="efficientnet_lite0", layer="stride16")
 

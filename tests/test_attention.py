@@ -6,9 +6,9 @@ import pytest
 import torch
 from attention_sizes import A, B, D, H, L, V, inputs
 
-from captioning.attention import AttentionOutput, Memory, SoftAttention, build_attention
-from captioning.decoder import AttentionDecoder
-from captioning.scores import AdditiveScore
+from captioning.model.attention import AttentionOutput, Memory, SoftAttention, build_attention
+from captioning.model.decoder import AttentionDecoder
+from captioning.model.scores import AdditiveScore
 
 
 def make_attention(seed: int = 0, dtype=torch.float32) -> SoftAttention:

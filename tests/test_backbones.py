@@ -10,7 +10,7 @@ import pytest
 import torch
 import torchvision
 
-from captioning.encoder import EncoderWeightsError, build_encoder
+from captioning.model.encoder import EncoderWeightsError, build_encoder
 
 pytestmark = pytest.mark.usefixtures("no_network")
 

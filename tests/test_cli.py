@@ -14,9 +14,9 @@ import pytest
 import torch
 from PIL import Image
 
-import captioning.training as training
-from captioning.checkpoint import captioner_from_checkpoint
+import captioning.train.loop as training
 from captioning.cli import main, train_main
+from captioning.train.checkpoint import captioner_from_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -22,10 +22,10 @@ from captioning.config import ConfigError, load_config
 from captioning.data.coco import read_coco_captions, read_records
 from captioning.data.features import EncodedImages, read_cache, write_cache
 from captioning.data.karpathy import DatasetError
+from captioning.data.prepare import build_vocabulary, prepare_vocabulary
 from captioning.data.splits import encoder_from_config, features_dir, load_splits
-from captioning.prepare import build_vocabulary, prepare_vocabulary
-from captioning.training import fit
-from captioning.vocab import tokenize
+from captioning.data.vocab import tokenize
+from captioning.train.loop import fit
 
 # Captions as people type them: curly quotes, stray spaces, capitals, punctuation.
 MESSY = [
@@ -383,7 +383,7 @@ def test_augment_is_a_random_square_crop_with_colour_jitter_and_no_flip() -> Non
 def test_augmented_training_reads_differ_and_evaluation_reads_do_not(fake_coco: Path, tmp_path: Path,
                                                                     resnet18_file: Path) -> None:
     from captioning.data.dataset import ImageCaptionPairs
-    from captioning.vocab import Vocabulary
+    from captioning.data.vocab import Vocabulary
 
     config = _coco_config(fake_coco, tmp_path, resnet18_file)
     records = [r for r in read_records(config.data, "train") if r.path.name.endswith(".jpg")][:2]

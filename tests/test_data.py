@@ -16,7 +16,7 @@ from captioning.data.features import cache_dir, load_or_compute
 from captioning.data.images import ImageReadError, crop_box, load_image, to_tensor
 from captioning.data.karpathy import DatasetError, ImageRecord, read_split
 from captioning.data.shapes import make_shapes
-from captioning.vocab import Vocabulary, tokenize
+from captioning.data.vocab import Vocabulary, tokenize
 
 # split files ---------------------------------------------------------------------------------------
 

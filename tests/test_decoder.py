@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from captioning.attention import build_attention
-from captioning.decoder import AttentionDecoder, DecoderOutput, DecoderState
-from captioning.vocab import Vocabulary
+from captioning.data.vocab import Vocabulary
+from captioning.model.attention import build_attention
+from captioning.model.decoder import AttentionDecoder, DecoderOutput, DecoderState
 
 B, L, D, E, H, A, V, T = 2, 9, 8, 8, 16, 8, 11, 6
 
@@ -165,7 +165,7 @@ def test_layout_init_adds_every_cell_in_grid_order_to_the_mean():
 
 def test_layout_init_needs_the_grid():
     from captioning.config import load_config
-    from captioning.model import build_decoder
+    from captioning.model.captioner import build_decoder
 
     config = load_config(None, ["model.init=layout"])
     assert build_decoder(config, vocab_size=V, annotation_dim=D, grid=(3, 3)).init_h.in_features == D + 9 * 8

@@ -7,10 +7,10 @@ import math
 import pytest
 import torch
 
-from captioning.attention import build_attention
-from captioning.decoder import AttentionDecoder
-from captioning.decoding import Captions, beam_search, decode, greedy
-from captioning.vocab import Vocabulary
+from captioning.data.vocab import Vocabulary
+from captioning.model.attention import build_attention
+from captioning.model.decoder import AttentionDecoder
+from captioning.model.decoding import Captions, beam_search, decode, greedy
 
 B, L, D, H, V = 2, 9, 8, 16, 11
 PAD, START, END = Vocabulary.pad_id, Vocabulary.start_id, Vocabulary.end_id

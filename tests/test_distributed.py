@@ -13,9 +13,9 @@ from pathlib import Path
 
 import torch
 
-from captioning import distributed
-from captioning.model import build_decoder
-from captioning.training import Run, fit
+from captioning.model.captioner import build_decoder
+from captioning.train import distributed
+from captioning.train.loop import Run, fit
 
 REPO = Path(__file__).resolve().parents[1]
 # Dropout off: two processes draw other masks than one, by design; everything else must match.

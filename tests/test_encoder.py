@@ -15,7 +15,7 @@ import torch
 from PIL import Image
 
 from captioning.data.images import to_tensor
-from captioning.encoder import EncoderWeightsError, build_encoder, efficientnet_lite0_imagenet
+from captioning.model.encoder import EncoderWeightsError, build_encoder, efficientnet_lite0_imagenet
 
 skimage_data = pytest.importorskip("skimage.data")
 

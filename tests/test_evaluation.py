@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import captioning.evaluation as evaluation
+import captioning.eval.evaluate as evaluation
 from captioning.cli import eval_main
 from captioning.data.karpathy import read_split
 from captioning.data.shapes import Grounding, ShapeObject
-from captioning.evaluation import (
+from captioning.eval.evaluate import (
     box_mass,
     box_share,
     caption_metrics,
@@ -230,11 +230,11 @@ def test_eval_main_bad_override_is_one_line_error(tiny_run, capsys) -> None:
 
 
 def test_evaluate_split_without_the_probe_scores_the_same_decoding(tiny_run) -> None:
-    from captioning.checkpoint import decoder_from_checkpoint, load_checkpoint
     from captioning.config import load_config
     from captioning.data.splits import load_splits
-    from captioning.evaluation import evaluate_split
-    from captioning.vocab import Vocabulary
+    from captioning.data.vocab import Vocabulary
+    from captioning.eval.evaluate import evaluate_split
+    from captioning.train.checkpoint import decoder_from_checkpoint, load_checkpoint
 
     config = load_config(None, list(tiny_run.overrides))
     payload = load_checkpoint(tiny_run.checkpoint)

@@ -13,13 +13,13 @@ import pytest
 import reference_impl as reference
 import torch
 
-from captioning import fused
-from captioning.attention import SoftAttention, build_attention
-from captioning.decoder import AttentionDecoder
-from captioning.decoding import beam_search, greedy
-from captioning.losses import cross_entropy, doubly_stochastic
-from captioning.scores import AdditiveScore
-from captioning.vocab import Vocabulary
+from captioning.data.vocab import Vocabulary
+from captioning.model import fused
+from captioning.model.attention import SoftAttention, build_attention
+from captioning.model.decoder import AttentionDecoder
+from captioning.model.decoding import beam_search, greedy
+from captioning.model.scores import AdditiveScore
+from captioning.train.losses import cross_entropy, doubly_stochastic
 
 B, L, D, E, H, A, V, T = 5, 9, 8, 6, 16, 7, 11, 7
 LENGTHS = torch.tensor([3, 7, 1, 5, 7])  # unsorted, with ties, a one-step row and full-length rows

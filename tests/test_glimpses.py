@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from captioning.attention import Memory, build_attention
 from captioning.config import ConfigError, load_config
-from captioning.decoder import AttentionDecoder
-from captioning.decoding import beam_search, greedy
-from captioning.model import build_decoder
-from captioning.vocab import Vocabulary
+from captioning.data.vocab import Vocabulary
+from captioning.model.attention import Memory, build_attention
+from captioning.model.captioner import build_decoder
+from captioning.model.decoder import AttentionDecoder
+from captioning.model.decoding import beam_search, greedy
 
 B, GRID, D, E, H, A, V, T = 3, (3, 4), 8, 8, 16, 8, 11, 7
 L = GRID[0] * GRID[1]

@@ -7,10 +7,10 @@ import pytest
 import torch
 from attention_sizes import GRID, A, B, D, H, L, V, inputs
 
-from captioning.attention import HardAttention, build_attention, hard_inference
-from captioning.decoder import AttentionDecoder
-from captioning.decoding import decode
-from captioning.vocab import Vocabulary
+from captioning.data.vocab import Vocabulary
+from captioning.model.attention import HardAttention, build_attention, hard_inference
+from captioning.model.decoder import AttentionDecoder
+from captioning.model.decoding import decode
 
 
 def make(kind: str = "hard", score: str = "additive", seed: int = 0, **options):
@@ -201,8 +201,8 @@ def test_warmup_goes_from_the_expectation_to_the_papers_mixture_and_is_saved():
 @pytest.mark.parametrize("kind", ["soft", "hard"])
 def test_validation_decodes_hard_attention_as_the_config_says(kind, monkeypatch):
     """The best checkpoint is picked by the decoding it will be used with (decode.hard_attention)."""
-    from captioning import validation
     from captioning.config import load_config
+    from captioning.train import validation
 
     seen = {}
     monkeypatch.setattr(validation, "evaluate_split", lambda *args, **kwargs: (seen.update(kwargs) or {}, []))

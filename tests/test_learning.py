@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from captioning.checkpoint import decoder_from_checkpoint, load_checkpoint
 from captioning.config import load_config
 from captioning.data.shapes import make_shapes
 from captioning.data.splits import load_splits
-from captioning.evaluation import evaluate_split
-from captioning.training import fit
-from captioning.vocab import Vocabulary
+from captioning.data.vocab import Vocabulary
+from captioning.eval.evaluate import evaluate_split
+from captioning.train.checkpoint import decoder_from_checkpoint, load_checkpoint
+from captioning.train.loop import fit
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 

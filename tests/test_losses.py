@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from captioning.attention import build_attention
 from captioning.data.dataset import Batch
-from captioning.decoder import AttentionDecoder
-from captioning.losses import cross_entropy, doubly_stochastic
-from captioning.training_step import train_step
-from captioning.vocab import Vocabulary
+from captioning.data.vocab import Vocabulary
+from captioning.model.attention import build_attention
+from captioning.model.decoder import AttentionDecoder
+from captioning.train.losses import cross_entropy, doubly_stochastic
+from captioning.train.step import train_step
 
 B, T, L, V = 2, 5, 9, 11
 PAD, START, END = Vocabulary.pad_id, Vocabulary.start_id, Vocabulary.end_id

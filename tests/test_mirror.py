@@ -14,8 +14,8 @@ from captioning.data.features import ImageFiles, load_or_compute
 from captioning.data.karpathy import ImageRecord
 from captioning.data.mirror import mirror_batches, mirror_words
 from captioning.data.splits import features_dir, load_splits
-from captioning.training import fit
-from captioning.vocab import Vocabulary, tokenize
+from captioning.data.vocab import Vocabulary, tokenize
+from captioning.train.loop import fit
 
 
 def test_mirror_words_swaps_left_and_right_and_nothing_else() -> None:

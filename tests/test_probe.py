@@ -10,13 +10,13 @@ import pytest
 import torch
 
 from captioning import probe
-from captioning.attention import hard_inference
 from captioning.config import Config, ModelConfig
 from captioning.data.shapes import RELATIONS, Grounding, ShapeObject
-from captioning.decoder import AttentionDecoder
-from captioning.model import build_decoder
+from captioning.data.vocab import SPECIALS, Vocabulary
+from captioning.model.attention import hard_inference
+from captioning.model.captioner import build_decoder
+from captioning.model.decoder import AttentionDecoder
 from captioning.probe import probe_scores, relation_log_likelihoods, relation_probe
-from captioning.vocab import SPECIALS, Vocabulary
 
 WORDS = ["a", "red", "blue", "green", "circle", "square", "to", "the", "left", "right", "of", "above", "below"]
 VOCAB = Vocabulary([*SPECIALS, *WORDS])

@@ -15,9 +15,9 @@ from test_glimpses import (
 )
 
 from captioning.config import load_config
-from captioning.decoder import AttentionDecoder
-from captioning.decoding import beam_search
-from captioning.model import build_decoder
+from captioning.model.captioner import build_decoder
+from captioning.model.decoder import AttentionDecoder
+from captioning.model.decoding import beam_search
 
 
 def make_decoder(seed: int = 0, *overrides: str) -> AttentionDecoder:

@@ -15,10 +15,10 @@ import itertools
 import pytest
 import torch
 
-from captioning.attention import GivenLocations, build_attention
-from captioning.decoder import AttentionDecoder
-from captioning.losses import Reinforce, caption_log_likelihood, cross_entropy
-from captioning.vocab import Vocabulary
+from captioning.data.vocab import Vocabulary
+from captioning.model.attention import GivenLocations, build_attention
+from captioning.model.decoder import AttentionDecoder
+from captioning.train.losses import Reinforce, caption_log_likelihood, cross_entropy
 
 GRID, D, H, A, V = (1, 3), 8, 16, 8, 11
 L = GRID[0] * GRID[1]
@@ -267,7 +267,7 @@ def test_reinforce_options_are_checked():
 def test_hard_attention_training_keeps_the_baseline_in_checkpoints_and_resumes_exactly(tmp_path, tiny_config):
     """Run A: 10 steps straight. Run B: 5 steps, stop, resume to 10. Same weights and baseline; and a
     resume that lost the baseline would not be the same run (the control)."""
-    from captioning.training import fit
+    from captioning.train.loop import fit
 
     hard = ("model.attention=hard", "train.eval_every_steps=5", "train.reinforce_warmup=8")
     fit(tiny_config(tmp_path / "a", "train.max_steps=10", *hard))

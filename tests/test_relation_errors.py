@@ -108,7 +108,7 @@ def test_binding_reads_the_map_that_predicts_the_first_objects_shape(relation_er
     map at the step fed A's colour, which predicts A's shape, inside A and inside the twin."""
     from types import SimpleNamespace
 
-    from captioning.vocab import Vocabulary
+    from captioning.data.vocab import Vocabulary
 
     red = ShapeObject("square", "red", "small", (0, 0, 56, 56))  # grid cell (0, 0) of a 4 x 4 grid
     yellow = ShapeObject("square", "yellow", "small", (168, 168, 224, 224))  # cell (3, 3)

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 import torch
 
-import captioning.training as training
+import captioning.train.loop as training
 from captioning.cli import train_main
 from captioning.data.sampling import epoch_batches, rank_batches
-from captioning.training import fit
+from captioning.train.loop import fit
 
 REPO = Path(__file__).resolve().parents[1]
 RUN = ("train.max_steps=12", "train.save_every_steps=2", "train.log_every_steps=1")  # 8 batches per epoch
@@ -50,7 +50,7 @@ def _assert_same_run(a: Path, b: Path) -> None:
 KILLER = textwrap.dedent("""
     import os, signal, sys
     import torch
-    import captioning.training as training
+    import captioning.train.loop as training
     from captioning.cli import train_main
 
     saves = 0

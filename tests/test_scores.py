@@ -9,11 +9,11 @@ import pytest
 import torch
 from attention_sizes import GRID, A, B, D, H, L, V, inputs
 
-from captioning.attention import GridCoordinates, GridPosition, HardAttention, SoftAttention, build_attention
 from captioning.config import Config, ModelConfig
-from captioning.decoder import AttentionDecoder
-from captioning.model import build_decoder
-from captioning.scores import SCORES, CosineScore, DotScore, LocalScore
+from captioning.model.attention import GridCoordinates, GridPosition, HardAttention, SoftAttention, build_attention
+from captioning.model.captioner import build_decoder
+from captioning.model.decoder import AttentionDecoder
+from captioning.model.scores import SCORES, CosineScore, DotScore, LocalScore
 
 
 def make_score(name: str, seed: int = 0, dtype=torch.float32, **options) -> torch.nn.Module:

@@ -21,7 +21,7 @@ from captioning.data.shapes import (
     make_shapes,
     relation,
 )
-from captioning.vocab import tokenize
+from captioning.data.vocab import tokenize
 
 COUNTS = {"train": 3, "val": 2, "test": 2}
 

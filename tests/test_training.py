@@ -9,17 +9,17 @@ from pathlib import Path
 import pytest
 import torch
 
-import captioning.checkpoint as checkpoint_module
-import captioning.training
-import captioning.training_step as training_step
-from captioning.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+import captioning.train.checkpoint as checkpoint_module
+import captioning.train.loop
+import captioning.train.step as training_step
 from captioning.config import Config, ConfigError, ModelConfig, from_dict
 from captioning.data.dataset import Batch
 from captioning.data.karpathy import read_split
-from captioning.model import build_decoder
-from captioning.training import fit
-from captioning.training_step import TrainingError, train_step, word_weight_vector
-from captioning.vocab import SPECIALS, Vocabulary
+from captioning.data.vocab import SPECIALS, Vocabulary
+from captioning.model.captioner import build_decoder
+from captioning.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from captioning.train.loop import fit
+from captioning.train.step import TrainingError, train_step, word_weight_vector
 
 
 @pytest.fixture(scope="module")
@@ -151,13 +151,13 @@ def test_the_average_follows_its_formula_and_is_what_is_validated(tmp_path: Path
     checkpoint's "decoder" (what eval.py and caption load) and validation both use it."""
     decay = 0.75
     validated = []
-    real_validate = captioning.training.validate
+    real_validate = captioning.train.loop.validate
 
     def spy(decoder, *args, **kwargs):
         validated.append({name: value.clone() for name, value in decoder.state_dict().items()})
         return real_validate(decoder, *args, **kwargs)
 
-    monkeypatch.setattr(captioning.training, "validate", spy)
+    monkeypatch.setattr(captioning.train.loop, "validate", spy)
     fit(tiny_config(tmp_path / "one", "train.max_steps=1", f"train.ema_decay={decay}"))
     one = _state(tmp_path / "one" / "last.pt")
     fit(tiny_config(tmp_path / "two", "train.max_steps=2", f"train.ema_decay={decay}"))
@@ -257,8 +257,8 @@ def test_a_run_with_word_weights_trains_resumes_from_its_config_and_rejects_unkn
 def test_the_samples_of_a_caption_share_one_pass_of_the_encoder() -> None:
     """train.samples = K copies of each caption for leave-one-out: the CNN still sees each image once,
     and the decoder gets each image's annotations K times, in the rows of that caption's copies."""
-    from captioning.losses import Reinforce
-    from captioning.training_step import TrainingModel
+    from captioning.train.losses import Reinforce
+    from captioning.train.step import TrainingModel
 
     class Encoder(torch.nn.Module):  # stands in for a fine-tuned CNN: images [B, 8, 3, 3] -> [B, 9, 8]
         def __init__(self):

@@ -9,7 +9,7 @@ import pytest
 from PIL import Image
 
 from captioning.data.images import attention_on_image
-from captioning.visualize import heatmap, overlay, overlay_grid, save_overlays
+from captioning.eval.overlays import heatmap, overlay, overlay_grid, save_overlays
 
 GRID = 14
 CELLS = [(0, 0), (0, 13), (13, 0), (13, 13), (6, 7), (3, 10)]

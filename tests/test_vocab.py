@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from captioning.vocab import END, PAD, SPECIALS, START, UNK, Vocabulary, tokenize
+from captioning.data.vocab import END, PAD, SPECIALS, START, UNK, Vocabulary, tokenize
 
 
 @pytest.mark.parametrize("caption, tokens", [
@@ -104,7 +104,7 @@ def test_vocabulary_must_start_with_specials_and_hold_no_duplicates():
 
 
 def test_normalize_is_shared_by_training_targets_and_references() -> None:
-    from captioning.vocab import normalize
+    from captioning.data.vocab import normalize
 
     assert normalize("  A “Big”\tDog’s  BALL. ") == 'a "big" dog\'s ball.'
     assert tokenize("  A “Big”\tDog’s  BALL. ") == tokenize('a "big" dog\'s ball') == ["a", "big", "dog", "'s", "ball"]

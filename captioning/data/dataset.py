@@ -14,7 +14,7 @@ from torch.utils.data import Dataset
 from captioning.data.images import ImageReadError, augment, load_image, to_tensor
 from captioning.data.karpathy import ImageRecord
 from captioning.data.mirror import mirror_image, mirror_words
-from captioning.vocab import Vocabulary, tokenize
+from captioning.data.vocab import Vocabulary, tokenize
 
 
 @dataclass

@@ -32,7 +32,7 @@ from tqdm import tqdm
 from captioning.data.images import ImageReadError, load_image, to_tensor
 from captioning.data.karpathy import ImageRecord
 from captioning.data.mirror import mirror_image
-from captioning.encoder import Encoder
+from captioning.model.encoder import Encoder
 
 
 class ImageFiles(Dataset):

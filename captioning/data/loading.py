@@ -10,14 +10,14 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
-from captioning import distributed
 from captioning.config import Config
 from captioning.data.dataset import Batch, CaptionPairs, ImageCaptionPairs, collate, collate_images
 from captioning.data.features import EncodedImages
+from captioning.data.prepare import run_vocabulary
 from captioning.data.splits import Split, load_splits
-from captioning.encoder import Encoder
-from captioning.prepare import run_vocabulary
-from captioning.vocab import Vocabulary
+from captioning.data.vocab import Vocabulary
+from captioning.model.encoder import Encoder
+from captioning.train import distributed
 
 
 @dataclass

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw, ImageFilter
 
-from captioning.vocab import tokenize
+from captioning.data.vocab import tokenize
 
 SHAPES = ("circle", "square", "triangle", "diamond")
 COLOURS = {

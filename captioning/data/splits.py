@@ -16,7 +16,7 @@ from captioning.data.coco import read_records
 from captioning.data.features import cache_dir, load_or_compute
 from captioning.data.karpathy import ImageRecord
 from captioning.data.shapes import SHAPES_DEFAULT_COUNTS, Grounding, make_shapes, read_grounding
-from captioning.encoder import Encoder, build_encoder
+from captioning.model.encoder import Encoder, build_encoder
 
 
 class Rows:

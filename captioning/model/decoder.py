@@ -52,8 +52,8 @@ from dataclasses import dataclass, replace
 import torch
 from torch import nn
 
-from captioning import fused
-from captioning.attention import AttentionOutput, Memory
+from captioning.model import fused
+from captioning.model.attention import AttentionOutput, Memory
 
 
 @dataclass
@@ -123,7 +123,7 @@ class AttentionDecoder(nn.Module):
 
     @property
     def fusable(self) -> bool:
-        """Whether the fused recurrence (captioning.fused) computes this decoder's steps."""
+        """Whether the fused recurrence (captioning.model.fused) computes this decoder's steps."""
         return self.glimpse is None and not self.query_word and fused.supports(self.attention)
 
     def _advance(self, memory: Memory, state: DecoderState,
@@ -166,7 +166,7 @@ class AttentionDecoder(nn.Module):
         prefix of the batch (a view, never a copy), and the recurrence shrinks as captions end. Only
         the recurrence runs step by step: the output layer (Eq. 7), the largest product, runs once
         over the real positions, packed. Soft attention with the additive score (the paper's default)
-        takes the fused path of captioning.fused; any other attention runs `_advance` step by step.
+        takes the fused path of captioning.model.fused; any other attention runs `_advance` step by step.
         """
         batch, steps = inputs.shape
         if lengths is None:

@@ -34,21 +34,21 @@ from torch.utils.data import DataLoader
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
-from captioning import distributed
-from captioning.checkpoint import load_checkpoint, save_checkpoint
 from captioning.config import Config
 from captioning.data.dataset import Batch
 from captioning.data.loading import load_run_data
 from captioning.data.mirror import mirror_batches
 from captioning.data.sampling import epoch_batches, rank_batches
 from captioning.data.splits import encoder_from_config, uses_feature_cache
-from captioning.losses import Reinforce
-from captioning.model import build_decoder
-from captioning.precision import precision_for
-from captioning.stop_signals import StopSignals
-from captioning.training_step import TrainingModel, train_step, word_weight_vector
-from captioning.validation import hard_choice, log_overlays, validate
-from captioning.vocab import Vocabulary
+from captioning.data.vocab import Vocabulary
+from captioning.model.captioner import build_decoder
+from captioning.train import distributed
+from captioning.train.checkpoint import load_checkpoint, save_checkpoint
+from captioning.train.losses import Reinforce
+from captioning.train.precision import precision_for
+from captioning.train.signals import StopSignals
+from captioning.train.step import TrainingModel, train_step, word_weight_vector
+from captioning.train.validation import hard_choice, log_overlays, validate
 
 
 @dataclass

@@ -2,7 +2,7 @@
 drawn with their per-word maps for TensorBoard.
 
 Model selection, learning-rate decay and early stopping use these *decoded* captions, never a
-teacher-forced loss (see captioning.training).
+teacher-forced loss (see captioning.train.loop).
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from torch.utils.tensorboard import SummaryWriter
 from captioning.config import Config
 from captioning.data.images import ImageReadError, load_image
 from captioning.data.splits import Split
-from captioning.decoder import AttentionDecoder
-from captioning.decoding import decode
-from captioning.evaluation import evaluate_split
-from captioning.visualize import overlay_grid
-from captioning.vocab import Vocabulary
+from captioning.data.vocab import Vocabulary
+from captioning.eval.evaluate import evaluate_split
+from captioning.eval.overlays import overlay_grid
+from captioning.model.decoder import AttentionDecoder
+from captioning.model.decoding import decode
 
 
 def validate(decoder: AttentionDecoder, split: Split, vocab: Vocabulary, config: Config, *,

@@ -27,13 +27,13 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from captioning.attention import hard_inference
 from captioning.data.images import attention_on_image
 from captioning.data.shapes import COLOURS, RELATIONS, SHAPES, SIZES, Grounding, ShapeObject, relation
-from captioning.decoder import AttentionDecoder
-from captioning.decoding import decode
+from captioning.data.vocab import Vocabulary, normalize, tokenize
+from captioning.model.attention import hard_inference
+from captioning.model.decoder import AttentionDecoder
+from captioning.model.decoding import decode
 from captioning.probe import probe_scores, relation_probe
-from captioning.vocab import Vocabulary, normalize, tokenize
 
 JAVA_METRICS = ("METEOR", "the PTB tokenizer")
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from captioning.attention import build_attention
 from captioning.config import Config
-from captioning.decoder import AttentionDecoder
-from captioning.decoding import Captions, decode
-from captioning.encoder import Encoder, build_encoder
+from captioning.model.attention import build_attention
+from captioning.model.decoder import AttentionDecoder
+from captioning.model.decoding import Captions, decode
+from captioning.model.encoder import Encoder, build_encoder
 
 
 def build_decoder(config: Config, *, vocab_size: int, annotation_dim: int,

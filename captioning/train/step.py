@@ -13,11 +13,11 @@ import torch
 from torch import nn
 
 from captioning.data.dataset import Batch
-from captioning.decoder import AttentionDecoder, DecoderOutput
-from captioning.encoder import Encoder
-from captioning.losses import Reinforce, cross_entropy, doubly_stochastic
-from captioning.precision import FULL_PRECISION, Precision
-from captioning.vocab import Vocabulary
+from captioning.data.vocab import Vocabulary
+from captioning.model.decoder import AttentionDecoder, DecoderOutput
+from captioning.model.encoder import Encoder
+from captioning.train.losses import Reinforce, cross_entropy, doubly_stochastic
+from captioning.train.precision import FULL_PRECISION, Precision
 
 
 class TrainingError(RuntimeError):
@@ -56,7 +56,7 @@ def train_step(model: nn.Module, batch: Batch, optimizer: torch.optim.Optimizer,
     `model(batch.source, inputs)` is a decoder (on annotations) or a TrainingModel (needed with
     `reinforce.samples` > 1: it copies each image after the encoder, so the CNN runs once per image).
     `shares` weight the terms by this process's share of the global batch's words and images (1
-    alone; see captioning.distributed); the losses returned are this process's own. `word_weights`
+    alone; see captioning.train.distributed); the losses returned are this process's own. `word_weights`
     [V] weight each target word's cross-entropy (losses.cross_entropy; None: all 1).
     """
     model.train()

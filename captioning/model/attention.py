@@ -2,7 +2,7 @@
 
 Notation: B batch, L grid cells (Hg x Wg), D annotation channels, H decoder hidden size, A attention size.
 
-The score (captioning.scores) says how well each cell a_i matches the decoder state,
+The score (captioning.model.scores) says how well each cell a_i matches the decoder state,
 e_ti = score(h_{t-1}, a_i) (Eq. 4); alpha_t = softmax(e_t / tau) (Eq. 5, tau a temperature, 1 in
 the paper). Soft attention takes the expectation of the annotations under alpha (Sec. 4.2); hard
 attention samples one cell s_t ~ Categorical(alpha_t) and uses a_{s_t} (Sec. 4.1). Both return
@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from captioning.scores import SCORES, LocalScore, check_cells
+from captioning.model.scores import SCORES, LocalScore, check_cells
 
 
 @dataclass

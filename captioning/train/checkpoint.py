@@ -16,8 +16,8 @@ from typing import Any
 import torch
 
 from captioning.config import Config, from_dict
-from captioning.model import Captioner, build_decoder
-from captioning.vocab import Vocabulary
+from captioning.data.vocab import Vocabulary
+from captioning.model.captioner import Captioner, build_decoder
 
 FORMAT_VERSION = 1
 

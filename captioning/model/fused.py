@@ -27,8 +27,8 @@ import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
-from captioning.attention import SoftAttention
-from captioning.scores import AdditiveScore
+from captioning.model.attention import SoftAttention
+from captioning.model.scores import AdditiveScore
 
 
 def supports(attention: torch.nn.Module) -> bool:

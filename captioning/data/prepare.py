@@ -17,7 +17,7 @@ import torch
 from captioning.config import Config
 from captioning.data.coco import read_records
 from captioning.data.splits import Split, ensure_shapes, load_splits
-from captioning.vocab import Vocabulary, tokenize
+from captioning.data.vocab import Vocabulary, tokenize
 
 
 def vocabulary_path(config: Config) -> Path:

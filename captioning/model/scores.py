@@ -4,7 +4,7 @@ Notation: B batch, L grid cells (Hg x Wg), D annotation channels, H decoder hidd
 
 Eq. 4 of the paper uses an MLP (Bahdanau's additive score); this module holds the family of the
 source material. How the weights alpha_t = softmax(e_t) are *used* (soft or hard) is
-captioning.attention's business: the two are orthogonal, and any score works with either.
+captioning.model.attention's business: the two are orthogonal, and any score works with either.
 """
 
 from __future__ import annotations

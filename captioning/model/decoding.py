@@ -16,10 +16,10 @@ from dataclasses import dataclass
 
 import torch
 
-from captioning import fused
-from captioning.attention import hard_inference
-from captioning.decoder import AttentionDecoder, DecoderState
-from captioning.vocab import Vocabulary
+from captioning.data.vocab import Vocabulary
+from captioning.model import fused
+from captioning.model.attention import hard_inference
+from captioning.model.decoder import AttentionDecoder, DecoderState
 
 # One decoding step: (state, previous tokens [N]) -> logits [N, V], new state, alpha [N, L], chosen cell [N].
 Step = Callable[[DecoderState, torch.Tensor], tuple[torch.Tensor, DecoderState, torch.Tensor, torch.Tensor]]
