@@ -46,8 +46,8 @@ SCORE_STEPS = 60  # half an epoch (3,840 captions) per score run: what ~1 h of o
 # first half, the REINFORCE terms over the whole budget (without them, hard attention learns to avoid
 # the objects: see hard_1ep and hard_warmup in the study).
 KINDS = {"soft": ("model.attention=soft",),
-         "hard": ("model.attention=hard", f"model.hard_warmup={SCORE_STEPS // 2}",
-                  f"train.reinforce_warmup={SCORE_STEPS}")}
+         "hard": ("model.attention=hard", f"model.hard.warmup={SCORE_STEPS // 2}",
+                  f"train.reinforce.warmup={SCORE_STEPS}")}
 SCORE_RUNS = {f"{kind}_{score}": (*KINDS[kind], f"model.score={score}", f"train.max_steps={SCORE_STEPS}")
               for score in SCORES for kind in KINDS}
 # The localization study: one epoch (118 steps) each, one change at a time from soft/additive
@@ -64,34 +64,34 @@ STUDY_RUNS = {
     "soft_replicate": ("model.attention=soft", "encoder.padding=replicate"),
     "soft_ds_one": ("model.attention=soft", "train.ds_weight=1.0", "train.ds_target=one"),
     "soft_ds_length": ("model.attention=soft", "train.ds_weight=1.0", "train.ds_target=length"),
-    "soft_position": ("model.attention=soft", "model.position=learned"),
-    "soft_position_2ep": ("model.attention=soft", "model.position=learned", "train.epochs=2"),
-    "soft_unit": ("model.attention=soft", "model.unit_annotations=true"),
+    "soft_position": ("model.attention=soft", "model.extras.position=learned"),
+    "soft_position_2ep": ("model.attention=soft", "model.extras.position=learned", "train.epochs=2"),
+    "soft_unit": ("model.attention=soft", "model.extras.unit_annotations=true"),
     "soft_local_1ep": ("model.attention=soft", "model.score=local"),
-    "soft_local_position": ("model.attention=soft", "model.score=local", "model.position=learned"),
-    "soft_coordinates": ("model.attention=soft", "model.position=coordinates"),
-    "soft_local_coordinates": ("model.attention=soft", "model.score=local", "model.position=coordinates"),
+    "soft_local_position": ("model.attention=soft", "model.score=local", "model.extras.position=learned"),
+    "soft_coordinates": ("model.attention=soft", "model.extras.position=coordinates"),
+    "soft_local_coordinates": ("model.attention=soft", "model.score=local", "model.extras.position=coordinates"),
     # The previous word in the query (model.query_word): the map for "square" after "a red" knows
     # "red" was said. Three seeds, as for soft_1ep.
-    "soft_query_word": ("model.attention=soft", "model.query_word=true"),
-    "soft_query_word_seed1": ("model.attention=soft", "model.query_word=true", "train.seed=1"),
-    "soft_query_word_seed2": ("model.attention=soft", "model.query_word=true", "train.seed=2"),
+    "soft_query_word": ("model.attention=soft", "model.extras.query_word=true"),
+    "soft_query_word_seed1": ("model.attention=soft", "model.extras.query_word=true", "train.seed=1"),
+    "soft_query_word_seed2": ("model.attention=soft", "model.extras.query_word=true", "train.seed=2"),
     "hard_1ep": ("model.attention=hard",),
-    "hard_loo4": ("model.attention=hard", "train.baseline=leave_one_out", "train.samples=4"),
-    "hard_sample_only": ("model.attention=hard", "model.hard_expectation_prob=0.0"),
-    "hard_unit": ("model.attention=hard", "model.unit_annotations=true"),
-    "hard_unit_loo4": ("model.attention=hard", "model.unit_annotations=true", "train.baseline=leave_one_out",
-                       "train.samples=4"),
-    "hard_unit_lambda0.1": ("model.attention=hard", "model.unit_annotations=true", "train.reinforce_weight=0.1"),
-    "hard_warmup": ("model.attention=hard", "model.hard_warmup=59"),
-    "hard_warmup_loo4": ("model.attention=hard", "model.hard_warmup=59", "train.baseline=leave_one_out",
-                         "train.samples=4"),
-    "hard_warmup_2ep": ("model.attention=hard", "model.hard_warmup=118", "train.epochs=2"),
+    "hard_loo4": ("model.attention=hard", "train.reinforce.baseline=leave_one_out", "train.reinforce.samples=4"),
+    "hard_sample_only": ("model.attention=hard", "model.hard.expectation_prob=0.0"),
+    "hard_unit": ("model.attention=hard", "model.extras.unit_annotations=true"),
+    "hard_unit_loo4": ("model.attention=hard", "model.extras.unit_annotations=true",
+                       "train.reinforce.baseline=leave_one_out", "train.reinforce.samples=4"),
+    "hard_unit_lambda0.1": ("model.attention=hard", "model.extras.unit_annotations=true", "train.reinforce.weight=0.1"),
+    "hard_warmup": ("model.attention=hard", "model.hard.warmup=59"),
+    "hard_warmup_loo4": ("model.attention=hard", "model.hard.warmup=59", "train.reinforce.baseline=leave_one_out",
+                         "train.reinforce.samples=4"),
+    "hard_warmup_2ep": ("model.attention=hard", "model.hard.warmup=118", "train.epochs=2"),
     # The REINFORCE terms brought in over the epoch as well (train.reinforce_warmup).
-    "hard_warmups": ("model.attention=hard", "model.hard_warmup=59", "train.reinforce_warmup=118"),
-    "hard_warmups_loo4": ("model.attention=hard", "model.hard_warmup=59", "train.reinforce_warmup=118",
-                          "train.baseline=leave_one_out", "train.samples=4"),
-    "hard_warmups_2ep": ("model.attention=hard", "model.hard_warmup=118", "train.reinforce_warmup=236",
+    "hard_warmups": ("model.attention=hard", "model.hard.warmup=59", "train.reinforce.warmup=118"),
+    "hard_warmups_loo4": ("model.attention=hard", "model.hard.warmup=59", "train.reinforce.warmup=118",
+                          "train.reinforce.baseline=leave_one_out", "train.reinforce.samples=4"),
+    "hard_warmups_2ep": ("model.attention=hard", "model.hard.warmup=118", "train.reinforce.warmup=236",
                          "train.epochs=2"),
 }
 RUNS = {**SCORE_RUNS, **STUDY_RUNS}
@@ -121,7 +121,7 @@ def run(name: str, overrides: tuple[str, ...], *, data: Path, out: Path, results
     for choice in choices:
         metrics, _ = evaluate_split(decoder, test.annotations, image_ids=test.image_ids, references=test.references,
                                     vocab=Vocabulary(payload["vocab"]), grid=test.grid, grounding=test.grounding,
-                                    beam_size=1, full=False, hard_attention=choice)
+                                    beam_size=1, full=False, hard_choice=choice)
         result[choice] = metrics
     results.mkdir(parents=True, exist_ok=True)
     result_path.write_text(json.dumps(result, indent=2))

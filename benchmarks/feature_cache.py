@@ -25,7 +25,8 @@ from captioning.data.coco import read_records
 from captioning.data.features import write_cache
 from captioning.data.sampling import epoch_batches
 from captioning.data.shapes import SHAPES_DEFAULT_COUNTS, make_shapes
-from captioning.data.splits import encoder_from_config, load_splits
+from captioning.data.splits import load_splits
+from captioning.model.encoder import Encoder
 from captioning.train import distributed
 from captioning.train.loop import Run
 from captioning.train.signals import StopSignals
@@ -70,7 +71,7 @@ def main() -> None:
     records = read_records(config.data, "train")
     with tempfile.TemporaryDirectory() as scratch:  # the one-time cost, always measured from scratch
         start, cpu = time.perf_counter(), time.process_time()
-        write_cache(Path(scratch), "train", records, encoder=encoder_from_config(config),
+        write_cache(Path(scratch), "train", records, encoder=Encoder.from_config(config.encoder),
                     image_size=config.data.image_size, batch_size=config.encoder.batch_size)
         cache_seconds, cache_cpu = time.perf_counter() - start, time.process_time() - cpu
     load_splits(config, ("train",), num_workers=args.num_workers)  # the run's own cache, if not there yet

@@ -2,7 +2,7 @@
 
     python benchmarks/glimpses_at_relation.py runs/relations_study/<run>/best.pt [...] [--images 300]
 
-model.glimpses=2 was added so that at the relation's first word ("to", "above", "below") one map
+model.extras.glimpses=2 was added so that at the relation's first word ("to", "above", "below") one map
 could sit on A and the other on B (captioning.model.decoder). This measures whether they do. For the first
 reference caption of each validation image that reads "a A <relation> a B" (A and B two objects of
 the image), it feeds the caption's words up to A under teacher forcing and takes both glimpses' maps
@@ -28,14 +28,15 @@ from relation_errors import Run, load_run, teacher_forced
 
 from captioning.data.shapes import RELATIONS
 from captioning.eval.evaluate import box_mass, box_share, evaluate_split, word_objects
+from captioning.model.extras.glimpses import TwoGlimpses
 
 FIRST_WORDS = {stated.split()[0] for stated in RELATIONS}  # "to", "above", "below"
 
 
 def two_glimpse_run(checkpoint: Path, *, data: str, split: str) -> Run:
     run = load_run(checkpoint, data=data, split=split)
-    if run.decoder.glimpse is None:  # model.glimpses is 1 or 2
-        raise SystemExit(f"{checkpoint}: model.glimpses is 1; this needs two glimpses")
+    if not isinstance(run.decoder.attention, TwoGlimpses):  # model.extras.glimpses is 1 or 2
+        raise SystemExit(f"{checkpoint}: model.extras.glimpses is 1; this needs two glimpses")
     return run
 
 
@@ -90,8 +91,8 @@ def correctness_by_glimpse(checkpoint: Path, *, data: str, split: str) -> dict[s
     for glimpse in ("first", "second", "mean"):
         hooks = []
         if glimpse != "mean":
-            hooks = [decoder.attention.register_forward_hook(lambda module, inputs, output: first.append(output)),
-                     decoder.glimpse.register_forward_hook(report_only(glimpse))]
+            hooks = [decoder.attention.first.register_forward_hook(lambda module, inputs, output: first.append(output)),
+                     decoder.attention.second.register_forward_hook(report_only(glimpse))]
         try:
             metrics, _ = evaluate_split(decoder, part.annotations, image_ids=part.image_ids,
                                         references=part.references, vocab=vocab, grid=part.grid,

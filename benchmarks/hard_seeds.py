@@ -35,9 +35,9 @@ from captioning.train.checkpoint import decoder_from_checkpoint, load_checkpoint
 from captioning.train.loop import fit  # noqa: E402
 
 COUNTS, DATA_SEED = {"train": 600, "val": 60, "test": 100}, 7
-BASE = ("train.epochs=5", "train.val_images=60", "model.hard_warmup=100")
+BASE = ("train.epochs=5", "train.val_images=60", "model.hard.warmup=100")
 SEEDS = range(7, 12)
-VARIANTS = {"coin warm-up only": (), "+ REINFORCE warm-up 200 (as shapes_hard.yaml)": ("train.reinforce_warmup=200",)}
+VARIANTS = {"coin warm-up only": (), "+ REINFORCE warm-up 200 (as shapes_hard.yaml)": ("train.reinforce.warmup=200",)}
 
 
 def name_of(variant: str, seed: int) -> str:
@@ -57,7 +57,7 @@ def run(variant: str, seed: int, *, data: Path, out: Path, results: Path) -> dic
     test = load_splits(config, ("test",))["test"]
     metrics, _ = evaluate_split(decoder_from_checkpoint(payload, config), test.annotations, image_ids=test.image_ids,
                                 references=test.references, vocab=Vocabulary(payload["vocab"]), grid=test.grid,
-                                grounding=test.grounding, beam_size=1, full=False, hard_attention="argmax")
+                                grounding=test.grounding, beam_size=1, full=False, hard_choice="argmax")
     result = {"name": name, "seed": seed, "overrides": [*BASE, *VARIANTS[variant]], **metrics,
               "ratio": metrics["attention_correctness"] / metrics["attention_correctness_chance"]}
     results.mkdir(parents=True, exist_ok=True)

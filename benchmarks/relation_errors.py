@@ -39,6 +39,7 @@ from captioning.data.shapes import RELATIONS, SHAPES, Grounding, ShapeObject, re
 from captioning.data.splits import Split, load_splits
 from captioning.data.vocab import Vocabulary
 from captioning.eval.evaluate import VERDICTS, box_mass, relation_verdict, stated_relations, word_objects
+from captioning.model.extras.glimpses import TwoGlimpses
 from captioning.probe import relation_probe
 from captioning.train.checkpoint import decoder_from_checkpoint, load_checkpoint
 
@@ -131,7 +132,9 @@ def teacher_forced(decoder, annotations: torch.Tensor, tokens: torch.Tensor,
     `steps` steps. Per step k (fed token k, predicting w_k): the logits [V] and each glimpse's own map
     [L] by name ("first"; "second" with two glimpses; the decoder reports their mean)."""
     maps: dict[str, torch.Tensor] = {}
-    glimpses = {"first": decoder.attention, **({} if decoder.glimpse is None else {"second": decoder.glimpse})}
+    attention = decoder.attention
+    glimpses = ({"first": attention.first, "second": attention.second} if isinstance(attention, TwoGlimpses)
+                else {"first": attention})
     hooks = [module.register_forward_hook(lambda module, inputs, output, name=name: maps.update({name: output.alpha}))
              for name, module in glimpses.items()]
     found = []
@@ -284,7 +287,7 @@ def binding_breakdown(run: Run, *, images: int) -> list[str]:
     object of the image (its twin: "a red square" beside a yellow square): at the step that predicts
     A's shape, fed A's colour, the share of the (first) map inside A and inside its twins. With the
     paper's query (h_{t-1}) that map is computed before the colour was chosen; with
-    model.query_word it has seen it."""
+    model.extras.query_word it has seen it."""
     decoder, vocab, split_data = run.decoder, run.vocab, run.images
     rows = []  # [inside A, inside its twins] per caption
     for image in range(min(images, len(split_data.records))):

@@ -46,7 +46,8 @@ from captioning.train.checkpoint import decoder_from_checkpoint, load_checkpoint
 from captioning.train.loop import fit  # noqa: E402
 
 # the two-glimpse local-score runs' overrides, alone and trained for 16 epochs without early stopping
-GLIMPSES_LOCAL = ("model.score=local", "model.init=layout", "model.glimpses=2", "model.position=coordinates")
+GLIMPSES_LOCAL = ("model.score=local", "model.extras.init=layout", "model.extras.glimpses=2",
+                  "model.extras.position=coordinates")
 GLIMPSES_LOCAL_16EP = (*GLIMPSES_LOCAL, "train.epochs=16", "train.early_stop_patience=16")
 GLIMPSES_LOCAL_16EP_BY_PROBE = (*GLIMPSES_LOCAL_16EP, "train.val_metric=relation_probe_accuracy")
 RELATION_WORDS = ("to", "left", "right", "above", "below")  # the words of RELATIONS that tell them apart
@@ -61,37 +62,37 @@ def relations_16ep(seed: int, *changes: str) -> tuple[str, ...]:
     """The overrides of shapes_soft.yaml for configs/shapes_relations_16ep.yaml before the narrow window and
     dropout 0.1 joined it (runs `..._query_word_seed{N}`), with train.seed=`seed`, then `changes`."""
     return (*GLIMPSES_LOCAL_16EP_BY_PROBE, f"train.word_weights={relation_word_weights(3)}", "train.lr_patience=3",
-            f"train.seed={seed}", "model.query_word=true", *changes)
+            f"train.seed={seed}", "model.extras.query_word=true", *changes)
 
 
 # name -> (config, overrides)
 RUNS = {
     "soft": ("shapes_soft.yaml", ()),
-    "soft_coordinates": ("shapes_soft.yaml", ("model.position=coordinates",)),
+    "soft_coordinates": ("shapes_soft.yaml", ("model.extras.position=coordinates",)),
     "soft_local": ("shapes_soft.yaml", ("model.score=local",)),
-    "soft_local_coordinates": ("shapes_soft.yaml", ("model.score=local", "model.position=coordinates")),
+    "soft_local_coordinates": ("shapes_soft.yaml", ("model.score=local", "model.extras.position=coordinates")),
     "hard": ("shapes_hard.yaml", ()),
     # The authors' code's deep output (a tanh before L_o): a relation word is not linear in positions.
     "soft_tanh": ("shapes_soft.yaml", ("model.deep_output=tanh",)),
-    "soft_coordinates_tanh": ("shapes_soft.yaml", ("model.position=coordinates", "model.deep_output=tanh")),
+    "soft_coordinates_tanh": ("shapes_soft.yaml", ("model.extras.position=coordinates", "model.deep_output=tanh")),
     "soft_local_tanh": ("shapes_soft.yaml", ("model.score=local", "model.deep_output=tanh")),
     # The initial state from the layout, not only the mean: the relation is named before B is looked at.
-    "soft_layout": ("shapes_soft.yaml", ("model.init=layout",)),
-    "soft_local_layout": ("shapes_soft.yaml", ("model.score=local", "model.init=layout")),
+    "soft_layout": ("shapes_soft.yaml", ("model.extras.init=layout",)),
+    "soft_local_layout": ("shapes_soft.yaml", ("model.score=local", "model.extras.init=layout")),
     # configs/shapes_relations.yaml (= soft_local_layout) with two other seeds: the noise of these runs
-    "soft_local_layout_seed1": ("shapes_soft.yaml", ("model.score=local", "model.init=layout", "train.seed=1")),
-    "soft_local_layout_seed2": ("shapes_soft.yaml", ("model.score=local", "model.init=layout", "train.seed=2")),
+    "soft_local_layout_seed1": ("shapes_soft.yaml", ("model.score=local", "model.extras.init=layout", "train.seed=1")),
+    "soft_local_layout_seed2": ("shapes_soft.yaml", ("model.score=local", "model.extras.init=layout", "train.seed=2")),
     "soft_local_tanh_layout": ("shapes_soft.yaml",
-                               ("model.score=local", "model.deep_output=tanh", "model.init=layout")),
+                               ("model.score=local", "model.deep_output=tanh", "model.extras.init=layout")),
     # Capacity and length: the train split's probe is no better than the test split's (underfitting,
     # not overfitting), so a wider decoder trained for longer.
     "soft_local_layout_wide": ("shapes_soft.yaml",
-                               ("model.score=local", "model.init=layout", "model.hidden_dim=512",
+                               ("model.score=local", "model.extras.init=layout", "model.hidden_dim=512",
                                 "model.embed_dim=256", "model.attention_dim=256", "train.epochs=16",
                                 "train.early_stop_patience=4")),
-    # Two glimpses per word (model.glimpses=2): at the word "to"/"above"/"below" one map can sit on A
+    # Two glimpses per word (model.extras.glimpses=2): at the word "to"/"above"/"below" one map can sit on A
     # and the other on B, and with the coordinates appended z_t holds both places.
-    "soft_glimpses_coordinates": ("shapes_soft.yaml", ("model.glimpses=2", "model.position=coordinates")),
+    "soft_glimpses_coordinates": ("shapes_soft.yaml", ("model.extras.glimpses=2", "model.extras.position=coordinates")),
     "soft_local_layout_glimpses_coordinates": ("shapes_soft.yaml", GLIMPSES_LOCAL),
     # The same for 16 epochs (its relation words were still rising at epoch 8). Its first 8 epochs are
     # the run above: no early stop or different learning rate before that, and resuming is exact.
@@ -128,19 +129,19 @@ RUNS = {
                              "train.lr_patience=3", f"train.seed={seed}", "train.epochs=32",
                              "train.early_stop_patience=32"))
        for seed in (1,)},
-    # ... for 16 epochs with the local score's learned window (model.local_window=learned): with three
+    # ... for 16 epochs with the local score's learned window (model.local.window=learned): with three
     # objects the relation is decided worse than with two (benchmarks/relation_errors.py), and a
     # window that can be a half-plane around A asks "is anything below A?", a Gaussian cannot
     **{f"soft_local_window_layout_glimpses_coordinates_16ep_by_probe_words3_patience3_seed{seed}": (
         "shapes_soft.yaml", (*GLIMPSES_LOCAL_16EP_BY_PROBE, f"train.word_weights={relation_word_weights(3)}",
-                             "train.lr_patience=3", f"train.seed={seed}", "model.local_window=learned"))
+                             "train.lr_patience=3", f"train.seed={seed}", "model.local.window=learned"))
        for seed in (0,)},
     # ... for 16 epochs with the softmax at temperature 0.25 (model.temperature), both glimpses: with
     # three objects the relation is decided worse than with two (benchmarks/relation_errors.py), and a
     # sharper map hands the decoder one place rather than a blend of several
     **{f"soft_local_sharp_layout_glimpses_coordinates_16ep_by_probe_words3_patience3_seed{seed}": (
         "shapes_soft.yaml", (*GLIMPSES_LOCAL_16EP_BY_PROBE, f"train.word_weights={relation_word_weights(3)}",
-                             "train.lr_patience=3", f"train.seed={seed}", "model.temperature=0.25"))
+                             "train.lr_patience=3", f"train.seed={seed}", "model.extras.temperature=0.25"))
        for seed in (0, 1, 2)},
     # ... for 16 epochs with the authors' deep output (a tanh before L_o): most false relations point
     # where no object lies, while the maps at the relation word sit on A and on another object
@@ -179,14 +180,14 @@ RUNS = {
     **{f"soft_local_layout_glimpses_coordinates_16ep_by_probe_words3_patience3_query_word_mirror_seed{seed}": (
         "shapes_soft.yaml", relations_16ep(seed, "data.mirror=true"))
        for seed in (0, 1, 2, 3)},
-    # ... for 16 epochs with the local score's window half as wide (model.local_sigma=1.75 cells, not
+    # ... for 16 epochs with the local score's window half as wide (model.local.sigma=1.75 cells, not
     # 3.5): a false relation mostly points where no object lies, and a map spread over a wide window
     # hands the decoder a blurred place to compare with the other object's. Beam 5 (eval.py): 95.2 /
     # 89.3% of stated relations true on the test split against the config's 90.1 / 88.9%, 92.8 / 91.5%
     # against 91.0 / 90.9% on the validation split; seeds 2 / 3: 88.3 / 92.9% (test), 86.0 / 93.5%
     # (validation) against 88.9 / 88.4% and 87.1 / 88.5%. Adopted with dropout 0.1 (below)
     **{f"soft_local_layout_glimpses_coordinates_16ep_by_probe_words3_patience3_query_word_narrow_seed{seed}": (
-        "shapes_soft.yaml", relations_16ep(seed, "model.local_sigma=1.75"))
+        "shapes_soft.yaml", relations_16ep(seed, "model.local.sigma=1.75"))
        for seed in (0, 1, 2, 3)},
     # ... for 16 epochs with dropout 0.1, not 0.3: the relation probe on the training images is barely
     # better than on the validation images (0.89 to 0.90 against 0.86 to 0.89), so the relations are
@@ -202,7 +203,7 @@ RUNS = {
     # validation split, CIDEr 4.57 / 4.73 / 4.38 / 4.85 against 4.26 / 4.18 / 4.35 / 4.66; seeds 4 and 5: 89.2 /
     # 93.2% (test), 89.1 / 93.8% (validation), seed 5's first glimpse's maps at 4.11x chance (its second names)
     **{("soft_local_layout_glimpses_coordinates_16ep_by_probe_words3_patience3_query_word_narrow_dropout01"
-        f"_seed{seed}"): ("shapes_soft.yaml", relations_16ep(seed, "model.local_sigma=1.75", "model.dropout=0.1"))
+        f"_seed{seed}"): ("shapes_soft.yaml", relations_16ep(seed, "model.local.sigma=1.75", "model.dropout=0.1"))
        for seed in (0, 1, 2, 3, 4, 5)},
     # ... with the decoder's weights averaged (train.ema_decay=0.999, about the last three epochs'
     # steps): validation, best.pt and eval.py use the average, so the checkpoint kept by the probe is
@@ -210,12 +211,12 @@ RUNS = {
     # 93.6 / 93.6 / 94.1 / 94.6 / 94.0% on the test split, 93.8 / 93.2 / 94.6 / 95.0 / 93.7 / 95.3% on the
     # validation split, CIDEr 4.67 / 4.55 / 4.55 / 4.57 / 4.59 / 4.55, 8.28x to 9.76x chance (the mean map)
     **{("soft_local_layout_glimpses_coordinates_16ep_by_probe_words3_patience3_query_word_narrow_dropout01_ema0999"
-        f"_seed{seed}"): ("shapes_soft.yaml", relations_16ep(seed, "model.local_sigma=1.75", "model.dropout=0.1",
+        f"_seed{seed}"): ("shapes_soft.yaml", relations_16ep(seed, "model.local.sigma=1.75", "model.dropout=0.1",
                                                              "train.ema_decay=0.999"))
        for seed in (0, 1, 2, 3, 4, 5)},
     # ... and at the demo's budget (8 epochs, kept by CIDEr): configs/shapes_relations.yaml with the
     # relation words counted 3 times, with one glimpse per word and with two
-    "soft_local_layout_words3": ("shapes_soft.yaml", ("model.score=local", "model.init=layout",
+    "soft_local_layout_words3": ("shapes_soft.yaml", ("model.score=local", "model.extras.init=layout",
                                                       f"train.word_weights={relation_word_weights(3)}")),
     "soft_local_layout_glimpses_coordinates_words3": (
         "shapes_soft.yaml", (*GLIMPSES_LOCAL, f"train.word_weights={relation_word_weights(3)}")),
@@ -257,7 +258,7 @@ def run(name: str, *, data: Path, out: Path, results: Path) -> dict:
     # underfitting or overfitting: the probe on training images, against the test split's
     result["train_probe"] = _train_probe(decoder, config, vocab)
     result.update(_decodings(decoder, test, vocab))
-    if config.model.glimpses == 2:
+    if config.model.extras.glimpses == 2:
         result["reported_map"] = "mean of glimpses"
     results.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=2))
@@ -295,7 +296,7 @@ def _complete_kept(name: str, result: dict, *, config, run_dir: Path) -> None:
         return _decodings(decoder, test, vocab, probe=False)
 
     # First, so that the checks below compare attention correctness on the map the decoder now reports.
-    if config.model.glimpses == 2 and "reported_map" not in result:
+    if config.model.extras.glimpses == 2 and "reported_map" not in result:
         # scored before the decoder reported the mean of its glimpses' maps: the first glimpse's
         if (run_dir / "best.pt").exists():
             for label, metrics in decoded().items():

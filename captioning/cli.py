@@ -135,22 +135,24 @@ def train_main(argv: Sequence[str] | None = None) -> int:
 
 # evaluate ------------------------------------------------------------------------------------------
 
-def _add_hard_attention_argument(parser: argparse.ArgumentParser) -> None:
+def _add_hard_choice_argument(parser: argparse.ArgumentParser) -> None:
     from captioning.model.attention import HardAttention
 
-    parser.add_argument("--hard-attention", choices=HardAttention.CHOICES,
+    parser.add_argument("--hard-choice", choices=HardAttention.CHOICES,
                         help="how a hard attention model picks its cell per word (default: the checkpoint config's "
-                             "decode.hard_attention, normally expectation); soft models take only expectation")
+                             "decode.hard_choice, normally expectation); soft models take only expectation")
+    # its name before the config had one word for it (decode.hard_attention)
+    parser.add_argument("--hard-attention", dest="hard_choice", choices=HardAttention.CHOICES, help=argparse.SUPPRESS)
 
 
-def _hard_attention_choice(args: argparse.Namespace, config: Config, decoder: torch.nn.Module) -> str:
-    """The --hard-attention choice (or the config's), checked against the model: soft attention is
-    the expectation, so argmax or sample on a soft model is an error, not silently ignored."""
+def _hard_choice(args: argparse.Namespace, config: Config, decoder: torch.nn.Module) -> str:
+    """The --hard-choice (or the config's), checked against the model: soft attention is the
+    expectation, so argmax or sample on a soft model is an error, not silently ignored."""
     from captioning.model.attention import HardAttention
 
-    choice = args.hard_attention or config.decode.hard_attention
+    choice = args.hard_choice or config.decode.hard_choice
     if choice != "expectation" and not any(isinstance(m, HardAttention) for m in decoder.modules()):
-        raise ConfigError(f"--hard-attention {choice}: {args.checkpoint} uses soft attention "
+        raise ConfigError(f"--hard-choice {choice}: {args.checkpoint} uses soft attention "
                           "(only expectation applies)")
     return choice
 
@@ -159,7 +161,7 @@ def _add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", required=True)
     parser.add_argument("--split", default="test")
     parser.add_argument("--beam-size", type=int, help="default: the checkpoint config's decode.beam_size")
-    _add_hard_attention_argument(parser)
+    _add_hard_choice_argument(parser)
     parser.add_argument("--out", help="write the metrics here as JSON")
     parser.add_argument("--results", help="COCO results file [{image_id, caption}] (default: beside --out, "
                         "named after it: metrics_test.json -> metrics_test_captions.json)")
@@ -169,7 +171,7 @@ def _add_eval_arguments(parser: argparse.ArgumentParser) -> None:
 
 @_guarded
 def _evaluate(args: argparse.Namespace) -> int:
-    from captioning.config import apply_overrides, from_dict
+    from captioning.config import apply_overrides, from_dict, validate
     from captioning.data.splits import load_splits
     from captioning.data.vocab import Vocabulary
     from captioning.eval.evaluate import evaluate_split
@@ -178,27 +180,27 @@ def _evaluate(args: argparse.Namespace) -> int:
     device = _device(args.device)
     payload = load_checkpoint(args.checkpoint)
     config = from_dict(payload["config"], where=f"{args.checkpoint}: config")
-    apply_overrides(config, args.overrides)
+    validate(apply_overrides(config, args.overrides), f"{args.checkpoint}: config with overrides")
     fine_tuned = "encoder" in payload  # its annotations differ from the pretrained encoder's cache
     split = load_splits(config, (args.split,), device=device, features=not fine_tuned)[args.split]
     annotations = split.annotations
     if fine_tuned:
         from captioning.data.features import EncodedImages
-        from captioning.data.splits import encoder_from_config
+        from captioning.model.encoder import Encoder
 
-        encoder = encoder_from_config(config)
+        encoder = Encoder.from_config(config.encoder)
         encoder.load_state_dict(payload["encoder"])
         annotations = EncodedImages(encoder.to(device).eval(), split.records, image_size=config.data.image_size,
                                     device=device)
         split.grid = tuple(payload["grid"])
     decoder = decoder_from_checkpoint(payload, config).to(device)
     beam_size = args.beam_size or config.decode.beam_size
-    choice = _hard_attention_choice(args, config, decoder)
+    choice = _hard_choice(args, config, decoder)
     metrics, results = evaluate_split(
         decoder, annotations, image_ids=split.image_ids, references=split.references,
         vocab=Vocabulary(payload["vocab"]), grid=split.grid, grounding=split.grounding, beam_size=beam_size,
         max_length=config.decode.max_length, length_penalty=config.decode.length_penalty, device=device,
-        hard_attention=choice)
+        hard_choice=choice)
     print(f"{args.checkpoint} on {args.split} ({len(results)} images, beam {beam_size}, "
           f"{config.model.attention} attention{'' if choice == 'expectation' else ': ' + choice})")
     for name, value in metrics.items():
@@ -209,7 +211,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps({"checkpoint": args.checkpoint, "split": args.split,
-                                              "beam_size": beam_size, "hard_attention": choice, **metrics},
+                                              "beam_size": beam_size, "hard_choice": choice, **metrics},
                                              indent=2))
         print(f"metrics: {args.out}")
     # Named after --out, not after the split: two evaluations of one split (beam sizes, checkpoints)
@@ -243,7 +245,7 @@ def _caption(args: argparse.Namespace) -> int:
         return 2
     beam_size = args.beam_size or config.decode.beam_size
     try:
-        choice = _hard_attention_choice(args, config, model.decoder)
+        choice = _hard_choice(args, config, model.decoder)
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -259,7 +261,7 @@ def _caption(args: argparse.Namespace) -> int:
         pixels = to_tensor(image, size=config.data.image_size, mean=model.encoder.mean, std=model.encoder.std)
         captions, grid = model.generate(pixels[None].to(device), beam_size=beam_size,
                                         max_length=config.decode.max_length,
-                                        length_penalty=config.decode.length_penalty, hard_attention=choice)
+                                        length_penalty=config.decode.length_penalty, hard_choice=choice)
         tokens = captions.tokens[0].tolist()
         words = vocab.decode(tokens)
         caption = " ".join(words)
@@ -300,7 +302,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     caption.add_argument("images", nargs="+", metavar="IMAGE")
     caption.add_argument("--checkpoint", required=True)
     caption.add_argument("--beam-size", type=int, help="default: the checkpoint config's decode.beam_size")
-    _add_hard_attention_argument(caption)
+    _add_hard_choice_argument(caption)
     caption.add_argument("--overlays", metavar="DIR", help="write a folder of per-word overlays per image here "
                          "(hard attention with argmax or sample: the chosen cell outlined over each map)")
     caption.add_argument("--json", action="store_true", help="one JSON object per line")

@@ -1,13 +1,24 @@
-"""Experiment configuration: nested dataclasses, loaded from YAML plus `key.sub=value` overrides.
+"""Experiment configuration: nested dataclasses by section, loaded from YAML plus `key.sub=value` overrides.
 
 A YAML file may name one `base:` file (relative to itself) whose values it overrides; bases do not
 chain further, so any config can be read in two files at most. Unknown keys are errors, never
 silently ignored: a misspelt key that did nothing has cost people whole training runs.
+
+Every value is checked when the config is loaded (`validate`), before any data, feature or model
+work: its type, its range, a choice among those that exist, and combinations no run can use. The
+paper's model is `model:` itself; hard attention's own settings are `model.hard`, REINFORCE's are
+`train.reinforce`, and the options that are not in the paper are `model.extras` (captioning/model/extras).
+
+Configs and checkpoints written before the sections existed (checkpoint format 1) name some
+settings by their old flat keys (RENAMED). A checkpoint's config is migrated on load; a file or an
+override that uses an old key is refused with its new name.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import types
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,12 +44,11 @@ class DataConfig:
     feature_cache: bool = True  # frozen encoder: train on cached annotations; False runs it on the fly
     bucket_batches: bool = True  # batches of captions of similar length (less padding per step)
     # Training images only, with the encoder on the fly: a random square crop of 80-100% of the
-    # shorter side and colour jitter (data/images.py: augment). Never a plain horizontal flip: it
-    # would make "to the left of" in the caption false (data.mirror flips and swaps the words).
+    # shorter side and colour jitter (data/images.py). Never a plain horizontal flip: it would make
+    # "to the left of" in the caption false (data.mirror flips the image and swaps the words).
     augment: bool = False
-    # Training pairs only: on a coin per pair and epoch, the image mirrored left-right and "left" and
-    # "right" swapped in its caption (data/mirror.py). Off by default (not in the paper). With the
-    # feature cache, the mirror images get a cache of their own (train_mirrored).
+    # Training pairs only (not in the paper): on a coin per pair and epoch, the image mirrored
+    # left-right and "left" and "right" swapped in its caption (data/mirror.py).
     mirror: bool = False
 
 
@@ -54,45 +64,69 @@ class EncoderConfig:
 
 
 @dataclass
+class HardConfig:
+    """Hard attention's own settings (Sec. 4.1); model.attention=hard reads them."""
+
+    expectation_prob: float = 0.5  # an image uses the soft expectation instead of samples (the paper: 0.5)
+    coin: str = "image"  # one coin per image, or per "batch" (as the authors' code)
+    warmup: int = 0  # steps over which that chance falls from 1 to expectation_prob (not in the paper)
+
+
+@dataclass
+class LocalConfig:
+    """The local score's window (model.score=local)."""
+
+    base: str = "additive"  # the content score under the window
+    window: str = "gaussian"  # Luong's; "learned" adds a learned shape (model/extras/window.py)
+    sigma: float | None = None  # the window's width in grid cells (None: a quarter of the grid's longer side)
+
+
+@dataclass
+class CosineConfig:
+    """The cosine score's (and the local score's cosine base's) sharpness."""
+
+    sharpness: float | None = None  # beta at the start, then learned (None: 5)
+
+
+@dataclass
+class ExtrasConfig:
+    """Options that are not in the paper (captioning/model/extras), all off by default."""
+
+    init: str = "mean"  # h_0, c_0 from the mean annotation (the paper) or also the "layout" (extras/layout.py)
+    glimpses: int = 1  # 2: a second soft glimpse per word (extras/glimpses.py)
+    query_word: bool = False  # attention queried with [h_{t-1}; E y_{t-1}] (extras/query_word.py)
+    position: str = "none"  # "learned" or "coordinates": 2-D position in the annotations (extras/position.py)
+    unit_annotations: bool = False  # annotations rescaled to norm sqrt(D) (extras/unit_annotations.py)
+    temperature: float = 1.0  # alpha = softmax(e / temperature)
+
+
+@dataclass
 class ModelConfig:
     embed_dim: int = 128
     hidden_dim: int = 256
     attention_dim: int = 128
-    score: str = "additive"  # the attention score function (see captioning.attention.SCORES)
-    attention: str = "soft"  # how the weights are used: soft (Sec. 4.2) or hard (Sec. 4.1)
-    temperature: float = 1.0  # alpha = softmax(e / temperature)
-    # 2-D position (off by default): "learned" adds a learned position to the annotations
-    # (attention.GridPosition); "coordinates" appends each cell's (x, y) (attention.GridCoordinates).
-    position: str = "none"
-    local_base: str = "additive"  # the content score under the `local` score's Gaussian window
-    local_window: str = "gaussian"  # the local score's window: "gaussian" (Luong), or "learned" (scores.LocalScore)
-    local_sigma: float | None = None  # its width in grid cells (None: a quarter of the grid's longer side)
-    # the cosine score's beta at the start, then learned (None: 5); also the local score's cosine base
-    cosine_sharpness: float | None = None
-    unit_annotations: bool = False  # rescale each annotation to norm sqrt(D) before attention (see attention.py)
-    # Hard attention, training: the chance that an image uses the soft expectation instead of samples
-    # (Sec. 4.1: 0.5), one coin per "image" or one per "batch" (as the authors' code did).
-    hard_expectation_prob: float = 0.5
-    hard_coin: str = "image"
-    hard_warmup: int = 0  # batches over which that chance falls from 1 (soft) to hard_expectation_prob
-    gate: str = "scalar"  # the paper's scalar beta; "vector" is the per-channel gate some ports use
-    # The deep output layer (Eq. 7): "linear" as printed, L_o(E y + L_h h + L_z z); "tanh" as the
-    # authors' code (arctic-captions capgen.py), L_o(tanh(E y + L_h h + L_z z)).
-    deep_output: str = "linear"
-    # h_0, c_0 from the mean annotation (Sec. 3.1.2: "mean"), or from the mean and a small projection
-    # of every cell in grid order ("layout": the decoder starts out knowing where things are).
-    init: str = "mean"
-    # Glimpses per word (not in the paper): 2 adds a second soft attention whose query is h_{t-1}
-    # and the first glimpse's context, so that one word can see two places (the two objects of a
-    # relation); z_t is both contexts side by side, and the map reported for the word (overlays,
-    # attention correctness) is the mean of the two. See captioning.decoder.
-    glimpses: int = 1
-    # The attention query: h_{t-1} alone (the paper, Eq. 4), or also the previous word's embedding,
-    # [h_{t-1}; E y_{t-1}] (not in the paper; Anderson et al. 2018's attention LSTM reads the word
-    # before attending). h_{t-1} predicted y_{t-1} and has not seen which word was chosen, so after
-    # "a red" the map for the next word cannot look for the red one of two squares (captioning.model.decoder).
-    query_word: bool = False
     dropout: float = 0.3
+    attention: str = "soft"  # how the weights are used: soft (Sec. 4.2) or hard (Sec. 4.1)
+    score: str = "additive"  # the attention score function (captioning.model.scores.SCORES)
+    gate: str = "scalar"  # the paper's scalar beta; "vector" is the per-channel gate some ports use
+    # Eq. 7: "linear" as printed, L_o(E y + L_h h + L_z z); "tanh" as the authors' code, L_o(tanh(...)).
+    deep_output: str = "linear"
+    hard: HardConfig = field(default_factory=HardConfig)
+    local: LocalConfig = field(default_factory=LocalConfig)
+    cosine: CosineConfig = field(default_factory=CosineConfig)
+    extras: ExtrasConfig = field(default_factory=ExtrasConfig)
+
+
+@dataclass
+class ReinforceConfig:
+    """Hard attention's REINFORCE terms (Sec. 4.1); soft attention samples nothing and ignores them."""
+
+    weight: float = 1.0  # lambda_r
+    entropy_weight: float = 0.0  # lambda_e
+    baseline: str = "moving_average"  # the paper's; none; leave_one_out (needs samples >= 2)
+    baseline_decay: float = 0.9  # b <- decay b + (1 - decay) log p(y|s,a)
+    samples: int = 1  # samples of locations per caption (its rows are repeated)
+    warmup: int = 0  # steps over which both terms grow from 0 to their weight (not in the paper)
 
 
 @dataclass
@@ -108,10 +142,6 @@ class TrainConfig:
     # "length" is T/L, which a caption of T words over L cells can actually meet.
     ds_weight: float = 0.0
     ds_target: str = "one"
-    # Target words whose cross-entropy counts this many times, e.g. {above: 4} (not in the paper;
-    # empty: every word counts once). For the word that decides a spatial relation, one token in ten
-    # of a shapes caption (docs/attention.md); the loss is still divided by the number of words.
-    word_weights: dict[str, float] = field(default_factory=dict)
     val_metric: str = "CIDEr"  # from greedy decoding of the validation split
     lr_decay: float = 0.5  # multiply the learning rate by this when the metric stalls...
     lr_patience: int = 1  # ...for this many evaluations
@@ -126,19 +156,12 @@ class TrainConfig:
     log_images: int = 3  # validation images with per-word overlays in TensorBoard at each evaluation
     amp: bool = False  # autocast: bf16 where supported, else fp16 with a gradient scaler
     compile: bool = False  # torch.compile the decoder
-    # Hard attention's REINFORCE terms (Sec. 4.1): lambda_r, lambda_e, the baseline (none,
-    # moving_average = the paper's, leave_one_out) and its decay, and samples of locations per
-    # caption (its rows are repeated; leave_one_out needs 2 or more). Soft attention ignores them.
-    reinforce_weight: float = 1.0
-    entropy_weight: float = 0.0
-    baseline: str = "moving_average"
-    baseline_decay: float = 0.9
-    samples: int = 1
-    reinforce_warmup: int = 0  # batches over which both terms grow from 0 (not in the paper; see losses.Reinforce)
-    # Polyak averaging of the decoder's weights (not in the paper; 0 = off): after each step the
-    # average moves 1 - ema_decay of the way to the new weights, and validation, best.pt and the
-    # checkpoint's "decoder" use the average (e.g. 0.999: about the last 1,000 steps).
+    # Not in the paper: target words whose cross-entropy counts this many times, e.g. {above: 4}
+    # (train/extras/word_weights.py), and an average of the decoder's weights that is validated and
+    # kept (train/extras/averaging.py; 0 = off).
+    word_weights: dict[str, float] = field(default_factory=dict)
     ema_decay: float = 0.0
+    reinforce: ReinforceConfig = field(default_factory=ReinforceConfig)
 
 
 @dataclass
@@ -146,7 +169,7 @@ class DecodeConfig:
     beam_size: int = 3
     max_length: int = 20
     length_penalty: float = 0.0  # score / length**alpha when ranking finished beams; 0 = raw log-prob
-    hard_attention: str = "expectation"  # how hard attention picks its cell: expectation, argmax or sample
+    hard_choice: str = "expectation"  # how hard attention picks its cell: expectation, argmax or sample
 
 
 @dataclass
@@ -167,56 +190,204 @@ class ConfigError(ValueError):
 
 DATASETS = ("shapes", "coco", "flickr8k", "flickr30k", "karpathy", "coco_official")
 
+# The flat keys of checkpoint format 1, and where each setting lives now.
+RENAMED = {
+    "model.hard_expectation_prob": "model.hard.expectation_prob", "model.hard_coin": "model.hard.coin",
+    "model.hard_warmup": "model.hard.warmup",
+    "model.local_base": "model.local.base", "model.local_window": "model.local.window",
+    "model.local_sigma": "model.local.sigma", "model.cosine_sharpness": "model.cosine.sharpness",
+    "model.init": "model.extras.init", "model.glimpses": "model.extras.glimpses",
+    "model.query_word": "model.extras.query_word", "model.position": "model.extras.position",
+    "model.unit_annotations": "model.extras.unit_annotations", "model.temperature": "model.extras.temperature",
+    "train.reinforce_weight": "train.reinforce.weight", "train.entropy_weight": "train.reinforce.entropy_weight",
+    "train.baseline": "train.reinforce.baseline", "train.baseline_decay": "train.reinforce.baseline_decay",
+    "train.samples": "train.reinforce.samples", "train.reinforce_warmup": "train.reinforce.warmup",
+    "decode.hard_attention": "decode.hard_choice",
+}
+
+
+def migrate(values: dict[str, Any]) -> dict[str, Any]:
+    """A config dict of checkpoint format 1 with its settings moved to where they live now (a copy)."""
+    moved = {section: dict(body) if isinstance(body, dict) else body for section, body in values.items()}
+    for old, new in RENAMED.items():
+        section, key = old.split(".")
+        body = moved.get(section)
+        if isinstance(body, dict) and key in body:
+            value = body.pop(key)
+            *path, last = new.split(".")
+            target = moved
+            for part in path:
+                target = target.setdefault(part, {})
+            target[last] = value
+    return moved
+
+
+# Checking values -----------------------------------------------------------------------------------
+
+
+def _check_types(section: Any, where: str, prefix: str) -> None:
+    """Every field's value has its annotated type (int is not bool; an int is taken as a float)."""
+    hints = typing.get_type_hints(type(section))
+    for item in dataclasses.fields(section):
+        value, hint, key = getattr(section, item.name), hints[item.name], f"{prefix}.{item.name}"
+        if dataclasses.is_dataclass(value):
+            _check_types(value, where, key)
+            continue
+        optional = typing.get_origin(hint) in (types.UnionType, typing.Union)
+        if optional:
+            if value is None:
+                continue
+            hint = next(arg for arg in typing.get_args(hint) if arg is not type(None))
+        kind = typing.get_origin(hint) or hint
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            setattr(section, item.name, float(value))
+            continue
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            wanted = {int: "an integer", float: "a number", bool: "true or false", str: "a string",
+                      dict: "a mapping"}[kind]
+            raise ConfigError(f"{where}: {key} must be {wanted}{' or null' if optional else ''}, got {value!r}")
+
+
+def _choices(config: Config) -> dict[str, tuple[str, tuple[str, ...]]]:
+    from captioning.model.attention import HardAttention
+    from captioning.model.encoder import ENCODERS, PADDINGS
+    from captioning.model.scores import SCORES
+    from captioning.train.losses import BASELINES, DS_TARGETS
+
+    m, t = config.model, config.train
+    return {
+        "data.dataset": (config.data.dataset, DATASETS), "encoder.name": (config.encoder.name, ENCODERS),
+        "encoder.layer": (config.encoder.layer, ("stride16", "stride32")),
+        "encoder.padding": (config.encoder.padding, PADDINGS),
+        "model.attention": (m.attention, ("soft", "hard")), "model.score": (m.score, tuple(SCORES)),
+        "model.gate": (m.gate, ("scalar", "vector")), "model.deep_output": (m.deep_output, ("linear", "tanh")),
+        "model.hard.coin": (m.hard.coin, HardAttention.COINS),
+        "model.local.base": (m.local.base, tuple(s for s in SCORES if s != "local")),
+        "model.local.window": (m.local.window, ("gaussian", "learned")),
+        "model.extras.init": (m.extras.init, ("mean", "layout")),
+        "model.extras.position": (m.extras.position, ("none", "learned", "coordinates")),
+        "train.optimizer": (t.optimizer, ("adam", "rmsprop")), "train.ds_target": (t.ds_target, DS_TARGETS),
+        "train.reinforce.baseline": (t.reinforce.baseline, BASELINES),
+        "decode.hard_choice": (config.decode.hard_choice, HardAttention.CHOICES),
+    }
+
+
+def _ranges(config: Config) -> dict[str, tuple[Any, str, bool]]:
+    """key -> (value, what it must be, whether it is); None values (optional settings) pass."""
+    m, t, d = config.model, config.train, config.decode
+    at_least = {"data.image_size": (config.data.image_size, 1), "data.min_word_count": (config.data.min_word_count, 1),
+                "data.max_caption_length": (config.data.max_caption_length, 1),
+                "encoder.batch_size": (config.encoder.batch_size, 1), "model.embed_dim": (m.embed_dim, 1),
+                "model.hidden_dim": (m.hidden_dim, 1), "model.attention_dim": (m.attention_dim, 1),
+                "model.hard.warmup": (m.hard.warmup, 0), "train.epochs": (t.epochs, 1),
+                "train.batch_size": (t.batch_size, 1), "train.lr_patience": (t.lr_patience, 0),
+                "train.early_stop_patience": (t.early_stop_patience, 1), "train.max_steps": (t.max_steps, 1),
+                "train.eval_every_steps": (t.eval_every_steps, 1), "train.val_images": (t.val_images, 1),
+                "train.num_workers": (t.num_workers, 0), "train.save_every_steps": (t.save_every_steps, 1),
+                "train.log_every_steps": (t.log_every_steps, 1), "train.log_images": (t.log_images, 0),
+                "train.reinforce.samples": (t.reinforce.samples, 1), "train.reinforce.warmup": (t.reinforce.warmup, 0),
+                "decode.beam_size": (d.beam_size, 1), "decode.max_length": (d.max_length, 1)}
+    checks = {key: (value, f"at least {low}", value is None or value >= low) for key, (value, low) in at_least.items()}
+    positive = {"encoder.lr": config.encoder.lr, "train.lr": t.lr, "train.grad_clip": t.grad_clip,
+                "model.extras.temperature": m.extras.temperature, "model.local.sigma": m.local.sigma,
+                "model.cosine.sharpness": m.cosine.sharpness}
+    checks.update({key: (value, "positive", value is None or value > 0) for key, value in positive.items()})
+    unit = {"model.dropout": (m.dropout, 0.0 <= m.dropout < 1.0, "in [0, 1)"),
+            "model.hard.expectation_prob": (m.hard.expectation_prob, 0.0 <= m.hard.expectation_prob <= 1.0,
+                                            "in [0, 1]"),
+            "train.lr_decay": (t.lr_decay, 0.0 < t.lr_decay <= 1.0, "in (0, 1]"),
+            "train.ema_decay": (t.ema_decay, 0.0 <= t.ema_decay < 1.0, "in [0, 1)"),
+            "train.reinforce.baseline_decay": (t.reinforce.baseline_decay, 0.0 <= t.reinforce.baseline_decay < 1.0,
+                                               "in [0, 1)"),
+            "model.extras.glimpses": (m.extras.glimpses, m.extras.glimpses in (1, 2), "1 or 2")}
+    checks.update({key: (value, wanted, ok) for key, (value, ok, wanted) in unit.items()})
+    non_negative = {"train.ds_weight": t.ds_weight, "train.reinforce.weight": t.reinforce.weight,
+                    "train.reinforce.entropy_weight": t.reinforce.entropy_weight,
+                    "decode.length_penalty": d.length_penalty}
+    checks.update({key: (value, "at least 0", value >= 0) for key, value in non_negative.items()})
+    return checks
+
+
+def _combinations(config: Config) -> list[str]:
+    """Settings that are each fine but that no run can use together."""
+    from captioning.model.encoder import stage_names
+    from captioning.train.validation import validation_metrics
+
+    m, t, e = config.model, config.train, config.encoder
+    problems = []
+    metrics = validation_metrics(config.data.dataset)
+    if t.val_metric not in metrics:
+        problems.append(f"train.val_metric '{t.val_metric}' is not a metric that validation produces on "
+                        f"data.dataset={config.data.dataset} (it produces {', '.join(metrics)})")
+    if t.reinforce.baseline == "leave_one_out" and t.reinforce.samples < 2:
+        problems.append("train.reinforce.baseline=leave_one_out needs train.reinforce.samples >= 2 (the other "
+                        f"samples of the same caption), got {t.reinforce.samples}")
+    if m.extras.glimpses == 2 and m.attention != "soft":
+        problems.append("model.extras.glimpses=2 needs model.attention=soft (the second glimpse samples nothing, "
+                        "so REINFORCE would not train it)")
+    if m.score != "local" and m.local != LocalConfig():
+        problems.append(f"model.local applies to the local score only, not model.score={m.score}")
+    cosine = m.score == "cosine" or (m.score == "local" and m.local.base == "cosine")
+    if not cosine and m.cosine != CosineConfig():
+        problems.append(f"model.cosine applies to the cosine score (or model.local.base=cosine) only, not "
+                        f"model.score={m.score}")
+    if m.attention == "soft" and config.decode.hard_choice != "expectation":
+        problems.append(f"decode.hard_choice={config.decode.hard_choice} applies to hard attention only; soft "
+                        "attention is the expectation")
+    if t.ema_decay and e.fine_tune_from is not None:
+        problems.append("train.ema_decay averages the decoder only; it does not go with encoder.fine_tune_from")
+    if config.data.augment and config.data.feature_cache and e.fine_tune_from is None:
+        problems.append("data.augment needs the encoder on the fly (cached annotations are computed once per "
+                        "image): set data.feature_cache=false or encoder.fine_tune_from")
+    stages = stage_names(e.name, e.layer)
+    if e.fine_tune_from is not None and e.fine_tune_from not in stages:
+        problems.append(f"encoder.fine_tune_from '{e.fine_tune_from}' is not a stage of {e.name} cut at {e.layer} "
+                        f"(stages: {', '.join(stages)})")
+    weights = t.word_weights
+    if not all(isinstance(word, str) and isinstance(weight, (int, float)) and not isinstance(weight, bool)
+               and weight > 0 for word, weight in weights.items()):
+        problems.append(f"train.word_weights must map words to positive numbers, got {weights!r}")
+    return problems
+
 
 def validate(config: Config, where: str = "config") -> Config:
-    """Values that no run could use, caught before any data is read or model built."""
-    from captioning.model.encoder import ENCODERS, PADDINGS
-
-    choices = {"data.dataset": (config.data.dataset, DATASETS), "encoder.name": (config.encoder.name, ENCODERS),
-               "encoder.layer": (config.encoder.layer, ("stride16", "stride32")),
-               "encoder.padding": (config.encoder.padding, PADDINGS),
-               "model.deep_output": (config.model.deep_output, ("linear", "tanh")),
-               "model.init": (config.model.init, ("mean", "layout")),
-               "train.optimizer": (config.train.optimizer, ("adam", "rmsprop"))}
-    for key, (value, known) in choices.items():
+    """Values that no run could use, caught before any data is read or model built; returns the config."""
+    if not isinstance(config.train.word_weights, dict):
+        raise ConfigError(f"{where}: train.word_weights must map words to positive numbers, "
+                          f"got {config.train.word_weights!r}")
+    for name in ("data", "encoder", "model", "train", "decode"):
+        _check_types(getattr(config, name), where, name)
+    for key, (value, known) in _choices(config).items():
         if value not in known:
             raise ConfigError(f"{where}: {key} '{value}' is not one of {', '.join(known)}")
-    positive = {"data.image_size": config.data.image_size, "train.batch_size": config.train.batch_size,
-                "encoder.batch_size": config.encoder.batch_size, "train.log_every_steps": config.train.log_every_steps}
-    for key, value in positive.items():
-        if not isinstance(value, int) or value < 1:
-            raise ConfigError(f"{where}: {key} must be a positive integer, got {value!r}")
-    weights = config.train.word_weights
-    if not isinstance(weights, dict) or not all(
-            isinstance(word, str) and isinstance(weight, (int, float)) and not isinstance(weight, bool) and weight > 0
-            for word, weight in weights.items()):
-        raise ConfigError(f"{where}: train.word_weights must map words to positive numbers, got {weights!r}")
-    if not 0.0 <= config.train.ema_decay < 1.0:
-        raise ConfigError(f"{where}: train.ema_decay must be in [0, 1), got {config.train.ema_decay!r}")
-    if config.train.ema_decay and config.encoder.fine_tune_from is not None:
-        raise ConfigError(f"{where}: train.ema_decay averages the decoder only; it does not go with "
-                          "encoder.fine_tune_from")
-    if config.model.glimpses not in (1, 2):
-        raise ConfigError(f"{where}: model.glimpses must be 1 or 2, got {config.model.glimpses!r}")
-    if config.model.glimpses == 2 and config.model.attention != "soft":
-        raise ConfigError(f"{where}: model.glimpses=2 needs model.attention=soft (the second glimpse samples "
-                          "nothing, so REINFORCE would not train it)")
-    if config.data.augment and config.data.feature_cache and config.encoder.fine_tune_from is None:
-        raise ConfigError(f"{where}: data.augment needs the encoder on the fly (cached annotations are computed "
-                          "once per image): set data.feature_cache=false or encoder.fine_tune_from")
+    for key, (value, wanted, ok) in _ranges(config).items():
+        if not ok:
+            raise ConfigError(f"{where}: {key} must be {wanted}, got {value!r}")
+    problems = _combinations(config)
+    if problems:
+        raise ConfigError(f"{where}: {problems[0]}")
     return config
 
 
-def _merge(target: Any, values: dict[str, Any], where: str) -> None:
+# Reading -------------------------------------------------------------------------------------------
+
+
+def _merge(target: Any, values: dict[str, Any], where: str, prefix: str = "", source: str | None = None) -> None:
+    """Set `values` on the dataclass `target`; `where` names the place in messages, `source` the file."""
+    source = where if source is None else source
     known = {f.name: f for f in dataclasses.fields(target)}
     for key, value in values.items():
+        dotted = f"{prefix}.{key}" if prefix else str(key)
         if key not in known:
+            if dotted in RENAMED:
+                raise ConfigError(f"{source}: '{dotted}' is now '{RENAMED[dotted]}' (the config has sections since "
+                                  "checkpoint format 2)")
             raise ConfigError(f"{where}: unknown key '{key}' (known: {', '.join(sorted(known))})")
         current = getattr(target, key)
         if dataclasses.is_dataclass(current):
             if not isinstance(value, dict):
                 raise ConfigError(f"{where}: '{key}' must be a mapping")
-            _merge(current, value, f"{where}.{key}" if where else key)
+            _merge(current, value, f"{where}.{key}" if where else key, dotted, source)
         else:
             if isinstance(value, dict) and not isinstance(current, dict):  # e.g. `train.lr.x=1`: `x` is unknown
                 raise ConfigError(f"{where}: '{key}' is a value, not a section (got keys {', '.join(map(str, value))})")
@@ -230,9 +401,10 @@ def _merge(target: Any, values: dict[str, Any], where: str) -> None:
 
 
 def from_dict(values: dict[str, Any], where: str = "config") -> Config:
+    """A config from plain data (as a checkpoint stores it), checked."""
     config = Config()
     _merge(config, values, where)
-    return config
+    return validate(config, where)
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
@@ -253,7 +425,7 @@ def _parse_override(text: str) -> tuple[list[str], Any]:
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
-    """Defaults, then `base:` (one level), then the file, then `key.sub=value` overrides."""
+    """Defaults, then `base:` (one level), then the file, then `key.sub=value` overrides; checked."""
     config = Config()
     if path is not None:
         path = Path(path)
@@ -270,7 +442,8 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
 
 
 def apply_overrides(config: Config, overrides: list[str] | tuple[str, ...]) -> Config:
-    """Set `key.sub=value` pairs (values parsed as YAML) on a config, in place; returns it."""
+    """Set `key.sub=value` pairs (values parsed as YAML) on a config, in place; returns it. The
+    caller validates the result (load_config does; after a checkpoint's config, call validate)."""
     for text in overrides:
         keys, value = _parse_override(text)
         nested: dict[str, Any] = {keys[-1]: value}

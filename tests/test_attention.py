@@ -4,19 +4,21 @@ from __future__ import annotations
 
 import pytest
 import torch
-from attention_sizes import A, B, D, H, L, V, inputs
+from attention_sizes import A, B, D, H, L, V, inputs, model_section
 
-from captioning.model.attention import AttentionOutput, Memory, SoftAttention, build_attention
+from captioning.config import ConfigError
+from captioning.model.attention import AttentionOutput, Memory, SoftAttention
+from captioning.model.captioner import build_attention
 from captioning.model.decoder import AttentionDecoder
 from captioning.model.scores import AdditiveScore
 
 
 def make_attention(seed: int = 0, dtype=torch.float32) -> SoftAttention:
     torch.manual_seed(seed)
-    return build_attention(kind="soft", score="additive", annotation_dim=D, hidden_dim=H, attention_dim=A).to(dtype)
+    return build_attention(model_section(), annotation_dim=D, query_dim=H, grid=None).to(dtype)
 
 
-def test_build_attention_gives_soft_attention_with_the_additive_score():
+def test_the_papers_model_section_gives_soft_attention_with_the_additive_score():
     attention = make_attention()
     assert isinstance(attention, SoftAttention)
     assert isinstance(attention.score, AdditiveScore)
@@ -26,9 +28,9 @@ def test_build_attention_gives_soft_attention_with_the_additive_score():
 
 
 @pytest.mark.parametrize("kind, score", [("hardest", "additive"), ("soft", "telepathic")])
-def test_build_attention_rejects_unknown_names(kind, score):
-    with pytest.raises(ValueError, match=kind if kind != "soft" else score):
-        build_attention(kind=kind, score=score, annotation_dim=D, hidden_dim=H, attention_dim=A)
+def test_unknown_attention_names_are_refused_with_the_choices(kind, score):
+    with pytest.raises(ConfigError, match=f"'{kind if kind != 'soft' else score}' is not one of"):
+        model_section(f"attention={kind}", f"score={score}")
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

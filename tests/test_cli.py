@@ -16,6 +16,8 @@ from PIL import Image
 
 import captioning.train.loop as training
 from captioning.cli import main, train_main
+from captioning.model.extras.glimpses import TwoGlimpses
+from captioning.model.extras.layout import LayoutSummary
 from captioning.train.checkpoint import captioner_from_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
@@ -214,18 +216,21 @@ def test_train_command_trains_and_resumes(tiny_run, tmp_path: Path, capsys) -> N
 
 def test_the_options_off_by_default_survive_the_checkpoint_and_caption(tiny_config, images, tmp_path: Path,
                                                                        capsys) -> None:
-    """model.init=layout, model.deep_output=tanh, model.glimpses=2 and encoder.padding=reflect: trained,
-    saved, and used again by `caption`, which must build the same decoder and encode the image the same way."""
-    options = ("model.score=local", "model.init=layout", "model.deep_output=tanh", "model.glimpses=2",
-               "model.position=coordinates", "encoder.padding=reflect")
+    """model.extras.init=layout, model.deep_output=tanh, model.extras.glimpses=2 and encoder.padding=reflect:
+    trained, saved, and used again by `caption`, which must build the same decoder and encode the image the
+    same way."""
+    options = ("model.score=local", "model.extras.init=layout", "model.deep_output=tanh", "model.extras.glimpses=2",
+               "model.extras.position=coordinates", "encoder.padding=reflect")
     training.fit(tiny_config(tmp_path, *options, "train.max_steps=2"))
     payload = torch.load(tmp_path / "best.pt", map_location="cpu", weights_only=True)
-    assert payload["config"]["model"]["init"] == "layout" and payload["config"]["encoder"]["padding"] == "reflect"
-    assert any(name.startswith("layout.") for name in payload["decoder"])
+    assert payload["config"]["model"]["extras"]["init"] == "layout"
+    assert payload["config"]["encoder"]["padding"] == "reflect"
+    assert any(name.startswith("summary.layout.") for name in payload["decoder"])
     capsys.readouterr()  # training's own output
     model, _, _ = captioner_from_checkpoint(tmp_path / "best.pt")
-    assert model.decoder.deep_output == "tanh" and model.decoder.layout is not None
-    assert model.decoder.glimpse is not None and any(name.startswith("glimpse.") for name in payload["decoder"])
+    assert model.decoder.deep_output == "tanh" and isinstance(model.decoder.summary, LayoutSummary)
+    assert isinstance(model.decoder.attention, TwoGlimpses)
+    assert any(name.startswith("attention.second.") for name in payload["decoder"])
     uniform = torch.full((1, 3, 64, 64), 0.3)
     with torch.no_grad():
         annotations, _ = model.encoder(uniform)  # reflected borders: every cell the same
@@ -249,11 +254,11 @@ def test_caption_hard_attention_choices_and_chosen_cell_overlays(hard_checkpoint
                                                                   capsys) -> None:
     out = tmp_path / "overlays"
     args = ["caption", images["png"], "--checkpoint", str(hard_checkpoint), "--json", "--beam-size", "1"]
-    assert main([*args, "--hard-attention", "argmax", "--overlays", str(out / "argmax")]) == 0
+    assert main([*args, "--hard-choice", "argmax", "--overlays", str(out / "argmax")]) == 0
     argmax = json.loads(_lines(capsys.readouterr().out)[0])
     assert main([*args, "--overlays", str(out / "expectation")]) == 0  # the default: the expectation
     assert json.loads(_lines(capsys.readouterr().out)[0])["caption"]  # says something
-    assert main([*args, "--hard-attention", "sample"]) == 0
+    assert main([*args, "--hard-choice", "sample"]) == 0
     capsys.readouterr()
     words = sorted((out / "argmax" / "scene").glob("[0-9][0-9]_*.png"))
     assert len(words) == len(argmax["tokens"]) >= 1
@@ -268,7 +273,7 @@ def test_caption_hard_attention_choices_and_chosen_cell_overlays(hard_checkpoint
 
 
 def test_hard_attention_choice_on_a_soft_checkpoint_is_a_one_line_error(tiny_run, images, capsys) -> None:
-    code = main(["caption", images["png"], "--checkpoint", str(tiny_run.checkpoint), "--hard-attention", "argmax"])
+    code = main(["caption", images["png"], "--checkpoint", str(tiny_run.checkpoint), "--hard-choice", "argmax"])
     captured = capsys.readouterr()
     assert code == 2 and captured.out == ""
     assert _lines(captured.err) == [_lines(captured.err)[0]] and "soft attention" in captured.err
@@ -279,8 +284,8 @@ def test_eval_with_a_hard_attention_choice(hard_checkpoint, tiny_run, tmp_path: 
 
     out = tmp_path / "metrics.json"
     code = eval_main(["--checkpoint", str(hard_checkpoint), "--split", "test", "--beam-size", "1",
-                      "--hard-attention", "argmax", "--out", str(out), *tiny_run.overrides[:1]])
+                      "--hard-choice", "argmax", "--out", str(out), *tiny_run.overrides[:1]])
     assert code == 0, capsys.readouterr().err
     metrics = json.loads(out.read_text())
-    assert metrics["hard_attention"] == "argmax" and "CIDEr" in metrics and "attention_correctness" in metrics
+    assert metrics["hard_choice"] == "argmax" and "CIDEr" in metrics and "attention_correctness" in metrics
     assert "hard attention: argmax" in capsys.readouterr().out

@@ -23,8 +23,9 @@ from captioning.data.coco import read_coco_captions, read_records
 from captioning.data.features import EncodedImages, read_cache, write_cache
 from captioning.data.karpathy import DatasetError
 from captioning.data.prepare import build_vocabulary, prepare_vocabulary
-from captioning.data.splits import encoder_from_config, features_dir, load_splits
+from captioning.data.splits import features_dir, load_splits
 from captioning.data.vocab import tokenize
+from captioning.model.encoder import Encoder
 from captioning.train.loop import fit
 
 # Captions as people type them: curly quotes, stray spaces, capitals, punctuation.
@@ -229,7 +230,7 @@ def test_prepare_features_grayscale_cmyk_and_a_corrupt_image(fake_coco: Path, tm
 def test_cached_and_on_the_fly_annotations_agree(fake_coco: Path, tmp_path: Path, resnet18_file: Path) -> None:
     config = _coco_config(fake_coco, tmp_path, resnet18_file)
     val = load_splits(config, ("val",))["val"]
-    encoder = encoder_from_config(config)
+    encoder = Encoder.from_config(config.encoder)
     live = EncodedImages(encoder, val.records, image_size=64)[0:3]  # [3, 4, 512] float32
     cached = np.asarray(val.annotations[0:3], dtype=np.float32)
     np.testing.assert_allclose(cached, live, rtol=2e-3, atol=2e-3 * float(np.abs(live).max()))
@@ -239,7 +240,7 @@ def test_cached_and_on_the_fly_annotations_agree(fake_coco: Path, tmp_path: Path
 def test_an_interrupted_cache_resumes_where_it_stopped(fake_coco: Path, tmp_path: Path, resnet18_file: Path) -> None:
     config = _coco_config(fake_coco, tmp_path, resnet18_file)
     records = read_records(config.data, "train")
-    encoder = encoder_from_config(config)
+    encoder = Encoder.from_config(config.encoder)
     whole = write_cache(tmp_path / "whole", "train", records, encoder=encoder, image_size=64, batch_size=2)
 
     seen: list[int] = []

@@ -128,7 +128,7 @@ def test_unknown_override_keys_raise_naming_the_key(override, message):
     ("encoder.padding=circular", "encoder.padding 'circular' is not one of zeros, reflect, replicate"),
     ("encoder.layer=stride8", "encoder.layer 'stride8'"),
     ("model.deep_output=relu", "model.deep_output 'relu' is not one of linear, tanh"),
-    ("model.init=zeros", "model.init 'zeros' is not one of mean, layout"),
+    ("model.extras.init=zeros", "model.extras.init 'zeros' is not one of mean, layout"),
 ])
 def test_values_no_run_could_use_raise_before_anything_is_built(override, message):
     with pytest.raises(ConfigError, match=message):
@@ -178,14 +178,23 @@ def test_round_trip_through_to_dict_and_from_dict():
         from_dict({"train": {"bogus": 1}})
 
 
+def flat(config: Config) -> dict[str, object]:
+    """Every setting of a config by its dotted key: {"model.extras.init": "mean", ...}."""
+    def walk(values: dict, prefix: str) -> dict[str, object]:
+        found = {}
+        for key, value in values.items():
+            dotted = f"{prefix}.{key}" if prefix else key
+            found.update(walk(value, dotted) if isinstance(value, dict) and key != "word_weights" else {dotted: value})
+        return found
+    return walk(config.to_dict(), "")
+
+
 def test_the_relations_config_is_the_soft_one_with_what_it_says_changed():
     configs = Path(__file__).resolve().parents[1] / "configs"
-    soft = load_config(configs / "shapes_soft.yaml").to_dict()
-    relations = load_config(configs / "shapes_relations.yaml").to_dict()
-    changed = {(section, key) for section in soft for key in soft[section]
-               if soft[section][key] != relations[section][key]}
-    assert changed == {("model", "score"), ("model", "init"), ("train", "out_dir")}
-    assert (relations["model"]["score"], relations["model"]["init"]) == ("local", "layout")
+    soft = flat(load_config(configs / "shapes_soft.yaml"))
+    relations = flat(load_config(configs / "shapes_relations.yaml"))
+    changed = {key: relations[key] for key in soft if soft[key] != relations[key]}
+    assert changed == {"model.score": "local", "model.extras.init": "layout", "train.out_dir": "runs/shapes_relations"}
 
 
 def test_the_16_epoch_relations_config_is_the_run_its_comment_reports(monkeypatch):
@@ -199,13 +208,12 @@ def test_the_16_epoch_relations_config_is_the_run_its_comment_reports(monkeypatc
     run_name = ("soft_local_layout_glimpses_coordinates_16ep_by_probe_words3_patience3_query_word_narrow_dropout01"
                 "_ema0999_seed0")
     config_name, overrides = relations.RUNS[run_name]
-    run = load_config(repo / "configs" / config_name, list(overrides)).to_dict()
-    long = load_config(repo / "configs" / "shapes_relations_16ep.yaml").to_dict()
-    changed = {(section, key): long[section][key] for section in run for key in run[section]
-               if run[section][key] != long[section][key]}
-    assert changed == {("train", "out_dir"): "runs/shapes_relations_16ep", ("decode", "beam_size"): 5}
-    assert (long["train"]["lr_patience"], long["train"]["seed"]) == (3, 0)
-    assert long["train"]["word_weights"] == {word: 3 for word in ("to", "left", "right", "above", "below")}
-    assert long["model"]["query_word"] is True
-    assert (long["model"]["local_sigma"], long["model"]["dropout"]) == (1.75, 0.1)
-    assert long["train"]["ema_decay"] == 0.999
+    run = flat(load_config(repo / "configs" / config_name, list(overrides)))
+    long = flat(load_config(repo / "configs" / "shapes_relations_16ep.yaml"))
+    changed = {key: long[key] for key in run if run[key] != long[key]}
+    assert changed == {"train.out_dir": "runs/shapes_relations_16ep", "decode.beam_size": 5}
+    assert (long["train.lr_patience"], long["train.seed"]) == (3, 0)
+    assert long["train.word_weights"] == {word: 3 for word in ("to", "left", "right", "above", "below")}
+    assert long["model.extras.query_word"] is True
+    assert (long["model.local.sigma"], long["model.dropout"]) == (1.75, 0.1)
+    assert long["train.ema_decay"] == 0.999

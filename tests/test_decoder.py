@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 
 from captioning.data.vocab import Vocabulary
-from captioning.model.attention import build_attention
+from captioning.model.attention import SoftAttention
 from captioning.model.decoder import AttentionDecoder, DecoderOutput, DecoderState
+from captioning.model.extras.layout import LayoutSummary
+from captioning.model.scores import AdditiveScore
 
 B, L, D, E, H, A, V, T = 2, 9, 8, 8, 16, 8, 11, 6
 
@@ -15,7 +19,7 @@ B, L, D, E, H, A, V, T = 2, 9, 8, 8, 16, 8, 11, 6
 def make_decoder(seed: int = 0, *, gate: str = "scalar", dropout: float = 0.0,
                  deep_output: str = "linear") -> AttentionDecoder:
     torch.manual_seed(seed)
-    attention = build_attention(kind="soft", score="additive", annotation_dim=D, hidden_dim=H, attention_dim=A)
+    attention = SoftAttention(AdditiveScore(annotation_dim=D, hidden_dim=H, attention_dim=A))
     return AttentionDecoder(vocab_size=V, annotation_dim=D, embed_dim=E, hidden_dim=H, attention=attention,
                             gate=gate, dropout=dropout, deep_output=deep_output)
 
@@ -147,14 +151,15 @@ def test_initial_state_comes_from_the_mean_annotation():
 
 def test_layout_init_adds_every_cell_in_grid_order_to_the_mean():
     torch.manual_seed(3)
-    attention = build_attention(kind="soft", score="additive", annotation_dim=D, hidden_dim=H, attention_dim=A)
+    attention = SoftAttention(AdditiveScore(annotation_dim=D, hidden_dim=H, attention_dim=A))
     decoder = AttentionDecoder(vocab_size=V, annotation_dim=D, embed_dim=E, hidden_dim=H, attention=attention,
-                               layout_cells=L, layout_dim=3)
+                               summary=functools.partial(LayoutSummary, cells=L, layout_dim=3))
     annotations, tokens = make_inputs()
     perm = torch.randperm(L, generator=torch.Generator().manual_seed(4))
     with torch.no_grad():
         _, state = decoder.prepare(annotations)
-        summary = torch.cat([annotations.mean(1), decoder.layout(annotations).reshape(B, L * 3)], 1)  # [B, D + 3L]
+        layout = decoder.summary.layout(annotations).reshape(B, L * 3)
+        summary = torch.cat([annotations.mean(1), layout], 1)  # [B, D + 3L]
         _, shuffled = decoder.prepare(annotations[:, perm])
     assert decoder.init_h.in_features == decoder.init_c.in_features == D + L * 3
     torch.testing.assert_close(state.h, torch.tanh(decoder.init_h(summary)))
@@ -167,10 +172,10 @@ def test_layout_init_needs_the_grid():
     from captioning.config import load_config
     from captioning.model.captioner import build_decoder
 
-    config = load_config(None, ["model.init=layout"])
-    assert build_decoder(config, vocab_size=V, annotation_dim=D, grid=(3, 3)).init_h.in_features == D + 9 * 8
+    model = load_config(None, ["model.extras.init=layout"]).model
+    assert build_decoder(model, vocab_size=V, annotation_dim=D, grid=(3, 3)).init_h.in_features == D + 9 * 8
     with pytest.raises(ValueError, match="grid"):
-        build_decoder(config, vocab_size=V, annotation_dim=D, grid=None)
+        build_decoder(model, vocab_size=V, annotation_dim=D, grid=None)
 
 
 def test_permuting_cells_keeps_the_state_and_outputs_and_permutes_the_maps():

@@ -8,9 +8,10 @@ import pytest
 import torch
 
 from captioning.data.vocab import Vocabulary
-from captioning.model.attention import build_attention
+from captioning.model.attention import SoftAttention
 from captioning.model.decoder import AttentionDecoder
 from captioning.model.decoding import Captions, beam_search, decode, greedy
+from captioning.model.scores import AdditiveScore
 
 B, L, D, H, V = 2, 9, 8, 16, 11
 PAD, START, END = Vocabulary.pad_id, Vocabulary.start_id, Vocabulary.end_id
@@ -20,7 +21,7 @@ SEEDS = [0, 1, 2, 3, 4, 5]
 def make_decoder(seed: int, *, sharpness: float = 3.0, embed_dim: int = 8) -> AttentionDecoder:
     """A random decoder; `sharpness` scales the output layer so that captions end at varied lengths."""
     torch.manual_seed(seed)
-    attention = build_attention(kind="soft", score="additive", annotation_dim=D, hidden_dim=H, attention_dim=8)
+    attention = SoftAttention(AdditiveScore(annotation_dim=D, hidden_dim=H, attention_dim=8))
     decoder = AttentionDecoder(vocab_size=V, annotation_dim=D, embed_dim=embed_dim, hidden_dim=H,
                                attention=attention, dropout=0.3).eval()
     with torch.no_grad():

@@ -42,7 +42,7 @@ def test_two_processes_train_the_same_weights_as_one(tmp_path: Path, tiny_run, t
     assert a["progress"]["step"] == b["progress"]["step"] == 6
     config = tiny_config(one, *RUN)
     torch.manual_seed(config.train.seed)  # the initial weights, as the run built them
-    initial = build_decoder(config, vocab_size=len(a["vocab"]), annotation_dim=a["annotation_dim"]).state_dict()
+    initial = build_decoder(config.model, vocab_size=len(a["vocab"]), annotation_dim=a["annotation_dim"]).state_dict()
     moved = max(float((a["decoder"][n] - initial[n]).abs().max()) for n in initial)
     apart = max(float((a["decoder"][n] - b["decoder"][n]).abs().max()) for n in initial)
     # Only summation order differs (Adam at lr 0.01 amplifies it a little): 1e-5 where training moved 1e-1.

@@ -15,9 +15,10 @@ import torch
 
 from captioning.data.vocab import Vocabulary
 from captioning.model import fused
-from captioning.model.attention import SoftAttention, build_attention
+from captioning.model.attention import SoftAttention
 from captioning.model.decoder import AttentionDecoder
 from captioning.model.decoding import beam_search, greedy
+from captioning.model.extras.position import GridCoordinates
 from captioning.model.scores import AdditiveScore
 from captioning.train.losses import cross_entropy, doubly_stochastic
 
@@ -32,7 +33,7 @@ class PlainSoftAttention(SoftAttention):
 def make_decoder(seed: int = 0, *, gate: str = "scalar", plain: bool = False, dtype=torch.float64,
                  dropout: float = 0.0) -> AttentionDecoder:
     torch.manual_seed(seed)
-    attention = build_attention(kind="soft", score="additive", annotation_dim=D, hidden_dim=H, attention_dim=A)
+    attention = SoftAttention(AdditiveScore(annotation_dim=D, hidden_dim=H, attention_dim=A))
     if plain:
         attention = PlainSoftAttention(attention.score)
     decoder = AttentionDecoder(vocab_size=V, annotation_dim=D, embed_dim=E, hidden_dim=H, attention=attention,
@@ -59,8 +60,8 @@ def loss_of(output, targets, mask):
 
 
 def test_the_default_decoder_takes_the_fused_path_and_others_do_not():
-    assert fused.supports(make_decoder().attention)
-    assert not fused.supports(make_decoder(plain=True).attention)
+    assert fused.supports(make_decoder())
+    assert not fused.supports(make_decoder(plain=True))
     assert type(make_decoder().attention.score) is AdditiveScore
 
 
@@ -90,18 +91,18 @@ def test_teacher_forcing_matches_the_reference_logits_alphas_losses_and_gradient
 
 
 def test_with_grid_coordinates_the_fused_path_equals_the_stepwise_one():
-    """model.position=coordinates widens z_t to D + 2; the fused recurrence must follow it exactly."""
+    """model.extras.position=coordinates widens z_t to D + 2; the fused recurrence must follow it exactly."""
     grid = (3, 3)
     made = []
     for plain in (False, True):
         torch.manual_seed(5)
-        attention = build_attention(kind="soft", annotation_dim=D, hidden_dim=H, attention_dim=A, grid=grid,
-                                    position="coordinates")
+        attention = SoftAttention(AdditiveScore(annotation_dim=D + 2, hidden_dim=H, attention_dim=A),
+                                  inputs=(GridCoordinates(grid=grid),))
         if plain:
-            attention = PlainSoftAttention(attention.score, position=attention.position)
+            attention = PlainSoftAttention(attention.score, inputs=tuple(attention.inputs))
         made.append(AttentionDecoder(vocab_size=V, annotation_dim=D, embed_dim=E, hidden_dim=H,
                                      attention=attention, dropout=0.0).to(torch.float64))
-    assert fused.supports(made[0].attention) and not fused.supports(made[1].attention)
+    assert fused.supports(made[0]) and not fused.supports(made[1])
     annotations, inputs, targets, mask = make_batch(3)
     results = []
     for decoder in made:

@@ -1,4 +1,4 @@
-"""A second glimpse per word (model.glimpses=2): its query, its context, and every path that runs it."""
+"""A second glimpse per word (model.extras.glimpses=2): its query, its context, and every path that runs it."""
 
 from __future__ import annotations
 
@@ -7,10 +7,11 @@ import torch
 
 from captioning.config import ConfigError, load_config
 from captioning.data.vocab import Vocabulary
-from captioning.model.attention import Memory, build_attention
-from captioning.model.captioner import build_decoder
+from captioning.model.attention import Memory
+from captioning.model.captioner import build_attention, build_decoder
 from captioning.model.decoder import AttentionDecoder
 from captioning.model.decoding import beam_search, greedy
+from captioning.model.extras.glimpses import TwoGlimpses
 
 B, GRID, D, E, H, A, V, T = 3, (3, 4), 8, 8, 16, 8, 11, 7
 L = GRID[0] * GRID[1]
@@ -18,11 +19,12 @@ L = GRID[0] * GRID[1]
 
 def make_decoder(seed: int = 0, *, score: str = "additive", position: str = "none") -> AttentionDecoder:
     torch.manual_seed(seed)
-    shared = {"score": score, "annotation_dim": D, "attention_dim": A, "grid": GRID, "position": position}
-    first = build_attention(kind="soft", hidden_dim=H, **shared)
-    glimpse = build_attention(kind="soft", hidden_dim=H + D + first.extra_channels, **shared)
-    decoder = AttentionDecoder(vocab_size=V, annotation_dim=D, embed_dim=E, hidden_dim=H, attention=first,
-                               dropout=0.0, glimpse=glimpse).eval()
+    model = load_config(None, [f"model.score={score}", f"model.attention_dim={A}",
+                               f"model.extras.position={position}"]).model
+    first = build_attention(model, annotation_dim=D, query_dim=H, grid=GRID)
+    second = build_attention(model, annotation_dim=D, query_dim=H + first.context_dim(D), grid=GRID)
+    decoder = AttentionDecoder(vocab_size=V, annotation_dim=D, embed_dim=E, hidden_dim=H,
+                               attention=TwoGlimpses(first, second), dropout=0.0).eval()
     with torch.no_grad():
         decoder.out.weight.mul_(3.0)  # captions that end at varied lengths
     return decoder
@@ -45,8 +47,8 @@ def test_second_glimpse_is_queried_with_the_state_and_the_first_context():
     try:
         with torch.no_grad():
             memory, state = decoder.prepare(annotations)
-            first = decoder.attention(memory, state.h).context  # [B, D]
-            score = decoder.glimpse.score
+            first = decoder.attention.first(memory.first, state.h).context  # [B, D]
+            score = decoder.attention.second.score
             e = score.v(torch.tanh(score.key(annotations) + score.query(torch.cat([state.h, first], 1))[:, None]))
             second = torch.einsum("bl,bld->bd", torch.softmax(e.squeeze(2), dim=1), annotations)  # [B, D]
             beta = torch.sigmoid(decoder.gate(state.h))  # [B, 1]
@@ -81,16 +83,18 @@ def assert_teacher_forcing_equals_stepping(decoder: AttentionDecoder, annotation
             assert (output.logits[~running, t] == 0).all()
 
 
-def test_memory_rows_carry_the_glimpse_memory():
+def test_memory_rows_carry_both_glimpses_memories():
     decoder = make_decoder()
     annotations, _ = make_inputs()
     memory, _ = decoder.prepare(annotations)
-    assert isinstance(memory.glimpse, Memory) and memory.glimpse.glimpse is None
+    assert isinstance(memory.first, Memory) and isinstance(memory.second, Memory)
     index = torch.tensor([2, 2, 0])
     picked, first_two = memory.select(index), memory.prefix(2)
-    torch.testing.assert_close(picked.glimpse.keys, memory.glimpse.keys[index])
-    torch.testing.assert_close(first_two.glimpse.keys, memory.glimpse.keys[:2])
-    assert first_two.glimpse.keys.data_ptr() == memory.glimpse.keys.data_ptr()  # a view, as for the first glimpse
+    for name in ("first", "second"):
+        whole, rows, prefix = (getattr(m, name) for m in (memory, picked, first_two))
+        torch.testing.assert_close(rows.keys, whole.keys[index])
+        torch.testing.assert_close(prefix.keys, whole.keys[:2])
+        assert prefix.keys.data_ptr() == whole.keys.data_ptr()  # a view, never a copy
 
 
 @pytest.mark.parametrize("beam_size", [1, 3])
@@ -124,7 +128,7 @@ def test_the_reported_map_is_the_mean_of_both_glimpses_maps():
     annotations, tokens = make_inputs(8)
     maps: dict[str, list[torch.Tensor]] = {"first": [], "second": []}
     hooks = [module.register_forward_hook(lambda module, inputs, output, name=name: maps[name].append(output.alpha))
-             for name, module in (("first", decoder.attention), ("second", decoder.glimpse))]
+             for name, module in (("first", decoder.attention.first), ("second", decoder.attention.second))]
     try:
         with torch.no_grad():
             output = decoder(annotations, tokens)  # the stepwise path: one call of each glimpse per step
@@ -150,7 +154,7 @@ def test_gradients_reach_both_glimpses_in_float64():
     output = decoder(annotations, tokens)
     (output.logits.logsumexp(2).sum() - output.logits[..., 5].sum()).backward()
     named = dict(decoder.named_parameters())
-    assert any(name.startswith("glimpse.") for name in named)
+    assert any(name.startswith("attention.second.") for name in named)
     for name, parameter in named.items():
         assert parameter.grad is not None and parameter.grad.abs().sum() > 0, name
 
@@ -161,12 +165,14 @@ def test_gradients_reach_both_glimpses_in_float64():
 
 
 def test_config_builds_the_glimpse_and_rejects_what_cannot_work():
-    config = load_config(None, ["model.glimpses=2", "model.position=coordinates"])
-    decoder = build_decoder(config, vocab_size=V, annotation_dim=D, grid=GRID)
-    assert decoder.glimpse.score.query.in_features == config.model.hidden_dim + D + 2  # [h; z_t], z_t is D + 2
+    config = load_config(None, ["model.extras.glimpses=2", "model.extras.position=coordinates"])
+    decoder = build_decoder(config.model, vocab_size=V, annotation_dim=D, grid=GRID)
+    second = decoder.attention.second
+    assert second.score.query.in_features == config.model.hidden_dim + D + 2  # [h; z_t], z_t is D + 2
     assert decoder.lstm.input_size == config.model.embed_dim + 2 * (D + 2)
-    assert build_decoder(load_config(None, []), vocab_size=V, annotation_dim=D).glimpse is None  # the paper's
-    with pytest.raises(ConfigError, match="model.glimpses must be 1 or 2"):
-        load_config(None, ["model.glimpses=3"])
-    with pytest.raises(ConfigError, match="model.glimpses=2 needs model.attention=soft"):
-        load_config(None, ["model.glimpses=2", "model.attention=hard"])
+    paper = build_decoder(load_config(None, []).model, vocab_size=V, annotation_dim=D)
+    assert not isinstance(paper.attention, TwoGlimpses)
+    with pytest.raises(ConfigError, match="model.extras.glimpses must be 1 or 2"):
+        load_config(None, ["model.extras.glimpses=3"])
+    with pytest.raises(ConfigError, match="model.extras.glimpses=2 needs model.attention=soft"):
+        load_config(None, ["model.extras.glimpses=2", "model.attention=hard"])

@@ -7,16 +7,18 @@ import pytest
 import torch
 from attention_sizes import GRID, A, B, D, H, L, V, inputs
 
+from captioning.config import ConfigError
 from captioning.data.vocab import Vocabulary
-from captioning.model.attention import HardAttention, build_attention, hard_inference
+from captioning.model.attention import HardAttention, SoftAttention, choosing, set_training_step
 from captioning.model.decoder import AttentionDecoder
 from captioning.model.decoding import decode
+from captioning.model.scores import SCORES
 
 
 def make(kind: str = "hard", score: str = "additive", seed: int = 0, **options):
     torch.manual_seed(seed)
-    return build_attention(kind=kind, score=score, annotation_dim=D, hidden_dim=H, attention_dim=A, grid=GRID,
-                           **options)
+    scorer = SCORES[score](annotation_dim=D, hidden_dim=H, attention_dim=A, grid=GRID)
+    return HardAttention(scorer, **options) if kind == "hard" else SoftAttention(scorer, **options)
 
 
 @pytest.mark.parametrize("score", ["additive", "dot", "local"])
@@ -40,8 +42,7 @@ def test_sampled_weights_are_one_hot_and_pick_the_annotation(score):
 @pytest.mark.parametrize("score", ["additive", "cosine", "location"])
 def test_the_expectation_path_equals_soft_attention(score):
     soft, hard = make("soft", score), make("hard", score, expectation_prob=1.0)
-    result = hard.load_state_dict(soft.state_dict(), strict=False)  # the same weights
-    assert result.missing_keys == ["batches"] and not result.unexpected_keys  # hard's warm-up counter
+    hard.load_state_dict(soft.state_dict())  # the same weights, and nothing else: no counter of its own
     a, h = inputs()
     with torch.no_grad():
         expected = soft(soft.prepare(a), h)
@@ -82,7 +83,7 @@ def test_the_coin_is_one_per_image_for_the_whole_caption():
 
 
 def test_copies_of_a_caption_share_their_image_coin_through_the_length_sort():
-    """train.samples = K puts K copies of each caption in consecutive rows (train_step): one image,
+    """train.reinforce.samples = K puts K copies of each caption in consecutive rows (train_step): one image,
     one coin, also when the decoder sorts the rows by length and drops finished ones."""
     samples, images = 3, 120
     attention = make(expectation_prob=0.5, group=samples)
@@ -123,20 +124,20 @@ def test_test_time_choices_and_the_context_manager():
     with torch.no_grad():
         memory = attention.prepare(a)
         assert memory.expectation is None  # no coin outside training
-        with hard_inference(attention, "argmax"):
+        with choosing(attention, "argmax"):
             argmax = attention(memory, h)
-        assert attention.inference == "expectation"  # restored
-        with hard_inference(attention, "sample"):
+        assert attention.choice == "expectation"  # restored
+        with choosing(attention, "sample"):
             torch.manual_seed(0)
             sampled = [attention(memory, h).location for _ in range(30)]
     assert torch.equal(argmax.location, argmax.alpha.argmax(1))
     torch.testing.assert_close(argmax.context, a[torch.arange(B), argmax.location])
     assert len({tuple(s.tolist()) for s in sampled}) > 1  # sampling at test time does vary
-    with pytest.raises(ValueError, match="soft attention"), hard_inference(make("soft"), "argmax"):
+    with pytest.raises(ValueError, match="soft attention"), choosing(make("soft"), "argmax"):
         pass
-    with hard_inference(make("soft"), "expectation"):  # soft attention is the expectation: fine
+    with choosing(make("soft"), "expectation"):  # soft attention is the expectation: fine
         pass
-    with pytest.raises(ValueError, match="unknown hard attention choice"), hard_inference(attention, "mode"):
+    with pytest.raises(ValueError, match="unknown hard attention choice"), choosing(attention, "mode"):
         pass
 
 
@@ -158,49 +159,55 @@ def test_decoding_returns_the_chosen_cells(beam_size):
     decoder = hard_decoder()
     a, _ = inputs()
     expectation = decode(decoder, a, beam_size=beam_size, max_length=6)
-    argmax = decode(decoder, a, beam_size=beam_size, max_length=6, hard_attention="argmax")
+    argmax = decode(decoder, a, beam_size=beam_size, max_length=6, hard_choice="argmax")
     assert (expectation.locations == -1).all()
     steps = argmax.tokens.shape[1]
     assert argmax.locations.shape == (B, steps)
     assert torch.equal(argmax.locations, argmax.alphas.argmax(2))  # argmax: the map's peak, word by word
-    assert decoder.attention.inference == "expectation"  # decode leaves the model as it was
+    assert decoder.attention.choice == "expectation"  # decode leaves the model as it was
 
 
 def test_argmax_decoding_beam_one_equals_greedy_and_teacher_forcing():
     decoder = hard_decoder(seed=2)
     a, _ = inputs(seed=4)
-    greedy = decode(decoder, a, beam_size=1, max_length=6, hard_attention="argmax")
-    beam = decode(decoder, a, beam_size=1, max_length=6, hard_attention="argmax")
+    greedy = decode(decoder, a, beam_size=1, max_length=6, hard_choice="argmax")
+    beam = decode(decoder, a, beam_size=1, max_length=6, hard_choice="argmax")
     assert torch.equal(greedy.tokens, beam.tokens) and torch.equal(greedy.locations, beam.locations)
     # Greedy fed <start> then its own words (<pad> after <end>): teacher forcing on them replays it.
     start = torch.full((B, 1), Vocabulary.start_id, dtype=torch.long)
-    with hard_inference(decoder, "argmax"), torch.no_grad():
+    with choosing(decoder, "argmax"), torch.no_grad():
         forced = decoder(a, torch.cat([start, greedy.tokens[:, :-1]], dim=1))
     torch.testing.assert_close(forced.alphas, greedy.alphas)
     assert torch.equal(forced.locations, greedy.locations)
 
 
-def test_warmup_goes_from_the_expectation_to_the_papers_mixture_and_is_saved():
+def test_warmup_goes_from_the_expectation_to_the_papers_mixture_by_the_runs_step():
+    """The coin's chance reads the run's step count (set by the training step, kept in checkpoints with
+    the run's progress): a module told step 2, as a resumed run's is, is where the schedule was."""
     attention = make(expectation_prob=0.5, warmup=4).train()
     a, _ = inputs(batch=200)
     shares = []
     torch.manual_seed(0)
-    for _ in range(6):
+    for step in range(6):
+        set_training_step(attention, step)
         shares.append(float(attention.prepare(a).expectation.float().mean()))
-    assert shares[0] == 1.0  # batch 0: soft only
-    assert [round(attention.current_expectation_prob(), 3)] == [0.5] and int(attention.batches) == 6
+    assert shares[0] == 1.0  # step 0: soft only
+    assert [round(attention.current_expectation_prob(), 3)] == [0.5]
     assert 0.55 < shares[2] < 0.85 and all(0.35 < s < 0.65 for s in shares[4:])  # 0.75, then 0.5
-    assert int(attention.state_dict()["batches"]) == 6  # in checkpoints, for exact resume
+    assert all(name.startswith("score.") for name in attention.state_dict())  # no counter of its own
+    resumed = make(expectation_prob=0.5, warmup=4)
+    set_training_step(resumed, 2)
+    assert resumed.current_expectation_prob() == 0.75
     attention.eval()
     attention.prepare(a)
-    assert int(attention.batches) == 6  # decoding does not advance the schedule
+    assert attention.step == 5  # decoding does not advance the schedule
     with pytest.raises(ValueError, match="warmup"):
         make(warmup=-1)
 
 
 @pytest.mark.parametrize("kind", ["soft", "hard"])
 def test_validation_decodes_hard_attention_as_the_config_says(kind, monkeypatch):
-    """The best checkpoint is picked by the decoding it will be used with (decode.hard_attention)."""
+    """The best checkpoint is picked by the decoding it will be used with (decode.hard_choice)."""
     from captioning.config import load_config
     from captioning.train import validation
 
@@ -210,6 +217,9 @@ def test_validation_decodes_hard_attention_as_the_config_says(kind, monkeypatch)
     class Split:  # what validate reads of a split
         annotations, records, image_ids, references, grid, grounding = [0], [0], [0], [["a"]], (1, 1), None
 
-    config = load_config("configs/shapes_soft.yaml", [f"model.attention={kind}", "decode.hard_attention=argmax"])
+    choice = ["decode.hard_choice=argmax"] if kind == "hard" else []  # soft attention is the expectation
+    config = load_config("configs/shapes_soft.yaml", [f"model.attention={kind}", *choice])
     validation.validate(None, Split(), None, config, device="cpu")
-    assert seen["hard_attention"] == ("argmax" if kind == "hard" else None)
+    assert seen["hard_choice"] == ("argmax" if kind == "hard" else None)
+    with pytest.raises(ConfigError, match="decode.hard_choice=argmax applies to hard attention only"):
+        load_config("configs/shapes_soft.yaml", ["decode.hard_choice=argmax"])

@@ -41,7 +41,7 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-def train_and_score(config_name: str, root: Path, out: Path, *overrides: str, hard_attention: str | None = None):
+def train_and_score(config_name: str, root: Path, out: Path, *overrides: str, hard_choice: str | None = None):
     config = load_config(CONFIGS / config_name, [f"data.root={root}", f"train.out_dir={out}", "train.epochs=5",
                                                  "train.val_images=60", "train.seed=7", *overrides])
     fit(config)
@@ -50,7 +50,7 @@ def train_and_score(config_name: str, root: Path, out: Path, *overrides: str, ha
     metrics, _ = evaluate_split(
         decoder_from_checkpoint(payload, config), test.annotations, image_ids=test.image_ids,
         references=test.references, vocab=Vocabulary(payload["vocab"]), grid=test.grid, grounding=test.grounding,
-        beam_size=1, full=False, hard_attention=hard_attention)
+        beam_size=1, full=False, hard_choice=hard_choice)
     return metrics
 
 
@@ -71,8 +71,8 @@ def test_hard_attention_learns_to_look_at_the_object(shapes, tmp_path):
     saw. Over seeds 7-11 this setting gave 6.55, 12.03, 2.55, 9.69 and 9.39x chance, and without the
     REINFORCE warm-up 7.53, 13.42, 7.91, 9.68 and 8.25x (`python benchmarks/hard_seeds.py`,
     docs/attention.md). The test pins seed 11, the median."""
-    metrics = train_and_score("shapes_hard.yaml", shapes, tmp_path / "run", "model.hard_warmup=100",
-                              "train.reinforce_warmup=200", "train.seed=11", hard_attention="argmax")
+    metrics = train_and_score("shapes_hard.yaml", shapes, tmp_path / "run", "model.hard.warmup=100",
+                              "train.reinforce.warmup=200", "train.seed=11", hard_choice="argmax")
     assert metrics["Bleu_4"] >= 0.35, metrics  # 0.475 when written
     ratio = metrics["attention_correctness"] / metrics["attention_correctness_chance"]
     assert ratio >= 4.0, metrics  # 9.39x when written

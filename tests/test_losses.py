@@ -7,8 +7,9 @@ import torch
 
 from captioning.data.dataset import Batch
 from captioning.data.vocab import Vocabulary
-from captioning.model.attention import build_attention
+from captioning.model.attention import SoftAttention
 from captioning.model.decoder import AttentionDecoder
+from captioning.model.scores import AdditiveScore
 from captioning.train.losses import cross_entropy, doubly_stochastic
 from captioning.train.step import train_step
 
@@ -142,7 +143,7 @@ D, H = 8, 16
 
 def make_decoder(seed: int = 0) -> AttentionDecoder:
     torch.manual_seed(seed)
-    attention = build_attention(kind="soft", score="additive", annotation_dim=D, hidden_dim=H, attention_dim=8)
+    attention = SoftAttention(AdditiveScore(annotation_dim=D, hidden_dim=H, attention_dim=8))
     return AttentionDecoder(vocab_size=V, annotation_dim=D, embed_dim=8, hidden_dim=H, attention=attention,
                             dropout=0.0)
 

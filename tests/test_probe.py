@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from captioning import probe
-from captioning.config import Config, ModelConfig
+from captioning.config import ExtrasConfig, ModelConfig
 from captioning.data.shapes import RELATIONS, Grounding, ShapeObject
 from captioning.data.vocab import SPECIALS, Vocabulary
-from captioning.model.attention import hard_inference
+from captioning.model.attention import choosing
 from captioning.model.captioner import build_decoder
 from captioning.model.decoder import AttentionDecoder
 from captioning.probe import probe_scores, relation_log_likelihoods, relation_probe
@@ -44,8 +44,8 @@ def one_by_one(decoder: AttentionDecoder, annotations: torch.Tensor, pairs, voca
 
 DECODERS = {  # name -> model config changes: every path the decoder's step can take
     "additive": {},  # soft, additive: the fused recurrence in forward, the generic one in step
-    "local_layout_glimpses_coordinates": {"score": "local", "init": "layout", "glimpses": 2,
-                                          "position": "coordinates", "deep_output": "tanh"},
+    "local_layout_glimpses_coordinates": {"score": "local", "deep_output": "tanh",
+                                          "extras": ExtrasConfig(init="layout", glimpses=2, position="coordinates")},
     "location": {"score": "location"},
     "hard": {"attention": "hard"},
 }
@@ -56,7 +56,7 @@ def test_shared_prefix_scoring_equals_scoring_each_caption_alone(name: str, choi
     torch.manual_seed(0)
     model = dataclasses.replace(ModelConfig(embed_dim=8, hidden_dim=16, attention_dim=8, dropout=0.0),
                                 **DECODERS[name])
-    decoder = build_decoder(Config(model=model), vocab_size=len(VOCAB), annotation_dim=6, grid=GRID).eval()
+    decoder = build_decoder(model, vocab_size=len(VOCAB), annotation_dim=6, grid=GRID).eval()
     with torch.no_grad():
         decoder.out.weight.mul_(3.0)  # far from uniform, so that a misplaced token shows
     annotations = torch.randn(3, GRID[0] * GRID[1], 6)
@@ -64,7 +64,7 @@ def test_shared_prefix_scoring_equals_scoring_each_caption_alone(name: str, choi
     pairs = [(0, ("red", "circle"), ("blue", "square")), (1, ("green", "circle"), ("red", "circle")),
              (0, ("blue", "square"), ("red", "circle")), (0, ("red", "circle"), ("green", "circle")),
              (1, ("red", "circle"), ("green", "circle"))]
-    with hard_inference(decoder, choice):
+    with choosing(decoder, choice):
         whole, own = relation_log_likelihoods(decoder, annotations, pairs, VOCAB)
         want_whole, want_own = one_by_one(decoder, annotations, pairs, VOCAB)
     assert whole.shape == own.shape == (len(pairs), len(RELATIONS))

@@ -1,4 +1,4 @@
-"""The previous word in the attention query (model.query_word): q_t = [h_{t-1}; E y_{t-1}]."""
+"""The previous word in the attention query (model.extras.query_word): q_t = [h_{t-1}; E y_{t-1}]."""
 
 from __future__ import annotations
 
@@ -16,16 +16,17 @@ from test_glimpses import (
 
 from captioning.config import load_config
 from captioning.model.captioner import build_decoder
-from captioning.model.decoder import AttentionDecoder
+from captioning.model.decoder import AttentionDecoder, PreviousState
 from captioning.model.decoding import beam_search
+from captioning.model.extras.query_word import WordInQuery
 
 
 def make_decoder(seed: int = 0, *overrides: str) -> AttentionDecoder:
     """From the config, as train.py builds it: the word in the query, small sizes, no dropout."""
     torch.manual_seed(seed)
-    config = load_config(None, ["model.query_word=true", "model.embed_dim=8", "model.hidden_dim=16",
+    config = load_config(None, ["model.extras.query_word=true", "model.embed_dim=8", "model.hidden_dim=16",
                                 "model.attention_dim=8", "model.dropout=0", *overrides])
-    decoder = build_decoder(config, vocab_size=V, annotation_dim=D, grid=GRID).eval()
+    decoder = build_decoder(config.model, vocab_size=V, annotation_dim=D, grid=GRID).eval()
     with torch.no_grad():
         decoder.out.weight.mul_(3.0)  # captions that end at varied lengths
     return decoder
@@ -50,7 +51,7 @@ def test_the_additive_map_is_computed_from_the_state_and_the_previous_word():
 def test_the_map_for_a_word_sees_the_word_before_it_and_nothing_later(glimpses):
     """The paper's alpha_t depends on y_{<t-1} only (tests/test_decoder.py); with the word in the query
     it also depends on y_{t-1}, the token fed at step t, and still on nothing after it."""
-    decoder = make_decoder(1, f"model.glimpses={glimpses}")
+    decoder = make_decoder(1, f"model.extras.glimpses={glimpses}")
     annotations, tokens = make_inputs()
     changed = tokens.clone()
     changed[:, 3:] = (changed[:, 3:] + 1 - 4) % (V - 4) + 4  # other real words from step 3 on
@@ -59,14 +60,14 @@ def test_the_map_for_a_word_sees_the_word_before_it_and_nothing_later(glimpses):
         other = decoder(annotations, changed)
     torch.testing.assert_close(other.alphas[:, :3], output.alphas[:, :3])
     assert (other.alphas[:, 3] - output.alphas[:, 3]).abs().max() > 1e-4  # fed the changed word: a new map
-    paper = make_decoder(1, f"model.glimpses={glimpses}", "model.query_word=false")
+    paper = make_decoder(1, f"model.extras.glimpses={glimpses}", "model.extras.query_word=false")
     with torch.no_grad():
         torch.testing.assert_close(paper(annotations, changed).alphas[:, 3], paper(annotations, tokens).alphas[:, 3])
 
 
 @pytest.mark.parametrize("overrides", [
-    ("model.glimpses=1",),
-    ("model.glimpses=2", "model.score=local", "model.position=coordinates", "model.init=layout"),
+    ("model.extras.glimpses=1",),
+    ("model.extras.glimpses=2", "model.score=local", "model.extras.position=coordinates", "model.extras.init=layout"),
     ("model.attention=hard",),
 ], ids=["one_glimpse", "two_glimpses_local", "hard"])
 def test_teacher_forcing_with_ragged_lengths_equals_step_by_step(overrides):
@@ -80,18 +81,20 @@ def test_teacher_forcing_with_ragged_lengths_equals_step_by_step(overrides):
 @pytest.mark.parametrize("glimpses", [1, 2])
 def test_beam_search_scores_the_caption_it_returns(glimpses):
     """Beam search feeds each hypothesis its own last word: the maps must follow that word, not another beam's."""
-    decoder = make_decoder(4, f"model.glimpses={glimpses}")
+    decoder = make_decoder(4, f"model.extras.glimpses={glimpses}")
     annotations, _ = make_inputs(5)
     captions = beam_search(decoder, annotations, beam_size=3, max_length=6)
     assert_search_scores_its_captions(decoder, annotations, captions)
 
 
 def test_config_sizes_both_queries_and_the_paper_keeps_its_own():
-    config = load_config(None, ["model.query_word=true", "model.glimpses=2", "model.position=coordinates"])
-    decoder = build_decoder(config, vocab_size=V, annotation_dim=D, grid=GRID)
+    config = load_config(None, ["model.extras.query_word=true", "model.extras.glimpses=2",
+                                "model.extras.position=coordinates"])
+    decoder = build_decoder(config.model, vocab_size=V, annotation_dim=D, grid=GRID)
     m = config.model
-    assert decoder.attention.score.query.in_features == m.hidden_dim + m.embed_dim  # [h; E y]
-    assert decoder.glimpse.score.query.in_features == m.hidden_dim + m.embed_dim + D + 2  # [h; E y; z_t]
-    paper = build_decoder(load_config(None, []), vocab_size=V, annotation_dim=D)
-    assert not paper.query_word and paper.fusable  # off by default: the paper's query, the fused path
+    assert isinstance(decoder.query, WordInQuery)
+    assert decoder.attention.first.score.query.in_features == m.hidden_dim + m.embed_dim  # [h; E y]
+    assert decoder.attention.second.score.query.in_features == m.hidden_dim + m.embed_dim + D + 2  # [h; E y; z_t]
+    paper = build_decoder(load_config(None, []).model, vocab_size=V, annotation_dim=D)
+    assert isinstance(paper.query, PreviousState) and paper.fusable  # off by default: the paper's query, fused
     assert paper.attention.score.query.in_features == m.hidden_dim

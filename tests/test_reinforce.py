@@ -16,8 +16,9 @@ import pytest
 import torch
 
 from captioning.data.vocab import Vocabulary
-from captioning.model.attention import GivenLocations, build_attention
+from captioning.model.attention import GivenLocations, HardAttention
 from captioning.model.decoder import AttentionDecoder
+from captioning.model.scores import AdditiveScore
 from captioning.train.losses import Reinforce, caption_log_likelihood, cross_entropy
 
 GRID, D, H, A, V = (1, 3), 8, 16, 8, 11
@@ -27,8 +28,7 @@ PAD, START, END = Vocabulary.pad_id, Vocabulary.start_id, Vocabulary.end_id
 
 def toy_decoder(sequences: torch.Tensor | None = None, seed: int = 0) -> AttentionDecoder:
     torch.manual_seed(seed)
-    attention = build_attention(kind="hard", score="additive", annotation_dim=D, hidden_dim=H, attention_dim=A,
-                                grid=GRID, expectation_prob=0.0)
+    attention = HardAttention(AdditiveScore(annotation_dim=D, hidden_dim=H, attention_dim=A), expectation_prob=0.0)
     if sequences is not None:
         attention = GivenLocations(attention.score, sequences)
     return AttentionDecoder(vocab_size=V, annotation_dim=D, embed_dim=8, hidden_dim=H, attention=attention,
@@ -106,7 +106,7 @@ def test_the_estimator_is_unbiased_on_an_enumerable_toy_problem(exact, baseline,
 
 def test_without_the_reinforce_term_the_estimate_is_biased(exact):
     gradient, _ = exact
-    mean, error = estimated_gradient(Reinforce(reward_weight=0.0, baseline="none"))
+    mean, error = estimated_gradient(Reinforce(weight=0.0, baseline="none"))
     assert worst_deviation(mean, error, gradient) > 20.0  # the control: the check above can fail
 
 
@@ -133,7 +133,7 @@ def reinforce_loss(order: list[int], extra_padding: int = 0) -> tuple[torch.Tens
     inputs, targets = tokens[:, :-1], tokens[:, 1:]
     mask = (targets != PAD).float()
     output = decoder(annotations, inputs)
-    reinforce = Reinforce(reward_weight=1.0, entropy_weight=0.1)
+    reinforce = Reinforce(weight=1.0, entropy_weight=0.1)
     reinforce.value = -6.0
     surrogate, _ = reinforce(logits=output.logits, targets=targets, mask=mask, log_probs=output.log_probs,
                              entropies=output.entropies, locations=output.locations)
@@ -165,7 +165,7 @@ def test_the_batch_term_is_the_sum_of_each_caption_alone():
         inputs, targets = tokens[image: image + 1, : length - 1], tokens[image: image + 1, 1:length]
         mask = torch.ones_like(targets, dtype=torch.float)
         output = decoder(annotations[image: image + 1], inputs)
-        reinforce = Reinforce(reward_weight=1.0, entropy_weight=0.1)
+        reinforce = Reinforce(weight=1.0, entropy_weight=0.1)
         reinforce.value = -6.0
         surrogate, stats = reinforce(logits=output.logits, targets=targets, mask=mask, log_probs=output.log_probs,
                                      entropies=output.entropies, locations=output.locations)
@@ -185,7 +185,7 @@ def test_surrogate_gradient_per_step_is_the_captions_own_advantage():
     mask = (targets != PAD).float()
     log_probs = (-torch.rand(3, 5, generator=generator)).requires_grad_(True)
     locations = torch.tensor([[0, 1, 2, 0, 0], [1, 1, 1, 1, 1], [-1, -1, -1, -1, -1]])  # row 2: expectation
-    reinforce = Reinforce(reward_weight=0.7)
+    reinforce = Reinforce(weight=0.7)
     reinforce.value = -10.0
     loss, _ = reinforce(logits=logits, targets=targets, mask=mask, log_probs=log_probs,
                         entropies=torch.zeros(3, 5), locations=locations)
@@ -199,7 +199,9 @@ def test_surrogate_gradient_per_step_is_the_captions_own_advantage():
             assert float(gradient[n, t]) == pytest.approx(float(expected), rel=1e-5, abs=1e-7), (n, t)
 
 
-def test_the_warmup_brings_both_terms_in_linearly_and_survives_a_resume():
+def test_the_warmup_brings_both_terms_in_linearly_by_the_runs_step():
+    """At the run's step n (steps done before this one) both terms count min(1, (n + 1) / warmup):
+    a resumed run, told its step, goes on where the schedule was."""
     generator = torch.Generator().manual_seed(0)
     logits = torch.randn(2, 3, V, generator=generator)
     targets = torch.tensor([[4, 5, END], [6, END, PAD]])
@@ -207,19 +209,19 @@ def test_the_warmup_brings_both_terms_in_linearly_and_survives_a_resume():
     terms = {"log_probs": -torch.rand(2, 3, generator=generator), "entropies": torch.rand(2, 3, generator=generator),
              "locations": torch.zeros(2, 3, dtype=torch.long)}
 
-    def surrogate(reinforce):
-        return float(reinforce(logits=logits, targets=targets, mask=mask, **terms)[0])
+    def surrogate(reinforce, step):
+        return float(reinforce(logits=logits, targets=targets, mask=mask, step=step, **terms)[0])
 
     full, ramped = Reinforce(entropy_weight=0.3), Reinforce(entropy_weight=0.3, warmup=4)
-    for n in range(1, 7):
-        want, got = surrogate(full), surrogate(ramped)  # same rewards, same baseline history
-        assert got == pytest.approx(min(1.0, n / 4) * want, rel=1e-6), n
-        if n == 2:  # a checkpoint here: the resumed run goes on with its third batch at 3/4
+    for step in range(6):
+        want, got = surrogate(full, step), surrogate(ramped, step)  # same rewards, same baseline history
+        assert got == pytest.approx(min(1.0, (step + 1) / 4) * want, rel=1e-6), step
+        if step == 1:  # a checkpoint here: the resumed run goes on with its third step at 3/4
             resumed, reference = Reinforce(entropy_weight=0.3, warmup=4), Reinforce(entropy_weight=0.3)
             resumed.load_state_dict(ramped.state_dict())
             reference.load_state_dict(full.state_dict())
-            assert resumed.batches == 2 and resumed.value == ramped.value
-            assert surrogate(resumed) == pytest.approx(0.75 * surrogate(reference), rel=1e-6)
+            assert resumed.value == ramped.value
+            assert surrogate(resumed, 2) == pytest.approx(0.75 * surrogate(reference, 2), rel=1e-6)
     with pytest.raises(ValueError, match="warm-up"):
         Reinforce(warmup=-1)
 
@@ -227,7 +229,7 @@ def test_the_warmup_brings_both_terms_in_linearly_and_survives_a_resume():
 # (c) the baseline ------------------------------------------------------------------------------------
 
 def test_moving_average_baseline_update_and_state():
-    reinforce = Reinforce(decay=0.9)
+    reinforce = Reinforce(baseline_decay=0.9)
     rewards, sampled = torch.tensor([-4.0, -8.0, -100.0]), torch.tensor([True, True, False])
     first = reinforce.baselines(rewards, sampled)
     torch.testing.assert_close(first, torch.full((3,), -6.0))  # first batch: its own mean (of sampled rows)
@@ -269,7 +271,7 @@ def test_hard_attention_training_keeps_the_baseline_in_checkpoints_and_resumes_e
     resume that lost the baseline would not be the same run (the control)."""
     from captioning.train.loop import fit
 
-    hard = ("model.attention=hard", "train.eval_every_steps=5", "train.reinforce_warmup=8")
+    hard = ("model.attention=hard", "train.eval_every_steps=5", "train.reinforce.warmup=8")
     fit(tiny_config(tmp_path / "a", "train.max_steps=10", *hard))
     fit(tiny_config(tmp_path / "b", "train.max_steps=5", *hard))
     stopped = torch.load(tmp_path / "b" / "last.pt", map_location="cpu", weights_only=True)

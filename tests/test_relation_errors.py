@@ -87,7 +87,7 @@ def test_teacher_forced_steps_match_the_decoders_forward_pass(relation_errors) -
     steps = relation_errors.teacher_forced(decoder, one, words, T)
     seen: dict[str, list[torch.Tensor]] = {"first": [], "second": []}
     hooks = [module.register_forward_hook(lambda module, inputs, output, name=name: seen[name].append(output.alpha))
-             for name, module in (("first", decoder.attention), ("second", decoder.glimpse))]
+             for name, module in (("first", decoder.attention.first), ("second", decoder.attention.second))]
     with torch.no_grad():
         output = decoder(one, words[None])
     for hook in hooks:
@@ -100,7 +100,7 @@ def test_teacher_forced_steps_match_the_decoders_forward_pass(relation_errors) -
         torch.testing.assert_close((maps["first"] + maps["second"]) / 2, output.alphas[0, k])  # what it reports
     assert not torch.allclose(steps[2][1]["first"], steps[2][1]["second"])  # two maps, not one twice
     # teacher_forced left no hook behind
-    assert decoder.attention._forward_hooks == {} and decoder.glimpse._forward_hooks == {}
+    assert decoder.attention.first._forward_hooks == {} and decoder.attention.second._forward_hooks == {}
 
 
 def test_binding_reads_the_map_that_predicts_the_first_objects_shape(relation_errors, monkeypatch) -> None:

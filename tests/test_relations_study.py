@@ -65,7 +65,7 @@ def test_a_two_glimpse_result_scored_on_the_first_glimpse_is_scored_again_on_the
 
     config_name, overrides = relations.RUNS[MIX_SEED0]
     config = load_config(REPO / "configs" / config_name, list(overrides))
-    assert config.model.glimpses == 2
+    assert config.model.extras.glimpses == 2
     now = json.loads((REPO / "docs" / "relations_study" / f"{MIX_SEED0}.json").read_text())
     assert now["reported_map"] == "mean of glimpses"
     before = json.loads(json.dumps(now))

@@ -7,12 +7,14 @@ import math
 
 import pytest
 import torch
-from attention_sizes import GRID, A, B, D, H, L, V, inputs
+from attention_sizes import GRID, A, B, D, H, L, V, inputs, make_attention, model_section
 
-from captioning.config import Config, ModelConfig
-from captioning.model.attention import GridCoordinates, GridPosition, HardAttention, SoftAttention, build_attention
+from captioning.config import ConfigError
+from captioning.model.attention import HardAttention, SoftAttention, choosing
 from captioning.model.captioner import build_decoder
 from captioning.model.decoder import AttentionDecoder
+from captioning.model.extras.position import GridCoordinates, GridPosition
+from captioning.model.extras.window import LearnedWindowScore
 from captioning.model.scores import SCORES, CosineScore, DotScore, LocalScore
 
 
@@ -32,7 +34,7 @@ def gradcheck_attention(attention: torch.nn.Module, *, kind: str) -> tuple[torch
     Returns the inputs it checked at (they require grad)."""
     if kind == "hard":
         attention.eval()
-        attention.inference = "argmax"
+        attention.choice = "argmax"
     a, h = inputs(dtype=torch.float64)
     a.requires_grad_(True)
     h.requires_grad_(True)
@@ -102,24 +104,23 @@ def test_cosine_is_sharpness_times_the_cosine():
 
 
 def test_cosine_sharpness_comes_from_the_config_and_reaches_both_glimpses():
-    config = Config(model=ModelConfig(score="cosine", glimpses=2, cosine_sharpness=12.0))
-    decoder = build_decoder(config, vocab_size=11, annotation_dim=D, grid=GRID)
-    for score in (decoder.attention.score, decoder.glimpse.score):
+    model = model_section("score=cosine", "extras.glimpses=2", "cosine.sharpness=12.0")
+    decoder = build_decoder(model, vocab_size=11, annotation_dim=D, grid=GRID)
+    for score in (decoder.attention.first.score, decoder.attention.second.score):
         assert isinstance(score.log_sharpness, torch.nn.Parameter)  # a start, still learned
         assert float(score.log_sharpness.detach().exp()) == pytest.approx(12.0)
-    default = build_decoder(Config(model=ModelConfig(score="cosine")), vocab_size=11, annotation_dim=D, grid=GRID)
+    default = build_decoder(model_section("score=cosine"), vocab_size=11, annotation_dim=D, grid=GRID)
     assert float(default.attention.score.log_sharpness.detach().exp()) == pytest.approx(5.0)
     with pytest.raises(ValueError, match="must be positive"):
         make_score("cosine", sharpness=0.0)
-    with pytest.raises(ValueError, match="cosine score only"):
-        build_decoder(Config(model=ModelConfig(cosine_sharpness=12.0)), vocab_size=11, annotation_dim=D, grid=GRID)
-    on_cosine = ModelConfig(score="local", local_base="cosine", glimpses=2, cosine_sharpness=12.0)
-    local = build_decoder(Config(model=on_cosine), vocab_size=11, annotation_dim=D, grid=GRID)
-    for score in (local.attention.score, local.glimpse.score):  # the local score's cosine base takes it too
+    with pytest.raises(ConfigError, match="model.cosine applies to the cosine score"):
+        model_section("cosine.sharpness=12.0")
+    on_cosine = model_section("score=local", "local.base=cosine", "extras.glimpses=2", "cosine.sharpness=12.0")
+    local = build_decoder(on_cosine, vocab_size=11, annotation_dim=D, grid=GRID)
+    for score in (local.attention.first.score, local.attention.second.score):  # the local score's cosine base too
         assert float(score.base.log_sharpness.detach().exp()) == pytest.approx(12.0)
-    with pytest.raises(ValueError, match="not 'local' on 'additive'"):
-        build_decoder(Config(model=ModelConfig(score="local", cosine_sharpness=12.0)), vocab_size=11, annotation_dim=D,
-                      grid=GRID)
+    with pytest.raises(ConfigError, match="model.cosine applies to the cosine score .* not model.score=local"):
+        model_section("score=local", "cosine.sharpness=12.0")
 
 
 def test_location_ignores_the_content():
@@ -150,7 +151,7 @@ def test_local_adds_a_log_gaussian_window_around_the_predicted_centre():
     torch.testing.assert_close(scores_of(score, a, h), expected, rtol=1e-5, atol=1e-5)
     # So the weights are the base weights times the window, renormalized (Luong's local-p, in 2-D).
     torch.manual_seed(0)
-    attention = build_attention(kind="soft", score="local", annotation_dim=D, hidden_dim=H, attention_dim=A, grid=GRID)
+    attention = make_attention("score=local")
     with torch.no_grad():
         alpha = attention(attention.prepare(a), h).alpha
     product = torch.softmax(base, dim=1) * by_formula(window)
@@ -158,7 +159,9 @@ def test_local_adds_a_log_gaussian_window_around_the_predicted_centre():
 
 
 def test_learned_local_window_adds_a_shape_of_the_offset_from_the_centre():
-    plain, learned = make_score("local"), make_score("local", window="learned")
+    plain = make_score("local")
+    torch.manual_seed(0)
+    learned = LearnedWindowScore(annotation_dim=D, hidden_dim=H, attention_dim=A, grid=GRID)
     a, h = inputs()
     # w_s starts at zero: the learned window starts as the Gaussian one (same seed, same base and centre).
     torch.testing.assert_close(scores_of(learned, a, h), scores_of(plain, a, h))
@@ -177,17 +180,16 @@ def test_learned_local_window_adds_a_shape_of_the_offset_from_the_centre():
 
     expected = by_formula(lambda n, i: plain_scores[n, i] + shape(n, i))
     torch.testing.assert_close(scores_of(learned, a, h), expected, rtol=1e-5, atol=1e-5)
-    with pytest.raises(ValueError, match="local window"):
-        make_score("local", window="square")
-    with pytest.raises(ValueError, match="local score only"):
-        build_attention(kind="soft", score="additive", local_window="learned", annotation_dim=D, hidden_dim=H,
-                        attention_dim=A)
+    with pytest.raises(ConfigError, match="model.local.window 'square' is not one of gaussian, learned"):
+        model_section("score=local", "local.window=square")
+    with pytest.raises(ConfigError, match="model.local applies to the local score only"):
+        model_section("score=additive", "local.window=learned")
 
 
 def test_local_window_width_comes_from_the_config_and_reaches_both_glimpses():
-    config = Config(model=ModelConfig(score="local", glimpses=2, local_sigma=1.5))
-    decoder = build_decoder(config, vocab_size=11, annotation_dim=D, grid=GRID)
-    assert decoder.attention.score.sigma == decoder.glimpse.score.sigma == 1.5
+    model = model_section("score=local", "extras.glimpses=2", "local.sigma=1.5")
+    decoder = build_decoder(model, vocab_size=11, annotation_dim=D, grid=GRID)
+    assert decoder.attention.first.score.sigma == decoder.attention.second.score.sigma == 1.5
     # and the width is the formula's sigma: half of it doubles the log window's fall-off
     wide, narrow = make_score("local", sigma=3.0), make_score("local", sigma=1.5)
     a, h = inputs()
@@ -197,15 +199,16 @@ def test_local_window_width_comes_from_the_config_and_reaches_both_glimpses():
     torch.testing.assert_close(fall_off, torch.full_like(fall_off, 4.0))
     with pytest.raises(ValueError, match="must be positive"):
         make_score("local", sigma=0.0)
-    with pytest.raises(ValueError, match="local score only"):
-        build_decoder(Config(model=ModelConfig(local_sigma=1.5)), vocab_size=11, annotation_dim=D, grid=GRID)
+    with pytest.raises(ConfigError, match="model.local applies to the local score only"):
+        model_section("local.sigma=1.5")
 
 
 @pytest.mark.parametrize("kind", ["soft", "hard"])
 def test_gradcheck_float64_learned_local_window(kind):
     torch.manual_seed(0)
-    attention = build_attention(kind=kind, score="local", local_window="learned", annotation_dim=D, hidden_dim=H,
-                                attention_dim=A, grid=GRID, position="coordinates").to(torch.float64)
+    attention = make_attention(f"attention={kind}", "score=local", "local.window=learned",
+                               "extras.position=coordinates").to(torch.float64)
+    assert isinstance(attention.score, LearnedWindowScore)
     with torch.no_grad():
         attention.score.shape["out"].weight.normal_()  # not the zero start, where the shape passes no gradient
     gradcheck_attention(attention, kind=kind)
@@ -213,12 +216,12 @@ def test_gradcheck_float64_learned_local_window(kind):
 
 def test_local_takes_any_content_score_as_its_base():
     torch.manual_seed(0)
-    attention = build_attention(kind="soft", score="local", local_base="general", annotation_dim=D, hidden_dim=H,
-                                attention_dim=A, grid=GRID)
+    attention = make_attention("score=local", "local.base=general")
     assert type(attention.score.base).__name__ == "GeneralScore"
+    with pytest.raises(ConfigError, match="model.local.base 'local' is not one of"):
+        model_section("score=local", "local.base=local")
     with pytest.raises(ValueError, match="base score"):
-        build_attention(kind="soft", score="local", local_base="local", annotation_dim=D, hidden_dim=H,
-                        attention_dim=A, grid=GRID)
+        LocalScore(annotation_dim=D, hidden_dim=H, attention_dim=A, grid=GRID, base="local")
 
 
 @pytest.mark.parametrize("name", ["location", "local"])
@@ -232,29 +235,30 @@ def test_scores_that_know_the_grid_need_it_and_check_it(name):
 
 def test_softmax_temperature_divides_the_scores():
     torch.manual_seed(0)
-    hot = build_attention(kind="soft", score="general", annotation_dim=D, hidden_dim=H, attention_dim=A,
-                          temperature=2.5)
+    hot = make_attention("score=general", "extras.temperature=2.5")
     a, h = inputs()
     with torch.no_grad():
         alpha = hot(hot.prepare(a), h).alpha
     torch.testing.assert_close(alpha, torch.softmax(scores_of(hot.score, a, h) / 2.5, dim=1))
+    with pytest.raises(ConfigError, match="model.extras.temperature must be positive"):
+        model_section("extras.temperature=0.0")
     with pytest.raises(ValueError, match="temperature"):
-        build_attention(kind="soft", annotation_dim=D, hidden_dim=H, attention_dim=A, temperature=0.0)
+        SoftAttention(hot.score, temperature=0.0)
 
 
 def test_learned_position_is_added_per_row_and_column():
     torch.manual_seed(0)
-    attention = build_attention(kind="soft", score="dot", annotation_dim=D, hidden_dim=H, attention_dim=A,
-                                grid=GRID, position="learned")
-    assert isinstance(attention.position, GridPosition)
+    attention = make_attention("score=dot", "extras.position=learned")
+    position = attention.inputs[0]
+    assert isinstance(position, GridPosition) and len(attention.inputs) == 1
     a, _ = inputs()
     memory = attention.prepare(a)
-    rows, columns = attention.position.rows, attention.position.columns
+    rows, columns = position.rows, position.columns
     for i in range(L):
         row, column = divmod(i, GRID[1])
         torch.testing.assert_close(memory.annotations[:, i], a[:, i] + rows[row] + columns[column])
-    with pytest.raises(ValueError, match="position"):
-        build_attention(kind="soft", annotation_dim=D, hidden_dim=H, attention_dim=A, position="sinusoidal")
+    with pytest.raises(ConfigError, match="model.extras.position 'sinusoidal' is not one of"):
+        model_section("extras.position=sinusoidal")
 
 
 def centre(i: int) -> torch.Tensor:
@@ -265,9 +269,8 @@ def centre(i: int) -> torch.Tensor:
 
 def test_coordinates_are_appended_and_the_soft_context_ends_with_the_centre_of_mass():
     torch.manual_seed(0)
-    attention = build_attention(kind="soft", score="additive", annotation_dim=D, hidden_dim=H, attention_dim=A,
-                                grid=GRID, position="coordinates")
-    assert isinstance(attention.position, GridCoordinates) and attention.extra_channels == 2
+    attention = make_attention("extras.position=coordinates")
+    assert isinstance(attention.inputs[0], GridCoordinates) and attention.context_dim(D) == D + 2
     a, h = inputs()
     memory = attention.prepare(a)
     assert memory.annotations.shape == (B, L, D + 2)
@@ -287,11 +290,10 @@ def test_coordinates_are_appended_and_the_soft_context_ends_with_the_centre_of_m
 
 def test_hard_attention_with_coordinates_hands_over_the_chosen_cells_centre():
     torch.manual_seed(0)
-    attention = build_attention(kind="hard", score="local", annotation_dim=D, hidden_dim=H, attention_dim=A,
-                                grid=GRID, position="coordinates").eval()
-    attention.inference = "argmax"
+    attention = make_attention("attention=hard", "score=local", "extras.position=coordinates").eval()
     a, h = inputs()
-    out = attention(attention.prepare(a), h)
+    with choosing(attention, "argmax"):
+        out = attention(attention.prepare(a), h)
     for b in range(B):
         cell = int(out.location[b])
         torch.testing.assert_close(out.context[b], torch.cat([a[b, cell], a[b].pow(2).mean().sqrt() * centre(cell)]))
@@ -299,8 +301,7 @@ def test_hard_attention_with_coordinates_hands_over_the_chosen_cells_centre():
 
 def test_a_decoder_with_coordinates_widens_its_context_not_its_initial_state():
     torch.manual_seed(0)
-    attention = build_attention(kind="soft", annotation_dim=D, hidden_dim=H, attention_dim=A, grid=GRID,
-                                position="coordinates")
+    attention = make_attention("extras.position=coordinates")
     decoder = AttentionDecoder(vocab_size=V, annotation_dim=D, embed_dim=6, hidden_dim=H, attention=attention,
                                gate="vector")
     assert decoder.init_h.in_features == D  # h_0 from the mean of the annotations themselves
@@ -310,7 +311,7 @@ def test_a_decoder_with_coordinates_widens_its_context_not_its_initial_state():
     logits = decoder(a, torch.full((B, 4), 1, dtype=torch.long), lengths=torch.tensor([4, 2])).logits
     assert logits.shape == (B, 4, V) and torch.isfinite(logits).all()
     with pytest.raises(ValueError, match="grid"):
-        build_attention(kind="soft", annotation_dim=D, hidden_dim=H, attention_dim=A, position="coordinates")
+        make_attention("extras.position=coordinates", grid=None)
 
 
 @pytest.mark.parametrize("name", list(SCORES))
@@ -320,8 +321,7 @@ def test_gradcheck_float64_every_score_with_both_kinds(name, kind, position):
     """Hard attention is checked in eval mode with argmax (gradcheck_attention); then the state and,
     for every score but location, the annotations get a gradient."""
     torch.manual_seed(0)
-    attention = build_attention(kind=kind, score=name, annotation_dim=D, hidden_dim=H, attention_dim=A, grid=GRID,
-                                position=position).to(torch.float64)
+    attention = make_attention(f"attention={kind}", f"score={name}", f"extras.position={position}").to(torch.float64)
     a, h = gradcheck_attention(attention, kind=kind)
     out = attention(attention.prepare(a), h)
     (out.context.sum() + out.alpha[:, 0].sum()).backward()
@@ -334,7 +334,7 @@ def test_every_score_works_in_both_kinds_and_sums_to_one(name):
     a, h = inputs()
     for kind, cls in (("soft", SoftAttention), ("hard", HardAttention)):
         torch.manual_seed(0)
-        attention = build_attention(kind=kind, score=name, annotation_dim=D, hidden_dim=H, attention_dim=A, grid=GRID)
+        attention = make_attention(f"attention={kind}", f"score={name}")
         assert type(attention) is cls
         with torch.no_grad():
             out = attention(attention.prepare(a), h)
@@ -345,7 +345,7 @@ def test_every_score_works_in_both_kinds_and_sums_to_one(name):
 @pytest.mark.parametrize("name", list(SCORES))
 def test_image_side_work_runs_once_per_decoder_forward(name, monkeypatch):
     torch.manual_seed(0)
-    attention = build_attention(kind="soft", score=name, annotation_dim=D, hidden_dim=H, attention_dim=A, grid=GRID)
+    attention = make_attention(f"score={name}")
     decoder = AttentionDecoder(vocab_size=V, annotation_dim=D, embed_dim=8, hidden_dim=H, attention=attention,
                                dropout=0.0)
     calls = []
@@ -361,12 +361,11 @@ def test_image_side_work_runs_once_per_decoder_forward(name, monkeypatch):
 @pytest.mark.parametrize("kind", ["soft", "hard"])
 def test_unit_annotations_give_every_cell_the_same_norm(kind):
     torch.manual_seed(0)
-    attention = build_attention(kind=kind, score="additive", annotation_dim=D, hidden_dim=H, attention_dim=A,
-                                unit_annotations=True)
+    attention = make_attention(f"attention={kind}", "extras.unit_annotations=true", grid=None)
     a, h = inputs()
     a = a * torch.linspace(0.1, 10, L)[None, :, None]  # loud and quiet cells
     memory = attention.prepare(a)
     torch.testing.assert_close(memory.annotations.norm(dim=2), torch.full((B, L), D ** 0.5))
     torch.testing.assert_close(memory.annotations, a / a.norm(dim=2, keepdim=True) * D ** 0.5)
-    plain = build_attention(kind=kind, score="additive", annotation_dim=D, hidden_dim=H, attention_dim=A)
+    plain = make_attention(f"attention={kind}", grid=None)
     assert plain.prepare(a).annotations is a  # off by default

@@ -12,7 +12,7 @@ import torch
 import captioning.train.checkpoint as checkpoint_module
 import captioning.train.loop
 import captioning.train.step as training_step
-from captioning.config import Config, ConfigError, ModelConfig, from_dict
+from captioning.config import ConfigError, HardConfig, ModelConfig, from_dict
 from captioning.data.dataset import Batch
 from captioning.data.karpathy import read_split
 from captioning.data.vocab import SPECIALS, Vocabulary
@@ -53,7 +53,7 @@ def test_checkpoint_holds_everything_and_loads_without_code(tiny_run, batches_pe
     assert "python" in payload["rng"]
     assert "best" in payload["scheduler"] or payload["scheduler"]
     config = from_dict(payload["config"])
-    decoder = build_decoder(config, vocab_size=len(payload["vocab"]), annotation_dim=payload["annotation_dim"])
+    decoder = build_decoder(config.model, vocab_size=len(payload["vocab"]), annotation_dim=payload["annotation_dim"])
     decoder.load_state_dict(payload["decoder"])  # strict: every tensor there, with the right shape
     assert load_checkpoint(tiny_run.last)["progress"]["step"] == tiny_run.steps
 
@@ -199,8 +199,8 @@ def test_a_bad_average_is_a_config_error(tmp_path: Path, tiny_config, override: 
 
 
 def _tiny_decoder(dropout: float = 0.0, vocab_size: int = 11, annotation_dim: int = 8):
-    config = Config(model=ModelConfig(embed_dim=16, hidden_dim=16, attention_dim=16, dropout=dropout))
-    return build_decoder(config, vocab_size=vocab_size, annotation_dim=annotation_dim)
+    model = ModelConfig(embed_dim=16, hidden_dim=16, attention_dim=16, dropout=dropout)
+    return build_decoder(model, vocab_size=vocab_size, annotation_dim=annotation_dim)
 
 
 def _fixed_batch() -> Batch:
@@ -255,7 +255,7 @@ def test_a_run_with_word_weights_trains_resumes_from_its_config_and_rejects_unkn
 
 
 def test_the_samples_of_a_caption_share_one_pass_of_the_encoder() -> None:
-    """train.samples = K copies of each caption for leave-one-out: the CNN still sees each image once,
+    """train.reinforce.samples = K copies of each caption for leave-one-out: the CNN still sees each image once,
     and the decoder gets each image's annotations K times, in the rows of that caption's copies."""
     from captioning.train.losses import Reinforce
     from captioning.train.step import TrainingModel
@@ -271,10 +271,9 @@ def test_the_samples_of_a_caption_share_one_pass_of_the_encoder() -> None:
             return self.scale * images.flatten(2).transpose(1, 2), (3, 3)
 
     torch.manual_seed(0)
-    config = Config(model=ModelConfig(embed_dim=16, hidden_dim=16, attention_dim=16, attention="hard",
-                                      hard_expectation_prob=0.0, dropout=0.0))
-    decoder = build_decoder(config, vocab_size=11, annotation_dim=8)
-    decoder.attention.group = 3
+    model = ModelConfig(embed_dim=16, hidden_dim=16, attention_dim=16, attention="hard",
+                        hard=HardConfig(expectation_prob=0.0), dropout=0.0)
+    decoder = build_decoder(model, vocab_size=11, annotation_dim=8, captions_per_image=3)
     seen = []
     decoder.register_forward_pre_hook(lambda module, args: seen.append(args[0].detach().clone()))
     model = TrainingModel(decoder=decoder, encoder=Encoder())
@@ -383,10 +382,11 @@ def test_checkpoint_with_pickled_code_is_refused(tmp_path: Path) -> None:
 
 
 def test_soft_attention_ignores_the_reinforce_settings(tmp_path: Path, tiny_config) -> None:
-    """train.samples repeats rows for hard attention's samples only: soft attention trains the same
+    """train.reinforce.samples repeats rows for hard attention's samples only: soft attention trains the same
     weights with or without it, and a leave-one-out baseline is no error for it."""
     fit(tiny_config(tmp_path / "one", "train.max_steps=2"))
-    fit(tiny_config(tmp_path / "three", "train.max_steps=2", "train.samples=3", "train.baseline=leave_one_out"))
+    fit(tiny_config(tmp_path / "three", "train.max_steps=2", "train.reinforce.samples=3",
+                    "train.reinforce.baseline=leave_one_out"))
     one, three = _state(tmp_path / "one" / "last.pt"), _state(tmp_path / "three" / "last.pt")
     assert all(torch.equal(one["decoder"][name], three["decoder"][name]) for name in one["decoder"])
     assert three["reinforce"] == {}

@@ -16,7 +16,7 @@ from captioning.data.coco import read_records
 from captioning.data.features import cache_dir, load_or_compute
 from captioning.data.karpathy import ImageRecord
 from captioning.data.shapes import SHAPES_DEFAULT_COUNTS, Grounding, make_shapes, read_grounding
-from captioning.model.encoder import Encoder, build_encoder
+from captioning.model.encoder import Encoder
 
 
 class Rows:
@@ -60,12 +60,6 @@ class Split:
         return [r.captions for r in self.records]
 
 
-def encoder_from_config(config: Config) -> Encoder:
-    e = config.encoder
-    return build_encoder(name=e.name, layer=e.layer, weights_path=e.weights_path, fine_tune_from=e.fine_tune_from,
-                         padding=e.padding)
-
-
 def uses_feature_cache(config: Config) -> bool:
     """A fine-tuned encoder changes its annotations at every step: only a frozen one can be cached."""
     return config.data.feature_cache and config.encoder.fine_tune_from is None
@@ -93,7 +87,7 @@ def load_splits(config: Config, names: tuple[str, ...], *, device: str | torch.d
     read are left out of the split, with a warning."""
     ensure_shapes(config)
     objects = Path(config.data.root) / "objects.json"
-    encoder = functools.cache(lambda: encoder_from_config(config))
+    encoder = functools.cache(lambda: Encoder.from_config(config.encoder))
     cache = functools.partial(load_or_compute, features_dir(config), encoder_factory=encoder,
                               image_size=config.data.image_size, batch_size=config.encoder.batch_size,
                               device=device, num_workers=num_workers)

@@ -30,12 +30,17 @@ import torch
 from captioning.data.images import attention_on_image
 from captioning.data.shapes import COLOURS, RELATIONS, SHAPES, SIZES, Grounding, ShapeObject, relation
 from captioning.data.vocab import Vocabulary, normalize, tokenize
-from captioning.model.attention import hard_inference
+from captioning.model.attention import choosing
 from captioning.model.decoder import AttentionDecoder
 from captioning.model.decoding import decode
 from captioning.probe import probe_scores, relation_probe
 
 JAVA_METRICS = ("METEOR", "the PTB tokenizer")
+# What validation during training scores (caption_metrics with full=False), and what the shapes
+# data adds that can pick a checkpoint (higher is better).
+VALIDATION_CAPTION_METRICS = ("Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4", "CIDEr")
+GROUNDING_METRICS = ("attention_correctness", "relation_accuracy", "relation_probe_accuracy", "relation_probe_axis",
+                     "relation_probe_direction", "relation_probe_words")
 
 
 def java_available() -> bool:
@@ -176,8 +181,8 @@ def evaluate_split(decoder: AttentionDecoder, annotations: np.ndarray, *, image_
                    grounding: Sequence[Grounding] | None = None, beam_size: int = 1, max_length: int = 20,
                    length_penalty: float = 0.0, batch_size: int = 100, full: bool = True,
                    device: str | torch.device = "cpu",
-                   hard_attention: str | None = None, probe: bool = True) -> tuple[dict[str, float], list[dict]]:
-    """Decode every image of a split and score it. annotations [N, L, D]. `hard_attention` is how a
+                   hard_choice: str | None = None, probe: bool = True) -> tuple[dict[str, float], list[dict]]:
+    """Decode every image of a split and score it. annotations [N, L, D]. `hard_choice` is how a
     hard attention model picks its cell (see decoding); attention correctness scores the map alpha.
     With grounding, also the relation probe unless `probe` is False (it does not depend on the
     decoding, so a second decoding of the same split need not run it again).
@@ -189,7 +194,7 @@ def evaluate_split(decoder: AttentionDecoder, annotations: np.ndarray, *, image_
     for start in range(0, len(image_ids), batch_size):
         batch = torch.from_numpy(np.asarray(annotations[start:start + batch_size], dtype=np.float32)).to(device)
         captions = decode(decoder, batch, beam_size=beam_size, max_length=max_length, length_penalty=length_penalty,
-                          hard_attention=hard_attention)
+                          hard_choice=hard_choice)
         for row in range(batch.shape[0]):
             index = start + row
             words = vocab.decode(captions.tokens[row].tolist())
@@ -201,7 +206,7 @@ def evaluate_split(decoder: AttentionDecoder, annotations: np.ndarray, *, image_
                 chance += h
                 relations += r
         if grounding is not None and probe:
-            with hard_inference(decoder, hard_attention):
+            with choosing(decoder, hard_choice):
                 probed += relation_probe(decoder, batch, grounding[start:start + batch.shape[0]], vocab)
     metrics = caption_metrics({i: refs for i, refs in zip(image_ids, references)},
                               {r["image_id"]: r["caption"] for r in results}, full=full)

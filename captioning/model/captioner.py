@@ -1,69 +1,119 @@
-"""Captioner = pretrained encoder + attention decoder, built from a config.
+"""The captioning model: a pretrained encoder and the attention decoder, built from a config's sections.
 
-Notation: B batch, S input side, L grid cells, D annotation channels.
+Notation: B batch, S input side, L grid cells, D annotation channels, Q query size.
+
+This is the one place that reads `model:`. The paper's modules (scores.py, attention.py,
+decoder.py) take explicit arguments; each option that is not in the paper (`model.extras`,
+`model.local.window: learned`) is a module of captioning/model/extras handed to one of the
+decoder's seams here: the image summary of the initial state, the attention query, what attention
+sees of the annotations, and the attention module itself.
 """
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import nn
 
-from captioning.config import Config
-from captioning.model.attention import build_attention
-from captioning.model.decoder import AttentionDecoder
+from captioning.config import Config, ModelConfig
+from captioning.model.attention import HardAttention, SoftAttention
+from captioning.model.decoder import AttentionDecoder, MeanAnnotation, PreviousState
 from captioning.model.decoding import Captions, decode
-from captioning.model.encoder import Encoder, build_encoder
+from captioning.model.encoder import Encoder
+from captioning.model.extras.glimpses import TwoGlimpses
+from captioning.model.extras.layout import LayoutSummary
+from captioning.model.extras.position import GridCoordinates, GridPosition
+from captioning.model.extras.query_word import WordInQuery
+from captioning.model.extras.unit_annotations import UnitAnnotations
+from captioning.model.extras.window import LearnedWindowScore
+from captioning.model.scores import SCORES, LocalScore
 
 
-def build_decoder(config: Config, *, vocab_size: int, annotation_dim: int,
-                  grid: tuple[int, int] | None = None) -> AttentionDecoder:
-    """`grid` (Hg, Wg) is needed by the location and local scores and the learned 2-D position."""
-    m = config.model
-    shared = {"score": m.score, "annotation_dim": annotation_dim, "attention_dim": m.attention_dim, "grid": grid,
-              "temperature": m.temperature, "position": m.position, "local_base": m.local_base,
-              "local_window": m.local_window, "local_sigma": m.local_sigma, "cosine_sharpness": m.cosine_sharpness,
-              "unit_annotations": m.unit_annotations}
-    query_dim = m.hidden_dim + (m.embed_dim if m.query_word else 0)  # h_{t-1}, or [h_{t-1}; E y_{t-1}]
-    attention = build_attention(kind=m.attention, hidden_dim=query_dim, **shared,
-                                expectation_prob=m.hard_expectation_prob, coin=m.hard_coin, warmup=m.hard_warmup,
-                                group=config.train.samples)  # train_step's copies of each caption
-    glimpse = None
-    if m.glimpses == 2:  # queried with [query; z_t], so its "hidden" side is the query's + the context's width
-        glimpse = build_attention(kind="soft", hidden_dim=query_dim + annotation_dim + attention.extra_channels,
-                                  **shared)
-    return AttentionDecoder(vocab_size=vocab_size, annotation_dim=annotation_dim, embed_dim=m.embed_dim,
-                            hidden_dim=m.hidden_dim, attention=attention, gate=m.gate, dropout=m.dropout,
-                            deep_output=m.deep_output, layout_cells=_layout_cells(m.init, grid), glimpse=glimpse,
-                            query_word=m.query_word)
+def build_score(model: ModelConfig, *, annotation_dim: int, query_dim: int,
+                grid: tuple[int, int] | None) -> nn.Module:
+    """model.score with its own section's settings (model.local, model.cosine)."""
+    dims = {"annotation_dim": annotation_dim, "hidden_dim": query_dim, "attention_dim": model.attention_dim,
+            "grid": grid}
+    sharpness = {"sharpness": model.cosine.sharpness} if model.cosine.sharpness is not None else {}
+    if model.score == "local":
+        local = LearnedWindowScore if model.local.window == "learned" else LocalScore
+        return local(**dims, base=model.local.base, sigma=model.local.sigma, base_options=sharpness)
+    return SCORES[model.score](**dims, **sharpness)
 
 
-def _layout_cells(init: str, grid: tuple[int, int] | None) -> int:
-    """model.init=layout needs the grid's size; the paper's mean does not."""
-    if init == "mean":
-        return 0
-    if grid is None:
-        raise ValueError("model.init=layout needs the annotation grid (Hg, Wg)")
-    return grid[0] * grid[1]
+def _inputs(model: ModelConfig, *, annotation_dim: int, grid: tuple[int, int] | None) -> tuple[nn.Module, ...]:
+    """What attention sees of the annotations: as they are (the paper), or with model.extras applied."""
+    extras, inputs = model.extras, []
+    if extras.unit_annotations:
+        inputs.append(UnitAnnotations())
+    if extras.position != "none" and grid is None:
+        raise ValueError(f"model.extras.position={extras.position} needs the annotation grid (Hg, Wg)")
+    if extras.position == "learned":
+        inputs.append(GridPosition(grid=grid, annotation_dim=annotation_dim))
+    elif extras.position == "coordinates":
+        inputs.append(GridCoordinates(grid=grid))
+    return tuple(inputs)
 
 
-class Captioner(nn.Module):
+def build_attention(model: ModelConfig, *, annotation_dim: int, query_dim: int, grid: tuple[int, int] | None,
+                    kind: str | None = None, captions_per_image: int = 1) -> nn.Module:
+    """Soft or hard attention (`kind`, default model.attention) with model.score, queried by
+    `query_dim`-wide queries. `captions_per_image`: rows of one image in a training batch, which
+    share hard attention's coin (train.reinforce.samples)."""
+    inputs = _inputs(model, annotation_dim=annotation_dim, grid=grid)
+    channels = sum(module.channels for module in inputs)  # the score sees what the inputs append
+    score = build_score(model, annotation_dim=annotation_dim + channels, query_dim=query_dim, grid=grid)
+    shared = {"temperature": model.extras.temperature, "inputs": inputs}
+    if (kind or model.attention) == "hard":
+        hard = model.hard
+        return HardAttention(score, **shared, expectation_prob=hard.expectation_prob, coin=hard.coin,
+                             warmup=hard.warmup, group=captions_per_image)
+    return SoftAttention(score, **shared)
+
+
+def build_decoder(model: ModelConfig, *, vocab_size: int, annotation_dim: int, grid: tuple[int, int] | None = None,
+                  captions_per_image: int = 1) -> AttentionDecoder:
+    """The decoder of `model:`. `grid` (Hg, Wg) is needed by the location and local scores, the
+    2-D position and the layout summary."""
+    extras = model.extras
+    query = WordInQuery() if extras.query_word else PreviousState()
+    query_dim = query.dim(hidden_dim=model.hidden_dim, embed_dim=model.embed_dim)
+    attention = build_attention(model, annotation_dim=annotation_dim, query_dim=query_dim, grid=grid,
+                                captions_per_image=captions_per_image)
+    if extras.glimpses == 2:  # queried with [q_t; z_t]
+        second = build_attention(model, kind="soft", annotation_dim=annotation_dim, grid=grid,
+                                 query_dim=query_dim + attention.context_dim(annotation_dim))
+        attention = TwoGlimpses(attention, second)
+    summary = MeanAnnotation
+    if extras.init == "layout":
+        if grid is None:
+            raise ValueError("model.extras.init=layout needs the annotation grid (Hg, Wg)")
+        summary = functools.partial(LayoutSummary, cells=grid[0] * grid[1])
+    return AttentionDecoder(vocab_size=vocab_size, annotation_dim=annotation_dim, embed_dim=model.embed_dim,
+                            hidden_dim=model.hidden_dim, attention=attention, gate=model.gate, dropout=model.dropout,
+                            deep_output=model.deep_output, summary=summary, query=query)
+
+
+class CaptionModel(nn.Module):
+    """images [B, 3, S, S] -> captions with a map per word: the encoder, then the decoder."""
+
     def __init__(self, *, encoder: Encoder, decoder: AttentionDecoder):
         super().__init__()
         self.encoder = encoder
         self.decoder = decoder
 
     @classmethod
-    def from_config(cls, config: Config, *, vocab_size: int, grid: tuple[int, int] | None = None) -> Captioner:
-        e = config.encoder
-        encoder = build_encoder(name=e.name, layer=e.layer, weights_path=e.weights_path, padding=e.padding)
-        decoder = build_decoder(config, vocab_size=vocab_size, annotation_dim=encoder.dim, grid=grid)
+    def from_config(cls, config: Config, *, vocab_size: int, grid: tuple[int, int] | None = None) -> CaptionModel:
+        encoder = Encoder.from_config(config.encoder)
+        decoder = build_decoder(config.model, vocab_size=vocab_size, annotation_dim=encoder.dim, grid=grid)
         return cls(encoder=encoder, decoder=decoder)
 
     @torch.no_grad()
     def generate(self, images: torch.Tensor, *, beam_size: int = 1, max_length: int = 20,
-                 length_penalty: float = 0.0, hard_attention: str | None = None) -> tuple[Captions, tuple[int, int]]:
+                 length_penalty: float = 0.0, hard_choice: str | None = None) -> tuple[Captions, tuple[int, int]]:
         """Captions for normalized images [B, 3, S, S], and the attention grid (Hg, Wg)."""
         annotations, grid = self.encoder(images)  # [B, L, D]
         captions = decode(self.decoder, annotations, beam_size=beam_size, max_length=max_length,
-                          length_penalty=length_penalty, hard_attention=hard_attention)
+                          length_penalty=length_penalty, hard_choice=hard_choice)
         return captions, grid

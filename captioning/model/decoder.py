@@ -1,59 +1,59 @@
 """The LSTM decoder that attends over the annotation grid at every word (paper Sec. 3.1.2).
 
 Notation: B batch, T caption steps, L grid cells, D annotation channels, E embedding size,
-H hidden size, V vocabulary size.
+H hidden size, V vocabulary size, N real (unpadded) positions of a batch.
 
+Initial state, from a summary of the image:
+  h_0 = tanh(f_init,h(mean_i a_i)),  c_0 = f_init,c(mean_i a_i)               Sec. 3.1.2
 One step t, given the previous word y_{t-1} and state (h_{t-1}, c_{t-1}):
-  alpha_t, z_t = attention(a, q_t),  q_t = h_{t-1}  Eqs. 4-6
-  (model.query_word: q_t = [h_{t-1}; E y_{t-1}], the query also sees the previous word)
-  (model.glimpses=2: z_t = [z_t; z'_t], z'_t = glimpse(a, [q_t; z_t]), a second soft attention)
-  z_t          = beta_t * z_t,  beta_t = sigmoid(f_beta(h_{t-1}))      Sec. 4.2.1
-  h_t, c_t     = LSTM([E y_{t-1}; z_t], (h_{t-1}, c_{t-1}))            Eqs. 1-3
-  p(y_t)       ∝ exp(L_o(E y_{t-1} + L_h h_t + L_z z_t))               Eq. 7 (deep output)
+  alpha_t, z_t = attention(a, q_t),  q_t = h_{t-1}                          Eqs. 4-6
+  z_t          = beta_t * z_t,  beta_t = sigmoid(f_beta(h_{t-1}))          Sec. 4.2.1
+  h_t, c_t     = LSTM([E y_{t-1}; z_t], (h_{t-1}, c_{t-1}))                Eqs. 1-3
+  p(y_t)       ∝ exp(L_o(E y_{t-1} + L_h h_t + L_z z_t))                   Eq. 7 (deep output)
 
 Eq. 7 as printed is linear in h_t and z_t; the authors' code (arctic-captions, capgen.py) puts a
-tanh before L_o, which makes it a one-hidden-layer network: deep_output="tanh". The difference
-matters for words that are not a linear function of the state: "to" (of "to the left/right of")
-must be likelier than "above" and "below" when |dx| > |dy|, which no linear read-out of positions
-gives (docs/attention.md measures it).
+tanh before L_o (deep_output="tanh"). The paper's beta_t is a scalar; some ports gate each channel
+of z_t instead (gate="vector").
 
-A second glimpse (not in the paper) is for the same word: "A to the left of B" is decided at the
-word "to", before B is named, and a single map at that word would have to cover both A and B. The second
-glimpse's query includes what the first one saw, so it can look *elsewhere*; with the grid
-coordinates appended (model.position=coordinates) z_t then holds both places. On the shapes data,
-with the local score and 16 epochs, it helps the decoder choose a relation before naming B, by an
-amount that varies with the seed, and relations stay far from solved (docs/attention.md). Measured
-at the relation word, the two maps do not split into a first one on A and a second on B; caption by
-caption, each puts most of its mass inside the objects on one of them (benchmarks/relation_errors.py).
-The map the decoder reports for a word (alphas: overlays, attention correctness, the doubly
-stochastic term) is the mean of the two glimpses' maps, still a distribution over the L cells, as
-the maps of several attention heads are often averaged to show them. Both glimpses' contexts feed
-the word, and which of them looks at the object being named is not fixed by the architecture: it
-is the first on most seeds and the second on some (seed 5 of six of
-configs/shapes_relations_16ep.yaml), so the first glimpse's map alone would show where the decoder
-looked on some models and not on others (docs/attention.md).
-benchmarks/glimpses_at_relation.py scores each glimpse's map on its own.
-
-The word in the query (not in the paper). In Eq. 4 the map for y_t is computed from h_{t-1}, the
-state that predicted y_{t-1}, before that word was chosen: after "a red" the map for the next word
-comes from a state that weighed "red" against "yellow" but does not know which was said, so with a
-red and a yellow square in the image the map for "square" cannot look for the red one. On the
-shapes data that map puts more mass on the red square than on the yellow one for 69% of such
-captions, and for 99 to 100% with model.query_word=true, which queries with [h_{t-1}; E y_{t-1}] as
-the attention LSTM of Anderson et al. (2018) reads the previous word before it attends. With it the
-stated relations of configs/shapes_relations_16ep.yaml (before its narrower window and dropout 0.1)
-hold 88 to 90% of the time over four seeds, against 76 to 86% over three without (docs/attention.md).
+Three seams take the options that are not in the paper (captioning/model/extras), each a module
+handed in by captioning.model.captioner: `summary`, what the initial state is computed from (the
+paper: MeanAnnotation); `query`, what attention is queried with (the paper: PreviousState); and
+`attention` itself (soft or hard, any score; TwoGlimpses wraps two). This module never asks which
+one it holds.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from captioning.model import fused
 from captioning.model.attention import AttentionOutput, Memory
+
+
+class MeanAnnotation(nn.Module):
+    """The paper's summary of an image for the initial state: the mean annotation (Sec. 3.1.2)."""
+
+    def __init__(self, *, annotation_dim: int):
+        super().__init__()
+        self.dim = annotation_dim
+
+    def forward(self, annotations: torch.Tensor) -> torch.Tensor:
+        return annotations.mean(dim=1)  # [B, D]
+
+
+class PreviousState(nn.Module):
+    """The paper's attention query: q_t = h_{t-1} (Eq. 4)."""
+
+    @staticmethod
+    def dim(*, hidden_dim: int, embed_dim: int) -> int:
+        return hidden_dim
+
+    def forward(self, h: torch.Tensor, embedded: torch.Tensor) -> torch.Tensor:
+        return h  # [B, H]
 
 
 @dataclass
@@ -77,74 +77,52 @@ class DecoderOutput:
 class AttentionDecoder(nn.Module):
     def __init__(self, *, vocab_size: int, annotation_dim: int, embed_dim: int, hidden_dim: int,
                  attention: nn.Module, gate: str = "scalar", dropout: float = 0.3, deep_output: str = "linear",
-                 layout_cells: int = 0, layout_dim: int = 8, glimpse: nn.Module | None = None,
-                 query_word: bool = False):
+                 summary: Callable[..., nn.Module] = MeanAnnotation, query: nn.Module | None = None):
+        """`summary` builds the module the initial state is computed from (called with
+        annotation_dim); `query` makes the attention query from h_{t-1} and E y_{t-1}."""
         super().__init__()
-        self.attention = attention
-        self.glimpse = glimpse  # a second soft attention per word, queried with [q_t; z_t]; or None
-        self.query_word = query_word  # attention queried with [h_{t-1}; E y_{t-1}] rather than h_{t-1}
-        self.embed = nn.Embedding(vocab_size, embed_dim)  # E
-        # h_0 and c_0 from the mean annotation through two separate layers (Sec. 3.1.2). The mean
-        # is the same for any permutation of the cells: it says what is in the image, not where. A
-        # caption "A <relation> B" names the relation before it names B, so a decoder that has not
-        # yet looked at B needs the layout in its state: with layout_cells = L, each cell is also
-        # projected to layout_dim channels and the L * layout_dim of them, in grid order, join the
-        # mean (an option, model.init=layout; not in the paper).
-        self.layout = nn.Linear(annotation_dim, layout_dim) if layout_cells else None
-        summary_dim = annotation_dim + layout_cells * layout_dim
-        self.init_h = nn.Linear(summary_dim, hidden_dim)
-        self.init_c = nn.Linear(summary_dim, hidden_dim)
         if gate not in ("scalar", "vector"):
             raise ValueError(f"unknown gate '{gate}' (known: scalar, vector)")
-        # z_t is as wide as attention's memory: D, or D + 2 with the grid coordinates appended; twice
-        # that with a second glimpse.
-        context_dim = (annotation_dim + getattr(attention, "extra_channels", 0)) * (1 if glimpse is None else 2)
-        # The paper's beta_t is a scalar per step; some ports gate each channel instead.
-        self.gate = nn.Linear(hidden_dim, 1 if gate == "scalar" else context_dim)
+        if deep_output not in ("linear", "tanh"):
+            raise ValueError(f"unknown deep_output '{deep_output}' (known: linear, tanh)")
+        self.attention = attention
+        self.query = query if query is not None else PreviousState()
+        self.embed = nn.Embedding(vocab_size, embed_dim)  # E
+        self.summary = summary(annotation_dim=annotation_dim)
+        self.init_h = nn.Linear(self.summary.dim, hidden_dim)  # f_init,h (Sec. 3.1.2)
+        self.init_c = nn.Linear(self.summary.dim, hidden_dim)  # f_init,c
+        context_dim = attention.context_dim(annotation_dim)  # the width of z_t
+        self.gate = nn.Linear(hidden_dim, 1 if gate == "scalar" else context_dim)  # f_beta
         self.lstm = nn.LSTMCell(embed_dim + context_dim, hidden_dim)
         self.out_h = nn.Linear(hidden_dim, embed_dim)  # L_h
         self.out_z = nn.Linear(context_dim, embed_dim, bias=False)  # L_z
         self.out = nn.Linear(embed_dim, vocab_size)  # L_o
-        if deep_output not in ("linear", "tanh"):
-            raise ValueError(f"unknown deep_output '{deep_output}' (known: linear, tanh)")
         self.deep_output = deep_output
+        self.deep = nn.Tanh() if deep_output == "tanh" else nn.Identity()  # before L_o (Eq. 7)
         self.dropout = nn.Dropout(dropout)
 
     def prepare(self, annotations: torch.Tensor) -> tuple[Memory, DecoderState]:
         """The per-image work: attention keys and the initial state, from annotations [B, L, D]."""
-        summary = annotations.mean(dim=1)  # [B, D]
-        if self.layout is not None:
-            summary = torch.cat([summary, self.layout(annotations).flatten(1)], dim=1)  # [B, D + L * layout_dim]
+        summary = self.summary(annotations)  # [B, D] for the paper's mean
         state = DecoderState(h=torch.tanh(self.init_h(summary)), c=self.init_c(summary))
-        memory = self.attention.prepare(annotations)
-        if self.glimpse is not None:
-            memory.glimpse = self.glimpse.prepare(annotations)
-        return memory, state
+        return self.attention.prepare(annotations), state
 
     @property
     def fusable(self) -> bool:
         """Whether the fused recurrence (captioning.model.fused) computes this decoder's steps."""
-        return self.glimpse is None and not self.query_word and fused.supports(self.attention)
+        return fused.supports(self)
 
     def _advance(self, memory: Memory, state: DecoderState,
                  embedded: torch.Tensor) -> tuple[DecoderState, torch.Tensor, AttentionOutput]:
-        """One recurrence step: attend with h_{t-1} (and y_{t-1}), gate, update the LSTM. embedded [B, E]."""
-        query = torch.cat([state.h, embedded], dim=1) if self.query_word else state.h  # [B, H (+ E)]
-        attended = self.attention(memory, query)
-        context = attended.context  # [B, D]
-        if self.glimpse is not None:
-            second = self.glimpse(memory.glimpse, torch.cat([query, context], dim=1))
-            context = torch.cat([context, second.context], dim=1)  # [B, 2D]
-            attended = replace(attended, alpha=(attended.alpha + second.alpha) / 2)  # [B, L], the reported map
-        z = torch.sigmoid(self.gate(state.h)) * context  # [B, D] (2D with a glimpse), beta_t * z_t
-        h, c = self.lstm(torch.cat([embedded, z], dim=1), (state.h, state.c))
+        """One recurrence step: attend, gate, update the LSTM. embedded [B, E]."""
+        attended = self.attention(memory, self.query(state.h, embedded))  # Eqs. 4-6
+        z = torch.sigmoid(self.gate(state.h)) * attended.context  # [B, D], beta_t * z_t (Sec. 4.2.1)
+        h, c = self.lstm(torch.cat([embedded, z], dim=1), (state.h, state.c))  # Eqs. 1-3
         return DecoderState(h, c), z, attended
 
     def _output(self, embedded: torch.Tensor, h: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         """Deep output layer, Eq. 7; works on [B, E] or [B, T, E] alike."""
-        hidden = embedded + self.out_h(self.dropout(h)) + self.out_z(z)
-        if self.deep_output == "tanh":
-            hidden = torch.tanh(hidden)
+        hidden = self.deep(embedded + self.out_h(self.dropout(h)) + self.out_z(z))
         return self.out(self.dropout(hidden))
 
     def step(self, memory: Memory, state: DecoderState,

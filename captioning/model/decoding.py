@@ -5,8 +5,8 @@ Notation: B images, K beams, T steps, L grid cells, V vocabulary size.
 Beam search runs all images and all beams as one [B*K] batch: one decoder step per word for the
 whole batch, never a loop over images; the image-side work is done once per image, not per beam.
 
-Hard attention picks its cell at test time by `hard_attention`: "expectation" (the paper's default,
-as configured at construction), "argmax" or "sample"; the chosen cells come back in `locations`.
+Hard attention picks its cell at test time by `hard_choice`: "expectation" (the paper's default),
+"argmax" or "sample"; the chosen cells come back in `locations`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import torch
 
 from captioning.data.vocab import Vocabulary
 from captioning.model import fused
-from captioning.model.attention import hard_inference
+from captioning.model.attention import choosing
 from captioning.model.decoder import AttentionDecoder, DecoderState
 
 # One decoding step: (state, previous tokens [N]) -> logits [N, V], new state, alpha [N, L], chosen cell [N].
@@ -168,10 +168,10 @@ def beam_search(decoder: AttentionDecoder, annotations: torch.Tensor, *, beam_si
 
 
 def decode(decoder: AttentionDecoder, annotations: torch.Tensor, *, beam_size: int = 1, max_length: int = 20,
-           length_penalty: float = 0.0, hard_attention: str | None = None) -> Captions:
-    """Greedy for beam size 1, beam search otherwise; `hard_attention` as in the module docstring
+           length_penalty: float = 0.0, hard_choice: str | None = None) -> Captions:
+    """Greedy for beam size 1, beam search otherwise; `hard_choice` as in the module docstring
     (None keeps the model's own choice)."""
-    with hard_inference(decoder, hard_attention):
+    with choosing(decoder, hard_choice):
         if beam_size <= 1:
             return greedy(decoder, annotations, max_length=max_length)
         return beam_search(decoder, annotations, beam_size=beam_size, max_length=max_length,

@@ -23,10 +23,14 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+if TYPE_CHECKING:
+    from captioning.config import EncoderConfig
 
 # Stages of tf_efficientnet_lite0 (timm's `blocks`): 3 -> 80 channels and 4 -> 112 at stride 16,
 # 5 -> 192 and 6 -> 320 at stride 32. We take the last block of each stride.
@@ -38,6 +42,24 @@ _VGG_LAYERS = {"stride16": "relu5_4", "stride32": "pool5"}
 ENCODERS = ("efficientnet_lite0", *_RESNETS, "vgg19")
 PADDINGS = ("zeros", "reflect", "replicate")
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
+
+def stage_names(name: str, layer: str) -> list[str]:
+    """The stages of encoder `name` cut at `layer`, in order, without building it (the names
+    encoder.fine_tune_from takes); [] for an unknown encoder or layer."""
+    if name == "efficientnet_lite0" and layer in _EFFICIENTNET_LAYERS:
+        return ["conv_stem", "bn1", *(f"block{i}" for i in range(_EFFICIENTNET_LAYERS[layer][0] + 1))]
+    if name in _RESNETS and layer in _RESNET_LAYERS:
+        stages = ["conv1", "bn1", "relu", "maxpool", "layer1", "layer2", "layer3", "layer4"]
+        return stages[: stages.index(_RESNET_LAYERS[layer]) + 1]
+    if name == "vgg19" and layer in _VGG_LAYERS:
+        stages = []
+        for block, convolutions in enumerate((2, 2, 4, 4, 4), start=1):  # VGG-19's configuration "E"
+            for index in range(1, convolutions + 1):
+                stages += [f"conv{block}_{index}", f"relu{block}_{index}"]
+            stages.append(f"pool{block}")
+        return stages[: stages.index(_VGG_LAYERS[layer]) + 1]
+    return []
 
 
 class EncoderWeightsError(RuntimeError):
@@ -57,6 +79,12 @@ class Encoder(nn.Module):
         self.mean = mean  # the normalization the weights were trained with; the data pipeline applies it
         self.std = std
         self.trainable: list[str] = []  # the stages that fine-tune, in order
+
+    @classmethod
+    def from_config(cls, encoder: EncoderConfig) -> Encoder:
+        """The encoder of a config's `encoder:` section."""
+        return build_encoder(name=encoder.name, layer=encoder.layer, weights_path=encoder.weights_path,
+                             fine_tune_from=encoder.fine_tune_from, padding=encoder.padding)
 
     def fine_tune(self, first: str | None) -> Encoder:
         """Freeze everything, then let stage `first` and every later stage train (None: all frozen)."""

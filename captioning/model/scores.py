@@ -174,33 +174,19 @@ class LocalScore(nn.Module):
 
     so alpha_t ∝ softmax(base)_i * exp(-||c_i - p_t||^2 / 2 sigma^2): Luong's window multiplied into
     the weights, then renormalized, because alpha must stay a distribution (hard attention samples
-    from it). sigma (model.local_sigma) defaults to a quarter of the grid's longer side (3.5 cells at
-    14x14), about the width of a large shape: the shapes are 2 to 4 cells across there.
-
-    window="learned" (not in Luong or the paper) adds a learned shape around the centre, chosen by
-    the state:
-
-      e_ti += w_s^T tanh(W_s (c_i - p_t) / sigma + U_s h_{t-1})
-
-    A Gaussian times any exp(linear) is another Gaussian, so the plain window can only move; this can
-    be a half-plane or a cone, e.g. "below the centre": centred on A, such a map asks whether anything
-    lies below A, which deciding a relation among three objects needs (docs/attention.md). w_s starts
-    at zero, so the score starts as the plain local one.
+    from it). sigma defaults to a quarter of the grid's longer side (3.5 cells at 14x14).
+    model/extras/window.py adds a learned shape to the window (not in Luong or the paper).
     """
-
-    WINDOWS = ("gaussian", "learned")
 
     def __init__(self, *, annotation_dim: int, hidden_dim: int, attention_dim: int,
                  grid: tuple[int, int] | None = None, base: str = "additive", sigma: float | None = None,
-                 window: str = "gaussian", base_options: dict | None = None):
+                 base_options: dict | None = None):
         super().__init__()
         if grid is None:
             raise ValueError("the local score needs the grid (Hg, Wg): its window lives on the grid")
         if base not in SCORES or base == "local":
             raise ValueError(f"unknown base score '{base}' for the local score "
                              f"(known: {', '.join(s for s in SCORES if s != 'local')})")
-        if window not in self.WINDOWS:
-            raise ValueError(f"unknown local window '{window}' (known: {', '.join(self.WINDOWS)})")
         self.base = SCORES[base](annotation_dim=annotation_dim, hidden_dim=hidden_dim, attention_dim=attention_dim,
                                  grid=grid, **(base_options or {}))  # e.g. the cosine base's sharpness
         self.centre = nn.Sequential(nn.Linear(hidden_dim, attention_dim), nn.Tanh(),  # V_p
@@ -212,13 +198,6 @@ class LocalScore(nn.Module):
         if sigma is not None and not sigma > 0:
             raise ValueError(f"the local window's width sigma must be positive, got {sigma}")
         self.sigma = float(sigma) if sigma is not None else max(grid) / 4
-        self.shape = None
-        if window == "learned":
-            units = attention_dim // 4  # a shape on a 2-D offset needs few units
-            self.shape = nn.ModuleDict({"offset": nn.Linear(2, units),  # W_s
-                                        "query": nn.Linear(hidden_dim, units, bias=False),  # U_s
-                                        "out": nn.Linear(units, 1, bias=False)})  # w_s
-            nn.init.zeros_(self.shape["out"].weight)
 
     def prepare(self, annotations: torch.Tensor) -> torch.Tensor | None:
         check_cells(annotations, self.cells.shape[0], "local")
@@ -228,13 +207,16 @@ class LocalScore(nn.Module):
         """p_t [B, 2] in cell units: (row, column), each in (0, Hg) x (0, Wg)."""
         return self.extent * torch.sigmoid(self.centre(hidden))
 
+    def offset(self, hidden: torch.Tensor) -> torch.Tensor:
+        """c_i - p_t [B, L, 2], in cells."""
+        return self.cells[None] - self.centre_of(hidden)[:, None]
+
+    def window_scores(self, keys: torch.Tensor | None, hidden: torch.Tensor, offset: torch.Tensor) -> torch.Tensor:
+        """The base score plus the log of the Gaussian window around p_t, [B, L]."""
+        return self.base(keys, hidden) - (offset ** 2).sum(2) / (2 * self.sigma ** 2)
+
     def forward(self, keys: torch.Tensor | None, hidden: torch.Tensor) -> torch.Tensor:
-        offset = self.cells[None] - self.centre_of(hidden)[:, None]  # [B, L, 2], c_i - p_t in cells
-        scores = self.base(keys, hidden) - (offset ** 2).sum(2) / (2 * self.sigma ** 2)  # [B, L], log window added
-        if self.shape is not None:
-            units = torch.tanh(self.shape["offset"](offset / self.sigma) + self.shape["query"](hidden)[:, None])
-            scores = scores + self.shape["out"](units).squeeze(2)  # [B, L]
-        return scores
+        return self.window_scores(keys, hidden, self.offset(hidden))  # [B, L]
 
 
 SCORES: dict[str, type[nn.Module]] = {

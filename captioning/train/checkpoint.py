@@ -5,6 +5,10 @@ resume training exactly (optimizer, scheduler, gradient scaler, step, position i
 states, the best metric so far). A frozen encoder is not stored: its weights are rebuilt from the
 config; a fine-tuned one is. Under train.ema_decay "decoder" is the weights' moving average, the
 model that was validated and that captions, and "training_decoder" the weights training goes on from.
+
+Format 2 gave the config its sections and the decoder its seams. A format-1 checkpoint is migrated
+as it is read (`migrate_v1`): its config's flat keys move to their sections (captioning.config.RENAMED),
+and the decoder's parameters that moved get their new names; the numbers are untouched.
 """
 
 from __future__ import annotations
@@ -15,11 +19,11 @@ from typing import Any
 
 import torch
 
-from captioning.config import Config, from_dict
+from captioning.config import Config, from_dict, migrate
 from captioning.data.vocab import Vocabulary
-from captioning.model.captioner import Captioner, build_decoder
+from captioning.model.captioner import CaptionModel, build_decoder
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 
 
 class CheckpointError(ValueError):
@@ -42,18 +46,52 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
         raise CheckpointError(f"{path}: checkpoint not found") from error
     except Exception as error:  # noqa: BLE001 - corrupt zips, pickles with code, truncated files alike
         raise CheckpointError(f"{path}: not a readable checkpoint ({error.__class__.__name__})") from error
-    if not isinstance(payload, dict) or payload.get("format_version") != FORMAT_VERSION:
-        raise CheckpointError(f"{path}: not a captioning checkpoint (format version {FORMAT_VERSION})")
+    version = payload.get("format_version") if isinstance(payload, dict) else None
+    if version == 1:
+        return migrate_v1(payload)
+    if version != FORMAT_VERSION:
+        raise CheckpointError(f"{path}: not a captioning checkpoint (format version 1 or {FORMAT_VERSION})")
+    return payload
+
+
+def _renamed_decoder_keys(state: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
+    """A format-1 decoder state dict under format 2's names (config: the migrated config dict)."""
+    renamed = {}
+    two_glimpses = any(key.startswith("glimpse.") for key in state)
+    unit = bool(config.get("model", {}).get("extras", {}).get("unit_annotations", False))
+    for key, value in state.items():
+        if two_glimpses and key.startswith("attention."):  # the second glimpse joined the attention module
+            key = "attention.first." + key[len("attention."):]
+        elif key.startswith("glimpse."):
+            key = "attention.second." + key[len("glimpse."):]
+        elif key.startswith("layout."):  # the layout is the initial state's summary (extras/layout.py)
+            key = "summary." + key
+        attention, _, rest = key.rpartition(".position.")  # the learned position is one of attention's inputs
+        if attention and attention.startswith("attention"):
+            key = f"{attention}.inputs.{1 if unit else 0}.{rest}"
+        if key.endswith("batches") and key.startswith("attention"):  # hard attention's warm-up reads the run's step
+            continue
+        renamed[key] = value
+    return renamed
+
+
+def migrate_v1(payload: dict[str, Any]) -> dict[str, Any]:
+    """A format-1 payload as format 2 reads it (a new dict; the numbers are untouched)."""
+    payload = dict(payload, format_version=FORMAT_VERSION)
+    payload["config"] = migrate(payload["config"])
+    for name in ("decoder", "training_decoder"):
+        if name in payload:
+            payload[name] = _renamed_decoder_keys(payload[name], payload["config"])
     return payload
 
 
 def captioner_from_checkpoint(path: str | Path, *,
-                               device: str | torch.device = "cpu") -> tuple[Captioner, Vocabulary, Config]:
+                               device: str | torch.device = "cpu") -> tuple[CaptionModel, Vocabulary, Config]:
     """The model, vocabulary and config of a checkpoint, in eval mode on `device`."""
     payload = load_checkpoint(path)
     config = from_dict(payload["config"], where=f"{path}: config")
     vocab = Vocabulary(payload["vocab"])
-    model = Captioner.from_config(config, vocab_size=len(vocab), grid=tuple(payload["grid"]))
+    model = CaptionModel.from_config(config, vocab_size=len(vocab), grid=tuple(payload["grid"]))
     model.decoder.load_state_dict(payload["decoder"])
     if "encoder" in payload:  # fine-tuned (encoder.fine_tune_from): its own weights, not the pretrained ones
         model.encoder.load_state_dict(payload["encoder"])
@@ -62,7 +100,7 @@ def captioner_from_checkpoint(path: str | Path, *,
 
 def decoder_from_checkpoint(payload: dict[str, Any], config: Config) -> torch.nn.Module:
     """The decoder alone, for work on cached annotations."""
-    decoder = build_decoder(config, vocab_size=len(payload["vocab"]), annotation_dim=int(payload["annotation_dim"]),
-                            grid=tuple(payload["grid"]))
+    decoder = build_decoder(config.model, vocab_size=len(payload["vocab"]),
+                            annotation_dim=int(payload["annotation_dim"]), grid=tuple(payload["grid"]))
     decoder.load_state_dict(payload["decoder"])
     return decoder.eval()

@@ -39,9 +39,10 @@ from captioning.data.dataset import Batch
 from captioning.data.loading import load_run_data
 from captioning.data.mirror import mirror_batches
 from captioning.data.sampling import epoch_batches, rank_batches
-from captioning.data.splits import encoder_from_config, uses_feature_cache
+from captioning.data.splits import uses_feature_cache
 from captioning.data.vocab import Vocabulary
 from captioning.model.captioner import build_decoder
+from captioning.model.encoder import Encoder
 from captioning.train import distributed
 from captioning.train.checkpoint import load_checkpoint, save_checkpoint
 from captioning.train.losses import Reinforce
@@ -81,7 +82,7 @@ class Run:
         on_the_fly = not uses_feature_cache(config)
         torch.manual_seed(t.seed)  # before any model is built: initial weights follow train.seed
         random.seed(t.seed)
-        self.encoder = encoder_from_config(config).to(device) if on_the_fly else None
+        self.encoder = Encoder.from_config(config.encoder).to(device) if on_the_fly else None
         self.data = load_run_data(config, vocab_words=checkpoint["vocab"] if checkpoint else None,
                                   encoder=self.encoder, context=context, device=device)
         if self.encoder is not None:  # the grid the encoder gives at this input size
@@ -96,8 +97,8 @@ class Run:
         self.annotation_dim = annotation_dim
 
         torch.manual_seed(t.seed)
-        self.decoder = build_decoder(config, vocab_size=len(self.data.vocab), annotation_dim=annotation_dim,
-                                     grid=self.grid).to(device)
+        self.decoder = build_decoder(config.model, vocab_size=len(self.data.vocab), annotation_dim=annotation_dim,
+                                     grid=self.grid, captions_per_image=t.reinforce.samples).to(device)
         # train.ema_decay: an exponential moving average of the decoder's weights (Polyak and
         # Juditsky, 1992; not in the paper), the model that is validated and kept. The greedy
         # validation metric moves by about 0.01 from epoch to epoch on the shapes data, and the best
@@ -106,9 +107,7 @@ class Run:
             if t.ema_decay else None
         # Hard attention's REINFORCE terms and moving-average baseline (kept in checkpoints). Soft
         # attention samples nothing: no REINFORCE terms, and no repeated rows for train.samples.
-        self.reinforce = Reinforce(reward_weight=t.reinforce_weight, entropy_weight=t.entropy_weight,
-                                   baseline=t.baseline, decay=t.baseline_decay, samples=t.samples,
-                                   warmup=t.reinforce_warmup) if config.model.attention == "hard" else None
+        self.reinforce = Reinforce.from_config(t.reinforce) if config.model.attention == "hard" else None
         self.word_weights = word_weight_vector(t.word_weights, self.data.vocab).to(device) if t.word_weights else None
         groups = [{"params": list(self.decoder.parameters()), "lr": t.lr}]
         if self.encoder is not None and self.encoder.trainable:
@@ -246,7 +245,7 @@ class Run:
                 self.writer.add_scalar(f"val/{name}", number, progress.step)
             log_overlays(self.writer, self.captioner, self.data.val, self.data.val_annotations, self.data.vocab,
                          count=t.log_images, max_length=self.config.decode.max_length, step=progress.step,
-                         device=self.device, hard_attention=hard_choice(self.config))
+                         device=self.device, hard_choice=hard_choice(self.config))
             self.log({"step": progress.step, "epoch": progress.epoch, "validation": metrics})
             shown = ("Bleu_4", "CIDEr", "attention_correctness")
             summary = ", ".join(f"{k} {metrics[k]:.3f}" for k in shown if k in metrics)
@@ -278,7 +277,7 @@ class Run:
         losses = train_step(self.module, batch, self.optimizer, grad_clip=t.grad_clip, ds_weight=t.ds_weight,
                             ds_target=t.ds_target, precision=self.precision,
                             scaler=self.scaler if self.scaler.is_enabled() else None, shares=(shares[0], shares[1]),
-                            reinforce=self.reinforce, word_weights=self.word_weights)
+                            reinforce=self.reinforce, word_weights=self.word_weights, step=self.progress.step)
         if self.average is not None:
             self.average.update_parameters(self.decoder)
         return losses

@@ -7,10 +7,16 @@ target words (including <end>) and 0 on padding; padding reaches no term.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
+
+if TYPE_CHECKING:
+    from captioning.config import ReinforceConfig
+
+DS_TARGETS = ("one", "length")  # the doubly stochastic term's target per cell: 1 (the paper) or T/L
+BASELINES = ("none", "moving_average", "leave_one_out")  # REINFORCE's baselines (Reinforce)
 
 
 def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor, *,
@@ -62,10 +68,10 @@ class Reinforce:
 
     For a caption y with sampled locations s~ the paper's per-caption gradient is
         d log p(y|s~,a) + lambda_r (log p(y|s~,a) - b) d log p(s~|a) + lambda_e d H[s~].
-    The first term is the word cross-entropy that train_step already minimizes; `__call__` returns a
-    surrogate loss whose gradient is minus the other two, summed over the captions of the batch and
-    divided, like `cross_entropy`, by the number of real words, so the three keep the paper's
-    proportions:
+    The first term is the word cross-entropy that the training step already minimizes; `__call__`
+    returns a surrogate loss whose gradient is minus the other two, summed over the captions of the
+    batch and divided, like `cross_entropy`, by the number of real words, so the three keep the
+    paper's proportions:
         -[lambda_r sum_n (r_n - b_n) sum_t m_nt log p(s_nt) + lambda_e sum_n sum_t m_nt H_nt] / sum m.
     The reward r_n = log p(y_n|s~_n, a) (`caption_log_likelihood`, detached) is computed per row, so
     it stays with that row's own samples whatever the padding. Captions whose image used the soft
@@ -76,29 +82,32 @@ class Reinforce:
     each caption in consecutive rows, b_n = the mean reward of its *other* sampled replicas, falling
     back to the moving average when it has none); "none" (b = 0, for comparison).
 
-    `warmup` > 0 (not in the paper): both terms are scaled by min(1, n / warmup) at the n-th batch,
-    so they come in gradually. Early in training the decoder reads a sampled object cell worse than
-    the expectation it mostly trained on, so the bound's gradient (unbiased: tests) says "look
-    away from objects", and attention learns to (docs/attention.md). Sampled rows still train the
-    decoder through the cross-entropy meanwhile; by the time the terms weigh fully, it has learnt to
-    read single cells. The count of batches is saved with the baseline.
+    `warmup` > 0 (not in the paper): both terms are scaled by min(1, (step + 1) / warmup), `step`
+    being the run's optimizer steps before this one, so they come in gradually. Early in training
+    the decoder reads a sampled object cell worse than the expectation it mostly trained on, so the
+    bound's gradient (unbiased: tests) can say "look away from objects". Sampled rows still train
+    the decoder through the cross-entropy meanwhile.
     """
 
-    BASELINES = ("none", "moving_average", "leave_one_out")
+    BASELINES = BASELINES
 
-    def __init__(self, *, reward_weight: float = 1.0, entropy_weight: float = 0.0,
-                 baseline: str = "moving_average", decay: float = 0.9, samples: int = 1, warmup: int = 0):
+    def __init__(self, *, weight: float = 1.0, entropy_weight: float = 0.0, baseline: str = "moving_average",
+                 baseline_decay: float = 0.9, samples: int = 1, warmup: int = 0):
         if baseline not in self.BASELINES:
             raise ValueError(f"unknown baseline '{baseline}' (known: {', '.join(self.BASELINES)})")
         if samples < 1 or (baseline == "leave_one_out" and samples < 2):
             raise ValueError(f"the {baseline} baseline cannot use {samples} sample(s) per caption"
                              + (" (leave_one_out needs at least 2)" if baseline == "leave_one_out" else ""))
-        self.reward_weight, self.entropy_weight = reward_weight, entropy_weight
-        self.baseline, self.decay, self.samples = baseline, decay, samples
         if warmup < 0:
-            raise ValueError(f"the REINFORCE warm-up must be >= 0 batches, got {warmup}")
-        self.warmup, self.batches = warmup, 0
+            raise ValueError(f"the REINFORCE warm-up must be >= 0 steps, got {warmup}")
+        self.weight, self.entropy_weight = weight, entropy_weight
+        self.baseline, self.decay, self.samples, self.warmup = baseline, baseline_decay, samples, warmup
         self.value: float | None = None  # the moving average b; None until the first sampled batch
+
+    @classmethod
+    def from_config(cls, reinforce: ReinforceConfig) -> Reinforce:
+        return cls(weight=reinforce.weight, entropy_weight=reinforce.entropy_weight, baseline=reinforce.baseline,
+                   baseline_decay=reinforce.baseline_decay, samples=reinforce.samples, warmup=reinforce.warmup)
 
     def baselines(self, rewards: torch.Tensor, sampled: torch.Tensor) -> torch.Tensor:
         """b_n [B] for rewards [B] of captions that sampled (sampled [B] bool); the state is not changed."""
@@ -123,8 +132,13 @@ class Reinforce:
         mean = float(rewards[sampled].mean())
         self.value = mean if self.value is None else self.decay * self.value + (1 - self.decay) * mean
 
+    def scale(self, step: int) -> float:
+        """How much of both terms counts at the run's `step` (steps done before this one)."""
+        return min(1.0, (step + 1) / self.warmup) if self.warmup else 1.0
+
     def __call__(self, *, logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor, log_probs: torch.Tensor,
-                 entropies: torch.Tensor, locations: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+                 entropies: torch.Tensor, locations: torch.Tensor,
+                 step: int = 0) -> tuple[torch.Tensor, dict[str, float]]:
         """The surrogate loss and statistics; moves the baseline. log_probs/entropies/locations [B, T]
         come from the decoder (DecoderOutput), logits [B, T, V], targets/mask [B, T]."""
         mask = mask.to(log_probs.dtype)
@@ -134,9 +148,8 @@ class Reinforce:
         steps = mask * sampled[:, None]  # [B, T], real steps of captions that sampled
         score_function = (advantage[:, None] * log_probs * steps).sum()  # sum_n (r_n - b_n) log p(s~_n|a)
         entropy = (entropies * steps).sum()  # sum_n H[s~_n]
-        self.batches += 1
-        scale = min(1.0, self.batches / self.warmup) if self.warmup else 1.0
-        loss = -scale * (self.reward_weight * score_function + self.entropy_weight * entropy) / mask.sum()
+        scale = self.scale(step)
+        loss = -scale * (self.weight * score_function + self.entropy_weight * entropy) / mask.sum()
         self.update(rewards, sampled)
         stats = {"reinforce": loss.item(), "reward": float(rewards[sampled].mean()) if sampled.any() else 0.0,
                  "baseline": self.value if self.value is not None else 0.0,
@@ -145,9 +158,9 @@ class Reinforce:
         return loss, stats
 
     def state_dict(self) -> dict[str, Any]:
-        """Plain data for checkpoints (the moving average must survive a resume)."""
-        return {"baseline": self.value, "batches": self.batches}
+        """Plain data for checkpoints (the moving average must survive a resume; the warm-up reads the
+        run's step, which checkpoints keep with the run's progress)."""
+        return {"baseline": self.value}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.value = None if state.get("baseline") is None else float(state["baseline"])
-        self.batches = int(state.get("batches", 0))

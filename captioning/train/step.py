@@ -14,6 +14,7 @@ from torch import nn
 
 from captioning.data.dataset import Batch
 from captioning.data.vocab import Vocabulary
+from captioning.model.attention import set_training_step
 from captioning.model.decoder import AttentionDecoder, DecoderOutput
 from captioning.model.encoder import Encoder
 from captioning.train.losses import Reinforce, cross_entropy, doubly_stochastic
@@ -49,7 +50,8 @@ class TrainingModel(nn.Module):
 def train_step(model: nn.Module, batch: Batch, optimizer: torch.optim.Optimizer, *, grad_clip: float,
                ds_weight: float, ds_target: str, precision: Precision = FULL_PRECISION,
                scaler: torch.amp.GradScaler | None = None, shares: tuple[float, float] = (1.0, 1.0),
-               reinforce: Reinforce | None = None, word_weights: torch.Tensor | None = None) -> dict[str, float]:
+               reinforce: Reinforce | None = None, word_weights: torch.Tensor | None = None,
+               step: int = 0) -> dict[str, float]:
     """One optimizer step of cross-entropy plus the doubly stochastic term, plus, when the decoder's
     attention samples locations (hard attention), the REINFORCE terms of `reinforce` (Sec. 4.1).
 
@@ -57,9 +59,11 @@ def train_step(model: nn.Module, batch: Batch, optimizer: torch.optim.Optimizer,
     `reinforce.samples` > 1: it copies each image after the encoder, so the CNN runs once per image).
     `shares` weight the terms by this process's share of the global batch's words and images (1
     alone; see captioning.train.distributed); the losses returned are this process's own. `word_weights`
-    [V] weight each target word's cross-entropy (losses.cross_entropy; None: all 1).
+    [V] weight each target word's cross-entropy (losses.cross_entropy; None: all 1). `step` is the
+    run's optimizer steps so far: every warm-up (hard attention's coin, the REINFORCE terms) reads it.
     """
     model.train()
+    set_training_step(model, step)
     samples = reinforce.samples if reinforce is not None else 1
     tokens = batch.tokens.repeat_interleave(samples, dim=0)  # [B*K, T]: K samples of locations per caption
     inputs, targets = tokens[:, :-1], tokens[:, 1:]  # [B, T-1]: predict word t+1 from word t
@@ -73,7 +77,7 @@ def train_step(model: nn.Module, batch: Batch, optimizer: torch.optim.Optimizer,
     surrogate, extra = torch.zeros((), device=xe.device), {}
     if reinforce is not None and output.log_probs is not None:  # soft attention samples nothing
         surrogate, extra = reinforce(logits=logits, targets=targets, mask=mask, log_probs=output.log_probs.float(),
-                                     entropies=output.entropies.float(), locations=output.locations)
+                                     entropies=output.entropies.float(), locations=output.locations, step=step)
     loss = xe + ds_weight * ds + surrogate
     if not torch.isfinite(loss):
         raise TrainingError(f"non-finite loss ({loss.item()}); stopping, the last good checkpoint is kept")

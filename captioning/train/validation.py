@@ -35,20 +35,27 @@ def validate(decoder: AttentionDecoder, split: Split, vocab: Vocabulary, config:
         decoder, annotations[:count], image_ids=split.image_ids[:count], references=split.references[:count],
         vocab=vocab, grid=split.grid, grounding=split.grounding[:count] if split.grounding else None,
         beam_size=1, max_length=config.decode.max_length, full=False, device=device,
-        hard_attention=hard_choice(config))
+        hard_choice=hard_choice(config))
     return metrics
 
 
 def hard_choice(config: Config) -> str | None:
     """How validation picks hard attention's cell: as the config's test-time decoding does, so that
     the best checkpoint is chosen by the decoding it will be used with; None for soft attention."""
-    return config.decode.hard_attention if config.model.attention == "hard" else None
+    return config.decode.hard_choice if config.model.attention == "hard" else None
+
+
+def validation_metrics(dataset: str) -> tuple[str, ...]:
+    """The metrics validation produces on `dataset`, any of which train.val_metric may name."""
+    from captioning.eval.evaluate import GROUNDING_METRICS, VALIDATION_CAPTION_METRICS
+
+    return VALIDATION_CAPTION_METRICS + (GROUNDING_METRICS if dataset == "shapes" else ())
 
 
 @torch.no_grad()
 def log_overlays(writer: SummaryWriter, decoder: AttentionDecoder, split: Split, annotations: Any, vocab: Vocabulary,
                  *, count: int, max_length: int, step: int, device: str | torch.device,
-                 hard_attention: str | None = None) -> int:
+                 hard_choice: str | None = None) -> int:
     """The first `count` validation images with their greedy caption and a map per word; returns how
     many were written."""
     count = min(count, len(split.records))
@@ -56,7 +63,7 @@ def log_overlays(writer: SummaryWriter, decoder: AttentionDecoder, split: Split,
         return 0
     decoder.eval()
     batch = torch.from_numpy(np.asarray(annotations[:count], dtype=np.float32)).to(device)  # [count, L, D]
-    captions = decode(decoder, batch, beam_size=1, max_length=max_length, hard_attention=hard_attention)
+    captions = decode(decoder, batch, beam_size=1, max_length=max_length, hard_choice=hard_choice)
     written = 0
     for row, record in enumerate(split.records[:count]):
         words = vocab.decode(captions.tokens[row].tolist())
