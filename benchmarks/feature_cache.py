@@ -27,7 +27,7 @@ from captioning.data.sampling import epoch_batches
 from captioning.data.shapes import SHAPES_DEFAULT_COUNTS, make_shapes
 from captioning.data.splits import load_splits
 from captioning.model.encoder import Encoder
-from captioning.train import distributed
+from captioning.train.hardware import Hardware
 from captioning.train.loop import Run
 from captioning.train.signals import StopSignals
 
@@ -38,7 +38,7 @@ def time_steps(overrides: list[str], *, steps: int, warmup: int) -> tuple[float,
     """Wall-clock and CPU seconds per step (CPU time of this process, all its threads: on a shared
     machine it says how much work a step is, whatever else runs)."""
     config = load_config(REPO / "configs" / "shapes_soft.yaml", overrides)
-    run = Run(config, resume=False, context=distributed.Distributed(), device=torch.device("cpu"))
+    run = Run.start(config, resume=False, hardware=Hardware.setup("cpu", amp=False))
     batches = epoch_batches(run.data.pairs.lengths, batch_size=config.train.batch_size, seed=0, epoch=0)
     loader = iter(run.loader(batches[: warmup + steps]))
     with StopSignals():

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from captioning.model.captioner import build_decoder
-from captioning.train import distributed
+from captioning.train.hardware import Hardware
 from captioning.train.loop import Run, fit
 
 REPO = Path(__file__).resolve().parents[1]
@@ -56,8 +56,7 @@ def test_two_processes_train_the_same_weights_as_one(tmp_path: Path, tiny_run, t
 def test_closing_a_run_releases_its_training_module(tmp_path: Path, tiny_config) -> None:
     """Under torchrun the training module is the DDP wrapper, whose reducer holds the gloo process
     group: it must be gone before distributed.teardown destroys the group, not at interpreter exit."""
-    run = Run(tiny_config(tmp_path / "run", *RUN), resume=False, context=distributed.Distributed(),
-              device=torch.device("cpu"))
+    run = Run.start(tiny_config(tmp_path / "run", *RUN), resume=False, hardware=Hardware.setup("cpu", amp=False))
     module = weakref.ref(run.module)
     run.close()
     gc.collect()

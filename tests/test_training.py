@@ -18,8 +18,9 @@ from captioning.data.karpathy import read_split
 from captioning.data.vocab import SPECIALS, Vocabulary
 from captioning.model.captioner import build_decoder
 from captioning.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from captioning.train.extras.word_weights import word_weight_vector
 from captioning.train.loop import fit
-from captioning.train.step import TrainingError, train_step, word_weight_vector
+from captioning.train.step import TrainingError, train_step
 
 
 @pytest.fixture(scope="module")

@@ -1,23 +1,23 @@
-"""Training: the run (checkpoints, logs, signals, validation, the epoch loop) and fit.
+"""Training, top to bottom: `fit` starts a run and fits it; a run is built in small named steps.
 
 Notation: B batch, T caption steps, L grid cells, D channels, S input side.
 
-With a frozen encoder the annotations are cached and a training step is decoder-only; with
-`encoder.fine_tune_from` the encoder runs on the fly on images and its later stages train with
-their own learning rate. Model selection, learning-rate decay and early stopping all use a metric
-of *decoded* validation captions (greedy), never a teacher-forced loss: a teacher-forced loss can
-keep falling while the captions the model actually produces stop improving.
+    fit(config)
+      Hardware.setup         where it computes: device, processes, precision (hardware.py)
+      Run.start              the checkpoint to resume, the data, build_model, build_optimizer, restore
+      Run.fit                epochs of Run.step (one optimizer step: step.py), Run.validate after each
+                             epoch (and every train.eval_every_steps), checkpoints (checkpoint.py)
 
-Layout, top to bottom: `Progress`; `Run` (state, checkpoints, logs, the epoch loop); `fit`.
-Elsewhere: one optimizer step and the module it trains (training_step.py), validation and its
-TensorBoard overlays (validation.py), the data of a run (data/loading.py, data/sampling.py), mixed
-precision (precision.py), several processes (distributed.py), SIGTERM/SIGINT (stop_signals.py).
+With a frozen encoder the annotations are cached and a step is decoder-only; with
+`encoder.fine_tune_from` the encoder runs on the fly on images and its later stages train with their
+own learning rate. Model selection, learning-rate decay and early stopping all use a metric of
+*decoded* validation captions (greedy), never a teacher-forced loss: a teacher-forced loss can keep
+falling while the captions the model actually produces stop improving.
 """
 
 from __future__ import annotations
 
 import gc
-import json
 import math
 import random
 import signal
@@ -29,26 +29,28 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 from torch.utils.data import DataLoader
-from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
 from captioning.config import Config
 from captioning.data.dataset import Batch
-from captioning.data.loading import load_run_data
+from captioning.data.loading import RunData, load_run_data
 from captioning.data.mirror import mirror_batches
 from captioning.data.sampling import epoch_batches, rank_batches
 from captioning.data.splits import uses_feature_cache
 from captioning.data.vocab import Vocabulary
 from captioning.model.captioner import build_decoder
+from captioning.model.decoder import AttentionDecoder
 from captioning.model.encoder import Encoder
 from captioning.train import distributed
 from captioning.train.checkpoint import load_checkpoint, save_checkpoint
+from captioning.train.extras.averaging import WeightAverage
+from captioning.train.extras.word_weights import word_weight_vector
+from captioning.train.hardware import Hardware
+from captioning.train.logs import RunLog
 from captioning.train.losses import Reinforce
-from captioning.train.precision import precision_for
 from captioning.train.signals import StopSignals
-from captioning.train.step import TrainingModel, train_step, word_weight_vector
+from captioning.train.step import TrainingModel, train_step
 from captioning.train.validation import hard_choice, log_overlays, validate
 
 
@@ -66,112 +68,139 @@ class Progress:
     seconds: float = 0.0  # wall-clock seconds trained up to this point, summed over resumed runs
 
 
-# the run -------------------------------------------------------------------------------------------
+@dataclass
+class Model:
+    """What a run trains, and what it validates and keeps."""
+
+    decoder: AttentionDecoder
+    encoder: Encoder | None  # runs on the fly: fine-tuned, or the cache is off
+    average: WeightAverage | None  # train.ema_decay (train/extras/averaging.py)
+    grid: tuple[int, int]  # (Hg, Wg) of the annotations
+    annotation_dim: int
+
+    @property
+    def validated(self) -> nn.Module:
+        """The decoder that is validated and saved as "decoder": the weights' average where there is one."""
+        return self.decoder if self.average is None else self.average.module
+
+
+def build_encoder(config: Config, device: torch.device) -> Encoder | None:
+    """The encoder, where it runs on the fly; None where training reads cached annotations."""
+    return None if uses_feature_cache(config) else Encoder.from_config(config.encoder).to(device)
+
+
+def build_model(config: Config, data: RunData, encoder: Encoder | None, device: torch.device) -> Model:
+    """The decoder for the data's annotations (their grid and width), and the weights' average."""
+    t = config.train
+    if encoder is not None:  # the grid the encoder gives at this input size
+        with torch.no_grad():
+            side = config.data.image_size
+            grid = encoder.eval()(torch.zeros(1, 3, side, side, device=device))[1]
+        data.val.grid = data.train.grid = grid
+        annotation_dim = encoder.dim
+    else:
+        grid, annotation_dim = data.train.grid, data.train.annotations.shape[2]
+    torch.manual_seed(t.seed)  # the initial weights follow train.seed, whatever the data work drew
+    decoder = build_decoder(config.model, vocab_size=len(data.vocab), annotation_dim=annotation_dim, grid=grid,
+                            captions_per_image=t.reinforce.samples).to(device)
+    average = WeightAverage(decoder, decay=t.ema_decay) if t.ema_decay else None
+    return Model(decoder, encoder, average, grid, annotation_dim)
+
+
+def build_optimizer(config: Config, model: Model) -> tuple[torch.optim.Optimizer, Any]:
+    """The optimizer (the encoder's trained stages at their own rate) and the plateau schedule."""
+    t = config.train
+    groups = [{"params": list(model.decoder.parameters()), "lr": t.lr}]
+    if model.encoder is not None and model.encoder.trainable:
+        groups.append({"params": [p for p in model.encoder.parameters() if p.requires_grad], "lr": config.encoder.lr})
+    # Adam's fused kernel updates every parameter in one pass (CPU and CUDA; docs/benchmarks.md).
+    optimizer = torch.optim.Adam(groups, fused=True) if t.optimizer == "adam" else torch.optim.RMSprop(groups)
+    scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, mode="max", factor=t.lr_decay,
+                                                           patience=t.lr_patience)
+    return optimizer, scheduler
 
 
 class Run:
-    """The state of one training run and what it does with it."""
+    """One training run: its data, model, optimizer, progress and logs, and what it does with them."""
 
-    def __init__(self, config: Config, *, resume: bool, context: distributed.Distributed, device: torch.device):
+    def __init__(self, config: Config, *, hardware: Hardware, data: RunData, model: Model,
+                 optimizer: torch.optim.Optimizer, scheduler: Any):
         t = config.train
-        self.config, self.context, self.device = config, context, device
+        self.config, self.hardware, self.data, self.model = config, hardware, data, model
+        self.context, self.device = hardware.context, hardware.device
         self.out = Path(t.out_dir)
-        self.out.mkdir(parents=True, exist_ok=True)
-        checkpoint = load_checkpoint(self.out / "last.pt") if resume else None
-
-        on_the_fly = not uses_feature_cache(config)
-        torch.manual_seed(t.seed)  # before any model is built: initial weights follow train.seed
-        random.seed(t.seed)
-        self.encoder = Encoder.from_config(config.encoder).to(device) if on_the_fly else None
-        self.data = load_run_data(config, vocab_words=checkpoint["vocab"] if checkpoint else None,
-                                  encoder=self.encoder, context=context, device=device)
-        if self.encoder is not None:  # the grid the encoder gives at this input size
-            with torch.no_grad():
-                side = config.data.image_size
-                self.grid = self.encoder.eval()(torch.zeros(1, 3, side, side, device=device))[1]
-            self.data.val.grid = self.data.train.grid = self.grid
-            annotation_dim = self.encoder.dim
-        else:
-            self.grid = self.data.train.grid
-            annotation_dim = self.data.train.annotations.shape[2]
-        self.annotation_dim = annotation_dim
-
-        torch.manual_seed(t.seed)
-        self.decoder = build_decoder(config.model, vocab_size=len(self.data.vocab), annotation_dim=annotation_dim,
-                                     grid=self.grid, captions_per_image=t.reinforce.samples).to(device)
-        # train.ema_decay: an exponential moving average of the decoder's weights (Polyak and
-        # Juditsky, 1992; not in the paper), the model that is validated and kept. The greedy
-        # validation metric moves by about 0.01 from epoch to epoch on the shapes data, and the best
-        # checkpoint is one draw from that noise; the average is a smoother model to pick from.
-        self.average = AveragedModel(self.decoder, multi_avg_fn=get_ema_multi_avg_fn(t.ema_decay)) \
-            if t.ema_decay else None
+        self.optimizer, self.scheduler = optimizer, scheduler
+        self.scaler = hardware.precision.scaler()
         # Hard attention's REINFORCE terms and moving-average baseline (kept in checkpoints). Soft
-        # attention samples nothing: no REINFORCE terms, and no repeated rows for train.samples.
+        # attention samples nothing: no REINFORCE terms, and no repeated rows for train.reinforce.samples.
         self.reinforce = Reinforce.from_config(t.reinforce) if config.model.attention == "hard" else None
-        self.word_weights = word_weight_vector(t.word_weights, self.data.vocab).to(device) if t.word_weights else None
-        groups = [{"params": list(self.decoder.parameters()), "lr": t.lr}]
-        if self.encoder is not None and self.encoder.trainable:
-            groups.append({"params": [p for p in self.encoder.parameters() if p.requires_grad],
-                           "lr": config.encoder.lr})
-        # Adam's fused kernel updates every parameter in one pass (CPU and CUDA; docs/benchmarks.md).
-        self.optimizer = torch.optim.Adam(groups, fused=True) if t.optimizer == "adam" else torch.optim.RMSprop(groups)
-        self.scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(self.optimizer, mode="max", factor=t.lr_decay,
-                                                                    patience=t.lr_patience)
-        self.precision = precision_for(device, amp=t.amp)
-        self.scaler = self.precision.scaler()
+        self.word_weights = word_weight_vector(t.word_weights, data.vocab).to(self.device) if t.word_weights else None
         self.progress = Progress()
+        self.module: nn.Module | None = None  # the trained graph, wrapped for processes and compiling
+        self.log: RunLog | None = None
+        self.started = time.time()
+
+    @classmethod
+    def start(cls, config: Config, *, resume: bool, hardware: Hardware) -> Run:
+        """Build the run in order: checkpoint, data, model, optimizer; then restore and wrap."""
+        t, device = config.train, hardware.device
+        Path(t.out_dir).mkdir(parents=True, exist_ok=True)
+        checkpoint = load_checkpoint(Path(t.out_dir) / "last.pt") if resume else None
+        torch.manual_seed(t.seed)  # before any model is built
+        random.seed(t.seed)
+        encoder = build_encoder(config, device)
+        data = load_run_data(config, vocab_words=checkpoint["vocab"] if checkpoint else None, encoder=encoder,
+                             context=hardware.context, device=device)
+        model = build_model(config, data, encoder, device)
+        optimizer, scheduler = build_optimizer(config, model)
+        run = cls(config, hardware=hardware, data=data, model=model, optimizer=optimizer, scheduler=scheduler)
         if checkpoint is not None:
-            self._restore(checkpoint)
-        elif context.rank:  # other processes: other dropout masks, still a function of the seed
-            torch.manual_seed(t.seed + 1000 * context.rank)
+            run.restore(checkpoint)
+        elif hardware.context.rank:  # other processes: other dropout masks, still a function of the seed
+            torch.manual_seed(t.seed + 1000 * hardware.context.rank)
+        run.module = run.wrap(TrainingModel(decoder=model.decoder, encoder=model.encoder))
+        if hardware.context.is_main:
+            run.log = RunLog(run.out, resumed_at=run.progress.step if checkpoint is not None else None)
+        # A resumed run's clock goes on from its checkpoint's: history and fit() report the time trained in all.
+        run.started = time.time() - run.progress.seconds
+        return run
 
-        module: nn.Module = TrainingModel(decoder=self.decoder, encoder=self.encoder)
-        if context.enabled:
-            module = nn.parallel.DistributedDataParallel(module, device_ids=[device] if device.type == "cuda" else None)
-        self.module = torch.compile(module) if t.compile else module
-
-        self.writer = None
-        if context.is_main:
-            # After a kill, events past the checkpoint's step are written again: purge the old ones.
-            self.writer = SummaryWriter(str(self.out / "tensorboard"),
-                                        purge_step=self.progress.step + 1 if checkpoint else None)
-            self._trim_log(self.progress.step if checkpoint else 0)
-        # A resumed run's clock goes on from its checkpoint's, so that history and fit() report the
-        # time trained in all, not the time since the last resume.
-        self.started = time.time() - self.progress.seconds
+    def wrap(self, module: nn.Module) -> nn.Module:
+        """DistributedDataParallel under torchrun, and torch.compile with train.compile."""
+        if self.context.enabled:
+            device_ids = [self.device] if self.device.type == "cuda" else None
+            module = nn.parallel.DistributedDataParallel(module, device_ids=device_ids)
+        return torch.compile(module) if self.config.train.compile else module
 
     # checkpoints
 
     def payload(self) -> dict[str, Any]:
+        model = self.model
         self.progress.seconds = time.time() - self.started
         rng = {"torch": torch.get_rng_state(), "python": random.getstate()}
         if torch.cuda.is_available():
             rng["cuda"] = torch.cuda.get_rng_state_all()
         payload = {
-            "config": self.config.to_dict(), "vocab": self.data.vocab.words, "grid": list(self.grid),
-            "annotation_dim": self.annotation_dim, "decoder": self.captioner.state_dict(),
+            "config": self.config.to_dict(), "vocab": self.data.vocab.words, "grid": list(model.grid),
+            "annotation_dim": model.annotation_dim, "decoder": model.validated.state_dict(),
             "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
             "scaler": self.scaler.state_dict(), "progress": vars(self.progress).copy(), "rng": rng,
             "reinforce": self.reinforce.state_dict() if self.reinforce else {},  # hard attention's baseline
         }
-        if self.average is not None:  # "decoder" is the average; resuming needs the trained weights too
-            payload["training_decoder"] = self.decoder.state_dict()
-        if self.encoder is not None and self.encoder.trainable:
-            payload["encoder"] = self.encoder.state_dict()
+        if model.average is not None:  # "decoder" is the average; resuming needs the trained weights too
+            payload["training_decoder"] = model.decoder.state_dict()
+        if model.encoder is not None and model.encoder.trainable:
+            payload["encoder"] = model.encoder.state_dict()
         return payload
 
-    @property
-    def captioner(self) -> nn.Module:
-        """The decoder that is validated and saved as "decoder": the weights' average under train.ema_decay."""
-        return self.decoder if self.average is None else self.average.module
-
-    def _restore(self, checkpoint: dict[str, Any]) -> None:
-        self.decoder.load_state_dict(checkpoint.get("training_decoder", checkpoint["decoder"]))
-        if self.average is not None and "training_decoder" in checkpoint:  # go on from the saved average
-            self.average.module.load_state_dict(checkpoint["decoder"])
-            self.average.n_averaged.fill_(1)  # not 0, which would restart it from the trained weights
-        if "encoder" in checkpoint and self.encoder is not None:
-            self.encoder.load_state_dict(checkpoint["encoder"])
+    def restore(self, checkpoint: dict[str, Any]) -> None:
+        """Go on exactly where the checkpoint stopped: weights, optimizer, schedule, progress, RNG."""
+        model = self.model
+        model.decoder.load_state_dict(checkpoint.get("training_decoder", checkpoint["decoder"]))
+        if model.average is not None and "training_decoder" in checkpoint:
+            model.average.load_state_dict(checkpoint["decoder"])
+        if "encoder" in checkpoint and model.encoder is not None:
+            model.encoder.load_state_dict(checkpoint["encoder"])
         self.optimizer.load_state_dict(checkpoint["optimizer"])
         self.scheduler.load_state_dict(checkpoint["scheduler"])
         if checkpoint.get("scaler"):
@@ -194,41 +223,100 @@ class Run:
             if best:
                 save_checkpoint(self.out / "best.pt", payload)
 
-    # logs
+    # training
 
-    def _trim_log(self, step: int) -> None:
-        """log.jsonl keeps only what happened up to `step` (a resumed run writes the rest again)."""
-        path = self.out / "log.jsonl"
-        lines = path.read_text().splitlines() if path.exists() and step else []
-        path.write_text("".join(f"{line}\n" for line in lines if json.loads(line)["step"] <= step))
+    def loader(self, batches: list[list[int]]) -> DataLoader:
+        t = self.config.train
+        # Its own generator: a DataLoader otherwise draws its worker seed from the global RNG each
+        # epoch, so a resumed run (one more DataLoader) would get different dropout masks.
+        return DataLoader(self.data.pairs, batch_sampler=batches, collate_fn=self.data.collate,
+                          num_workers=t.num_workers, pin_memory=t.pin_memory and self.hardware.pin_memory,
+                          generator=torch.Generator().manual_seed(t.seed))
 
-    def log(self, entry: dict[str, Any]) -> None:
-        with (self.out / "log.jsonl").open("a") as file:
-            file.write(json.dumps(entry) + "\n")
+    def epoch_batches(self) -> list[list[int]]:
+        """This process's batches of the current epoch: a function of (seed, epoch) alone."""
+        t, epoch, lengths = self.config.train, self.progress.epoch, self.data.pairs.lengths
+        batches = epoch_batches(lengths, batch_size=t.batch_size, seed=t.seed, epoch=epoch,
+                                bucket=self.config.data.bucket_batches)
+        if self.config.data.mirror:  # data/mirror.py (not in the paper)
+            batches = mirror_batches(batches, pairs=len(lengths), seed=t.seed, epoch=epoch)
+        return rank_batches(batches, rank=self.context.rank, world_size=self.context.world_size)
+
+    def step(self, batch: Batch) -> dict[str, float] | None:
+        """One optimizer step on this process's part of a global batch (None: no readable image in it)."""
+        t = self.config.train
+        for reason in batch.failures:
+            tqdm.write(f"warning: skipping an unreadable image: {reason}", file=sys.stderr)
+        self.progress.skipped_images += len(batch.failures)
+        if batch.tokens.shape[0] == 0:
+            return None
+        batch = batch.to(self.device, non_blocking=True)
+        words = float((batch.tokens[:, 1:] != Vocabulary.pad_id).sum())  # real target words
+        shares = distributed.global_shares(self.context, words, float(batch.tokens.shape[0]), device=self.device)
+        losses = train_step(self.module, batch, self.optimizer, grad_clip=t.grad_clip, ds_weight=t.ds_weight,
+                            ds_target=t.ds_target, precision=self.hardware.precision,
+                            scaler=self.scaler if self.scaler.is_enabled() else None, shares=(shares[0], shares[1]),
+                            reinforce=self.reinforce, word_weights=self.word_weights, step=self.progress.step)
+        if self.model.average is not None:
+            self.model.average.update(self.model.decoder)
+        return losses
+
+    def fit(self, signals: StopSignals) -> str | None:
+        """Epochs until done, early stopping or a signal; returns the signal's name if one stopped it."""
+        t, progress = self.config.train, self.progress
+        stop = early_stopped = False
+        while progress.epoch < t.epochs and not stop:
+            batches = self.epoch_batches()
+            bar = self.progress_bar(batches)
+            for batch in bar:
+                losses = self.step(batch)
+                progress.step += 1
+                progress.batch_in_epoch += 1
+                if losses is not None:
+                    bar.set_postfix(loss=f"{losses['loss']:.3f}")
+                    self.log_losses(losses)
+                if t.max_steps is not None and progress.step >= t.max_steps:
+                    stop = True
+                    break
+                mid_epoch = progress.batch_in_epoch < len(batches)
+                if t.eval_every_steps and progress.step % t.eval_every_steps == 0 and mid_epoch:
+                    stop = early_stopped = self.validate()
+                    if stop:
+                        break
+                elif t.save_every_steps and progress.step % t.save_every_steps == 0:
+                    self.save()  # a place to resume from after a kill (SIGKILL cannot be caught)
+                if signals.received is not None and mid_epoch:  # at an epoch's end: validate first
+                    self.save()
+                    return signal.Signals(signals.received).name
+            if progress.batch_in_epoch >= len(batches):
+                progress.epoch, progress.batch_in_epoch = progress.epoch + 1, 0
+            if not early_stopped:
+                stop = self.validate() or stop
+            if signals.received is not None:  # validate wrote last.pt
+                return signal.Signals(signals.received).name
+        return None
 
     def log_losses(self, losses: dict[str, float]) -> None:
-        if self.writer is None:
-            return
-        step = self.progress.step
-        for name, number in losses.items():
-            self.writer.add_scalar(f"train/{name}", number, step)
-        lrs = [group["lr"] for group in self.optimizer.param_groups]
-        self.writer.add_scalar("train/lr", lrs[0], step)
-        if len(lrs) > 1:
-            self.writer.add_scalar("train/lr_encoder", lrs[1], step)
-        self.writer.add_scalar("data/skipped_images", self.progress.skipped_images, step)
-        self.log({"step": step, "epoch": self.progress.epoch, **losses, "lr": lrs,
-                  "skipped_images": self.progress.skipped_images})
+        if self.log is not None and self.progress.step % self.config.train.log_every_steps == 0:
+            self.log.losses(step=self.progress.step, epoch=self.progress.epoch, losses=losses,
+                            lrs=[group["lr"] for group in self.optimizer.param_groups],
+                            skipped=self.progress.skipped_images)
 
-    # evaluation
+    def progress_bar(self, batches: list[list[int]]) -> tqdm:
+        """The epoch's batches not yet done, loaded, behind a progress bar on the main process."""
+        done = self.progress.batch_in_epoch
+        return tqdm(self.loader(batches[done:]), desc=f"epoch {self.progress.epoch}", unit="batch", initial=done,
+                    total=len(batches), leave=False, disable=None if self.context.is_main else True)
 
-    def evaluate_and_save(self) -> bool:
+    # validation
+
+    def validate(self) -> bool:
         """Validate (rank 0), decay the learning rate, keep the best; True when it is time to stop early."""
         t, progress = self.config.train, self.progress
         metrics: dict[str, float] = {}
         value = math.nan
         if self.context.is_main:
-            metrics = validate(self.captioner, self.data.val, self.data.vocab, self.config, device=self.device,
+            metrics = validate(self.model.validated, self.data.val, self.data.vocab, self.config, device=self.device,
                                annotations=self.data.val_annotations)
             value = metrics[t.val_metric]
         value = distributed.broadcast_float(self.context, value, device=self.device)
@@ -240,103 +328,38 @@ class Run:
             progress.best_metric, progress.stale_evaluations = value, 0
         else:
             progress.stale_evaluations += 1
-        if self.writer is not None:
-            for name, number in metrics.items():
-                self.writer.add_scalar(f"val/{name}", number, progress.step)
-            log_overlays(self.writer, self.captioner, self.data.val, self.data.val_annotations, self.data.vocab,
-                         count=t.log_images, max_length=self.config.decode.max_length, step=progress.step,
-                         device=self.device, hard_choice=hard_choice(self.config))
-            self.log({"step": progress.step, "epoch": progress.epoch, "validation": metrics})
-            shown = ("Bleu_4", "CIDEr", "attention_correctness")
-            summary = ", ".join(f"{k} {metrics[k]:.3f}" for k in shown if k in metrics)
-            tqdm.write(f"step {progress.step} epoch {progress.epoch}: {summary}{' (best)' if improved else ''}")
+        if self.log is not None:
+            self.report(metrics, improved=improved)
         self.save(best=improved)
         return progress.stale_evaluations >= t.early_stop_patience
 
-    # the loop
-
-    def loader(self, batches: list[list[int]]) -> DataLoader:
-        t = self.config.train
-        # Its own generator: a DataLoader otherwise draws its worker seed from the global RNG each
-        # epoch, so a resumed run (one more DataLoader) would get different dropout masks.
-        return DataLoader(self.data.pairs, batch_sampler=batches, collate_fn=self.data.collate,
-                          num_workers=t.num_workers, pin_memory=t.pin_memory and self.device.type == "cuda",
-                          generator=torch.Generator().manual_seed(t.seed))
-
-    def step(self, batch: Batch) -> dict[str, float] | None:
-        """One optimizer step on this process's part of a global batch (None: no readable image in it)."""
-        t = self.config.train
-        for reason in batch.failures:
-            tqdm.write(f"warning: skipping an unreadable image: {reason}", file=sys.stderr)
-        self.progress.skipped_images += len(batch.failures)
-        if batch.tokens.shape[0] == 0:
-            return None
-        batch = batch.to(self.device, non_blocking=True)
-        words = float((batch.tokens[:, 1:] != Vocabulary.pad_id).sum())
-        shares = distributed.global_shares(self.context, words, float(batch.tokens.shape[0]), device=self.device)
-        losses = train_step(self.module, batch, self.optimizer, grad_clip=t.grad_clip, ds_weight=t.ds_weight,
-                            ds_target=t.ds_target, precision=self.precision,
-                            scaler=self.scaler if self.scaler.is_enabled() else None, shares=(shares[0], shares[1]),
-                            reinforce=self.reinforce, word_weights=self.word_weights, step=self.progress.step)
-        if self.average is not None:
-            self.average.update_parameters(self.decoder)
-        return losses
-
-    def train(self, signals: StopSignals) -> str | None:
-        """Epochs until done, early stopping or a signal; returns the signal's name if one stopped it."""
-        t, progress = self.config.train, self.progress
-        lengths = self.data.pairs.lengths
-        stop = early_stopped = False
-        while progress.epoch < t.epochs and not stop:
-            batches = epoch_batches(lengths, batch_size=t.batch_size, seed=t.seed, epoch=progress.epoch,
-                                    bucket=self.config.data.bucket_batches)
-            if self.config.data.mirror:
-                batches = mirror_batches(batches, pairs=len(lengths), seed=t.seed, epoch=progress.epoch)
-            batches = rank_batches(batches, rank=self.context.rank, world_size=self.context.world_size)
-            bar = tqdm(self.loader(batches[progress.batch_in_epoch:]), desc=f"epoch {progress.epoch}", unit="batch",
-                       initial=progress.batch_in_epoch, total=len(batches), leave=False,
-                       disable=None if self.context.is_main else True)
-            for batch in bar:
-                losses = self.step(batch)
-                progress.step += 1
-                progress.batch_in_epoch += 1
-                if losses is not None:
-                    bar.set_postfix(loss=f"{losses['loss']:.3f}")
-                    if progress.step % t.log_every_steps == 0:
-                        self.log_losses(losses)
-                if t.max_steps is not None and progress.step >= t.max_steps:
-                    stop = True
-                    break
-                mid_epoch = progress.batch_in_epoch < len(batches)
-                if t.eval_every_steps and progress.step % t.eval_every_steps == 0 and mid_epoch:
-                    stop = early_stopped = self.evaluate_and_save()
-                    if stop:
-                        break
-                elif t.save_every_steps and progress.step % t.save_every_steps == 0:
-                    self.save()  # a place to resume from after a kill (SIGKILL cannot be caught)
-                if signals.received is not None and mid_epoch:  # at an epoch's end: evaluate first
-                    self.save()
-                    return signal.Signals(signals.received).name
-            if progress.batch_in_epoch >= len(batches):
-                progress.epoch, progress.batch_in_epoch = progress.epoch + 1, 0
-            if not early_stopped:
-                stop = self.evaluate_and_save() or stop
-            if signals.received is not None:  # evaluate_and_save wrote last.pt
-                return signal.Signals(signals.received).name
-        return None
+    def report(self, metrics: dict[str, float], *, improved: bool) -> None:
+        """A validation's metrics and overlays to the logs, and one line to the terminal."""
+        step, epoch = self.progress.step, self.progress.epoch
+        self.log.validation(step=step, epoch=epoch, metrics=metrics)
+        log_overlays(self.log.writer, self.model.validated, self.data.val, self.data.val_annotations, self.data.vocab,
+                     count=self.config.train.log_images, max_length=self.config.decode.max_length, step=step,
+                     device=self.device, hard_choice=hard_choice(self.config))
+        shown = ("Bleu_4", "CIDEr", "attention_correctness")
+        summary = ", ".join(f"{k} {metrics[k]:.3f}" for k in shown if k in metrics)
+        tqdm.write(f"step {step} epoch {epoch}: {summary}{' (best)' if improved else ''}")
 
     def close(self) -> None:
-        """Close the TensorBoard writer and release the training module, before the process group goes."""
-        if self.writer is not None:
-            self.writer.close()
+        """Close the logs and release the training module, before the process group goes."""
+        if self.log is not None:
+            self.log.close()
         # DDP's reducer holds the gloo process group. Left to the interpreter's exit (the Run sits in
         # reference cycles), it is destroyed after destroy_process_group, and gloo's threads can abort
-        # the process: "terminate called without an active exception", SIGABRT. This happened once in
-        # CI, and in 4 of 48 runs of a bare two-process reproduction (a barrier before the destroy did
-        # not prevent it); none in 27 runs that released the wrapper first.
+        # the process ("terminate called without an active exception", SIGABRT).
         self.module = None
         if self.context.enabled:
             gc.collect()
+
+    def summary(self, interrupted: str | None) -> dict[str, Any]:
+        return {"best_metric": self.progress.best_metric, "metric": self.config.train.val_metric,
+                "steps": self.progress.step, "seconds": time.time() - self.started, "best": str(self.out / "best.pt"),
+                "last": str(self.out / "last.pt"), "interrupted": interrupted,
+                "skipped_images": self.progress.skipped_images}
 
 
 def fit(config: Config, *, resume: bool = False, device: str | torch.device = "cpu") -> dict[str, Any]:
@@ -345,17 +368,14 @@ def fit(config: Config, *, resume: bool = False, device: str | torch.device = "c
 
     Under torchrun (WORLD_SIZE > 1) every process calls this; they train one model together.
     """
-    context, device = distributed.setup(torch.device(device))
+    hardware = Hardware.setup(device, amp=config.train.amp)
     try:
-        run = Run(config, resume=resume, context=context, device=device)
+        run = Run.start(config, resume=resume, hardware=hardware)
         try:
             with StopSignals() as signals:
-                interrupted = run.train(signals)
+                interrupted = run.fit(signals)
         finally:
             run.close()
     finally:
-        distributed.teardown(context)
-    out = run.out
-    return {"best_metric": run.progress.best_metric, "metric": config.train.val_metric, "steps": run.progress.step,
-            "seconds": time.time() - run.started, "best": str(out / "best.pt"), "last": str(out / "last.pt"),
-            "interrupted": interrupted, "skipped_images": run.progress.skipped_images}
+        hardware.teardown()
+    return run.summary(interrupted)

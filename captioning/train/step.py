@@ -96,14 +96,3 @@ def train_step(model: nn.Module, batch: Batch, optimizer: torch.optim.Optimizer,
         scaler.step(optimizer)
         scaler.update()
     return {"loss": loss.item(), "xe": xe.item(), "ds": ds.item(), "grad_norm": norm.item(), **extra}
-
-
-def word_weight_vector(weights: dict[str, float], vocab: Vocabulary) -> torch.Tensor:
-    """train.word_weights as a [V] tensor, 1 for every word it does not name."""
-    unknown = sorted(word for word in weights if word not in vocab.index)
-    if unknown:
-        raise TrainingError(f"train.word_weights: not in the vocabulary: {', '.join(unknown)}")
-    vector = torch.ones(len(vocab))
-    for word, weight in weights.items():
-        vector[vocab.index[word]] = float(weight)
-    return vector

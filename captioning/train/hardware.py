@@ -1,0 +1,40 @@
+"""Where a run computes, decided in one place: its device, its process among several, its precision.
+
+Under torchrun (WORLD_SIZE > 1) each process joins the group and takes GPU LOCAL_RANK
+(captioning.train.distributed); precision is bf16 autocast where the device supports it, fp16 with
+a gradient scaler otherwise, or float32 without train.amp (captioning.train.precision).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from captioning.train import distributed
+from captioning.train.precision import Precision, precision_for
+
+
+def default_device(name: str | None = None) -> torch.device:
+    """`name` (cpu, cuda, cuda:1 ...), or the GPU if there is one."""
+    return torch.device(name or ("cuda" if torch.cuda.is_available() else "cpu"))
+
+
+@dataclass(frozen=True)
+class Hardware:
+    context: distributed.Distributed  # this process's rank among world_size
+    device: torch.device
+    precision: Precision
+
+    @classmethod
+    def setup(cls, device: str | torch.device, *, amp: bool) -> Hardware:
+        """Join the process group torchrun describes (a no-op for one process) and pick the precision."""
+        context, device = distributed.setup(torch.device(device))
+        return cls(context, device, precision_for(device, amp=amp))
+
+    def teardown(self) -> None:
+        distributed.teardown(self.context)
+
+    @property
+    def pin_memory(self) -> bool:
+        return self.device.type == "cuda"
