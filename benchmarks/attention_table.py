@@ -29,7 +29,7 @@ sys.path.insert(0, str(REPO))
 from study_files import study_parser, write_between  # noqa: E402
 
 from captioning.config import load_config  # noqa: E402
-from captioning.data.shapes import make_shapes  # noqa: E402
+from captioning.data.shapes.scenes import make_shapes  # noqa: E402
 from captioning.data.splits import load_splits  # noqa: E402
 from captioning.data.vocab import Vocabulary  # noqa: E402
 from captioning.eval.evaluate import evaluate_split  # noqa: E402
@@ -119,9 +119,10 @@ def run(name: str, overrides: tuple[str, ...], *, data: Path, out: Path, results
               "best_epoch": payload["progress"]["history"][-1]["epoch"]}  # best.pt's history ends there
     choices = ("expectation", "argmax") if config.model.attention == "hard" else ("expectation",)
     for choice in choices:
+        vocab = Vocabulary(payload["vocab"])
         metrics, _ = evaluate_split(decoder, test.annotations, image_ids=test.image_ids, references=test.references,
-                                    vocab=Vocabulary(payload["vocab"]), grid=test.grid, grounding=test.grounding,
-                                    beam_size=1, full=False, hard_choice=choice)
+                                    vocab=vocab, grid=test.grid, scorer=test.scorer(vocab), beam_size=1, full=False,
+                                    hard_choice=choice)
         result[choice] = metrics
     results.mkdir(parents=True, exist_ok=True)
     result_path.write_text(json.dumps(result, indent=2))

@@ -26,8 +26,10 @@ import numpy as np
 import torch
 from relation_errors import Run, load_run, teacher_forced
 
-from captioning.data.shapes import RELATIONS
-from captioning.eval.evaluate import box_mass, box_share, evaluate_split, word_objects
+from captioning.data.shapes.grounding import word_objects
+from captioning.data.shapes.scenes import RELATIONS
+from captioning.eval.evaluate import evaluate_split
+from captioning.eval.grounding import box_mass, box_share
 from captioning.model.extras.glimpses import TwoGlimpses
 
 FIRST_WORDS = {stated.split()[0] for stated in RELATIONS}  # "to", "above", "below"
@@ -96,7 +98,7 @@ def correctness_by_glimpse(checkpoint: Path, *, data: str, split: str) -> dict[s
         try:
             metrics, _ = evaluate_split(decoder, part.annotations, image_ids=part.image_ids,
                                         references=part.references, vocab=vocab, grid=part.grid,
-                                        grounding=part.grounding, beam_size=1, full=False, probe=False)
+                                        scorer=part.scorer(vocab, probe=False), beam_size=1, full=False)
         finally:
             for hook in hooks:
                 hook.remove()

@@ -27,7 +27,7 @@ sys.path.insert(0, str(REPO))
 from study_files import study_parser, write_between  # noqa: E402
 
 from captioning.config import load_config  # noqa: E402
-from captioning.data.shapes import make_shapes  # noqa: E402
+from captioning.data.shapes.scenes import make_shapes  # noqa: E402
 from captioning.data.splits import load_splits  # noqa: E402
 from captioning.data.vocab import Vocabulary  # noqa: E402
 from captioning.eval.evaluate import evaluate_split  # noqa: E402
@@ -55,9 +55,10 @@ def run(variant: str, seed: int, *, data: Path, out: Path, results: Path) -> dic
         fit(config)
     payload = load_checkpoint(out / name / "best.pt")
     test = load_splits(config, ("test",))["test"]
+    vocab = Vocabulary(payload["vocab"])
     metrics, _ = evaluate_split(decoder_from_checkpoint(payload, config), test.annotations, image_ids=test.image_ids,
-                                references=test.references, vocab=Vocabulary(payload["vocab"]), grid=test.grid,
-                                grounding=test.grounding, beam_size=1, full=False, hard_choice="argmax")
+                                references=test.references, vocab=vocab, grid=test.grid, scorer=test.scorer(vocab),
+                                beam_size=1, full=False, hard_choice="argmax")
     result = {"name": name, "seed": seed, "overrides": [*BASE, *VARIANTS[variant]], **metrics,
               "ratio": metrics["attention_correctness"] / metrics["attention_correctness_chance"]}
     results.mkdir(parents=True, exist_ok=True)

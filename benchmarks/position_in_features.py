@@ -32,7 +32,7 @@ sys.path.insert(0, str(REPO))
 from study_files import study_parser, write_between  # noqa: E402
 
 from captioning.config import load_config  # noqa: E402
-from captioning.data.shapes import make_shapes  # noqa: E402
+from captioning.data.shapes.scenes import make_shapes  # noqa: E402
 from captioning.data.splits import load_splits  # noqa: E402
 from captioning.model.encoder import PADDINGS  # noqa: E402
 

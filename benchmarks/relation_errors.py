@@ -35,12 +35,13 @@ import numpy as np
 import torch
 
 from captioning.config import apply_overrides, from_dict
-from captioning.data.shapes import RELATIONS, SHAPES, Grounding, ShapeObject, relation
+from captioning.data.shapes.grounding import VERDICTS, Grounding, relation_verdict, stated_relations, word_objects
+from captioning.data.shapes.probe import relation_probe
+from captioning.data.shapes.scenes import RELATIONS, SHAPES, ShapeObject, relation
 from captioning.data.splits import Split, load_splits
 from captioning.data.vocab import Vocabulary
-from captioning.eval.evaluate import VERDICTS, box_mass, relation_verdict, stated_relations, word_objects
+from captioning.eval.grounding import box_mass
 from captioning.model.extras.glimpses import TwoGlimpses
-from captioning.probe import relation_probe
 from captioning.train.checkpoint import decoder_from_checkpoint, load_checkpoint
 
 MARGINS = (0.0, 0.05, 0.1, 0.2, 0.3, 1.0)  # bins of | |dx| - |dy| | as a share of the image side

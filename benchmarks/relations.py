@@ -37,11 +37,11 @@ sys.path.insert(0, str(REPO))
 from study_files import study_parser, write_between  # noqa: E402
 
 from captioning.config import load_config  # noqa: E402
-from captioning.data.shapes import SHAPES_DEFAULT_COUNTS, make_shapes  # noqa: E402
+from captioning.data.shapes.probe import probe_scores, relation_probe  # noqa: E402
+from captioning.data.shapes.scenes import SHAPES_DEFAULT_COUNTS, make_shapes  # noqa: E402
 from captioning.data.splits import load_splits  # noqa: E402
 from captioning.data.vocab import Vocabulary  # noqa: E402
 from captioning.eval.evaluate import evaluate_split  # noqa: E402
-from captioning.probe import probe_scores, relation_probe  # noqa: E402
 from captioning.train.checkpoint import decoder_from_checkpoint, load_checkpoint  # noqa: E402
 from captioning.train.loop import fit  # noqa: E402
 
@@ -327,8 +327,8 @@ def _decodings(decoder, test, vocab: Vocabulary, *, probe: bool = True) -> dict[
     for label, beam in DECODINGS.items():
         started = time.time()
         metrics, _ = evaluate_split(decoder, test.annotations, image_ids=test.image_ids, references=test.references,
-                                    vocab=vocab, grid=test.grid, grounding=test.grounding, beam_size=beam, full=False,
-                                    probe=probe and label == "greedy")
+                                    vocab=vocab, grid=test.grid, beam_size=beam, full=False,
+                                    scorer=test.scorer(vocab, probe=probe and label == "greedy"))
         scored[label] = {**metrics, "seconds": time.time() - started}
     return scored
 

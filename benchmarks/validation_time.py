@@ -44,8 +44,8 @@ def main() -> None:
             start = time.perf_counter()
             evaluate_split(decoder, val.annotations[:count], image_ids=val.image_ids[:count],
                            references=val.references[:count], vocab=vocab, grid=val.grid,
-                           grounding=val.grounding[:count] if val.grounding else None, beam_size=1,
-                           max_length=config.decode.max_length, full=False, probe=probe)
+                           scorer=val.scorer(vocab, images=count, probe=probe), beam_size=1,
+                           max_length=config.decode.max_length, full=False)
             seconds[probe].append(time.perf_counter() - start)
     with_probe, without = statistics.median(seconds[True]), statistics.median(seconds[False])
     print(f"{count} validation images, {args.threads} threads, median of {args.rounds}: "

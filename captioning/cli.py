@@ -15,14 +15,13 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-import torch
-
-from captioning.config import Config, ConfigError
+from captioning.config import ConfigError
 from captioning.data.images import ImageReadError
 from captioning.data.karpathy import DatasetError
-from captioning.data.shapes import SHAPES_DEFAULT_COUNTS
+from captioning.data.shapes.scenes import SHAPES_DEFAULT_COUNTS
 from captioning.model.encoder import EncoderWeightsError
 from captioning.train.checkpoint import CheckpointError
+from captioning.train.hardware import default_device
 from captioning.train.step import TrainingError
 
 EXPECTED_ERRORS = (CheckpointError, ConfigError, DatasetError, EncoderWeightsError, ImageReadError, TrainingError)
@@ -38,14 +37,10 @@ def _guarded(function: Callable[[argparse.Namespace], int]) -> Callable[[argpars
     return run
 
 
-def _device(name: str | None) -> torch.device:
-    return torch.device(name or ("cuda" if torch.cuda.is_available() else "cpu"))
-
-
 # make-shapes ---------------------------------------------------------------------------------------
 
 def _make_shapes(args: argparse.Namespace) -> int:
-    from captioning.data.shapes import make_shapes
+    from captioning.data.shapes.scenes import make_shapes
 
     counts = {"train": args.train, "val": args.val, "test": args.test}
     try:
@@ -73,7 +68,7 @@ def _train(args: argparse.Namespace) -> int:
     from captioning.train.loop import fit
 
     config = load_config(args.config, args.overrides)
-    summary = fit(config, resume=args.resume, device=_device(args.device))
+    summary = fit(config, resume=args.resume, device=default_device(args.device))
     if os.environ.get("RANK", "0") != "0":  # under torchrun, rank 0 speaks for all
         return 0
     if summary["interrupted"]:
@@ -118,7 +113,7 @@ def _prepare_features(args: argparse.Namespace) -> int:
     if config.encoder.fine_tune_from is not None:
         print(f"note: encoder.fine_tune_from={config.encoder.fine_tune_from}: training runs the encoder on the "
               "fly and does not read this cache (evaluation of a frozen encoder would)", file=sys.stderr)
-    splits = prepare_features(config, splits=tuple(args.splits.split(",")), device=_device(args.device))
+    splits = prepare_features(config, splits=tuple(args.splits.split(",")), device=default_device(args.device))
     for name, split in splits.items():
         unreadable = f", {split.unreadable} unreadable images left out" if split.unreadable else ""
         print(f"{name}: {len(split.records)} images, annotations {list(split.annotations.shape)} "
@@ -145,18 +140,6 @@ def _add_hard_choice_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hard-attention", dest="hard_choice", choices=HardAttention.CHOICES, help=argparse.SUPPRESS)
 
 
-def _hard_choice(args: argparse.Namespace, config: Config, decoder: torch.nn.Module) -> str:
-    """The --hard-choice (or the config's), checked against the model: soft attention is the
-    expectation, so argmax or sample on a soft model is an error, not silently ignored."""
-    from captioning.model.attention import HardAttention
-
-    choice = args.hard_choice or config.decode.hard_choice
-    if choice != "expectation" and not any(isinstance(m, HardAttention) for m in decoder.modules()):
-        raise ConfigError(f"--hard-choice {choice}: {args.checkpoint} uses soft attention "
-                          "(only expectation applies)")
-    return choice
-
-
 def _add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", required=True)
     parser.add_argument("--split", default="test")
@@ -171,56 +154,25 @@ def _add_eval_arguments(parser: argparse.ArgumentParser) -> None:
 
 @_guarded
 def _evaluate(args: argparse.Namespace) -> int:
-    from captioning.config import apply_overrides, from_dict, validate
-    from captioning.data.splits import load_splits
-    from captioning.data.vocab import Vocabulary
-    from captioning.eval.evaluate import evaluate_split
-    from captioning.train.checkpoint import decoder_from_checkpoint, load_checkpoint
+    from captioning.eval.evaluate import evaluate_checkpoint, write_evaluation
 
-    device = _device(args.device)
-    payload = load_checkpoint(args.checkpoint)
-    config = from_dict(payload["config"], where=f"{args.checkpoint}: config")
-    validate(apply_overrides(config, args.overrides), f"{args.checkpoint}: config with overrides")
-    fine_tuned = "encoder" in payload  # its annotations differ from the pretrained encoder's cache
-    split = load_splits(config, (args.split,), device=device, features=not fine_tuned)[args.split]
-    annotations = split.annotations
-    if fine_tuned:
-        from captioning.data.features import EncodedImages
-        from captioning.model.encoder import Encoder
-
-        encoder = Encoder.from_config(config.encoder)
-        encoder.load_state_dict(payload["encoder"])
-        annotations = EncodedImages(encoder.to(device).eval(), split.records, image_size=config.data.image_size,
-                                    device=device)
-        split.grid = tuple(payload["grid"])
-    decoder = decoder_from_checkpoint(payload, config).to(device)
-    beam_size = args.beam_size or config.decode.beam_size
-    choice = _hard_choice(args, config, decoder)
-    metrics, results = evaluate_split(
-        decoder, annotations, image_ids=split.image_ids, references=split.references,
-        vocab=Vocabulary(payload["vocab"]), grid=split.grid, grounding=split.grounding, beam_size=beam_size,
-        max_length=config.decode.max_length, length_penalty=config.decode.length_penalty, device=device,
-        hard_choice=choice)
-    print(f"{args.checkpoint} on {args.split} ({len(results)} images, beam {beam_size}, "
-          f"{config.model.attention} attention{'' if choice == 'expectation' else ': ' + choice})")
+    evaluation = evaluate_checkpoint(args.checkpoint, split=args.split, overrides=args.overrides,
+                                     beam_size=args.beam_size, hard_choice=args.hard_choice,
+                                     device=default_device(args.device))
+    metrics, choice = evaluation.metrics, evaluation.hard_choice
+    print(f"{args.checkpoint} on {args.split} ({len(evaluation.results)} images, beam {evaluation.beam_size}, "
+          f"{evaluation.config.model.attention} attention{'' if choice == 'expectation' else ': ' + choice})")
     for name, value in metrics.items():
         print(f"  {name:<30} {value:.4f}" if isinstance(value, float) else f"  {name:<30} {value}")
     if "attention_correctness" in metrics:
         ratio = metrics["attention_correctness"] / metrics["attention_correctness_chance"]
         print(f"  {'attention / chance':<30} {ratio:.2f}x")
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps({"checkpoint": args.checkpoint, "split": args.split,
-                                              "beam_size": beam_size, "hard_choice": choice, **metrics},
-                                             indent=2))
-        print(f"metrics: {args.out}")
-    # Named after --out, not after the split: two evaluations of one split (beam sizes, checkpoints)
-    # into one folder must not overwrite each other's captions.
-    results_path = args.results or (str(Path(args.out).with_name(f"{Path(args.out).stem}_captions.json"))
-                                    if args.out else None)
-    if results_path:
-        Path(results_path).write_text(json.dumps(results))
-        print(f"captions (COCO results format): {results_path}")
+    written = write_evaluation(evaluation, checkpoint=args.checkpoint, split=args.split, out=args.out,
+                               results=args.results)
+    if "metrics" in written:
+        print(f"metrics: {written['metrics']}")
+    if "captions" in written:
+        print(f"captions (COCO results format): {written['captions']}")
     return 0
 
 
@@ -235,17 +187,18 @@ def eval_main(argv: Sequence[str] | None = None) -> int:
 def _caption(args: argparse.Namespace) -> int:
     from captioning.data.images import load_image, to_tensor
     from captioning.eval.overlays import save_overlays
-    from captioning.train.checkpoint import captioner_from_checkpoint
+    from captioning.train.checkpoint import captioner_from_checkpoint, refuse_hard_choice
 
-    device = _device(args.device)
+    device = default_device(args.device)
     try:
         model, vocab, config = captioner_from_checkpoint(args.checkpoint, device=device)
     except (CheckpointError, ConfigError, EncoderWeightsError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     beam_size = args.beam_size or config.decode.beam_size
+    choice = args.hard_choice or config.decode.hard_choice
     try:
-        choice = _hard_choice(args, config, model.decoder)
+        refuse_hard_choice(model.decoder, choice, args.checkpoint)
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

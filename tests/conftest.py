@@ -46,7 +46,7 @@ class TinyRun:
 @pytest.fixture(scope="session")
 def shapes_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny shapes dataset whose train/val/test features are already cached."""
-    from captioning.data.shapes import make_shapes
+    from captioning.data.shapes.scenes import make_shapes
     from captioning.data.splits import load_splits
 
     root = tmp_path_factory.mktemp("shapes")

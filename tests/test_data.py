@@ -15,7 +15,7 @@ from captioning.data.dataset import CaptionPairs, collate
 from captioning.data.features import cache_dir, load_or_compute
 from captioning.data.images import ImageReadError, crop_box, load_image, to_tensor
 from captioning.data.karpathy import DatasetError, ImageRecord, read_split
-from captioning.data.shapes import make_shapes
+from captioning.data.shapes.scenes import make_shapes
 from captioning.data.vocab import Vocabulary, tokenize
 
 # split files ---------------------------------------------------------------------------------------

@@ -9,18 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import captioning.eval.evaluate as evaluation
+import captioning.eval.metrics as evaluation
 from captioning.cli import eval_main
 from captioning.data.karpathy import read_split
-from captioning.data.shapes import Grounding, ShapeObject
-from captioning.eval.evaluate import (
-    box_mass,
-    box_share,
-    caption_metrics,
-    grounding_scores,
-    java_available,
-    word_objects,
-)
+from captioning.data.shapes.grounding import Grounding, grounding_scores, word_objects
+from captioning.data.shapes.scenes import ShapeObject
+from captioning.eval.grounding import box_mass, box_share
+from captioning.eval.metrics import caption_metrics, java_available
 
 SIDE, GRID = 224, 14
 CELL = SIDE / GRID  # 16 pixels
@@ -239,9 +234,11 @@ def test_evaluate_split_without_the_probe_scores_the_same_decoding(tiny_run) -> 
     config = load_config(None, list(tiny_run.overrides))
     payload = load_checkpoint(tiny_run.checkpoint)
     test = load_splits(config, ("test",))["test"]
+    vocab = Vocabulary(payload["vocab"])
     scored = [evaluate_split(decoder_from_checkpoint(payload, config), test.annotations, image_ids=test.image_ids,
-                             references=test.references, vocab=Vocabulary(payload["vocab"]), grid=test.grid,
-                             grounding=test.grounding, beam_size=2, full=False, probe=probe) for probe in (True, False)]
+                             references=test.references, vocab=vocab, grid=test.grid,
+                             scorer=test.scorer(vocab, probe=probe), beam_size=2, full=False)
+              for probe in (True, False)]
     (with_probe, results), (without, same_results) = scored
     assert results == same_results
     assert "relation_probe_accuracy" in with_probe and not any(key.startswith("relation_probe") for key in without)

@@ -215,7 +215,10 @@ def test_validation_decodes_hard_attention_as_the_config_says(kind, monkeypatch)
     monkeypatch.setattr(validation, "evaluate_split", lambda *args, **kwargs: (seen.update(kwargs) or {}, []))
 
     class Split:  # what validate reads of a split
-        annotations, records, image_ids, references, grid, grounding = [0], [0], [0], [["a"]], (1, 1), None
+        annotations, records, image_ids, references, grid = [0], [0], [0], [["a"]], (1, 1)
+
+        def scorer(self, vocab, *, images=None):
+            return None
 
     choice = ["decode.hard_choice=argmax"] if kind == "hard" else []  # soft attention is the expectation
     config = load_config("configs/shapes_soft.yaml", [f"model.attention={kind}", *choice])

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from captioning.config import load_config
-from captioning.data.shapes import make_shapes
+from captioning.data.shapes.scenes import make_shapes
 from captioning.data.splits import load_splits
 from captioning.data.vocab import Vocabulary
 from captioning.eval.evaluate import evaluate_split
@@ -47,9 +47,10 @@ def train_and_score(config_name: str, root: Path, out: Path, *overrides: str, ha
     fit(config)
     payload = load_checkpoint(out / "best.pt")
     test = load_splits(config, ("test",))["test"]
+    vocab = Vocabulary(payload["vocab"])
     metrics, _ = evaluate_split(
         decoder_from_checkpoint(payload, config), test.annotations, image_ids=test.image_ids,
-        references=test.references, vocab=Vocabulary(payload["vocab"]), grid=test.grid, grounding=test.grounding,
+        references=test.references, vocab=vocab, grid=test.grid, scorer=test.scorer(vocab),
         beam_size=1, full=False, hard_choice=hard_choice)
     return metrics
 

@@ -12,7 +12,7 @@ from PIL import Image
 from captioning.data.dataset import CaptionPairs, ImageCaptionPairs
 from captioning.data.features import ImageFiles, load_or_compute
 from captioning.data.karpathy import ImageRecord
-from captioning.data.mirror import mirror_batches, mirror_words
+from captioning.data.mirror import MirroredPairs, mirror_batches, mirror_image, mirror_words
 from captioning.data.splits import features_dir, load_splits
 from captioning.data.vocab import Vocabulary, tokenize
 from captioning.train.loop import fit
@@ -54,8 +54,8 @@ def test_mirrored_pairs_read_the_mirror_annotations_and_the_swapped_caption(tmp_
     annotations = np.zeros((2, 4, 3), dtype=np.float16)  # [N, L, D]
     mirrored = np.ones((2, 4, 3), dtype=np.float16)
     plain = CaptionPairs(annotations, records, vocab)
-    assert len(plain) == 3  # no mirror annotations: no mirrored items
-    pairs = CaptionPairs(annotations, records, vocab, mirrored_annotations=mirrored)
+    assert len(plain) == 3
+    pairs = MirroredPairs(plain, CaptionPairs(mirrored, records, vocab, words=mirror_words))
     assert len(pairs) == 6 and pairs.lengths == plain.lengths  # the epoch is cut from the 3 pairs
     source, tokens = pairs[0]
     assert torch.equal(source, torch.zeros(4, 3)) and vocab.decode(tokens)[3:6] == ["to", "the", "left"]
@@ -73,8 +73,9 @@ def test_mirrored_image_pairs_flip_the_pixels(tmp_path: Path) -> None:
     for record in records:
         Image.fromarray(picture).save(record.path)
     vocab = Vocabulary.build([tokenize(c) for r in records for c in r.captions] + [["right"]])
-    pairs = ImageCaptionPairs(records, vocab, image_size=32, mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0),
-                              mirror=True)
+    images = {"image_size": 32, "mean": (0.0, 0.0, 0.0), "std": (1.0, 1.0, 1.0)}
+    pairs = MirroredPairs(ImageCaptionPairs(records, vocab, **images),
+                          ImageCaptionPairs(records, vocab, **images, transform=mirror_image, words=mirror_words))
     plain, tokens, _ = pairs[0]
     flipped, mirrored_tokens, _ = pairs[3]
     assert plain[:, :, :8].min() == 1.0 and flipped[:, :, -8:].min() == 1.0 and flipped[:, :, :8].max() == 0.0
@@ -86,7 +87,7 @@ def test_the_mirror_cache_holds_the_flipped_images_annotations(tmp_path: Path, s
                                                                  encoder) -> None:
     config = tiny_config(tmp_path)
     records = load_splits(config, ("val",), features=False)["val"].records[:2]
-    images = ImageFiles(records, size=96, mean=encoder.mean, std=encoder.std, mirrored=True)
+    images = ImageFiles(records, size=96, mean=encoder.mean, std=encoder.std, transform=mirror_image)
     plain = ImageFiles(records, size=96, mean=encoder.mean, std=encoder.std)
     assert torch.allclose(images[0][1], plain[0][1].flip(-1), atol=1e-5)
 
@@ -96,26 +97,27 @@ def test_the_mirror_cache_holds_the_flipped_images_annotations(tmp_path: Path, s
     directory = tmp_path / "cache"
     plain_cache = load_or_compute(directory, "val", records, encoder_factory=lambda: encoder, image_size=96)
     mirror_cache = load_or_compute(directory, "val_mirrored", records, encoder_factory=lambda: encoder,
-                                   image_size=96, mirrored=True)
+                                   image_size=96, transform=mirror_image)
     with torch.no_grad():
         expected, _ = encoder(torch.stack([images[i][1] for i in range(2)]))  # [2, L, D]
     stored = np.asarray(mirror_cache.annotations, dtype=np.float32)
     assert np.allclose(stored, expected.numpy(), rtol=2e-3, atol=1e-2)  # stored as fp16
     assert not np.allclose(stored, np.asarray(plain_cache.annotations, dtype=np.float32), atol=1e-2)
-    again = load_or_compute(directory, "val_mirrored", records, encoder_factory=_never, image_size=96, mirrored=True)
+    again = load_or_compute(directory, "val_mirrored", records, encoder_factory=_never, image_size=96,
+                            transform=mirror_image)
     assert np.array_equal(again.annotations, mirror_cache.annotations)
 
 
 def test_a_mirrored_run_trains_on_both_halves_from_its_own_cache(tmp_path: Path, shapes_root: Path, tiny_config,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     read: list[int] = []
-    original = CaptionPairs.__getitem__
+    original = MirroredPairs.__getitem__
 
     def recording(self, index):
         read.append(index)
         return original(self, index)
 
-    monkeypatch.setattr(CaptionPairs, "__getitem__", recording)
+    monkeypatch.setattr(MirroredPairs, "__getitem__", recording)
     config = tiny_config(tmp_path, "data.mirror=true", "train.max_steps=8")
     fit(config)
     assert (features_dir(config) / "train_mirrored.npy").exists()

@@ -9,14 +9,15 @@ import numpy as np
 import pytest
 import torch
 
-from captioning import probe
 from captioning.config import ExtrasConfig, ModelConfig
-from captioning.data.shapes import RELATIONS, Grounding, ShapeObject
+from captioning.data.shapes import probe
+from captioning.data.shapes.grounding import Grounding
+from captioning.data.shapes.probe import probe_scores, relation_log_likelihoods, relation_probe
+from captioning.data.shapes.scenes import RELATIONS, ShapeObject
 from captioning.data.vocab import SPECIALS, Vocabulary
 from captioning.model.attention import choosing
 from captioning.model.captioner import build_decoder
 from captioning.model.decoder import AttentionDecoder
-from captioning.probe import probe_scores, relation_log_likelihoods, relation_probe
 
 WORDS = ["a", "red", "blue", "green", "circle", "square", "to", "the", "left", "right", "of", "above", "below"]
 VOCAB = Vocabulary([*SPECIALS, *WORDS])

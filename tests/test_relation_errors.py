@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from captioning import probe
-from captioning.data.shapes import RELATIONS, Grounding, ShapeObject
+from captioning.data.shapes import probe
+from captioning.data.shapes.grounding import Grounding
+from captioning.data.shapes.scenes import RELATIONS, ShapeObject
 
 
 @pytest.fixture()

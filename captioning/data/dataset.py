@@ -5,15 +5,16 @@ Notation: B batch, T caption tokens (<start> .. <end>), L grid cells, D channels
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
+from PIL import Image
 from torch.utils.data import Dataset
 
 from captioning.data.images import ImageReadError, augment, load_image, to_tensor
 from captioning.data.karpathy import ImageRecord
-from captioning.data.mirror import mirror_image, mirror_words
 from captioning.data.vocab import Vocabulary, tokenize
 
 
@@ -42,83 +43,64 @@ class Batch:
         return self.annotations if self.annotations is not None else self.images
 
 
-def _pairs(records: list[ImageRecord], vocab: Vocabulary, max_length: int | None, *,
-           mirrored: bool = False) -> list[tuple[int, list[int]]]:
-    words = mirror_words if mirrored else list
+Words = Callable[[list[str]], list[str]]  # how a caption's tokens are read (data/mirror.py swaps some)
+
+
+def _pairs(records: list[ImageRecord], vocab: Vocabulary, max_length: int | None,
+           words: Words = list) -> list[tuple[int, list[int]]]:
     return [(i, vocab.encode(words(tokenize(caption)), max_length))
             for i, record in enumerate(records) for caption in record.captions]
 
 
 class _Pairs(Dataset):
-    """(image index, token ids) pairs; the lengths are what length-bucketed batches sort by.
-
-    With mirroring (data.mirror) there are twice as many items: item i + P is pair i mirrored (the
-    image flipped, "left" and "right" swapped), P = len(pairs). `lengths` lists the P pairs only:
-    the epoch is cut from them, then each index is turned into its mirror on a coin
-    (mirror.mirror_batches). Swapping a word keeps a caption's length.
-    """
+    """(image index, token ids) pairs; the lengths are what length-bucketed batches sort by."""
 
     pairs: list[tuple[int, list[int]]]
-    mirrored_pairs: list[tuple[int, list[int]]] | None = None
 
     @property
     def lengths(self) -> list[int]:
         return [len(tokens) for _, tokens in self.pairs]
 
     def __len__(self) -> int:
-        return len(self.pairs) * (1 if self.mirrored_pairs is None else 2)
-
-    def _pair(self, index: int) -> tuple[int, list[int], bool]:
-        """(image index, token ids, mirrored)."""
-        if index < len(self.pairs):
-            return *self.pairs[index], False
-        return *self.mirrored_pairs[index - len(self.pairs)], True
+        return len(self.pairs)
 
 
 class CaptionPairs(_Pairs):
-    """Every (image, reference caption) pair of a split; item = (annotations [L, D], token ids).
-
-    `mirrored_annotations`: the same images' annotations computed from their mirror images (a cache
-    of its own: a CNN's features of a flipped image are not its features flipped), which turns
-    mirroring on.
-    """
+    """Every (image, reference caption) pair of a split; item = (annotations [L, D], token ids)."""
 
     def __init__(self, annotations: np.ndarray, records: list[ImageRecord], vocab: Vocabulary, *,
-                 max_length: int | None = None, mirrored_annotations: np.ndarray | None = None):
+                 max_length: int | None = None, words: Words = list):
         self.annotations = annotations  # [N, L, D] fp16, possibly memory-mapped
-        self.mirrored_annotations = mirrored_annotations  # [N, L, D] or None
-        self.pairs = _pairs(records, vocab, max_length)
-        if mirrored_annotations is not None:
-            self.mirrored_pairs = _pairs(records, vocab, max_length, mirrored=True)
+        self.pairs = _pairs(records, vocab, max_length, words)
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, list[int]]:
-        image, tokens, mirrored = self._pair(index)
-        source = self.mirrored_annotations if mirrored else self.annotations
-        return torch.from_numpy(np.asarray(source[image], dtype=np.float32)), tokens
+        image, tokens = self.pairs[index]
+        return torch.from_numpy(np.asarray(self.annotations[image], dtype=np.float32)), tokens
 
 
 class ImageCaptionPairs(_Pairs):
     """The same pairs over image files, for an encoder that runs on the fly (fine-tuning).
 
     item = (pixels [3, S, S] or None, token ids, why the image could not be read or None). Images are
-    decoded here, in the DataLoader workers; every read opens and closes its own file.
+    decoded here, in the DataLoader workers; every read opens and closes its own file. `transform`
+    changes each image as it is read (data/mirror.py flips it), before data.augment's random crop.
     """
 
     def __init__(self, records: list[ImageRecord], vocab: Vocabulary, *, image_size: int,
                  mean: tuple[float, ...], std: tuple[float, ...], max_length: int | None = None,
-                 augmented: bool = False, mirror: bool = False):
+                 augmented: bool = False, transform: Callable[[Image.Image], Image.Image] | None = None,
+                 words: Words = list):
         self.records, self.size, self.mean, self.std = records, image_size, mean, std
         self.augmented = augmented  # data.augment: a random crop and colour jitter per read (images.augment)
-        self.pairs = _pairs(records, vocab, max_length)
-        if mirror:
-            self.mirrored_pairs = _pairs(records, vocab, max_length, mirrored=True)
+        self.transform = transform
+        self.pairs = _pairs(records, vocab, max_length, words)
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor | None, list[int], str | None]:
-        image, tokens, mirrored = self._pair(index)
+        image, tokens = self.pairs[index]
         try:
             picture = load_image(self.records[image].path)
-            if mirrored:
-                picture = mirror_image(picture)
+            if self.transform is not None:
+                picture = self.transform(picture)
             if self.augmented:  # drawn from the worker's torch RNG, which the DataLoader seeds
                 picture = augment(picture)
             pixels = to_tensor(picture, size=self.size, mean=self.mean, std=self.std)

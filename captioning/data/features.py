@@ -26,12 +26,12 @@ from typing import NamedTuple
 import numpy as np
 import torch
 from filelock import FileLock
+from PIL import Image
 from torch.utils.data import DataLoader, Dataset
 from tqdm import tqdm
 
 from captioning.data.images import ImageReadError, load_image, to_tensor
 from captioning.data.karpathy import ImageRecord
-from captioning.data.mirror import mirror_image
 from captioning.model.encoder import Encoder
 
 
@@ -40,13 +40,13 @@ class ImageFiles(Dataset):
 
     Decoding happens here, in the DataLoader workers; each call opens and closes its own file, so
     no handle is shared across processes. An unreadable image gives None and the reason instead
-    of killing the whole run. `mirrored`: each image flipped left-right first (data.mirror).
+    of killing the whole run. `transform` changes each image first (data/mirror.py flips it).
     """
 
     def __init__(self, records: list[ImageRecord], *, size: int, mean: tuple[float, ...], std: tuple[float, ...],
-                 first: int = 0, mirrored: bool = False):
+                 first: int = 0, transform: Callable[[Image.Image], Image.Image] | None = None):
         self.records, self.size, self.mean, self.std, self.first = records, size, mean, std, first
-        self.mirrored = mirrored
+        self.transform = transform
 
     def __len__(self) -> int:
         return len(self.records) - self.first
@@ -57,8 +57,8 @@ class ImageFiles(Dataset):
             image = load_image(self.records[row].path)
         except ImageReadError as error:
             return row, None, str(error)
-        if self.mirrored:
-            image = mirror_image(image)
+        if self.transform is not None:
+            image = self.transform(image)
         return row, to_tensor(image, size=self.size, mean=self.mean, std=self.std), None
 
 
@@ -105,11 +105,11 @@ def _write_json(path: Path, value: dict) -> None:
 @torch.no_grad()
 def write_cache(directory: Path, split: str, records: list[ImageRecord], *, encoder: Encoder, image_size: int,
                 batch_size: int = 32, device: str | torch.device = "cpu", num_workers: int = 0,
-                mirrored: bool = False) -> Cached:
+                transform: Callable[[Image.Image], Image.Image] | None = None) -> Cached:
     """Compute the annotations of a split into DIRECTORY/SPLIT.npy, resuming an interrupted run.
 
-    `mirrored`: the annotations of the images flipped left-right (data.mirror), under a SPLIT name of
-    their own (train_mirrored)."""
+    `transform`: the annotations of the images changed first (data/mirror.py: flipped, under a
+    SPLIT name of their own, train_mirrored)."""
     directory.mkdir(parents=True, exist_ok=True)
     partial, marker = directory / f".{split}.partial.npy", directory / f".{split}.progress.json"
     ids = [r.image_id for r in records]
@@ -121,7 +121,7 @@ def write_cache(directory: Path, split: str, records: list[ImageRecord], *, enco
     unreadable: list[int] = progress["unreadable"] if progress is not None else []
     grid: tuple[int, int] = tuple(progress["grid"]) if progress is not None else (0, 0)
     encoder = encoder.to(device).eval()
-    images = ImageFiles(records, size=image_size, mean=encoder.mean, std=encoder.std, first=done, mirrored=mirrored)
+    images = ImageFiles(records, size=image_size, mean=encoder.mean, std=encoder.std, first=done, transform=transform)
     loader = DataLoader(images, batch_size=batch_size, num_workers=num_workers, collate_fn=collate_images,
                         pin_memory=torch.device(device).type == "cuda")
     bar = tqdm(loader, desc=f"{split} features", unit="batch", leave=False, disable=None)
@@ -167,7 +167,7 @@ def read_cache(directory: Path, split: str, records: list[ImageRecord]) -> Cache
 
 def load_or_compute(directory: Path, split: str, records: list[ImageRecord], *, encoder_factory: Callable[[], Encoder],
                     image_size: int, batch_size: int = 32, device: str | torch.device = "cpu",
-                    num_workers: int = 0, mirrored: bool = False) -> Cached:
+                    num_workers: int = 0, transform: Callable[[Image.Image], Image.Image] | None = None) -> Cached:
     """The cached annotations of a split (memory-mapped), computing and storing them if needed.
 
     `encoder_factory()` builds the encoder only when something must be computed.
@@ -183,7 +183,7 @@ def load_or_compute(directory: Path, split: str, records: list[ImageRecord], *, 
         if cached is not None:
             return cached
         return write_cache(directory, split, records, encoder=encoder_factory(), image_size=image_size,
-                           batch_size=batch_size, device=device, num_workers=num_workers, mirrored=mirrored)
+                           batch_size=batch_size, device=device, num_workers=num_workers, transform=transform)
 
 
 class EncodedImages:

@@ -13,6 +13,7 @@ from torch.utils.data import Dataset
 from captioning.config import Config
 from captioning.data.dataset import Batch, CaptionPairs, ImageCaptionPairs, collate, collate_images
 from captioning.data.features import EncodedImages
+from captioning.data.mirror import MirroredPairs, mirror_image, mirror_words
 from captioning.data.prepare import run_vocabulary
 from captioning.data.splits import Split, load_splits
 from captioning.data.vocab import Vocabulary
@@ -42,13 +43,28 @@ def load_run_data(config: Config, *, vocab_words: list[str] | None, encoder: Enc
     if context.is_main:
         distributed.barrier(context)
     train, val = splits["train"], splits["val"]
-    max_length = config.data.max_caption_length
     if encoder is None:
-        pairs: Dataset = CaptionPairs(train.annotations, train.records, vocab, max_length=max_length,
-                                      mirrored_annotations=train.mirrored_annotations)
-        return RunData(train, val, vocab, pairs, collate, val.annotations)
-    pairs = ImageCaptionPairs(train.records, vocab, image_size=config.data.image_size, mean=encoder.mean,
-                              std=encoder.std, max_length=max_length, augmented=config.data.augment,
-                              mirror=config.data.mirror)
+        return RunData(train, val, vocab, training_pairs(config, train, vocab), collate, val.annotations)
+    pairs = training_pairs(config, train, vocab, encoder=encoder)
     encoded = EncodedImages(encoder, val.records, image_size=config.data.image_size, device=device)
     return RunData(train, val, vocab, pairs, collate_images, encoded)
+
+
+def training_pairs(config: Config, train: Split, vocab: Vocabulary, *, encoder: Encoder | None = None) -> Dataset:
+    """(image, caption) pairs over the cache, or over the image files for an encoder on the fly; with
+    data.mirror, doubled by their mirrors (data/mirror.py)."""
+    max_length = config.data.max_caption_length
+    if encoder is None:
+        pairs: Dataset = CaptionPairs(train.annotations, train.records, vocab, max_length=max_length)
+        if config.data.mirror:  # the mirror images have a cache of their own (data/splits.py)
+            mirrored = CaptionPairs(train.mirrored_annotations, train.records, vocab, max_length=max_length,
+                                    words=mirror_words)
+            pairs = MirroredPairs(pairs, mirrored)
+        return pairs
+    images = {"image_size": config.data.image_size, "mean": encoder.mean, "std": encoder.std,
+              "max_length": max_length, "augmented": config.data.augment}
+    pairs = ImageCaptionPairs(train.records, vocab, **images)
+    if config.data.mirror:
+        pairs = MirroredPairs(pairs, ImageCaptionPairs(train.records, vocab, **images, transform=mirror_image,
+                                                       words=mirror_words))
+    return pairs

@@ -15,7 +15,10 @@ from captioning.config import Config
 from captioning.data.coco import read_records
 from captioning.data.features import cache_dir, load_or_compute
 from captioning.data.karpathy import ImageRecord
-from captioning.data.shapes import SHAPES_DEFAULT_COUNTS, Grounding, make_shapes, read_grounding
+from captioning.data.mirror import mirror_image
+from captioning.data.shapes.grounding import Grounding, ShapesScorer, read_grounding
+from captioning.data.shapes.scenes import SHAPES_DEFAULT_COUNTS, make_shapes
+from captioning.data.vocab import Vocabulary
 from captioning.model.encoder import Encoder
 
 
@@ -59,6 +62,13 @@ class Split:
     def references(self) -> list[tuple[str, ...]]:
         return [r.captions for r in self.records]
 
+    def scorer(self, vocab: Vocabulary, *, images: int | None = None, probe: bool = True) -> ShapesScorer | None:
+        """What the dataset adds to the caption metrics of the first `images` images (all: None), or
+        None where it knows nothing more of its images (captioning.eval.evaluate)."""
+        if self.grounding is None:
+            return None
+        return ShapesScorer(self.grounding[:images], vocab, probe=probe)
+
 
 def uses_feature_cache(config: Config) -> bool:
     """A fine-tuned encoder changes its annotations at every step: only a frozen one can be cached."""
@@ -86,7 +96,7 @@ def load_splits(config: Config, names: tuple[str, ...], *, device: str | torch.d
     one shared encoder (with data.mirror, the train split's mirror images too). Images that cannot be
     read are left out of the split, with a warning."""
     ensure_shapes(config)
-    objects = Path(config.data.root) / "objects.json"
+    objects = Path(config.data.root) / "objects.json"  # the shapes data's object boxes
     encoder = functools.cache(lambda: Encoder.from_config(config.encoder))
     cache = functools.partial(load_or_compute, features_dir(config), encoder_factory=encoder,
                               image_size=config.data.image_size, batch_size=config.encoder.batch_size,
@@ -94,7 +104,8 @@ def load_splits(config: Config, names: tuple[str, ...], *, device: str | torch.d
     splits = {}
     for name in names:
         records = read_records(config.data, name)
-        grounding = read_grounding(objects, [r.image_id for r in records]) if objects.exists() else None
+        shapes = config.data.dataset == "shapes" and objects.exists()
+        grounding = read_grounding(objects, [r.image_id for r in records]) if shapes else None
         if not features:
             splits[name] = Split(name, records, None, None, grounding)
             continue
@@ -110,7 +121,7 @@ def load_splits(config: Config, names: tuple[str, ...], *, device: str | torch.d
             grounding = [grounding[i] for i in keep] if grounding is not None else None
         mirrored = None
         if name == "train" and config.data.mirror:  # a cache of their own, of the readable images
-            mirrored = cache("train_mirrored", records, mirrored=True).annotations
+            mirrored = cache("train_mirrored", records, transform=mirror_image).annotations
         splits[name] = Split(name, records, annotations, cached.grid, grounding, unreadable=len(cached.unreadable),
                              mirrored_annotations=mirrored)
     return splits

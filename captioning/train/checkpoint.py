@@ -104,3 +104,13 @@ def decoder_from_checkpoint(payload: dict[str, Any], config: Config) -> torch.nn
                             annotation_dim=int(payload["annotation_dim"]), grid=tuple(payload["grid"]))
     decoder.load_state_dict(payload["decoder"])
     return decoder.eval()
+
+
+def refuse_hard_choice(decoder: torch.nn.Module, choice: str, checkpoint: str | Path) -> None:
+    """Soft attention *is* the expectation: asking a soft model for argmax or sampling is an error,
+    not silently ignored."""
+    from captioning.config import ConfigError
+    from captioning.model.attention import HardAttention
+
+    if choice != "expectation" and not any(isinstance(m, HardAttention) for m in decoder.modules()):
+        raise ConfigError(f"hard choice {choice}: {checkpoint} uses soft attention (only expectation applies)")

@@ -33,8 +33,8 @@ def validate(decoder: AttentionDecoder, split: Split, vocab: Vocabulary, config:
     count = config.train.val_images or len(split.records)
     metrics, _ = evaluate_split(
         decoder, annotations[:count], image_ids=split.image_ids[:count], references=split.references[:count],
-        vocab=vocab, grid=split.grid, grounding=split.grounding[:count] if split.grounding else None,
-        beam_size=1, max_length=config.decode.max_length, full=False, device=device,
+        vocab=vocab, grid=split.grid, scorer=split.scorer(vocab, images=count), beam_size=1,
+        max_length=config.decode.max_length, full=False, device=device,
         hard_choice=hard_choice(config))
     return metrics
 
@@ -46,10 +46,11 @@ def hard_choice(config: Config) -> str | None:
 
 
 def validation_metrics(dataset: str) -> tuple[str, ...]:
-    """The metrics validation produces on `dataset`, any of which train.val_metric may name."""
-    from captioning.eval.evaluate import GROUNDING_METRICS, VALIDATION_CAPTION_METRICS
+    """The metrics validation produces on `dataset` that can pick a checkpoint (train.val_metric)."""
+    from captioning.data.shapes.grounding import METRICS
+    from captioning.eval.metrics import VALIDATION_METRICS
 
-    return VALIDATION_CAPTION_METRICS + (GROUNDING_METRICS if dataset == "shapes" else ())
+    return VALIDATION_METRICS + (METRICS if dataset == "shapes" else ())
 
 
 @torch.no_grad()

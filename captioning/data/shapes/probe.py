@@ -23,14 +23,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
-from captioning.data.shapes import RELATIONS, Grounding, relation
+from captioning.data.shapes.scenes import RELATIONS, relation
 from captioning.data.vocab import Vocabulary
 from captioning.model.attention import Memory
 from captioning.model.decoder import AttentionDecoder, DecoderState
+
+if TYPE_CHECKING:
+    from captioning.data.shapes.grounding import Grounding
 
 Phrase = tuple[str, str]  # (colour, shape): how a caption names an object
 

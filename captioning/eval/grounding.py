@@ -1,0 +1,31 @@
+"""Attention correctness (Liu et al., 2017, "Attention Correctness in Neural Image Captioning"): for
+a generated word that names an object, the share of its attention map, upsampled to the image and
+normalized, that falls inside that object's box. Its chance level is the same for a uniform map,
+i.e. the box's share of the image.
+
+Which words name which objects is the dataset's to say (captioning.data.shapes.grounding for the
+shapes data); this module holds the geometry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from captioning.data.images import attention_on_image
+
+
+def box_mass(alpha: np.ndarray, box: Sequence[float], *, width: int, height: int) -> float:
+    """Share of an attention map [Hg, Wg], drawn on a width x height image, inside box (x0, y0, x1, y1)."""
+    heat = attention_on_image(alpha, width=width, height=height)  # [height, width]
+    heat = np.clip(heat, 0, None)
+    x0, y0, x1, y1 = box
+    ys, xs = np.mgrid[0:height, 0:width] + 0.5  # pixel centres
+    inside = (xs >= x0) & (xs <= x1) & (ys >= y0) & (ys <= y1)
+    return float(heat[inside].sum() / heat.sum())
+
+
+def box_share(box: Sequence[float], *, width: int, height: int) -> float:
+    """The chance level: what a uniform map puts inside the box (the crop is the whole square image)."""
+    return box_mass(np.ones((1, 1)), box, width=width, height=height)

@@ -1,0 +1,70 @@
+"""Caption metrics: BLEU-1..4, METEOR, ROUGE-L and CIDEr from pycocoevalcap.
+
+pycocoevalcap is the code behind the COCO leaderboard: one generated caption per image against all
+its references. Its PTB tokenizer and METEOR run on Java; without Java we say so and score BLEU,
+ROUGE-L and CIDEr on the project's own tokenization.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import shutil
+import sys
+from collections.abc import Sequence
+
+from captioning.data.vocab import normalize, tokenize
+
+JAVA_METRICS = ("METEOR", "the PTB tokenizer")
+# What validation during training scores (caption_metrics with full=False): Java-free and fast.
+VALIDATION_METRICS = ("Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4", "CIDEr")
+
+
+def java_available() -> bool:
+    return shutil.which("java") is not None
+
+
+def _quietly(function, *args):
+    """pycocoevalcap prints its internals to stdout; keep our output readable."""
+    with contextlib.redirect_stdout(io.StringIO()):
+        return function(*args)
+
+
+def caption_metrics(references: dict[int, Sequence[str]], candidates: dict[int, str], *,
+                    full: bool = True) -> dict[str, float]:
+    """BLEU-1..4, METEOR, ROUGE-L and CIDEr of one candidate per image against its references.
+
+    `full=False` is the fast, Java-free subset used to pick checkpoints during training: BLEU and
+    CIDEr on the project's tokenization.
+    """
+    from pycocoevalcap.bleu.bleu import Bleu
+    from pycocoevalcap.cider.cider import Cider
+    from pycocoevalcap.rouge.rouge import Rouge
+
+    use_java = full and java_available()
+    if full and not use_java:
+        print(f"warning: java not found, so {' and '.join(JAVA_METRICS)} are skipped; BLEU, ROUGE_L and CIDEr "
+              "are computed on the project's own tokenization (install a Java runtime for the standard numbers)",
+              file=sys.stderr)
+    if use_java:
+        from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer
+
+        tokenizer = PTBTokenizer()
+        # The same normalization as training targets (curly quotes, case, spaces), then the PTB tokenizer.
+        gts = _quietly(tokenizer.tokenize,
+                       {i: [{"caption": normalize(c)} for c in refs] for i, refs in references.items()})
+        res = _quietly(tokenizer.tokenize, {i: [{"caption": candidates[i]}] for i in references})
+    else:
+        gts = {i: [" ".join(tokenize(c)) for c in refs] for i, refs in references.items()}
+        res = {i: [" ".join(tokenize(candidates[i]))] for i in references}
+    metrics: dict[str, float] = {}
+    bleu, _ = _quietly(Bleu(4).compute_score, gts, res)
+    metrics.update({f"Bleu_{n + 1}": float(b) for n, b in enumerate(bleu)})
+    if use_java:
+        from pycocoevalcap.meteor.meteor import Meteor
+
+        metrics["METEOR"] = float(_quietly(Meteor().compute_score, gts, res)[0])
+    if full:
+        metrics["ROUGE_L"] = float(_quietly(Rouge().compute_score, gts, res)[0])
+    metrics["CIDEr"] = float(_quietly(Cider().compute_score, gts, res)[0])
+    return metrics
