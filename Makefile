@@ -1,6 +1,7 @@
 # `make demo`: set up, then make the shapes data, train, evaluate and caption on the embedded default.
 # `make demo CONFIG=configs/shapes_hard.yaml`: the same with hard attention (runs/shapes_hard).
 # `make test`: set up, then run the test suite (what CI runs).
+# `make test-fast`: the suite without the slow learning tests and the studies' tests (an editing loop).
 # `make tables`: rewrite every study table in docs/ from the kept results (no training).
 PYTHON ?= python3
 VENV ?= .venv
@@ -9,7 +10,7 @@ DATA ?= data/shapes
 CONFIG ?= configs/shapes_soft.yaml
 RUN ?= runs/$(basename $(notdir $(CONFIG)))
 
-.PHONY: install demo test lint tables clean
+.PHONY: install demo test test-fast lint tables clean
 
 install: $(VENV)/.installed
 
@@ -38,15 +39,18 @@ demo: install
 test: install
 	$(PY) -m pytest -q
 
-# Every study table in docs/results.md and docs/attention.md, from the kept results (no training).
+test-fast: install
+	$(PY) -m pytest -q -m "not slow and not study"
+
+# Every study's tables in its README (studies/*/README.md), from the kept results (no training).
 tables: install
-	$(PY) benchmarks/attention_table.py --tables-only
-	$(PY) benchmarks/relations.py --tables-only
-	$(PY) benchmarks/hard_seeds.py --tables-only
-	$(PY) benchmarks/position_in_features.py --tables-only
+	$(PY) -m studies.attention_table.run --tables-only
+	$(PY) -m studies.relations.run --tables-only
+	$(PY) -m studies.hard_seeds.run --tables-only
+	$(PY) -m studies.position_in_features.run --tables-only
 
 lint: install
-	$(VENV)/bin/ruff check captioning tests train.py eval.py benchmarks
+	$(VENV)/bin/ruff check captioning tests studies benchmarks train.py eval.py
 
 clean:
 	rm -rf $(VENV) runs data *.egg-info

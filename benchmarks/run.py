@@ -14,7 +14,7 @@ Cases (model dims as in the paper's COCO setting: embedding = attention = hidden
   d   encoder + decoder training step on 256x256 images, B=8, frozen ResNet-101 with random weights
       cut at the project's default stride-16 layer (layer3: a 16x16x1024 grid); images/s.
 
---impl picks whose code runs: `fast` (the package), `reference` (tests/reference_impl.py: the
+--impl picks whose code runs: `fast` (the package), `reference` (tests/reference.py: the
 straightforward loop and beam search of main c47c7db) or `port` (benchmarks/port_style.py: our
 re-implementation of the loop style of the popular public ports). All three use the same model.
 
@@ -42,12 +42,11 @@ from pathlib import Path
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "benchmarks")]
 
-from captioning.data.vocab import Vocabulary  # noqa: E402
-from captioning.model.attention import build_attention  # noqa: E402
-from captioning.model.decoder import AttentionDecoder  # noqa: E402
-from captioning.train.losses import cross_entropy, doubly_stochastic  # noqa: E402
+from captioning.data.vocab import Vocabulary
+from captioning.model.attention import build_attention
+from captioning.model.decoder import AttentionDecoder
+from captioning.train.losses import cross_entropy, doubly_stochastic
 
 CASES = ("a", "b", "c3", "c5", "d")
 VOCAB, EMBED, HIDDEN, ATTENTION = 10_000, 512, 512, 512
@@ -111,11 +110,11 @@ class Implementation:
             self.forward = lambda decoder, annotations, inputs, lengths: decoder(annotations, inputs, lengths=lengths)
             self.beam_search = decoding.beam_search
         elif name == "reference":
-            import reference_impl
+            import reference
 
-            self.forward = lambda decoder, annotations, inputs, lengths: reference_impl.forward(decoder, annotations,
+            self.forward = lambda decoder, annotations, inputs, lengths: reference.forward(decoder, annotations,
                                                                                               inputs)
-            self.beam_search = reference_impl.beam_search
+            self.beam_search = reference.beam_search
         elif name == "port":
             import port_style
 

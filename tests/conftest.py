@@ -1,9 +1,6 @@
-"""Shared fixtures: a tiny shapes dataset with its feature cache, and a tiny model trained on it.
-
-The real EfficientNet-Lite0 encoder is slow on a CPU, so the dataset is tiny (24 / 8 / 8 images at
-96², a 6x6 grid at stride 16) and its features are computed once per session; every fixture that
-trains reuses that cache.
-"""
+"""Shared fixtures: a tiny shapes dataset with its feature cache, and a tiny model trained on it
+(sizes in tests/tiny.py). The features are computed once per session; every fixture that trains
+reuses that cache."""
 
 from __future__ import annotations
 
@@ -16,22 +13,11 @@ import pytest
 import torch
 
 from captioning.config import Config, load_config
+from tests.tiny import COUNTS, IMAGE_SIZE, TINY
 
 # Every tensor here is tiny and the machines are small (2 cores): one intra-op thread avoids
 # oversubscription, which made the decoder steps several times slower when anything else ran.
 torch.set_num_threads(1)
-
-REPO = Path(__file__).resolve().parents[1]
-IMAGE_SIZE = 96  # a 6x6 grid at stride 16
-COUNTS = {"train": 24, "val": 8, "test": 8}
-TINY = (
-    f"data.image_size={IMAGE_SIZE}",
-    "model.embed_dim=16", "model.hidden_dim=32", "model.attention_dim=16",
-    "train.batch_size=16",  # 24 images x 5 captions = 120 pairs: 8 batches per epoch
-    "train.epochs=100", "train.early_stop_patience=100", "train.lr=0.01",
-    "decode.beam_size=2", "decode.max_length=12",
-)
-
 
 @dataclass(frozen=True)
 class TinyRun:

@@ -19,8 +19,7 @@ from captioning.cli import main, train_main
 from captioning.model.extras.glimpses import TwoGlimpses
 from captioning.model.extras.layout import LayoutSummary
 from captioning.train.checkpoint import captioner_from_checkpoint
-
-REPO = Path(__file__).resolve().parents[1]
+from tests.tiny import REPO
 
 
 @pytest.fixture(scope="module")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from captioning.config import Config, ConfigError, apply_overrides, from_dict, load_config
@@ -176,44 +174,3 @@ def test_round_trip_through_to_dict_and_from_dict():
     assert from_dict(config.to_dict()) == config
     with pytest.raises(ConfigError, match="bogus"):
         from_dict({"train": {"bogus": 1}})
-
-
-def flat(config: Config) -> dict[str, object]:
-    """Every setting of a config by its dotted key: {"model.extras.init": "mean", ...}."""
-    def walk(values: dict, prefix: str) -> dict[str, object]:
-        found = {}
-        for key, value in values.items():
-            dotted = f"{prefix}.{key}" if prefix else key
-            found.update(walk(value, dotted) if isinstance(value, dict) and key != "word_weights" else {dotted: value})
-        return found
-    return walk(config.to_dict(), "")
-
-
-def test_the_relations_config_is_the_soft_one_with_what_it_says_changed():
-    configs = Path(__file__).resolve().parents[1] / "configs"
-    soft = flat(load_config(configs / "shapes_soft.yaml"))
-    relations = flat(load_config(configs / "shapes_relations.yaml"))
-    changed = {key: relations[key] for key in soft if soft[key] != relations[key]}
-    assert changed == {"model.score": "local", "model.extras.init": "layout", "train.out_dir": "runs/shapes_relations"}
-
-
-def test_the_16_epoch_relations_config_is_the_run_its_comment_reports(monkeypatch):
-    """configs/shapes_relations_16ep.yaml is benchmarks/relations.py's run
-    soft_local_layout_glimpses_coordinates_16ep_by_probe_words3_patience3_query_word_narrow_dropout01_ema0999
-    (seeds 0 to 5), decoded with beam 5: the numbers in its comment are that run's."""
-    repo = Path(__file__).resolve().parents[1]
-    monkeypatch.syspath_prepend(str(repo / "benchmarks"))
-    import relations
-
-    run_name = ("soft_local_layout_glimpses_coordinates_16ep_by_probe_words3_patience3_query_word_narrow_dropout01"
-                "_ema0999_seed0")
-    config_name, overrides = relations.RUNS[run_name]
-    run = flat(load_config(repo / "configs" / config_name, list(overrides)))
-    long = flat(load_config(repo / "configs" / "shapes_relations_16ep.yaml"))
-    changed = {key: long[key] for key in run if run[key] != long[key]}
-    assert changed == {"train.out_dir": "runs/shapes_relations_16ep", "decode.beam_size": 5}
-    assert (long["train.lr_patience"], long["train.seed"]) == (3, 0)
-    assert long["train.word_weights"] == {word: 3 for word in ("to", "left", "right", "above", "below")}
-    assert long["model.extras.query_word"] is True
-    assert (long["model.local.sigma"], long["model.dropout"]) == (1.75, 0.1)
-    assert long["train.ema_decay"] == 0.999

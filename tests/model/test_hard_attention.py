@@ -1,0 +1,228 @@
+"""Hard attention (Sec. 4.1): one-hot when sampled, the expectation equals soft attention, the
+per-image coin, sampling frequencies, the test-time choices, and the decoder and decoding around it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from captioning.config import ConfigError
+from captioning.data.vocab import Vocabulary
+from captioning.model.attention import HardAttention, SoftAttention, choosing, set_training_step
+from captioning.model.decoder import AttentionDecoder
+from captioning.model.decoding import decode
+from captioning.model.scores import SCORES
+from tests.model.sizes import GRID, A, B, D, H, L, V, inputs
+
+
+def make(kind: str = "hard", score: str = "additive", seed: int = 0, **options):
+    torch.manual_seed(seed)
+    scorer = SCORES[score](annotation_dim=D, hidden_dim=H, attention_dim=A, grid=GRID)
+    return HardAttention(scorer, **options) if kind == "hard" else SoftAttention(scorer, **options)
+
+
+@pytest.mark.parametrize("score", ["additive", "dot", "local"])
+def test_sampled_weights_are_one_hot_and_pick_the_annotation(score):
+    attention = make(score=score, expectation_prob=0.0).train()
+    a, h = inputs()
+    torch.manual_seed(3)
+    with torch.no_grad():
+        out = attention(attention.prepare(a), h)
+    assert isinstance(attention, HardAttention)
+    assert out.location.shape == (B,) and ((out.location >= 0) & (out.location < L)).all()
+    weights = out.weights  # [B, L]
+    assert ((weights == 0) | (weights == 1)).all() and (weights.sum(1) == 1).all()  # one-hot
+    assert torch.equal(weights.argmax(1), out.location)
+    torch.testing.assert_close(out.context, a[torch.arange(B), out.location])  # z_t = a_{s_t}
+    torch.testing.assert_close(out.alpha.sum(1), torch.ones(B))  # the map stays a distribution
+    torch.testing.assert_close(out.log_prob, out.alpha[torch.arange(B), out.location].log())
+    torch.testing.assert_close(out.entropy, -(out.alpha * out.alpha.log()).sum(1))
+
+
+@pytest.mark.parametrize("score", ["additive", "cosine", "location"])
+def test_the_expectation_path_equals_soft_attention(score):
+    soft, hard = make("soft", score), make("hard", score, expectation_prob=1.0)
+    hard.load_state_dict(soft.state_dict())  # the same weights, and nothing else: no counter of its own
+    a, h = inputs()
+    with torch.no_grad():
+        expected = soft(soft.prepare(a), h)
+        trained = hard.train()(hard.prepare(a), h)  # coin always says "expectation"
+        tested = hard.eval()(hard.prepare(a), h)  # the default test-time choice
+    for out in (trained, tested):
+        torch.testing.assert_close(out.context, expected.context)
+        torch.testing.assert_close(out.alpha, expected.alpha)
+        torch.testing.assert_close(out.weights, expected.alpha)
+        assert (out.location == -1).all() and (out.log_prob == 0).all()  # nothing sampled, nothing to reinforce
+
+
+def test_the_coin_is_one_per_image_for_the_whole_caption():
+    attention = make(expectation_prob=0.5)
+    decoder = AttentionDecoder(vocab_size=V, annotation_dim=D, embed_dim=8, hidden_dim=H, attention=attention,
+                               dropout=0.0).train()
+    batch = 400
+    a, _ = inputs(batch=batch)
+    tokens = torch.randint(0, V, (batch, 6), generator=torch.Generator().manual_seed(0))
+    torch.manual_seed(5)
+    with torch.no_grad():
+        out = decoder(a, tokens)
+    assert out.log_probs.shape == out.entropies.shape == out.locations.shape == (batch, 6)
+    expectation = out.locations[:, 0] == -1  # [batch]
+    assert torch.equal(out.locations == -1, expectation[:, None].expand(-1, 6))  # the same every step
+    assert (out.log_probs[expectation] == 0).all() and (out.log_probs[~expectation] < 0).all()
+    assert 0.4 < expectation.float().mean() < 0.6  # 400 fair coins: 0.5 ± 0.025 (1 sd)
+    # one coin per batch, as the authors' code did: every image the same
+    attention.coin = "batch"
+    draws = []
+    for seed in range(12):
+        torch.manual_seed(seed)
+        with torch.no_grad():
+            rows = decoder(a[:8], tokens[:8]).locations[:, 0] == -1
+        assert rows.all() or not rows.any()
+        draws.append(bool(rows[0]))
+    assert 0 < sum(draws) < 12  # and it does come up both ways
+
+
+def test_copies_of_a_caption_share_their_image_coin_through_the_length_sort():
+    """train.reinforce.samples = K puts K copies of each caption in consecutive rows (train_step): one image,
+    one coin, also when the decoder sorts the rows by length and drops finished ones."""
+    samples, images = 3, 120
+    attention = make(expectation_prob=0.5, group=samples)
+    decoder = AttentionDecoder(vocab_size=V, annotation_dim=D, embed_dim=8, hidden_dim=H, attention=attention,
+                               dropout=0.0).train()
+    a, _ = inputs(batch=images)
+    generator = torch.Generator().manual_seed(1)
+    tokens = torch.randint(4, V, (images, 7), generator=generator)
+    lengths = torch.randint(2, 8, (images,), generator=generator)  # captions of mixed length
+    torch.manual_seed(3)
+    with torch.no_grad():
+        out = decoder(a.repeat_interleave(samples, 0), tokens.repeat_interleave(samples, 0),
+                      lengths=lengths.repeat_interleave(samples))
+    expectation = (out.locations[:, 0] == -1).view(images, samples)  # [images, K]
+    assert (expectation.all(1) | ~expectation.any(1)).all()  # the K copies agree
+    assert 0.3 < expectation[:, 0].float().mean() < 0.7  # 120 fair coins, one per image
+    with pytest.raises(ValueError, match="whole images"):
+        decoder(a[:4], tokens[:4])  # 4 rows are not whole images of 3
+
+
+def test_samples_follow_alpha():
+    attention = make(expectation_prob=0.0).train()
+    a, h = inputs(batch=1)
+    count = 20000
+    with torch.no_grad():
+        memory = attention.prepare(a.expand(count, L, D))
+        torch.manual_seed(11)
+        out = attention(memory, h.expand(count, H))
+    frequencies = torch.bincount(out.location, minlength=L).float() / count
+    alpha = out.alpha[0]
+    tolerance = 4 * (alpha * (1 - alpha) / count).sqrt() + 1e-3  # 4 standard errors of a frequency
+    assert ((frequencies - alpha).abs() <= tolerance).all(), (frequencies, alpha)
+
+
+def test_test_time_choices_and_the_context_manager():
+    attention = make().eval()
+    a, h = inputs()
+    with torch.no_grad():
+        memory = attention.prepare(a)
+        assert memory.expectation is None  # no coin outside training
+        with choosing(attention, "argmax"):
+            argmax = attention(memory, h)
+        assert attention.choice == "expectation"  # restored
+        with choosing(attention, "sample"):
+            torch.manual_seed(0)
+            sampled = [attention(memory, h).location for _ in range(30)]
+    assert torch.equal(argmax.location, argmax.alpha.argmax(1))
+    torch.testing.assert_close(argmax.context, a[torch.arange(B), argmax.location])
+    assert len({tuple(s.tolist()) for s in sampled}) > 1  # sampling at test time does vary
+    with pytest.raises(ValueError, match="soft attention"), choosing(make("soft"), "argmax"):
+        pass
+    with choosing(make("soft"), "expectation"):  # soft attention is the expectation: fine
+        pass
+    with pytest.raises(ValueError, match="unknown hard attention choice"), choosing(attention, "mode"):
+        pass
+
+
+def test_hard_options_are_checked():
+    with pytest.raises(ValueError, match="expectation_prob"):
+        make(expectation_prob=1.5)
+    with pytest.raises(ValueError, match="coin"):
+        make(coin="epoch")
+
+
+def hard_decoder(seed: int = 0) -> AttentionDecoder:
+    attention = make(seed=seed)
+    return AttentionDecoder(vocab_size=V, annotation_dim=D, embed_dim=8, hidden_dim=H, attention=attention,
+                            dropout=0.0).eval()
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_decoding_returns_the_chosen_cells(beam_size):
+    decoder = hard_decoder()
+    a, _ = inputs()
+    expectation = decode(decoder, a, beam_size=beam_size, max_length=6)
+    argmax = decode(decoder, a, beam_size=beam_size, max_length=6, hard_choice="argmax")
+    assert (expectation.locations == -1).all()
+    steps = argmax.tokens.shape[1]
+    assert argmax.locations.shape == (B, steps)
+    assert torch.equal(argmax.locations, argmax.alphas.argmax(2))  # argmax: the map's peak, word by word
+    assert decoder.attention.choice == "expectation"  # decode leaves the model as it was
+
+
+def test_argmax_decoding_beam_one_equals_greedy_and_teacher_forcing():
+    decoder = hard_decoder(seed=2)
+    a, _ = inputs(seed=4)
+    greedy = decode(decoder, a, beam_size=1, max_length=6, hard_choice="argmax")
+    beam = decode(decoder, a, beam_size=1, max_length=6, hard_choice="argmax")
+    assert torch.equal(greedy.tokens, beam.tokens) and torch.equal(greedy.locations, beam.locations)
+    # Greedy fed <start> then its own words (<pad> after <end>): teacher forcing on them replays it.
+    start = torch.full((B, 1), Vocabulary.start_id, dtype=torch.long)
+    with choosing(decoder, "argmax"), torch.no_grad():
+        forced = decoder(a, torch.cat([start, greedy.tokens[:, :-1]], dim=1))
+    torch.testing.assert_close(forced.alphas, greedy.alphas)
+    assert torch.equal(forced.locations, greedy.locations)
+
+
+def test_warmup_goes_from_the_expectation_to_the_papers_mixture_by_the_runs_step():
+    """The coin's chance reads the run's step count (set by the training step, kept in checkpoints with
+    the run's progress): a module told step 2, as a resumed run's is, is where the schedule was."""
+    attention = make(expectation_prob=0.5, warmup=4).train()
+    a, _ = inputs(batch=200)
+    shares = []
+    torch.manual_seed(0)
+    for step in range(6):
+        set_training_step(attention, step)
+        shares.append(float(attention.prepare(a).expectation.float().mean()))
+    assert shares[0] == 1.0  # step 0: soft only
+    assert [round(attention.current_expectation_prob(), 3)] == [0.5]
+    assert 0.55 < shares[2] < 0.85 and all(0.35 < s < 0.65 for s in shares[4:])  # 0.75, then 0.5
+    assert all(name.startswith("score.") for name in attention.state_dict())  # no counter of its own
+    resumed = make(expectation_prob=0.5, warmup=4)
+    set_training_step(resumed, 2)
+    assert resumed.current_expectation_prob() == 0.75
+    attention.eval()
+    attention.prepare(a)
+    assert attention.step == 5  # decoding does not advance the schedule
+    with pytest.raises(ValueError, match="warmup"):
+        make(warmup=-1)
+
+
+@pytest.mark.parametrize("kind", ["soft", "hard"])
+def test_validation_decodes_hard_attention_as_the_config_says(kind, monkeypatch):
+    """The best checkpoint is picked by the decoding it will be used with (decode.hard_choice)."""
+    from captioning.config import load_config
+    from captioning.train import validation
+
+    seen = {}
+    monkeypatch.setattr(validation, "evaluate_split", lambda *args, **kwargs: (seen.update(kwargs) or {}, []))
+
+    class Split:  # what validate reads of a split
+        annotations, records, image_ids, references, grid = [0], [0], [0], [["a"]], (1, 1)
+
+        def scorer(self, vocab, *, images=None):
+            return None
+
+    choice = ["decode.hard_choice=argmax"] if kind == "hard" else []  # soft attention is the expectation
+    config = load_config("configs/shapes_soft.yaml", [f"model.attention={kind}", *choice])
+    validation.validate(None, Split(), None, config, device="cpu")
+    assert seen["hard_choice"] == ("argmax" if kind == "hard" else None)
+    with pytest.raises(ConfigError, match="decode.hard_choice=argmax applies to hard attention only"):
+        load_config("configs/shapes_soft.yaml", ["decode.hard_choice=argmax"])

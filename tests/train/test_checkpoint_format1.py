@@ -1,0 +1,80 @@
+"""Checkpoints written before the config had sections and the decoder had seams (format 1) load,
+caption, score and resume exactly as the code that wrote them did (tests/fixtures/format1/README.md)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from captioning.config import ConfigError, from_dict, load_config
+from captioning.model.decoding import decode
+from captioning.train.checkpoint import FORMAT_VERSION, decoder_from_checkpoint, load_checkpoint
+from captioning.train.loop import fit
+from tests.tiny import REPO, TINY
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "format1"
+EXPECTED = torch.load(FIXTURES / "expected.pt", weights_only=True)
+# each fixture: the config it was trained with, in today's keys
+RUNS = {"soft": ("configs/shapes_soft.yaml", ()),
+        "hard": ("configs/shapes_hard.yaml", ("model.hard.warmup=4", "train.reinforce.warmup=8")),
+        "relations": ("studies/relations/configs/shapes_relations_16ep.yaml", ())}
+
+
+@pytest.mark.parametrize("name", RUNS)
+def test_a_format1_checkpoint_computes_what_the_old_code_computed(name):
+    payload = load_checkpoint(FIXTURES / f"{name}_last.pt")
+    assert payload["format_version"] == FORMAT_VERSION == 2
+    config = from_dict(payload["config"])
+    decoder = decoder_from_checkpoint(payload, config)  # a strict load: every parameter has its new name
+    expected, annotations = EXPECTED[name], EXPECTED["annotations"]
+    vocab_size = len(payload["vocab"])
+    tokens = torch.tensor([[1, 5, 6, 7, 8, 2], [1, 9, 10, 2, 0, 0]]) % vocab_size
+    tokens[:, 0] = 1
+    with torch.no_grad():
+        output = decoder(annotations, tokens[:, :-1], lengths=torch.tensor([5, 3]))
+    torch.testing.assert_close(output.logits, expected["logits"], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(output.alphas, expected["alphas"], rtol=1e-5, atol=1e-6)
+    for choice in (("expectation", "argmax") if name == "hard" else (None,)):
+        for beam in (1, 2):
+            captions = decode(decoder, annotations, beam_size=beam, max_length=8, hard_choice=choice)
+            assert torch.equal(captions.tokens, expected[f"tokens_{choice}_{beam}"]), (choice, beam)
+            torch.testing.assert_close(captions.alphas, expected[f"alphas_{choice}_{beam}"], rtol=1e-5, atol=1e-6)
+
+
+def test_the_migrated_config_names_every_setting_in_its_section():
+    relations = from_dict(load_checkpoint(FIXTURES / "relations_last.pt")["config"])
+    assert (relations.model.extras.glimpses, relations.model.extras.query_word) == (2, True)
+    assert (relations.model.extras.init, relations.model.extras.position) == ("layout", "coordinates")
+    assert relations.model.local.sigma == 1.75 and relations.train.ema_decay == 0.999
+    hard = from_dict(load_checkpoint(FIXTURES / "hard_last.pt")["config"])
+    assert (hard.model.hard.warmup, hard.train.reinforce.warmup) == (4, 8)
+    assert hard.decode.hard_choice == "expectation"
+
+
+def test_a_format1_config_file_is_refused_naming_each_key_that_moved():
+    with pytest.raises(ConfigError, match=r"shapes_hard_v1.yaml: 'model.hard_expectation_prob' is now "
+                                          r"'model.hard.expectation_prob'"):
+        load_config(FIXTURES / "shapes_hard_v1.yaml")
+
+
+@pytest.mark.parametrize("name", RUNS)
+def test_training_resumes_from_a_format1_checkpoint_as_the_old_code_did(name, tmp_path, shapes_root):
+    """The two steps after resuming from the format-1 last.pt (step 4) give the old code's losses:
+    weights, optimizer, RNG states, the weights' average, the REINFORCE baseline and both warm-ups
+    (hard attention's coin and the REINFORCE terms) carry over."""
+
+    config_file, extra = RUNS[name]
+    out = tmp_path / name
+    out.mkdir()
+    shutil.copy(FIXTURES / f"{name}_last.pt", out / "last.pt")
+    config = load_config(REPO / config_file, [f"data.root={shapes_root}", *TINY, f"train.out_dir={out}",
+                                              "train.log_every_steps=1", "train.max_steps=6", *extra])
+    fit(config, resume=True)
+    log = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+    losses = [entry["loss"] for entry in log if "loss" in entry and entry["step"] > 4]
+    torch.testing.assert_close(torch.tensor(losses, dtype=torch.float64), EXPECTED[name]["resumed_losses"],
+                               rtol=1e-5, atol=1e-6)

@@ -1,0 +1,138 @@
+"""Exact resume after SIGKILL (a subprocess killed in the middle of a checkpoint save) and after
+SIGTERM (save, then a clean exit), and the epoch's batches: bucketed, complete, a function of
+(seed, epoch). CPU, deterministic: the resumed run logs the very losses of an uninterrupted one."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+import captioning.train.loop as training
+from captioning.cli import train_main
+from captioning.data.sampling import epoch_batches, rank_batches
+from captioning.train.loop import fit
+from tests.tiny import REPO
+
+RUN = ("train.max_steps=12", "train.save_every_steps=2", "train.log_every_steps=1")  # 8 batches per epoch
+
+
+def _losses(out: Path) -> list[tuple[int, float]]:
+    lines = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+    return [(e["step"], e["loss"]) for e in lines if "loss" in e]
+
+
+def _weights(out: Path) -> dict[str, torch.Tensor]:
+    return torch.load(out / "last.pt", map_location="cpu", weights_only=True)["decoder"]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory, tiny_config) -> Path:
+    out = tmp_path_factory.mktemp("straight")
+    fit(tiny_config(out, *RUN))
+    assert [step for step, _ in _losses(out)] == list(range(1, 13))
+    return out
+
+
+def _assert_same_run(a: Path, b: Path) -> None:
+    assert _losses(a) == _losses(b)  # every step's loss, exactly
+    wa, wb = _weights(a), _weights(b)
+    assert all(torch.equal(wa[name], wb[name]) for name in wa)
+
+
+KILLER = textwrap.dedent("""
+    import os, signal, sys
+    import torch
+    import captioning.train.loop as training
+    from captioning.cli import train_main
+
+    saves = 0
+    real = training.save_checkpoint
+
+    def save_then_die(path, payload):
+        global saves
+        saves += 1
+        if saves == int(os.environ["KILL_AT_SAVE"]):
+            # Die in the middle of the save: the temporary file is written, the rename never happens.
+            torch.save(payload, path.with_name(f".{path.name}.tmp"))
+            os.kill(os.getpid(), signal.SIGKILL)
+        real(path, payload)
+
+    training.save_checkpoint = save_then_die
+    sys.exit(train_main(sys.argv[1:]))
+""")
+
+
+def test_sigkill_mid_epoch_then_resume_gives_the_same_losses(tmp_path: Path, tiny_run, uninterrupted: Path) -> None:
+    out = tmp_path / "killed"
+    args = [*tiny_run.overrides, f"train.out_dir={out}", *RUN]
+    script = tmp_path / "killer.py"
+    script.write_text(KILLER)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "KILL_AT_SAVE": "3", "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, str(script), "--device", "cpu", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == -signal.SIGKILL, done.stderr[-2000:]
+    saved = torch.load(out / "last.pt", map_location="cpu", weights_only=True)["progress"]
+    assert (saved["step"], saved["epoch"], saved["batch_in_epoch"]) == (4, 0, 4)  # the save at step 6 died
+    assert (out / ".last.pt.tmp").exists()  # the half-done save, never renamed
+    assert max(step for step, _ in _losses(out)) == 6  # it had trained past its last checkpoint
+
+    assert train_main(["--resume", "--device", "cpu", *args]) == 0
+    assert [step for step, _ in _losses(out)] == list(range(1, 13))  # steps 5, 6 logged once, not twice
+    _assert_same_run(uninterrupted, out)
+
+
+def test_sigterm_saves_exits_cleanly_and_resumes_exactly(tmp_path: Path, tiny_run, uninterrupted: Path,
+                                                         monkeypatch, capsys) -> None:
+    out = tmp_path / "terminated"
+    args = ["--device", "cpu", *tiny_run.overrides, f"train.out_dir={out}", *RUN]
+    real, calls = training.train_step, []
+
+    def terminated_at_step_5(*a, **k):
+        calls.append(1)
+        if len(calls) == 5:
+            os.kill(os.getpid(), signal.SIGTERM)  # what a cluster sends before preempting the job
+        return real(*a, **k)
+
+    monkeypatch.setattr(training, "train_step", terminated_at_step_5)
+    assert train_main(args) == 128 + signal.SIGTERM
+    assert "stopped by SIGTERM after 5 steps" in capsys.readouterr().err
+    assert torch.load(out / "last.pt", map_location="cpu", weights_only=True)["progress"]["step"] == 5
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the handler is gone again
+    monkeypatch.setattr(training, "train_step", real)
+    assert train_main(["--resume", *args]) == 0
+    _assert_same_run(uninterrupted, out)
+
+
+# the epoch's batches -------------------------------------------------------------------------------
+
+
+def test_bucketed_batches_are_complete_deterministic_and_less_padded() -> None:
+    lengths = [int(x) for x in torch.randint(5, 25, (1000,), generator=torch.Generator().manual_seed(0))]
+    batches = epoch_batches(lengths, batch_size=16, seed=3, epoch=2, pool=10)
+    assert sorted(i for b in batches for i in b) == list(range(1000))  # every pair once
+    assert batches == epoch_batches(lengths, batch_size=16, seed=3, epoch=2, pool=10)  # a pure function
+    assert batches != epoch_batches(lengths, batch_size=16, seed=3, epoch=3, pool=10)
+    plain = epoch_batches(lengths, batch_size=16, seed=3, epoch=2, bucket=False)
+
+    def padding(bs):
+        return sum(max(lengths[i] for i in b) * len(b) - sum(lengths[i] for i in b) for b in bs)
+
+    assert padding(batches) < 0.25 * padding(plain)
+    spans = [max(lengths[i] for i in b) for b in batches]
+    assert spans != sorted(spans) and spans != sorted(spans, reverse=True)  # the batch order is shuffled
+
+
+def test_rank_batches_split_each_global_batch() -> None:
+    batches = [list(range(0, 16)), list(range(16, 31)), [31]]
+    parts = [rank_batches(batches, rank=r, world_size=2) for r in (0, 1)]
+    assert parts[0] == [list(range(0, 8)), list(range(16, 23))]
+    assert parts[1] == [list(range(8, 16)), list(range(23, 31))]  # [31] alone cannot be split: dropped
+    assert rank_batches(batches, rank=0, world_size=1) == batches
