@@ -1,4 +1,4 @@
-"""Time per training epoch with the annotation cache vs. the encoder run on the fly (issue 3).
+"""Time per training epoch with the annotation cache vs. the encoder run on the fly.
 
     python benchmarks/feature_cache.py --root data/shapes_bench --steps 20
 

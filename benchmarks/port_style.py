@@ -1,7 +1,7 @@
 """Our re-implementation of the loop style of the popular public PyTorch ports of Show, Attend and Tell.
 
 This is NOT their code. It reproduces, on *our* model and parameters (so that the arithmetic of the
-model is identical and only the style differs), the patterns issue 5 names, as found in the most
+model is identical and only the style differs), the patterns that make them slow, as found in the most
 widely copied tutorial port (sgrvinod/a-PyTorch-Tutorial-to-Image-Captioning: `models.py`
 DecoderWithAttention.forward and Attention.forward, `caption.py` caption_image_beam_search):
 

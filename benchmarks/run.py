@@ -1,4 +1,4 @@
-"""Throughput and peak memory of the decoder: the cases of issue 5, one line each.
+"""Throughput and peak memory of the decoder: five cases, one line each.
 
     python benchmarks/run.py --cases a,b,c3,c5,d [--json PATH] [--threads N] [--repeats R]
                              [--impl fast|reference|port] [--device cpu|cuda] [--amp bf16] [--compile]
@@ -41,12 +41,13 @@ from pathlib import Path
 
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
-
 from captioning.data.vocab import Vocabulary
-from captioning.model.attention import build_attention
+from captioning.model.attention import SoftAttention
 from captioning.model.decoder import AttentionDecoder
+from captioning.model.scores import AdditiveScore
 from captioning.train.losses import cross_entropy, doubly_stochastic
+
+REPO = Path(__file__).resolve().parents[1]
 
 CASES = ("a", "b", "c3", "c5", "d")
 VOCAB, EMBED, HIDDEN, ATTENTION = 10_000, 512, 512, 512
@@ -82,8 +83,7 @@ def machine() -> dict[str, str | int]:
 
 def make_decoder(*, annotation_dim: int, device: str) -> AttentionDecoder:
     torch.manual_seed(0)
-    attention = build_attention(kind="soft", score="additive", annotation_dim=annotation_dim, hidden_dim=HIDDEN,
-                                attention_dim=ATTENTION)
+    attention = SoftAttention(AdditiveScore(annotation_dim=annotation_dim, hidden_dim=HIDDEN, attention_dim=ATTENTION))
     return AttentionDecoder(vocab_size=VOCAB, annotation_dim=annotation_dim, embed_dim=EMBED, hidden_dim=HIDDEN,
                             attention=attention, gate="scalar", dropout=0.3).to(device)
 

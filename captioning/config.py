@@ -310,12 +310,13 @@ def _ranges(config: Config) -> dict[str, tuple[Any, str, bool]]:
 
 def _combinations(config: Config) -> list[str]:
     """Settings that are each fine but that no run can use together."""
+    from captioning.data.shapes.grounding import METRICS as SHAPES_METRICS
+    from captioning.eval.metrics import VALIDATION_METRICS
     from captioning.model.encoder import stage_names
-    from captioning.train.validation import validation_metrics
 
     m, t, e = config.model, config.train, config.encoder
     problems = []
-    metrics = validation_metrics(config.data.dataset)
+    metrics = VALIDATION_METRICS + (SHAPES_METRICS if config.data.dataset == "shapes" else ())  # what validation scores
     if t.val_metric not in metrics:
         problems.append(f"train.val_metric '{t.val_metric}' is not a metric that validation produces on "
                         f"data.dataset={config.data.dataset} (it produces {', '.join(metrics)})")

@@ -16,8 +16,8 @@ from captioning.data.coco import read_records
 from captioning.data.features import cache_dir, load_or_compute
 from captioning.data.karpathy import ImageRecord
 from captioning.data.mirror import mirror_image
-from captioning.data.shapes.grounding import Grounding, ShapesScorer, read_grounding
-from captioning.data.shapes.scenes import SHAPES_DEFAULT_COUNTS, make_shapes
+from captioning.data.shapes.grounding import ShapesScorer
+from captioning.data.shapes.scenes import SHAPES_DEFAULT_COUNTS, Grounding, make_shapes, read_grounding
 from captioning.data.vocab import Vocabulary
 from captioning.model.encoder import Encoder
 

@@ -109,8 +109,9 @@ class AttentionDecoder(nn.Module):
 
     @property
     def fusable(self) -> bool:
-        """Whether the fused recurrence (captioning.model.fused) computes this decoder's steps."""
-        return fused.supports(self)
+        """Whether the fused recurrence (captioning.model.fused) computes this decoder's steps: the
+        paper's query and the attention that path implements."""
+        return type(self.query) is PreviousState and fused.supports(self.attention)
 
     def _advance(self, memory: Memory, state: DecoderState,
                  embedded: torch.Tensor) -> tuple[DecoderState, torch.Tensor, AttentionOutput]:

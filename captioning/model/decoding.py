@@ -45,7 +45,7 @@ def _stepper(decoder: AttentionDecoder, annotations: torch.Tensor, group: int) -
     """One decoding step for `group` hypotheses per image, and the initial state [B*group, H].
 
     The image-side work (keys, h_0, c_0) is done once per image. Soft attention with the additive
-    score shares each image's memory among its hypotheses (captioning.fused.GroupedStep); any other
+    score shares each image's memory among its hypotheses (captioning.model.fused.GroupedStep); any other
     attention gets the memory rows repeated once per hypothesis. Soft attention chooses no cell:
     its locations are -1.
     """

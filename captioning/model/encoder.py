@@ -5,14 +5,14 @@ Notation: B batch, S input side, D channels, (Hg, Wg) the feature grid, L = Hg *
 The paper attends over VGG-19 conv5_4 (after its ReLU, before the last max-pool): a stride-16
 layer, 14x14x512 at 224². A small CNN's last stride-32 layer gives only 7x7 cells at 224², each of
 which sees most of the image, so attention has little room to say *where*; we default to the
-stride-16 layer (see docs/results.md for the measurements). The grid is always what the network
+stride-16 layer (studies/attention_table measures the difference). The grid is always what the network
 gives for the input size (ResNet's stride-32 layer4 at 448² gives 14x14): never an upsampled one.
 
 Convolutions pad their borders with zeros, as the weights were trained; `padding` can make them
 reflect or replicate the border instead. Zero padding is how a CNN tells a border cell from an
 inner one, so its features carry some absolute position (Islam et al., "How much position
 information do convolutional neural networks encode?", ICLR 2020); the attention study measures
-what taking that cue away does (docs/attention.md).
+what taking that cue away does (studies/position_in_features, studies/attention_table).
 
 The encoder is frozen and in eval mode unless `fine_tune_from` names a stage: that stage and the
 later ones train (and follow `.train()`), the earlier ones stay frozen in eval mode, so their

@@ -31,15 +31,13 @@ from captioning.model.attention import SoftAttention
 from captioning.model.scores import AdditiveScore
 
 
-def supports(decoder: torch.nn.Module) -> bool:
-    """Whether `decoder` is exactly what this path implements: the paper's query h_{t-1}, and soft
-    attention with the additive score at temperature 1 (the fused softmax has none). What attention
-    sees of the annotations does not matter: `prepare` runs before the recurrence either way."""
-    from captioning.model.decoder import PreviousState  # the decoder imports this module
-
-    attention = decoder.attention
-    return (type(decoder.query) is PreviousState and type(attention) is SoftAttention
-            and type(attention.score) is AdditiveScore and attention.temperature == 1.0)
+def supports(attention: torch.nn.Module) -> bool:
+    """Whether `attention` is exactly what this path implements: soft attention with the additive
+    score at temperature 1 (the fused softmax has none). What attention sees of the annotations does
+    not matter: `prepare` runs before the recurrence either way. (The decoder adds its own
+    condition: the paper's query, h_{t-1}.)"""
+    return (type(attention) is SoftAttention and type(attention.score) is AdditiveScore
+            and attention.temperature == 1.0)
 
 
 def hidden_weights(decoder: torch.nn.Module) -> torch.Tensor:

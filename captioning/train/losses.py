@@ -41,7 +41,8 @@ def doubly_stochastic(alphas: torch.Tensor, mask: torch.Tensor, *, target: str =
     the term spreads the maps out; `target="length"` uses tau = T/L, the target that can be met.
     But sum_i (tau - S_i)^2 = L tau^2 - 2 tau sum_i S_i + sum_i S_i^2 and sum_i S_i = T whatever the
     maps, so the two targets differ by a constant: their gradients are identical, both push towards
-    uniform coverage (sum_i S_i^2), and they train alike (tests/test_losses.py, docs/attention.md).
+    uniform coverage (sum_i S_i^2), and they train alike (tests/train/test_losses.py,
+    studies/attention_table).
     """
     mask = mask.to(alphas.dtype)
     totals = (alphas * mask[:, :, None]).sum(dim=1)  # [B, L], sum_t alpha_ti over real steps

@@ -45,14 +45,6 @@ def hard_choice(config: Config) -> str | None:
     return config.decode.hard_choice if config.model.attention == "hard" else None
 
 
-def validation_metrics(dataset: str) -> tuple[str, ...]:
-    """The metrics validation produces on `dataset` that can pick a checkpoint (train.val_metric)."""
-    from captioning.data.shapes.grounding import METRICS
-    from captioning.eval.metrics import VALIDATION_METRICS
-
-    return VALIDATION_METRICS + (METRICS if dataset == "shapes" else ())
-
-
 @torch.no_grad()
 def log_overlays(writer: SummaryWriter, decoder: AttentionDecoder, split: Split, annotations: Any, vocab: Vocabulary,
                  *, count: int, max_length: int, step: int, device: str | torch.device,

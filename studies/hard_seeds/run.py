@@ -4,7 +4,7 @@ REINFORCE terms in gradually (train.reinforce_warmup) change that?
     python -m studies.hard_seeds.run                  # train what is missing, then rewrite the table
     python -m studies.hard_seeds.run --tables-only
 
-The setting of tests/test_learning.py: shapes data of 600 / 60 / 100 images (seed 7),
+The setting of tests/train/test_learning.py: shapes data of 600 / 60 / 100 images (seed 7),
 configs/shapes_hard.yaml for 5 epochs (235 batches) with the coin's warm-up over the first 100, one
 CPU thread, seeds 7 to 11; each variant with and without the REINFORCE terms' warm-up over the first
 200 batches. Scored on the 100 test images, greedy, with the chosen cell (argmax). Results are kept

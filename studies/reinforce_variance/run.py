@@ -1,5 +1,5 @@
 """Gradient variance of hard attention's REINFORCE estimator with each baseline, on a toy problem
-small enough to know the exact gradient (the one tests/test_reinforce.py checks for bias).
+small enough to know the exact gradient (the one tests/train/test_reinforce.py checks for bias).
 
     python -m studies.reinforce_variance.run            # prints a markdown table
 
@@ -20,8 +20,9 @@ import itertools
 import torch
 
 from captioning.data.vocab import Vocabulary
-from captioning.model.attention import GivenLocations, build_attention
+from captioning.model.attention import GivenLocations, HardAttention
 from captioning.model.decoder import AttentionDecoder
+from captioning.model.scores import AdditiveScore
 from captioning.train.losses import Reinforce, caption_log_likelihood, cross_entropy
 
 GRID, D, H, A, V = (1, 3), 8, 16, 8, 11
@@ -31,8 +32,7 @@ BATCH, REPEATS = 64, 400
 
 def decoder(sequences: torch.Tensor | None = None) -> AttentionDecoder:
     torch.manual_seed(0)
-    attention = build_attention(kind="hard", score="additive", annotation_dim=D, hidden_dim=H, attention_dim=A,
-                                grid=GRID, expectation_prob=0.0)
+    attention = HardAttention(AdditiveScore(annotation_dim=D, hidden_dim=H, attention_dim=A), expectation_prob=0.0)
     if sequences is not None:
         attention = GivenLocations(attention.score, sequences)
     return AttentionDecoder(vocab_size=V, annotation_dim=D, embed_dim=8, hidden_dim=H, attention=attention,

@@ -4,7 +4,7 @@
         [--captions <eval.py's captions: metrics_test_captions.json beside its --out>]
 
 Two things can make a relation hard on the shapes data. Its *axis* is the one along which the two
-centres differ most (captioning.data.shapes.relation), so a pair near the diagonal, |dx| close to
+centres differ most (captioning.data.shapes.scenes.relation), so a pair near the diagonal, |dx| close to
 |dy|, needs positions read finely. And with three objects, the relation is said before B is named,
 so naming B must find the object that lies that way of A and not the third one. This splits the
 relation probe's answers (captioning.data.shapes.probe: whole captions "a A <relation> a B", B given) by the
@@ -16,7 +16,7 @@ the decoder rates likeliest. Where a reference caption's first object shares its
 (a red square beside a yellow square), it says where the map that predicts that shape sits, fed the
 colour: on the red square, or on its twin. With
 `--captions` (eval.py's COCO-format results for the same split) it also splits the verdicts of the
-relations the captions state (captioning.evaluation.VERDICTS) by object count, and says why each
+relations the captions state (captioning.data.shapes.grounding.VERDICTS) by object count, and says why each
 false one is false (CAUSES): no object lies that way of A, or one does and B named another, or a
 phrase names no object, and splits them by whether two objects of the image share a shape; and,
 teacher-forced on those captions, where the maps sit at the first stated relation's first word,
@@ -35,9 +35,9 @@ import numpy as np
 import torch
 
 from captioning.config import apply_overrides, from_dict
-from captioning.data.shapes.grounding import VERDICTS, Grounding, relation_verdict, stated_relations, word_objects
+from captioning.data.shapes.grounding import VERDICTS, relation_verdict, stated_relations, word_objects
 from captioning.data.shapes.probe import relation_probe
-from captioning.data.shapes.scenes import RELATIONS, SHAPES, ShapeObject, relation
+from captioning.data.shapes.scenes import RELATIONS, SHAPES, Grounding, ShapeObject, relation
 from captioning.data.splits import Split, load_splits
 from captioning.data.vocab import Vocabulary
 from captioning.eval.grounding import box_mass
@@ -266,7 +266,7 @@ CAUSES = ("no object that way", "another object that way", "A names none", "B na
 
 
 def verdict_causes(words: list[str], truth: Grounding) -> list[tuple[str, str | None]]:
-    """Per relation the words state: its verdict (captioning.evaluation.VERDICTS) and, where it is
+    """Per relation the words state: its verdict (captioning.data.shapes.grounding.VERDICTS) and, where it is
     not true, its cause (CAUSES)."""
     return [verdict_cause(a, stated, b, truth.objects) for a, stated, b in stated_relations(words, truth.objects)]
 

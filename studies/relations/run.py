@@ -119,7 +119,7 @@ RUNS = {
     # ... trained for 32 epochs: the probe of the weak seed 1 was still rising at epoch 16, and the
     # train split's probe is no better than the validation split's. It was resumed from the run
     # above's last.pt; trained from scratch it is the same run (the rate never halved in those 16
-    # epochs, early stopping never came, and resuming is exact: tests/test_training.py).
+    # epochs, early stopping never came, and resuming is exact: tests/train/test_loop.py).
     **{f"soft_local_layout_glimpses_coordinates_32ep_by_probe_words3_patience3_seed{seed}": (
         "shapes_soft.yaml", (*GLIMPSES_LOCAL_16EP_BY_PROBE, f"train.word_weights={relation_word_weights(3)}",
                              "train.lr_patience=3", f"train.seed={seed}", "train.epochs=32",

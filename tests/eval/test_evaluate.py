@@ -12,8 +12,8 @@ import pytest
 import captioning.eval.metrics as evaluation
 from captioning.cli import eval_main
 from captioning.data.karpathy import read_split
-from captioning.data.shapes.grounding import Grounding, grounding_scores, word_objects
-from captioning.data.shapes.scenes import ShapeObject
+from captioning.data.shapes.grounding import grounding_scores, word_objects
+from captioning.data.shapes.scenes import Grounding, ShapeObject
 from captioning.eval.grounding import box_mass, box_share
 from captioning.eval.metrics import caption_metrics, java_available
 

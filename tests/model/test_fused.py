@@ -57,8 +57,8 @@ def loss_of(output, targets, mask):
 
 
 def test_the_default_decoder_takes_the_fused_path_and_others_do_not():
-    assert fused.supports(make_decoder())
-    assert not fused.supports(make_decoder(plain=True))
+    assert make_decoder().fusable and fused.supports(make_decoder().attention)
+    assert not make_decoder(plain=True).fusable
     assert type(make_decoder().attention.score) is AdditiveScore
 
 
@@ -99,7 +99,7 @@ def test_with_grid_coordinates_the_fused_path_equals_the_stepwise_one():
             attention = PlainSoftAttention(attention.score, inputs=tuple(attention.inputs))
         made.append(AttentionDecoder(vocab_size=V, annotation_dim=D, embed_dim=E, hidden_dim=H,
                                      attention=attention, dropout=0.0).to(torch.float64))
-    assert fused.supports(made[0]) and not fused.supports(made[1])
+    assert made[0].fusable and not made[1].fusable
     annotations, inputs, targets, mask = make_batch(3)
     results = []
     for decoder in made:

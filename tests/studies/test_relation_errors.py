@@ -10,8 +10,7 @@ import pytest
 import torch
 
 from captioning.data.shapes import probe
-from captioning.data.shapes.grounding import Grounding
-from captioning.data.shapes.scenes import RELATIONS, ShapeObject
+from captioning.data.shapes.scenes import RELATIONS, Grounding, ShapeObject
 
 pytestmark = pytest.mark.study
 

@@ -71,8 +71,8 @@ def test_hard_attention_learns_to_look_at_the_object(shapes, tmp_path):
     and the REINFORCE terms' warm-ups scaled to this data: 100 and 200 of 235 batches), decoded
     with the chosen cell (argmax), so the map that is scored is the one that picked what the decoder
     saw. Over seeds 7-11 this setting gave 6.55, 12.03, 2.55, 9.69 and 9.39x chance, and without the
-    REINFORCE warm-up 7.53, 13.42, 7.91, 9.68 and 8.25x (`python benchmarks/hard_seeds.py`,
-    docs/attention.md). The test pins seed 11, the median."""
+    REINFORCE warm-up 7.53, 13.42, 7.91, 9.68 and 8.25x (`python -m studies.hard_seeds.run`,
+    studies/hard_seeds). The test pins seed 11, the median."""
     metrics = train_and_score("shapes_hard.yaml", shapes, tmp_path / "run", "model.hard.warmup=100",
                               "train.reinforce.warmup=200", "train.seed=11", hard_choice="argmax")
     assert metrics["Bleu_4"] >= 0.35, metrics  # 0.475 when written

@@ -15,49 +15,20 @@ caption and per batch of images, through its `scorer` seam.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import torch
 
 from captioning.data.shapes.probe import ProbeAnswer, probe_scores, relation_probe
-from captioning.data.shapes.scenes import COLOURS, RELATIONS, SHAPES, SIZES, ShapeObject, relation
+from captioning.data.shapes.scenes import COLOURS, RELATIONS, SHAPES, SIZES, Grounding, ShapeObject, relation
 from captioning.data.vocab import Vocabulary
 from captioning.eval.grounding import box_mass, box_share
 
 # The scores a checkpoint can be picked by (train.val_metric): higher is better.
 METRICS = ("attention_correctness", "relation_accuracy", "relation_probe_accuracy", "relation_probe_axis",
            "relation_probe_direction", "relation_probe_words")
-
-
-@dataclass
-class Grounding:
-    """Ground truth of one image for scoring attention: its objects and its size."""
-
-    objects: list[ShapeObject]
-    width: int
-    height: int
-
-    def object_cells(self, rows: int, columns: int) -> np.ndarray:
-        """[rows * columns] bool, in grid order: the cells whose centre lies inside an object's box."""
-        y, x = np.meshgrid((np.arange(rows) + 0.5) * self.height / rows,
-                           (np.arange(columns) + 0.5) * self.width / columns, indexing="ij")
-        hit = np.zeros((rows, columns), dtype=bool)
-        for o in self.objects:
-            hit |= (x >= o.box[0]) & (x <= o.box[2]) & (y >= o.box[1]) & (y <= o.box[3])
-        return hit.reshape(-1)
-
-
-def read_grounding(path: str | Path, image_ids: list[int]) -> list[Grounding]:
-    """The objects of each image, in the order of image_ids, from a shapes objects.json."""
-    data = json.loads(Path(path).read_text())
-    side = int(data["image_size"])
-    return [Grounding([ShapeObject(o["shape"], o["colour"], o["size"], tuple(o["box"]))
-                       for o in data["images"][str(i)]["objects"]], side, side) for i in image_ids]
 
 
 _PHRASE = rf"(?:({'|'.join(SIZES)}) )?({'|'.join(COLOURS)}) ({'|'.join(SHAPES)})"

@@ -6,7 +6,7 @@ For each ordered pair of objects (A, B) of an image, the probe scores the four c
 (the whole caption with its <end>), and takes the likeliest; its accuracy is how often that is the
 true relation (chance: 0.25). The answers split in two: whether the right *axis* is picked
 (left/right against above/below: which of |dx|, |dy| is larger) and, where it is, the right
-*direction* along it (the sign); a decoder can know the one and not the other (docs/attention.md).
+*direction* along it (the sign); a decoder can know the one and not the other (studies/relations).
 The whole caption includes B, so a decoder can pass the probe by *checking*: having said "above a",
 it looks above A and finds B there or not. The relation's words alone, the likeliest of the four
 after "a <A>", are what it would *say* before naming B; relation_probe_words is how often they hold
@@ -16,25 +16,21 @@ The captions share their beginnings, so they are scored as a tree, each shared p
 a <A>" once per image and first object, each relation's words (and the "a" after them) once per
 first object, and only "<colour B> <shape B> <end>" once per pair and relation. That is about half
 the decoder steps of scoring the captions one by one, and the attention keys are computed once per
-image; the log-likelihoods are the same (tests/test_probe.py).
+image; the log-likelihoods are the same (tests/data/shapes/test_probe.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
-from captioning.data.shapes.scenes import RELATIONS, relation
+from captioning.data.shapes.scenes import RELATIONS, Grounding, relation
 from captioning.data.vocab import Vocabulary
 from captioning.model.attention import Memory
 from captioning.model.decoder import AttentionDecoder, DecoderState
-
-if TYPE_CHECKING:
-    from captioning.data.shapes.grounding import Grounding
 
 Phrase = tuple[str, str]  # (colour, shape): how a caption names an object
 

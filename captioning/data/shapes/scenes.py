@@ -244,3 +244,29 @@ def make_shapes(out: str | Path, counts: dict[str, int], seed: int = 0, image_si
     split_file.write_text(json.dumps({"dataset": "shapes", "images": karpathy_images}))
     (out / "objects.json").write_text(json.dumps({"image_size": image_size, "images": objects_file}))
     return split_file
+
+
+@dataclass
+class Grounding:
+    """Ground truth of one image for scoring attention: its objects and its size."""
+
+    objects: list[ShapeObject]
+    width: int
+    height: int
+
+    def object_cells(self, rows: int, columns: int) -> np.ndarray:
+        """[rows * columns] bool, in grid order: the cells whose centre lies inside an object's box."""
+        y, x = np.meshgrid((np.arange(rows) + 0.5) * self.height / rows,
+                           (np.arange(columns) + 0.5) * self.width / columns, indexing="ij")
+        hit = np.zeros((rows, columns), dtype=bool)
+        for o in self.objects:
+            hit |= (x >= o.box[0]) & (x <= o.box[2]) & (y >= o.box[1]) & (y <= o.box[3])
+        return hit.reshape(-1)
+
+
+def read_grounding(path: str | Path, image_ids: list[int]) -> list[Grounding]:
+    """The objects of each image, in the order of image_ids, from a shapes objects.json."""
+    data = json.loads(Path(path).read_text())
+    side = int(data["image_size"])
+    return [Grounding([ShapeObject(o["shape"], o["colour"], o["size"], tuple(o["box"]))
+                       for o in data["images"][str(i)]["objects"]], side, side) for i in image_ids]

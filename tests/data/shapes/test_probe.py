@@ -11,9 +11,8 @@ import torch
 
 from captioning.config import ExtrasConfig, ModelConfig
 from captioning.data.shapes import probe
-from captioning.data.shapes.grounding import Grounding
 from captioning.data.shapes.probe import probe_scores, relation_log_likelihoods, relation_probe
-from captioning.data.shapes.scenes import RELATIONS, ShapeObject
+from captioning.data.shapes.scenes import RELATIONS, Grounding, ShapeObject
 from captioning.data.vocab import SPECIALS, Vocabulary
 from captioning.model.attention import choosing
 from captioning.model.captioner import build_decoder

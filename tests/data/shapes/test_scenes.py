@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from captioning.data.shapes.grounding import Grounding
 from captioning.data.shapes.scenes import (
     COLOURS,
     RELATIONS,
     SHAPES,
     SIZES,
+    Grounding,
     ShapeObject,
     generate_image,
     make_shapes,

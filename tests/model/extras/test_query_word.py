@@ -49,7 +49,7 @@ def test_the_additive_map_is_computed_from_the_state_and_the_previous_word():
 
 @pytest.mark.parametrize("glimpses", [1, 2])
 def test_the_map_for_a_word_sees_the_word_before_it_and_nothing_later(glimpses):
-    """The paper's alpha_t depends on y_{<t-1} only (tests/test_decoder.py); with the word in the query
+    """The paper's alpha_t depends on y_{<t-1} only (tests/model/test_decoder.py); with the word in the query
     it also depends on y_{t-1}, the token fed at step t, and still on nothing after it."""
     decoder = make_decoder(1, f"model.extras.glimpses={glimpses}")
     annotations, tokens = make_inputs()
