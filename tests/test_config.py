@@ -174,3 +174,66 @@ def test_round_trip_through_to_dict_and_from_dict():
     assert from_dict(config.to_dict()) == config
     with pytest.raises(ConfigError, match="bogus"):
         from_dict({"train": {"bogus": 1}})
+
+
+# every value checked at load, before any data or model work ----------------------------------------
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["train.val_metric=METEOR"], "train.val_metric 'METEOR' is not a metric that validation produces on "
+                                  "data.dataset=shapes (it produces Bleu_1, Bleu_2, Bleu_3, Bleu_4, CIDEr, "),
+    (["data.dataset=coco", "train.val_metric=relation_probe_accuracy"], "'relation_probe_accuracy' is not a metric"),
+    (["model.score=telepathic"], "model.score 'telepathic' is not one of additive, concat, general, dot, scaled_dot, "
+                                 "cosine, location, local"),
+    (["model.attention=hard", "train.reinforce.baseline=leave_one_out"],
+     "leave_one_out needs train.reinforce.samples >= 2"),
+    (["model.extras.glimpses=2", "model.attention=hard"], "model.extras.glimpses=2 needs model.attention=soft"),
+    (["model.local.sigma=2.0"], "model.local applies to the local score only"),
+    (["decode.hard_choice=argmax"], "decode.hard_choice=argmax applies to hard attention only"),
+    (["encoder.fine_tune_from=layer9"], "encoder.fine_tune_from 'layer9' is not a stage of efficientnet_lite0"),
+    (["train.epochs=ten"], "train.epochs must be an integer, got 'ten'"),
+    (["train.epochs=2.5"], "train.epochs must be an integer"),
+    (["model.extras.query_word=1"], "model.extras.query_word must be true or false"),
+    (["train.max_steps=0"], "train.max_steps must be at least 1"),
+    (["model.dropout=1.0"], "model.dropout must be in [0, 1)"),
+    (["model.hard.expectation_prob=1.5"], "model.hard.expectation_prob must be in [0, 1]"),
+    (["train.lr=-0.1"], "train.lr must be positive"),
+    (["train.reinforce.entropy_weight=-1"], "train.reinforce.entropy_weight must be at least 0"),
+    (["train.optimizer=sgd"], "train.optimizer 'sgd' is not one of adam, rmsprop"),
+])
+def test_a_value_no_run_can_use_is_refused_at_load_in_one_line(overrides, message):
+    with pytest.raises(ConfigError) as refused:
+        load_config(None, overrides)
+    assert message in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_the_shapes_metrics_can_pick_a_checkpoint_on_the_shapes_data():
+    assert load_config(None, ["train.val_metric=relation_probe_accuracy"]).train.val_metric == "relation_probe_accuracy"
+    assert load_config(None, ["data.dataset=coco", "train.val_metric=Bleu_4"]).train.val_metric == "Bleu_4"
+
+
+def test_every_encoder_stage_the_config_accepts_is_one_the_encoder_has(resnet18_file):
+    """stage_names lists the stages without building the encoder; it must be the built encoder's."""
+    import torchvision
+
+    from captioning.model.encoder import _cut, _vgg_stages, build_encoder, stage_names
+
+    for name, layer, weights in (("efficientnet_lite0", "stride16", None), ("efficientnet_lite0", "stride32", None),
+                                 ("resnet18", "stride16", resnet18_file), ("resnet18", "stride32", resnet18_file)):
+        encoder = build_encoder(name=name, layer=layer, weights_path=None if weights is None else str(weights))
+        assert stage_names(name, layer) == [stage for stage, _ in encoder.body.named_children()], (name, layer)
+    vgg = torchvision.models.vgg19(weights=None).features  # the layers, without weights
+    for layer, last in (("stride16", "relu5_4"), ("stride32", "pool5")):
+        assert stage_names("vgg19", layer) == [stage for stage, _ in _cut(_vgg_stages(vgg), last).named_children()]
+
+
+def test_a_checkpoints_config_is_checked_too():
+    values = Config().to_dict()
+    values["model"]["score"] = "telepathic"
+    with pytest.raises(ConfigError, match="best.pt: config: model.score 'telepathic'"):
+        from_dict(values, where="best.pt: config")
+
+
+def test_an_int_given_for_a_number_becomes_a_float():
+    config = load_config(None, ["train.lr=1", "model.local.sigma=2", "model.score=local"])
+    assert isinstance(config.train.lr, float) and isinstance(config.model.local.sigma, float)
