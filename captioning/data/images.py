@@ -6,11 +6,12 @@ crop box, in the original image's pixels, lets an attention map be drawn back on
 
 from __future__ import annotations
 
+import struct
 from pathlib import Path
 
 import numpy as np
 import torch
-from PIL import Image, UnidentifiedImageError
+from PIL import Image, ImageOps, UnidentifiedImageError
 
 
 class ImageReadError(ValueError):
@@ -18,18 +19,46 @@ class ImageReadError(ValueError):
 
 
 def load_image(path: str | Path) -> Image.Image:
-    """Any file PIL reads (grayscale, palette, CMYK, 16-bit) as 8-bit RGB."""
+    """The picture in a file as 8-bit RGB, upright, as a photo viewer shows it.
+
+    Turned by its EXIF orientation (a phone photo taken upright is stored sideways with a tag);
+    transparent pixels over white; 16-bit and 32-bit grayscale scaled to 8 bits; an animated image's
+    first frame. Anything that is not a readable image (missing, empty, a folder, no permission,
+    truncated, corrupt, a decompression bomb) raises ImageReadError with the path and the problem.
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise ImageReadError(f"{path}: is a folder, not an image")
     try:
+        if path.stat().st_size == 0:
+            raise ImageReadError(f"{path}: empty file")
         with Image.open(path) as image:
-            image.load()
+            image.load()  # the first frame of an animated GIF, PNG or WebP
+            return upright_rgb(image)
+    except ImageReadError:
+        raise
     except FileNotFoundError as error:
         raise ImageReadError(f"{path}: no such file") from error
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as error:
+    except PermissionError as error:
+        raise ImageReadError(f"{path}: permission denied") from error
+    except Image.DecompressionBombError as error:  # a header that claims more pixels than Pillow allows
+        raise ImageReadError(f"{path}: too large to decode safely ({error})") from error
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError, struct.error) as error:
         raise ImageReadError(f"{path}: cannot read image ({error})") from error
-    if image.mode in ("I;16", "I;16B", "I;16L", "I"):  # 16/32-bit grayscale: scale, don't clip
+
+
+def upright_rgb(image: Image.Image) -> Image.Image:
+    """A loaded PIL image as load_image returns a file's: turned by its EXIF orientation, 8-bit RGB,
+    transparency over white."""
+    image = ImageOps.exif_transpose(image)
+    if image.mode in ("I;16", "I;16B", "I;16L", "I", "F"):  # 16/32-bit grayscale: scale, don't clip
         array = np.asarray(image, dtype=np.float64)
         top = 65535.0 if array.max() > 255 else 255.0
-        image = Image.fromarray((array / top * 255).round().astype(np.uint8))
+        image = Image.fromarray((np.clip(array, 0, top) / top * 255).round().astype(np.uint8))
+    if image.mode in ("RGBA", "LA", "PA", "La", "RGBa") or "transparency" in image.info:
+        rgba = image.convert("RGBA")
+        white = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+        return Image.alpha_composite(white, rgba).convert("RGB")
     return image.convert("RGB")
 
 
@@ -75,7 +104,9 @@ def attention_on_image(alpha: np.ndarray, *, width: int, height: int) -> np.ndar
 
     Upsampled bilinearly over the centre square that the encoder saw (see `crop_box`); zero outside it.
     """
-    x0, y0, x1, y1 = (int(round(v)) for v in crop_box(width, height))
+    side = min(width, height)  # whole pixels, so that an odd margin never leaves an empty square
+    x0, y0 = (width - side) // 2, (height - side) // 2
+    x1, y1 = x0 + side, y0 + side
     grid = torch.as_tensor(np.asarray(alpha, dtype=np.float32))[None, None]  # [1, 1, Hg, Wg]
     square = torch.nn.functional.interpolate(grid, size=(y1 - y0, x1 - x0), mode="bilinear", align_corners=False)
     heat = np.zeros((height, width), dtype=np.float32)

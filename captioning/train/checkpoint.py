@@ -89,13 +89,29 @@ def captioner_from_checkpoint(path: str | Path, *,
                                device: str | torch.device = "cpu") -> tuple[CaptionModel, Vocabulary, Config]:
     """The model, vocabulary and config of a checkpoint, in eval mode on `device`."""
     payload = load_checkpoint(path)
-    config = from_dict(payload["config"], where=f"{path}: config")
-    vocab = Vocabulary(payload["vocab"])
-    model = CaptionModel.from_config(config, vocab_size=len(vocab), grid=tuple(payload["grid"]))
-    model.decoder.load_state_dict(payload["decoder"])
-    if "encoder" in payload:  # fine-tuned (encoder.fine_tune_from): its own weights, not the pretrained ones
-        model.encoder.load_state_dict(payload["encoder"])
-    return model.to(device).eval(), vocab, config
+    config = config_of(payload, path)
+    return model_of(payload, config, path).to(device).eval(), Vocabulary(payload["vocab"]), config
+
+
+def config_of(payload: dict[str, Any], path: str | Path) -> Config:
+    """The checkpoint's config, checked; one line naming the file if it is not one of ours."""
+    missing = [key for key in ("config", "vocab", "grid", "decoder") if key not in payload]
+    if missing or not isinstance(payload["config"], dict):
+        raise CheckpointError(f"{path}: not a captioning checkpoint (it has no {', '.join(missing) or 'config'})")
+    return from_dict(payload["config"], where=f"{path}: config")
+
+
+def model_of(payload: dict[str, Any], config: Config, path: str | Path) -> CaptionModel:
+    """The encoder and decoder that `config` describes, with the checkpoint's weights (on the CPU)."""
+    model = CaptionModel.from_config(config, vocab_size=len(payload["vocab"]), grid=tuple(payload["grid"]))
+    try:
+        model.decoder.load_state_dict(payload["decoder"])
+        if "encoder" in payload:  # fine-tuned (encoder.fine_tune_from): its own weights, not the pretrained ones
+            model.encoder.load_state_dict(payload["encoder"])
+    except (KeyError, RuntimeError) as error:  # weights of another model under our format's name
+        first = str(error).strip().splitlines()[0] if str(error).strip() else error.__class__.__name__
+        raise CheckpointError(f"{path}: its weights do not fit the model its config describes ({first})") from error
+    return model
 
 
 def decoder_from_checkpoint(payload: dict[str, Any], config: Config) -> torch.nn.Module:

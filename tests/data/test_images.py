@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import io
+import re
+import struct
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -43,11 +46,96 @@ def test_load_image_cmyk_jpeg(tmp_path: Path) -> None:
     assert np.abs(pixels[8, 8] - [255, 0, 0]).max() < 20
 
 
-def test_load_image_rgba(tmp_path: Path) -> None:
-    path = _save(Image.new("RGBA", (5, 7), (10, 20, 30, 128)), tmp_path / "rgba.png")
-    image = load_image(path)
+def test_load_image_alpha_is_over_white_as_a_viewer_shows_it(tmp_path: Path) -> None:
+    rgba = Image.new("RGBA", (5, 7), (10, 20, 30, 128))
+    rgba.putpixel((0, 0), (0, 0, 0, 0))  # fully transparent: stored black, seen as the page behind it
+    image = load_image(_save(rgba, tmp_path / "rgba.png"))
     assert image.mode == "RGB" and image.size == (5, 7)
-    assert np.array_equal(np.asarray(image)[3, 2], [10, 20, 30])
+    assert np.asarray(image)[0, 0].tolist() == [255, 255, 255]
+    half = 128 / 255
+    expected = [round(v * half + 255 * (1 - half)) for v in (10, 20, 30)]
+    assert np.abs(np.asarray(image)[3, 2].astype(int) - expected).max() <= 1
+    gray_alpha = load_image(_save(Image.new("LA", (4, 4), (0, 0)), tmp_path / "la.png"))
+    assert np.all(np.asarray(gray_alpha) == 255)
+    palette = Image.new("P", (4, 4), 0)
+    palette.putpalette([0, 0, 0, 200, 30, 60] + [0] * 762)
+    palette.putpixel((1, 1), 1)
+    palette.info["transparency"] = 0  # colour 0 is transparent
+    pixels = np.asarray(load_image(_save(palette, tmp_path / "palette_alpha.png")))
+    assert pixels[0, 0].tolist() == [255, 255, 255] and pixels[1, 1].tolist() == [200, 30, 60]
+
+
+@pytest.mark.parametrize(("orientation", "corner"), [(1, (0, 0)), (3, (9, 19)), (6, (0, 9)), (8, (19, 0))])
+def test_load_image_turns_photos_upright_by_their_exif_orientation(tmp_path: Path, orientation: int,
+                                                                   corner: tuple[int, int]) -> None:
+    """A 20x10 picture stored with a red top-left pixel; the EXIF tag says how a viewer turns it.
+    `corner` is (row, column) of that pixel once upright (EXIF 2.3: 3 = 180 degrees, 6 = 90 clockwise,
+    8 = 90 counter-clockwise)."""
+    stored = Image.new("RGB", (20, 10), (0, 0, 255))
+    stored.putpixel((0, 0), (255, 0, 0))
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    path = _save(stored, tmp_path / "phone.png", exif=exif)
+    pixels = np.asarray(load_image(path))
+    assert pixels.shape[:2] == ((10, 20) if orientation in (1, 3) else (20, 10))
+    red = np.argwhere((pixels[..., 0] > 200) & (pixels[..., 2] < 50))
+    assert red.tolist() == [list(corner)]
+
+
+def test_load_image_first_frame_of_an_animation(tmp_path: Path) -> None:
+    frames = [Image.new("RGB", (8, 8), colour) for colour in ((255, 0, 0), (0, 255, 0), (0, 0, 255))]
+    path = tmp_path / "animated.gif"
+    frames[0].save(path, save_all=True, append_images=frames[1:], duration=100)
+    assert np.asarray(load_image(path))[4, 4].tolist() == [255, 0, 0]
+
+
+def test_load_image_32_bit_float(tmp_path: Path) -> None:
+    values = np.full((4, 4), 0.5, dtype=np.float32) * 255
+    path = _save(Image.fromarray(values, mode="F"), tmp_path / "float.tiff")
+    assert np.asarray(load_image(path))[0, 0].tolist() == [128, 128, 128]
+
+
+def _bomb(path: Path) -> Path:
+    """A valid 8x8 PNG whose header claims 30000x30000 pixels (CRC fixed, so only the size is wrong)."""
+    buffer = io.BytesIO()
+    Image.new("RGB", (8, 8)).save(buffer, "PNG")
+    data = bytearray(buffer.getvalue())
+    data[16:24] = struct.pack(">II", 30000, 30000)
+    data[29:33] = struct.pack(">I", zlib.crc32(bytes(data[12:29])))
+    path.write_bytes(bytes(data))
+    return path
+
+
+def test_bad_files_each_get_one_line_naming_the_file_and_the_problem(tmp_path: Path, monkeypatch) -> None:
+    empty = tmp_path / "empty.jpg"
+    empty.touch()
+    folder = tmp_path / "folder.png"
+    folder.mkdir()
+    cases = {_bomb(tmp_path / "bomb.png"): "too large", empty: "empty file", folder: "is a folder"}
+    for path, problem in cases.items():
+        with pytest.raises(ImageReadError) as error:
+            load_image(path)
+        message = str(error.value)
+        assert message.startswith(f"{path}: ") and problem in message and "\n" not in message
+    locked = _save(Image.new("RGB", (4, 4)), tmp_path / "locked.png")
+
+    def no_permission(*args, **kwargs):  # as a non-root user would get from chmod 000 (tests may run as root)
+        raise PermissionError(13, "Permission denied", str(locked))
+
+    monkeypatch.setattr(Image, "open", no_permission)
+    with pytest.raises(ImageReadError, match=re.escape(f"{locked}: permission denied")):
+        load_image(locked)
+
+
+@pytest.mark.parametrize("size", [(1, 3000), (3000, 1), (2, 5), (1, 1)])
+def test_extreme_aspect_ratios_become_encoder_input_and_overlays(size: tuple[int, int]) -> None:
+    from captioning.eval.overlays import overlay
+
+    image = Image.new("RGB", size, (90, 40, 200))
+    pixels = to_tensor(image, size=32, mean=(0.5, 0.5, 0.5), std=(0.25, 0.25, 0.25))
+    assert pixels.shape == (3, 32, 32) and torch.isfinite(pixels).all()
+    alpha = np.full((2, 2), 0.25, dtype=np.float32)
+    assert overlay(image, alpha, "word").size == size
 
 
 def test_load_image_16_bit_is_scaled_not_clipped(tmp_path: Path) -> None:
