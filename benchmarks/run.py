@@ -13,6 +13,14 @@ Cases (model dims as in the paper's COCO setting: embedding = attention = hidden
   c5  the same with beam 5.
   d   encoder + decoder training step on 256x256 images, B=8, frozen ResNet-101 with random weights
       cut at the project's default stride-16 layer (layer3: a 16x16x1024 grid); images/s.
+  caption
+      `captioning caption` end to end through captioning.api on a folder of --photos JPEGs (640x480,
+      made once): the embedded default's encoder (EfficientNet-Lite0, 224², 14x14 grid) and decoder
+      sizes with random decoder weights and a 10 000-word vocabulary, beam 3, captions of exactly
+      --caption-words words. The loop the command ran before captioning.api (read, encode, decode one
+      image), one image at a time through the API, then in batches, overlays off and on; the same
+      captions each way; and how the batched time splits into reading, encoding, decoding and
+      overlays. images/s.
 
 --impl picks whose code runs: `fast` (the package), `reference` (tests/reference.py: the
 straightforward loop and beam search of main c47c7db) or `port` (benchmarks/port_style.py: our
@@ -49,7 +57,7 @@ from captioning.train.losses import cross_entropy, doubly_stochastic
 
 REPO = Path(__file__).resolve().parents[1]
 
-CASES = ("a", "b", "c3", "c5", "d")
+CASES = ("a", "b", "c3", "c5", "d", "caption")
 VOCAB, EMBED, HIDDEN, ATTENTION = 10_000, 512, 512, 512
 SHORTEST, LONGEST = 10, 22  # caption tokens, <start> and <end> included
 BEAM_STEPS = 50
@@ -244,6 +252,100 @@ def beam_case(args: argparse.Namespace, impl: Implementation, *, beam_size: int)
             "trial_images_per_s": {str(k): round(v, 2) for k, v in trials.items()}}
 
 
+def make_photos(count: int, folder: Path) -> list[Path]:
+    """`count` 640x480 JPEGs of smooth random colour (decoding them costs what a photo's decoding costs)."""
+    import numpy as np
+    from PIL import Image
+
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = [folder / f"photo_{i:04d}.jpg" for i in range(count)]
+    rng = np.random.default_rng(0)
+    for path in paths:
+        if not path.exists():
+            coarse = rng.integers(0, 256, (12, 16, 3), dtype=np.uint8)
+            Image.fromarray(coarse).resize((640, 480), Image.BICUBIC).save(path, quality=90)
+    return paths
+
+
+def caption_case(args: argparse.Namespace) -> dict[str, object]:
+    import copy
+    import tempfile
+
+    from captioning.api import Captioned, Captioner, _Photos, reading_workers
+    from captioning.config import load_config
+    from captioning.data.images import load_image, to_tensor
+    from captioning.data.vocab import SPECIALS
+    from captioning.model.captioner import CaptionModel
+    from captioning.model.decoding import decode
+
+    config = load_config(None, [f"decode.max_length={args.caption_words}"])  # the embedded default
+    torch.manual_seed(0)
+    vocab = Vocabulary([*SPECIALS, *(f"w{i}" for i in range(VOCAB - len(SPECIALS)))])
+    model = CaptionModel.from_config(config, vocab_size=len(vocab), grid=(14, 14))
+    with torch.no_grad():  # no special token: every caption has max_length words, the same work for every image
+        model.decoder.out.bias[[Vocabulary.pad_id, Vocabulary.start_id, Vocabulary.end_id]] = -1e4
+    before = copy.deepcopy(model).to(args.device).eval()  # as the command ran before: default layout, whole batches
+    captioner = Captioner(model, vocab, config, device=args.device)
+    paths = make_photos(args.photos, Path(tempfile.gettempdir()) / "captioning_benchmark_photos")
+    batch = args.caption_batch
+    workers = args.caption_workers if args.caption_workers is not None else reading_workers()
+
+    def batched(overlays: Path | None = None) -> list[Captioned]:
+        results = []
+        for result in captioner.caption_files(paths, batch_size=batch, num_workers=workers, beam_size=3):
+            if overlays is not None:
+                result.save_overlays(overlays / Path(result.source).stem)
+            results.append(result)
+        return results
+
+    def previous_command(path: Path) -> list[str]:  # the loop `captioning caption` ran before captioning.api
+        image = load_image(path)
+        pixels = to_tensor(image, size=config.data.image_size, mean=before.encoder.mean, std=before.encoder.std)
+        captions, _ = before.generate(pixels[None].to(args.device), beam_size=3, max_length=config.decode.max_length)
+        return vocab.decode(captions.tokens[0].tolist())
+
+    captioner.caption(paths[:2], beam_size=3)  # warm-up
+    previous_command(paths[0])
+    start = time.perf_counter()
+    previous = [previous_command(path) for path in paths]
+    previous_seconds = time.perf_counter() - start
+    start = time.perf_counter()
+    alone = [captioner.caption(path, beam_size=3) for path in paths]
+    one_at_a_time = time.perf_counter() - start
+    start = time.perf_counter()
+    together = batched()
+    in_batches = time.perf_counter() - start
+    with tempfile.TemporaryDirectory() as out:
+        start = time.perf_counter()
+        batched(Path(out))
+        with_overlays = time.perf_counter() - start
+    same = [r.tokens for r in alone] == [r.tokens for r in together] == previous
+
+    # Where the batched time goes: each stage alone, in this process, over the same images.
+    photos = _Photos(paths, size=config.data.image_size, mean=model.encoder.mean, std=model.encoder.std)
+    start = time.perf_counter()
+    pixels = [photos[i][1] for i in range(len(photos))]
+    reading = time.perf_counter() - start
+    encoding = decoding = 0.0
+    with torch.no_grad():
+        for first in range(0, len(pixels), batch):
+            start = time.perf_counter()
+            annotations, _ = captioner._encode(torch.stack(pixels[first:first + batch]).to(args.device))
+            encoding += time.perf_counter() - start
+            start = time.perf_counter()
+            decode(model.decoder, annotations, beam_size=3, max_length=config.decode.max_length)
+            decoding += time.perf_counter() - start
+    count = len(paths)
+    return {"images_per_s": count / in_batches, "one_at_a_time_images_per_s": count / one_at_a_time,
+            "previous_command_images_per_s": count / previous_seconds,
+            "speedup_over_previous": previous_seconds / in_batches,
+            "with_overlays_images_per_s": count / with_overlays, "speedup": one_at_a_time / in_batches,
+            "same_captions": same, "batch": batch, "workers": workers, "images": count,
+            "words": args.caption_words, "stage_seconds": {"read": reading, "encode": encoding, "decode": decoding,
+                                                            "overlays": with_overlays - in_batches,
+                                                            "batched_total": in_batches}}
+
+
 def run_case(case: str, args: argparse.Namespace) -> dict[str, float]:
     impl = Implementation(args.impl)
     if case == "a":
@@ -254,6 +356,8 @@ def run_case(case: str, args: argparse.Namespace) -> dict[str, float]:
         result = beam_case(args, impl, beam_size=int(case[1]))
     elif case == "d":
         result = training_case(args, impl, batch=8, cells=0, channels=0, with_encoder=True)
+    elif case == "caption":
+        result = caption_case(args)
     else:
         raise ValueError(f"unknown case '{case}' (known: {', '.join(CASES)})")
     result["peak_rss_mib"] = peak_rss_mib()
@@ -263,6 +367,16 @@ def run_case(case: str, args: argparse.Namespace) -> dict[str, float]:
 
 
 def describe(case: str, result: dict) -> str:
+    if case == "caption":
+        stages = result["stage_seconds"]
+        split = ", ".join(f"{name} {stages[name]:.1f} s" for name in ("read", "encode", "decode", "overlays"))
+        return (f"caption {result['images_per_s']:.2f} images/s in batches of {result['batch']} with "
+                f"{result['workers']} reading workers, {result['one_at_a_time_images_per_s']:.2f} one at a time "
+                f"({result['speedup']:.2f}x), {result['previous_command_images_per_s']:.2f} as the command ran before "
+                f"({result['speedup_over_previous']:.2f}x), {result['with_overlays_images_per_s']:.2f} with overlays; "
+                f"{result['images']} images, {result['words']} words each, same captions: {result['same_captions']}; "
+                f"stages alone: {split} (batched total {stages['batched_total']:.1f} s)  "
+                f"peak RSS {result['peak_rss_mib']:.0f} MiB")
     unit = "captions/s" if "captions_per_s" in result else "images/s"
     rate = result.get("captions_per_s", result.get("images_per_s"))
     extra = f", tried {result['trial_images_per_s']}" if "trial_images_per_s" in result else ""
@@ -289,6 +403,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--beam-batches", default="8,16,32,64",
                         help="images at once to try for c3/c5; the fastest is used and reported")
     parser.add_argument("--image-size", type=int, default=256)
+    parser.add_argument("--photos", type=int, default=256, help="caption: how many 640x480 JPEGs")
+    parser.add_argument("--caption-words", type=int, default=12, help="caption: words per caption")
+    parser.add_argument("--caption-batch", type=int, default=16, help="caption: images per batch")
+    parser.add_argument("--caption-workers", type=int, help="caption: processes reading the images (default: "
+                        "what `captioning caption` takes, captioning.api.reading_workers)")
     parser.add_argument("--one-case", help=argparse.SUPPRESS)  # internal: run one case in this process
     args = parser.parse_args(argv)
     args.beam_batches = [int(x) for x in args.beam_batches.split(",")]

@@ -12,7 +12,7 @@ import pytest
 
 from tests.tiny import REPO
 
-SCRIPTS = ("run", "ab", "flops", "feature_cache")
+SCRIPTS = ("run", "ab", "flops", "feature_cache", "encoder_batch")
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
@@ -24,3 +24,21 @@ def test_a_benchmark_script_imports_and_answers_help(name, monkeypatch, capsys):
         module.main()
     assert stopped.value.code == 0
     assert "usage:" in capsys.readouterr().out
+
+
+def test_the_caption_case_runs_through_the_api(monkeypatch, capsys, tmp_path):
+    """A few photos through `benchmarks/run.py --cases caption`'s own process: the three ways of
+    captioning agree and every stage is timed."""
+    import json
+    import tempfile
+
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the photos are made here
+    run = importlib.import_module("run")
+    monkeypatch.setattr(sys, "argv", ["run.py", "--one-case", "caption", "--photos", "3", "--caption-words", "2",
+                                      "--caption-batch", "2", "--threads", "1"])
+    run.main()
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["images"] == 3 and result["same_captions"] is True
+    assert set(result["stage_seconds"]) == {"read", "encode", "decode", "overlays", "batched_total"}
+    assert len(list((tmp_path / "captioning_benchmark_photos").glob("*.jpg"))) == 3
