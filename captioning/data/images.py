@@ -45,6 +45,9 @@ def load_image(path: str | Path) -> Image.Image:
         raise ImageReadError(f"{path}: too large to decode safely ({error})") from error
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError, struct.error) as error:
         raise ImageReadError(f"{path}: cannot read image ({error})") from error
+    except Exception as error:  # noqa: BLE001 - Pillow's decoders meet crafted files with any error
+        # (IndexError, TypeError, ZeroDivisionError...): one bad file must not stop a folder.
+        raise ImageReadError(f"{path}: cannot read image ({error.__class__.__name__}: {error})") from error
 
 
 def upright_rgb(image: Image.Image) -> Image.Image:

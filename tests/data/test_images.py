@@ -127,6 +127,18 @@ def test_bad_files_each_get_one_line_naming_the_file_and_the_problem(tmp_path: P
         load_image(locked)
 
 
+def test_any_error_a_decoder_raises_is_one_line(tmp_path: Path, monkeypatch) -> None:
+    """Crafted files make Pillow's plugins raise whatever they raise; a folder must go on."""
+    path = _save(Image.new("RGB", (4, 4)), tmp_path / "crafted.png")
+
+    def crash(self, *args, **kwargs):
+        raise IndexError("tuple index out of range")
+
+    monkeypatch.setattr(Image.Image, "load", crash)
+    with pytest.raises(ImageReadError, match=re.escape(f"{path}: cannot read image (IndexError: tuple index")):
+        load_image(path)
+
+
 @pytest.mark.parametrize("size", [(1, 3000), (3000, 1), (2, 5), (1, 1)])
 def test_extreme_aspect_ratios_become_encoder_input_and_overlays(size: tuple[int, int]) -> None:
     from captioning.eval.overlays import overlay
