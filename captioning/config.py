@@ -132,6 +132,9 @@ class ReinforceConfig:
 @dataclass
 class TrainConfig:
     out_dir: str = "runs/shapes_soft"
+    # Start from this checkpoint's weights and vocabulary, with a fresh optimizer, schedule and step
+    # count (train/warm_start.py); --resume continues a run instead, and then this is ignored.
+    init_from: str | None = None
     seed: int = 0
     epochs: int = 10
     batch_size: int = 64

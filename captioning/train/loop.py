@@ -4,7 +4,8 @@ Notation: B batch, T caption steps, L grid cells, D channels, S input side.
 
     fit(config)
       Hardware.setup         where it computes: device, processes, precision (hardware.py)
-      Run.start              the checkpoint to resume, the data, build_model, build_optimizer, restore
+      Run.start              the checkpoint to resume (or warm-start from), the data, build_model,
+                             build_optimizer, restore (or warm_start)
       Run.fit                epochs of Run.step (one optimizer step: step.py), Run.validate after each
                              epoch (and every train.eval_every_steps), checkpoints (checkpoint.py)
 
@@ -52,6 +53,7 @@ from captioning.train.losses import Reinforce
 from captioning.train.signals import StopSignals
 from captioning.train.step import TrainingModel, train_step
 from captioning.train.validation import hard_choice, log_overlays, validate
+from captioning.train.warm_start import warm_start, warm_vocabulary
 
 
 @dataclass
@@ -146,17 +148,23 @@ class Run:
         t, device = config.train, hardware.device
         Path(t.out_dir).mkdir(parents=True, exist_ok=True)
         checkpoint = load_checkpoint(Path(t.out_dir) / "last.pt") if resume else None
+        source = load_checkpoint(t.init_from) if checkpoint is None and t.init_from else None  # a warm start
+        vocab_words = checkpoint["vocab"] if checkpoint else None
+        if source is not None:
+            vocab_words = warm_vocabulary(config, source, t.init_from)
         torch.manual_seed(t.seed)  # before any model is built
         random.seed(t.seed)
         encoder = build_encoder(config, device)
-        data = load_run_data(config, vocab_words=checkpoint["vocab"] if checkpoint else None, encoder=encoder,
-                             context=hardware.context, device=device)
+        data = load_run_data(config, vocab_words=vocab_words, encoder=encoder, context=hardware.context,
+                             device=device)
         model = build_model(config, data, encoder, device)
         optimizer, scheduler = build_optimizer(config, model)
         run = cls(config, hardware=hardware, data=data, model=model, optimizer=optimizer, scheduler=scheduler)
         if checkpoint is not None:
             run.restore(checkpoint)
-        elif hardware.context.rank:  # other processes: other dropout masks, still a function of the seed
+        elif source is not None:
+            warm_start(model, source, t.init_from)
+        if checkpoint is None and hardware.context.rank:  # other processes: other dropout masks, from the seed
             torch.manual_seed(t.seed + 1000 * hardware.context.rank)
         run.module = run.wrap(TrainingModel(decoder=model.decoder, encoder=model.encoder))
         if hardware.context.is_main:

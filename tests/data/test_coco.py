@@ -113,8 +113,8 @@ def fake_flickr8k(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 
-def _coco_config(root: Path, out: Path, resnet18_file: Path, *overrides: str):
-    return load_config(REPO / "configs" / "coco_resnet101_soft.yaml", [
+def _coco_config(root: Path, out: Path, resnet18_file: Path, *overrides: str, recipe: str = "coco_resnet101_soft"):
+    return load_config(REPO / "configs" / f"{recipe}.yaml", [
         f"data.root={root}", "data.image_size=64", "data.min_word_count=2", "encoder.name=resnet18",
         f"encoder.weights_path={resnet18_file}", "encoder.layer=stride32", "encoder.batch_size=4",
         "model.embed_dim=16", "model.hidden_dim=16", "model.attention_dim=16", "train.batch_size=8",
@@ -287,6 +287,27 @@ def test_train_on_cached_features_with_bf16_autocast(fake_coco: Path, tmp_path: 
     logged = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
     assert [e["step"] for e in logged if "loss" in e] == [1, 2, 3, 4]
     assert all(math.isfinite(e["loss"]) for e in logged if "loss" in e)
+
+
+def test_the_two_stage_recipe_frozen_then_fine_tuned_from_the_first_stages_best(fake_coco: Path, tmp_path: Path,
+                                                                                 resnet18_file: Path) -> None:
+    """Stage 1 on cached annotations, stage 2 (configs/coco_resnet101_finetune.yaml) fine-tunes layer4
+    from stage 1's best.pt: it starts at stage 1's decoder, with stage 1's vocabulary, from step 0."""
+    first = tmp_path / "frozen"
+    fit(_coco_config(fake_coco, first, resnet18_file, "train.max_steps=3"))
+    stage1 = torch.load(first / "best.pt", map_location="cpu", weights_only=True)
+    second = tmp_path / "tuned"
+    config = _coco_config(fake_coco, second, resnet18_file, f"train.init_from={first / 'best.pt'}",
+                          "train.max_steps=2", "train.seed=7", recipe="coco_resnet101_finetune")
+    assert config.encoder.fine_tune_from == "layer4" and config.train.lr == 0.0001
+    assert fit(config)["steps"] == 2
+    stage2 = torch.load(second / "last.pt", map_location="cpu", weights_only=True)
+    assert "encoder" in stage2 and stage2["vocab"] == stage1["vocab"] and stage2["progress"]["step"] == 2
+    moved = max((stage2["decoder"][k] - stage1["decoder"][k]).abs().max().item() for k in stage1["decoder"])
+    assert moved < 0.01  # two steps at 1e-4 from stage 1's weights; seed 7's own initialization is far off
+    original = torch.load(resnet18_file, map_location="cpu", weights_only=True)
+    assert not torch.equal(stage2["encoder"]["body.layer4.0.conv1.weight"], original["layer4.0.conv1.weight"])
+    assert torch.equal(stage2["encoder"]["body.layer3.0.conv1.weight"], original["layer3.0.conv1.weight"])
 
 
 def test_fine_tuning_runs_the_encoder_on_the_fly_with_its_own_rate(fake_coco: Path, tmp_path: Path,

@@ -1,0 +1,50 @@
+"""A new run from a trained model's weights (train.init_from), not a resumed one.
+
+`--resume` continues the same run exactly: optimizer, schedule, step, random state. A warm start
+takes only what the model learned, the decoder's weights (and the encoder's where it was
+fine-tuned) and the vocabulary those weights index, and starts everything else afresh: the usual
+second stage after training on cached features is fine-tuning the encoder's last block at a lower
+rate from the first stage's best.pt (configs/coco_vgg19_finetune.yaml), or training the same model
+on another objective.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from captioning.config import Config
+from captioning.data.prepare import vocabulary_path
+from captioning.data.vocab import Vocabulary
+from captioning.train.checkpoint import CheckpointError, config_of
+
+
+def warm_vocabulary(config: Config, source: dict[str, Any], path: str | Path) -> list[str]:
+    """The checkpoint's vocabulary, which its weights index; a different one already prepared for
+    this run is an error rather than a silent mismatch of word ids."""
+    config_of(source, path)  # one of ours, with what a warm start needs
+    prepared = vocabulary_path(config)
+    if prepared.exists():
+        words = Vocabulary.load(prepared).words
+        if words != list(source["vocab"]):
+            raise CheckpointError(f"{path}: its vocabulary ({len(source['vocab'])} words) is not {prepared} "
+                                  f"({len(words)} words); a warm start keeps the checkpoint's: remove {prepared} "
+                                  "or use another train.out_dir")
+    return list(source["vocab"])
+
+
+def warm_start(model: Any, source: dict[str, Any], path: str | Path) -> None:
+    """Load the checkpoint's weights into a run's freshly built model (captioning.train.loop.Model)."""
+    if "encoder" in source and model.encoder is None:
+        raise CheckpointError(f"{path}: its encoder was fine-tuned, but this run reads the pretrained encoder's "
+                              "cached annotations; set encoder.fine_tune_from to go on fine-tuning it")
+    try:
+        model.decoder.load_state_dict(source["decoder"])  # the validated weights (the average, under ema_decay)
+        if "encoder" in source:
+            model.encoder.load_state_dict(source["encoder"])
+    except RuntimeError as error:
+        first = str(error).strip().splitlines()[0]
+        raise CheckpointError(f"{path}: its weights do not fit this run's model ({first}); the model section "
+                              "and the encoder must be those the checkpoint was trained with") from error
+    if model.average is not None:
+        model.average.load_state_dict(source["decoder"])  # the average starts where the weights do
