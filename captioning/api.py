@@ -223,7 +223,7 @@ class Captioner:
                       max_length: int | None = None, progress: bool = False) -> Iterator[Captioned | Unreadable]:
         """A result per path, in input order: Captioned, or Unreadable for a file that cannot be read.
         `num_workers` processes read and resize the files while the model works on the batch before;
-        `progress` draws a tqdm bar on stderr."""
+        `progress` draws a tqdm bar on stderr (captioning.progress)."""
         from captioning.train.checkpoint import refuse_hard_choice
 
         refuse_hard_choice(self.model.decoder, hard_choice or self.config.decode.hard_choice, self.name)  # now,
@@ -237,9 +237,9 @@ class Captioner:
 
     def _stream(self, loader: torch.utils.data.DataLoader, *, progress: bool,
                 **decoding: Any) -> Iterator[Captioned | Unreadable]:
-        from tqdm import tqdm
+        from captioning.progress import bar as progress_bar
 
-        with tqdm(total=len(loader.dataset), disable=not progress, unit="image", dynamic_ncols=True) as bar:
+        with progress_bar(total=len(loader.dataset), show=progress, unit="image") as bar:
             for batch in loader:
                 good = [(path, pixels) for path, pixels, _ in batch if pixels is not None]
                 captioned = iter(self._decode(torch.stack([pixels for _, pixels in good]), [path for path, _ in good],

@@ -20,6 +20,7 @@ from captioning.data.images import ImageReadError
 from captioning.data.karpathy import DatasetError
 from captioning.data.shapes.scenes import SHAPES_DEFAULT_COUNTS
 from captioning.model.encoder import EncoderWeightsError
+from captioning.progress import quiet
 from captioning.train.checkpoint import CheckpointError
 from captioning.train.hardware import default_device
 from captioning.train.step import TrainingError
@@ -29,6 +30,8 @@ EXPECTED_ERRORS = (CheckpointError, ConfigError, DatasetError, EncoderWeightsErr
 
 def _guarded(function: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
     def run(args: argparse.Namespace) -> int:
+        if getattr(args, "quiet", False):
+            quiet()
         try:
             return function(args)
         except EXPECTED_ERRORS as error:
@@ -55,7 +58,13 @@ def _make_shapes(args: argparse.Namespace) -> int:
 
 # train ---------------------------------------------------------------------------------------------
 
+def _add_quiet_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--quiet", "-q", action="store_true", help="no progress bars (they are off anyway where "
+                        "stderr is not a terminal)")
+
+
 def _add_train_arguments(parser: argparse.ArgumentParser) -> None:
+    _add_quiet_argument(parser)
     parser.add_argument("--config", help="YAML config (default: the embedded default, configs/shapes_soft.yaml)")
     parser.add_argument("--resume", action="store_true", help="continue from OUT_DIR/last.pt")
     parser.add_argument("--device", help="cpu, cuda, cuda:1 ... (default: cuda if available)")
@@ -84,6 +93,7 @@ def _train(args: argparse.Namespace) -> int:
 # prepare, prepare-features -------------------------------------------------------------------------
 
 def _add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    _add_quiet_argument(parser)
     parser.add_argument("--config", help="YAML config (default: the embedded default)")
     parser.add_argument("overrides", nargs="*", metavar="key.sub=value", help="config overrides")
 
@@ -141,6 +151,7 @@ def _add_hard_choice_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_eval_arguments(parser: argparse.ArgumentParser) -> None:
+    _add_quiet_argument(parser)
     parser.add_argument("--checkpoint", required=True)
     parser.add_argument("--split", default="test")
     parser.add_argument("--beam-size", type=int, help="default: the checkpoint config's decode.beam_size")
@@ -199,6 +210,8 @@ def _caption(args: argparse.Namespace) -> int:
 
     from captioning.api import Captioner, Unreadable, find_images, read_list, reading_workers
 
+    if args.quiet:
+        quiet()
     given, overrides = _split_overrides(args.inputs)
     try:
         paths = find_images([*given, *(read_list(args.list) if args.list else [])], recursive=args.recursive)
@@ -330,6 +343,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     caption.add_argument("--coco-results", metavar="FILE", help="write [{image_id, caption}] for the COCO "
                          "evaluation server (images whose name carries a COCO id)")
     caption.add_argument("--device")
+    _add_quiet_argument(caption)
     caption.set_defaults(run=_caption)
 
     prepare = commands.add_parser("prepare", help="the vocabulary of the training split -> TRAIN.OUT_DIR/vocab.json")

@@ -191,6 +191,14 @@ def test_caption_shows_progress_for_many_images_and_errors_stay_one_line(tiny_ru
     assert len(errors) == 1 and errors[0].startswith("error: " + images["garbage"])
 
 
+def test_caption_quiet_draws_no_bar(tiny_run, images, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("CAPTIONING_QUIET", "0")  # --quiet sets it to 1; the test leaves it as it was
+    given = [images["png"]] * 10
+    assert main(["caption", *given, "--checkpoint", str(tiny_run.checkpoint), "--beam-size", "1", "--quiet"]) == 0
+    captured = capsys.readouterr()
+    assert len(_lines(captured.out)) == 10 and captured.err == ""
+
+
 def test_caption_coco_ids_json_and_results_file(tiny_run, images, tmp_path: Path, capsys) -> None:
     coco = tmp_path / "COCO_val2014_000000391895.jpg"
     shutil.copy(images["jpeg"], coco)

@@ -33,6 +33,7 @@ from tqdm import tqdm
 from captioning.data.images import ImageReadError, load_image, to_tensor
 from captioning.data.karpathy import ImageRecord
 from captioning.model.encoder import Encoder
+from captioning.progress import bar as progress_bar
 
 
 class ImageFiles(Dataset):
@@ -124,8 +125,7 @@ def write_cache(directory: Path, split: str, records: list[ImageRecord], *, enco
     images = ImageFiles(records, size=image_size, mean=encoder.mean, std=encoder.std, first=done, transform=transform)
     loader = DataLoader(images, batch_size=batch_size, num_workers=num_workers, collate_fn=collate_images,
                         pin_memory=torch.device(device).type == "cuda")
-    bar = tqdm(loader, desc=f"{split} features", unit="batch", leave=False, disable=None)
-    for batch in bar:
+    for batch in progress_bar(loader, desc=f"{split} features", unit="batch", leave=False):
         for row, reason in batch.failures:
             warn_unreadable(reason)
             unreadable.append(row)

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from captioning import progress
 from captioning.config import Config
 from captioning.data.coco import read_records
 from captioning.data.splits import Split, ensure_shapes, load_splits
@@ -27,7 +28,8 @@ def vocabulary_path(config: Config) -> Path:
 def build_vocabulary(config: Config) -> tuple[Vocabulary, dict[str, float]]:
     """The vocabulary of the training split, and a few numbers that help choose its settings."""
     ensure_shapes(config)
-    captions = [tokenize(c) for record in read_records(config.data, "train") for c in record.captions]
+    records = progress.bar(read_records(config.data, "train"), desc="tokenizing", unit="image", leave=False)
+    captions = [tokenize(c) for record in records for c in record.captions]
     vocab = Vocabulary.build(captions, min_count=config.data.min_word_count)
     counts = Counter(token for caption in captions for token in caption)
     tokens = sum(counts.values())

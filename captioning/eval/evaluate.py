@@ -18,6 +18,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from captioning import progress
 from captioning.config import Config, apply_overrides, from_dict, validate
 from captioning.data.vocab import Vocabulary
 from captioning.eval.metrics import caption_metrics
@@ -55,7 +56,8 @@ def evaluate_split(decoder: AttentionDecoder, annotations: Any, *, image_ids: Se
     """
     decoder.eval()
     results = []
-    for start in range(0, len(image_ids), batch_size):
+    starts = range(0, len(image_ids), batch_size)
+    for start in progress.bar(starts, desc="decoding", unit="batch", leave=False):
         batch = torch.from_numpy(np.asarray(annotations[start:start + batch_size], dtype=np.float32)).to(device)
         captions = decode(decoder, batch, beam_size=beam_size, max_length=max_length, length_penalty=length_penalty,
                           hard_choice=hard_choice)

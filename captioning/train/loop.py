@@ -24,6 +24,7 @@ import random
 import signal
 import sys
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,7 @@ from captioning.data.vocab import Vocabulary
 from captioning.model.captioner import build_decoder
 from captioning.model.decoder import AttentionDecoder
 from captioning.model.encoder import Encoder
+from captioning.progress import bar
 from captioning.train import distributed
 from captioning.train.checkpoint import load_checkpoint, save_checkpoint
 from captioning.train.extras.averaging import WeightAverage
@@ -310,11 +312,11 @@ class Run:
                             lrs=[group["lr"] for group in self.optimizer.param_groups],
                             skipped=self.progress.skipped_images)
 
-    def progress_bar(self, batches: list[list[int]]) -> tqdm:
+    def progress_bar(self, batches: list[list[int]]) -> Iterable:
         """The epoch's batches not yet done, loaded, behind a progress bar on the main process."""
         done = self.progress.batch_in_epoch
-        return tqdm(self.loader(batches[done:]), desc=f"epoch {self.progress.epoch}", unit="batch", initial=done,
-                    total=len(batches), leave=False, disable=None if self.context.is_main else True)
+        return bar(self.loader(batches[done:]), desc=f"epoch {self.progress.epoch}", unit="batch", initial=done,
+                   total=len(batches), leave=False, show=None if self.context.is_main else False)
 
     # validation
 
