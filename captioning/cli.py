@@ -67,6 +67,9 @@ def _add_train_arguments(parser: argparse.ArgumentParser) -> None:
     _add_quiet_argument(parser)
     parser.add_argument("--config", help="YAML config (default: the embedded default, configs/shapes_soft.yaml)")
     parser.add_argument("--resume", action="store_true", help="continue from OUT_DIR/last.pt")
+    parser.add_argument("--dry-run", action="store_true", help="check the config in seconds: a few images on "
+                        "disk, two steps, one validation batch, a checkpoint written and read, in a temporary "
+                        "folder; exit 0 or one line saying what is wrong")
     parser.add_argument("--device", help="cpu, cuda, cuda:1 ... (default: cuda if available)")
     parser.add_argument("overrides", nargs="*", metavar="key.sub=value", help="config overrides")
 
@@ -77,6 +80,8 @@ def _train(args: argparse.Namespace) -> int:
     from captioning.train.loop import fit
 
     config = load_config(args.config, args.overrides)
+    if args.dry_run:
+        return _dry_run(config, device=default_device(args.device))
     summary = fit(config, resume=args.resume, device=default_device(args.device))
     if os.environ.get("RANK", "0") != "0":  # under torchrun, rank 0 speaks for all
         return 0
@@ -87,6 +92,23 @@ def _train(args: argparse.Namespace) -> int:
     skipped = f"; {summary['skipped_images']} unreadable training images skipped" if summary["skipped_images"] else ""
     print(f"best {summary['metric']} {summary['best_metric']:.4f} after {summary['steps']} steps "
           f"({summary['seconds']:.0f} s){skipped}; checkpoints: {summary['best']}, {summary['last']}")
+    return 0
+
+
+def _dry_run(config, *, device) -> int:
+    from captioning.train.dry_run import dry_run
+
+    try:
+        result = dry_run(config, device=device)
+    except EXPECTED_ERRORS:
+        raise
+    except Exception as error:  # noqa: BLE001 - a dry run reports any failure in one line, it is its job
+        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        print(f"dry run failed: {error.__class__.__name__}: {first} (run without --dry-run for the traceback)",
+              file=sys.stderr)
+        return 1
+    print(f"dry run passed in {result.seconds:.0f} s: {result.steps} steps, validation {result.metric} "
+          f"{result.value:.4f}, checkpoint written and read back")
     return 0
 
 

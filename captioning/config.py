@@ -50,6 +50,9 @@ class DataConfig:
     # Training pairs only (not in the paper): on a coin per pair and epoch, the image mirrored
     # left-right and "left" and "right" swapped in its caption (data/mirror.py).
     mirror: bool = False
+    # The first N images of each split whose files are on disk (None: all): a quick look at a
+    # partial download, and what `train.py --dry-run` uses.
+    max_images: int | None = None
 
 
 @dataclass
@@ -280,6 +283,7 @@ def _ranges(config: Config) -> dict[str, tuple[Any, str, bool]]:
     m, t, d = config.model, config.train, config.decode
     at_least = {"data.image_size": (config.data.image_size, 1), "data.min_word_count": (config.data.min_word_count, 1),
                 "data.max_caption_length": (config.data.max_caption_length, 1),
+                "data.max_images": (config.data.max_images, 1),
                 "encoder.batch_size": (config.encoder.batch_size, 1), "model.embed_dim": (m.embed_dim, 1),
                 "model.hidden_dim": (m.hidden_dim, 1), "model.attention_dim": (m.attention_dim, 1),
                 "model.hard.warmup": (m.hard.warmup, 0), "train.epochs": (t.epochs, 1),

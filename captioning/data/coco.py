@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import itertools
 import json
 from pathlib import Path
 
@@ -49,7 +50,15 @@ def read_coco_captions(annotation_file: str | Path, image_dir: str | Path) -> li
 
 
 def read_records(data: DataConfig, split: str) -> list[ImageRecord]:
-    """The images and raw reference captions of one split of the configured dataset."""
+    """The images and raw reference captions of one split of the configured dataset (with
+    data.max_images, only the first that many whose files exist)."""
+    records = _all_records(data, split)
+    if data.max_images is None:
+        return records
+    return list(itertools.islice((r for r in records if r.path.is_file()), data.max_images))
+
+
+def _all_records(data: DataConfig, split: str) -> list[ImageRecord]:
     if data.dataset not in DATASETS:
         raise DatasetError(f"unknown dataset '{data.dataset}' (known: {', '.join(DATASETS)})")
     if split not in SPLITS:

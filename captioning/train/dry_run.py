@@ -1,0 +1,65 @@
+"""`train.py --dry-run`: the whole run in miniature, so that a broken config fails in seconds on a
+laptop rather than after the feature cache is built on the cluster.
+
+The real config, with only its size cut: the first few images of each split that are on disk
+(data.max_images), the encoder on the images (no feature cache written), two optimizer steps, one
+validation batch with its metrics, and the checkpoint written and read back as `caption` and
+`eval.py` read it. A warm start (train.init_from) loads its checkpoint as the real run would.
+Everything goes to a temporary folder; train.out_dir is not touched.
+"""
+
+from __future__ import annotations
+
+import copy
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from captioning.config import Config, validate
+from captioning.train.checkpoint import captioner_from_checkpoint, load_checkpoint
+
+TRAIN_IMAGES, VAL_IMAGES, STEPS, MAX_BATCH = 8, 4, 2, 16
+SHAPES_COUNTS = {"train": TRAIN_IMAGES, "val": VAL_IMAGES, "test": VAL_IMAGES}
+
+
+@dataclass
+class DryRun:
+    steps: int
+    metric: str  # train.val_metric, on the validation batch
+    value: float
+    seconds: float
+
+
+def miniature(config: Config, out_dir: Path) -> Config:
+    """The config cut to a few images, steps and captions, writing under `out_dir`; the rest as it is."""
+    trial = copy.deepcopy(config)
+    trial.data.max_images = TRAIN_IMAGES
+    trial.data.feature_cache = False  # the encoder runs on the images: nothing cached for a dry run
+    t = trial.train
+    t.out_dir, t.max_steps, t.epochs = str(out_dir / "run"), STEPS, STEPS  # an epoch may be one batch
+    t.batch_size, t.val_images = min(t.batch_size, MAX_BATCH), VAL_IMAGES
+    t.num_workers, t.save_every_steps, t.eval_every_steps, t.log_every_steps = 0, None, None, 1
+    if trial.data.dataset == "shapes" and not (Path(trial.data.root) / trial.data.split_file).exists():
+        from captioning.data.shapes.scenes import make_shapes
+
+        trial.data.root = str(out_dir / "shapes")  # not the full dataset: a few scenes, made here
+        make_shapes(trial.data.root, SHAPES_COUNTS, image_size=trial.data.image_size)
+    return validate(trial, "config (dry run)")
+
+
+def dry_run(config: Config, *, device: str | torch.device = "cpu") -> DryRun:
+    """Run the miniature; any problem raises (the CLI turns it into one line)."""
+    from captioning.train.loop import fit
+
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="captioning-dry-run-") as folder:
+        trial = miniature(config, Path(folder))
+        summary = fit(trial, device=device)
+        last = Path(trial.train.out_dir) / "last.pt"
+        load_checkpoint(last)
+        captioner_from_checkpoint(last)  # the model that caption and eval.py build from it
+    return DryRun(steps=summary["steps"], metric=summary["metric"], value=summary["best_metric"],
+                  seconds=time.perf_counter() - start)

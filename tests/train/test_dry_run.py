@@ -1,0 +1,94 @@
+"""`train.py --dry-run`: the real config in miniature, in seconds, touching nothing of the real run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from captioning.cli import train_main
+from captioning.config import load_config
+from captioning.data.coco import read_records
+from tests.tiny import REPO
+
+
+@pytest.fixture
+def partial_coco(tmp_path: Path) -> Path:
+    """A Karpathy COCO split file of 2 000 images of which 12 are on disk (a partial download)."""
+    from PIL import Image
+
+    root = tmp_path / "coco"
+    entries = []
+    for i in range(2000):
+        folder, split = ("train2014", "train") if i < 1600 else ("val2014", "val" if i < 1800 else "test")
+        name = f"COCO_{folder}_{i:012d}.jpg"
+        entries.append({"filepath": folder, "filename": name, "cocoid": i, "split": split,
+                        "sentences": [{"raw": f"a photo of thing {i % 7} on a table"},
+                                      {"raw": f"thing {i % 7} sits on a wooden table"}]})
+        if i % 200 < 2 or (i >= 1600 and i % 100 < 2):
+            (root / folder).mkdir(parents=True, exist_ok=True)
+            Image.new("RGB", (80, 60), (i % 255, 90, 30)).save(root / folder / name)
+    (root / "dataset_coco.json").write_text(json.dumps({"dataset": "coco", "images": entries}))
+    return root
+
+
+def test_max_images_takes_the_first_images_on_disk(partial_coco: Path) -> None:
+    config = load_config(REPO / "configs" / "coco_vgg19_soft.yaml", [f"data.root={partial_coco}", "data.max_images=3"])
+    records = read_records(config.data, "train")
+    assert [r.image_id for r in records] == [0, 1, 200]
+    assert all(r.path.is_file() for r in records)
+
+
+def test_dry_run_of_a_coco_config_on_a_partial_download(partial_coco: Path, resnet18_file: Path, tmp_path: Path,
+                                                        capsys) -> None:
+    out = tmp_path / "run"
+    code = train_main(["--config", str(REPO / "configs" / "coco_resnet101_soft.yaml"), "--dry-run",
+                       f"data.root={partial_coco}", "encoder.name=resnet18", f"encoder.weights_path={resnet18_file}",
+                       "data.image_size=64", f"train.out_dir={out}", "train.amp=false"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "dry run passed" in captured.out and "2 steps" in captured.out
+    assert "checkpoint written and read" in captured.out
+    assert not out.exists()  # the real run's folder is not touched
+    assert not (partial_coco / "features").exists() and sorted(p.name for p in partial_coco.iterdir()) == [
+        "dataset_coco.json", "train2014", "val2014"]  # no feature cache written
+
+
+def test_dry_run_of_the_embedded_default_without_its_data(tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)  # data/shapes does not exist here
+    assert train_main(["--dry-run", "model.hidden_dim=32", "model.embed_dim=16", "model.attention_dim=16"]) == 0
+    assert "dry run passed" in capsys.readouterr().out
+    assert list(tmp_path.iterdir()) == []  # neither data/ nor runs/ made
+
+
+@pytest.mark.parametrize(("override", "said"), [
+    ("model.extras.init=layout", None),  # a fine config passes
+    ("encoder.weights_path=/nowhere/weights.pth", "/nowhere/weights.pth"),  # one line from the expected errors
+    ("train.init_from=/nowhere/best.pt", "/nowhere/best.pt"),
+])
+def test_dry_run_says_what_is_wrong_in_one_line(override: str, said: str | None, tmp_path: Path, capsys,
+                                                monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    code = train_main(["--dry-run", "model.hidden_dim=32", "model.embed_dim=16", "model.attention_dim=16", override])
+    captured = capsys.readouterr()
+    if said is None:
+        assert code == 0, captured.err
+        return
+    assert code != 0
+    errors = [line for line in captured.err.splitlines() if line.strip()]
+    assert len(errors) == 1 and said in errors[0]
+
+
+def test_dry_run_reports_an_unexpected_failure_in_one_line(tmp_path: Path, capsys, monkeypatch) -> None:
+    import captioning.train.loop as loop
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("mat1 and mat2 shapes cannot be multiplied (8x512 and 256x10)\nmore detail")
+
+    monkeypatch.setattr(loop, "train_step", broken)
+    monkeypatch.chdir(tmp_path)
+    code = train_main(["--dry-run", "model.hidden_dim=32", "model.embed_dim=16", "model.attention_dim=16"])
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert code == 1 and len(errors) == 1
+    assert errors[0].startswith("dry run failed: RuntimeError: mat1 and mat2 shapes cannot be multiplied")
