@@ -7,10 +7,10 @@
     result.overlay(word=2).save("where.jpg"); result.grid().save("grid.jpg")
 
 `caption` raises ImageReadError for an image it cannot read. `caption_files` is for folders of
-photos: DataLoader workers read the files, the model encodes and decodes them in batches, results
-come back in input order, and a file that cannot be read comes back as `Unreadable` (its path and
-the problem in one line) instead of stopping the others. The command line (`captioning caption`)
-is a thin layer over these two.
+photos: a DataLoader reads the files (in worker processes if asked), the model encodes and decodes
+them in batches, results come back in input order, and a file that cannot be read comes back as
+`Unreadable` (its path and the problem in one line) instead of stopping the others. The command
+line (`captioning caption`) is a thin layer over these two.
 """
 
 from __future__ import annotations
@@ -226,8 +226,8 @@ class Captioner:
         `progress` draws a tqdm bar on stderr (captioning.progress)."""
         from captioning.train.checkpoint import refuse_hard_choice
 
-        refuse_hard_choice(self.model.decoder, hard_choice or self.config.decode.hard_choice, self.name)  # now,
-        # not at the first result: a wrong choice is the caller's error, before any file is read
+        # Checked here, not at the first result: a wrong choice is the caller's error, before any file is read.
+        refuse_hard_choice(self.model.decoder, hard_choice or self.config.decode.hard_choice, self.name)
         photos = _Photos(paths, size=self.config.data.image_size, mean=self.model.encoder.mean,
                          std=self.model.encoder.std)
         loader = torch.utils.data.DataLoader(photos, batch_size=batch_size, num_workers=num_workers,
