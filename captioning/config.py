@@ -133,6 +133,16 @@ class ReinforceConfig:
 
 
 @dataclass
+class ScstConfig:
+    """Self-critical sequence training (Rennie et al., 2017), train.objective: scst (train/scst.py)."""
+
+    samples: int = 5  # captions sampled per image
+    # What a sample's CIDEr-D is compared with: the greedy caption's (Rennie et al.) or the mean of
+    # the image's other samples (Luo, 2020, "a better variant of SCST"; needs samples >= 2).
+    baseline: str = "greedy"
+
+
+@dataclass
 class TrainConfig:
     out_dir: str = "runs/shapes_soft"
     # Start from this checkpoint's weights and vocabulary, with a fresh optimizer, schedule and step
@@ -168,6 +178,10 @@ class TrainConfig:
     word_weights: dict[str, float] = field(default_factory=dict)
     ema_decay: float = 0.0
     reinforce: ReinforceConfig = field(default_factory=ReinforceConfig)
+    # xe: cross-entropy on the references (the paper); scst: the CIDEr-D of sampled captions, from a
+    # trained model (train.init_from), batches of train.batch_size images (train/scst.py).
+    objective: str = "xe"
+    scst: ScstConfig = field(default_factory=ScstConfig)
 
 
 @dataclass
@@ -274,6 +288,7 @@ def _choices(config: Config) -> dict[str, tuple[str, tuple[str, ...]]]:
         "model.extras.position": (m.extras.position, ("none", "learned", "coordinates")),
         "train.optimizer": (t.optimizer, ("adam", "rmsprop")), "train.ds_target": (t.ds_target, DS_TARGETS),
         "train.reinforce.baseline": (t.reinforce.baseline, BASELINES),
+        "train.objective": (t.objective, ("xe", "scst")), "train.scst.baseline": (t.scst.baseline, ("greedy", "mean")),
         "decode.hard_choice": (config.decode.hard_choice, HardAttention.CHOICES),
     }
 
@@ -292,7 +307,8 @@ def _ranges(config: Config) -> dict[str, tuple[Any, str, bool]]:
                 "train.eval_every_steps": (t.eval_every_steps, 1), "train.val_images": (t.val_images, 1),
                 "train.num_workers": (t.num_workers, 0), "train.save_every_steps": (t.save_every_steps, 1),
                 "train.log_every_steps": (t.log_every_steps, 1), "train.log_images": (t.log_images, 0),
-                "train.reinforce.samples": (t.reinforce.samples, 1), "train.reinforce.warmup": (t.reinforce.warmup, 0),
+                "train.reinforce.samples": (t.reinforce.samples, 1),
+                "train.scst.samples": (t.scst.samples, 1), "train.reinforce.warmup": (t.reinforce.warmup, 0),
                 "decode.beam_size": (d.beam_size, 1), "decode.max_length": (d.max_length, 1)}
     checks = {key: (value, f"at least {low}", value is None or value >= low) for key, (value, low) in at_least.items()}
     positive = {"encoder.lr": config.encoder.lr, "train.lr": t.lr, "train.grad_clip": t.grad_clip,
@@ -330,6 +346,8 @@ def _combinations(config: Config) -> list[str]:
     if t.reinforce.baseline == "leave_one_out" and t.reinforce.samples < 2:
         problems.append("train.reinforce.baseline=leave_one_out needs train.reinforce.samples >= 2 (the other "
                         f"samples of the same caption), got {t.reinforce.samples}")
+    if t.objective == "scst":
+        problems += _scst_problems(config)
     if m.extras.glimpses == 2 and m.attention != "soft":
         problems.append("model.extras.glimpses=2 needs model.attention=soft (the second glimpse samples nothing, "
                         "so REINFORCE would not train it)")
@@ -355,6 +373,21 @@ def _combinations(config: Config) -> list[str]:
     if not all(isinstance(word, str) and isinstance(weight, (int, float)) and not isinstance(weight, bool)
                and weight > 0 for word, weight in weights.items()):
         problems.append(f"train.word_weights must map words to positive numbers, got {weights!r}")
+    return problems
+
+
+def _scst_problems(config: Config) -> list[str]:
+    t = config.train
+    problems = []
+    if t.scst.baseline == "mean" and t.scst.samples < 2:
+        problems.append(f"train.scst.baseline=mean needs train.scst.samples >= 2 (the image's other samples), "
+                        f"got {t.scst.samples}")
+    if config.encoder.fine_tune_from is not None or not config.data.feature_cache:
+        problems.append("train.objective=scst trains the decoder on cached annotations: not with "
+                        "encoder.fine_tune_from or data.feature_cache=false")
+    if config.data.mirror or t.word_weights:
+        problems.append("train.objective=scst has no reference pairs to mirror or words to weight: "
+                        "set data.mirror=false and train.word_weights={}")
     return problems
 
 

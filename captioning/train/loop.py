@@ -52,8 +52,9 @@ from captioning.train.extras.word_weights import word_weight_vector
 from captioning.train.hardware import Hardware
 from captioning.train.logs import RunLog
 from captioning.train.losses import Reinforce
+from captioning.train.scst import ImageBatch, SelfCritical, TrainingImages, collate_images, image_batches
 from captioning.train.signals import StopSignals
-from captioning.train.step import TrainingModel, train_step
+from captioning.train.step import TrainingError, TrainingModel, train_step
 from captioning.train.validation import hard_choice, log_overlays, validate
 from captioning.train.warm_start import warm_start, warm_vocabulary
 
@@ -139,6 +140,9 @@ class Run:
         # attention samples nothing: no REINFORCE terms, and no repeated rows for train.reinforce.samples.
         self.reinforce = Reinforce.from_config(t.reinforce) if config.model.attention == "hard" else None
         self.word_weights = word_weight_vector(t.word_weights, data.vocab).to(self.device) if t.word_weights else None
+        # train.objective=scst: batches of images and the self-critical loss instead of caption pairs (train/scst.py).
+        self.scst = (SelfCritical.from_config(t.scst, records=data.train.records, vocab=data.vocab,
+                                              max_length=config.decode.max_length) if t.objective == "scst" else None)
         self.progress = Progress()
         self.module: nn.Module | None = None  # the trained graph, wrapped for processes and compiling
         self.log: RunLog | None = None
@@ -161,6 +165,8 @@ class Run:
                              device=device)
         model = build_model(config, data, encoder, device)
         optimizer, scheduler = build_optimizer(config, model)
+        if t.objective == "scst" and hardware.context.enabled:
+            raise TrainingError("train.objective=scst runs in one process for now (not under torchrun)")
         run = cls(config, hardware=hardware, data=data, model=model, optimizer=optimizer, scheduler=scheduler)
         if checkpoint is not None:
             run.restore(checkpoint)
@@ -237,24 +243,36 @@ class Run:
 
     def loader(self, batches: list[list[int]]) -> DataLoader:
         t = self.config.train
+        items, collate = (self.data.pairs, self.data.collate) if self.scst is None else (
+            TrainingImages(self.data.train.annotations), collate_images)
         # Its own generator: a DataLoader otherwise draws its worker seed from the global RNG each
         # epoch, so a resumed run (one more DataLoader) would get different dropout masks.
-        return DataLoader(self.data.pairs, batch_sampler=batches, collate_fn=self.data.collate,
+        return DataLoader(items, batch_sampler=batches, collate_fn=collate,
                           num_workers=t.num_workers, pin_memory=t.pin_memory and self.hardware.pin_memory,
                           generator=torch.Generator().manual_seed(t.seed))
 
     def epoch_batches(self) -> list[list[int]]:
         """This process's batches of the current epoch: a function of (seed, epoch) alone."""
         t, epoch, lengths = self.config.train, self.progress.epoch, self.data.pairs.lengths
+        if self.scst is not None:  # images, not caption pairs
+            batches = image_batches(len(self.data.train.records), batch_size=t.batch_size, seed=t.seed, epoch=epoch)
+            return rank_batches(batches, rank=self.context.rank, world_size=self.context.world_size)
         batches = epoch_batches(lengths, batch_size=t.batch_size, seed=t.seed, epoch=epoch,
                                 bucket=self.config.data.bucket_batches)
         if self.config.data.mirror:  # data/mirror.py (not in the paper)
             batches = mirror_batches(batches, pairs=len(lengths), seed=t.seed, epoch=epoch)
         return rank_batches(batches, rank=self.context.rank, world_size=self.context.world_size)
 
-    def step(self, batch: Batch) -> dict[str, float] | None:
+    def step(self, batch: Batch | ImageBatch) -> dict[str, float] | None:
         """One optimizer step on this process's part of a global batch (None: no readable image in it)."""
         t = self.config.train
+        if self.scst is not None:
+            losses = self.scst.step(self.model.decoder, batch.to(self.device), self.optimizer, grad_clip=t.grad_clip,
+                                    step=self.progress.step, precision=self.hardware.precision,
+                                    scaler=self.scaler if self.scaler.is_enabled() else None)
+            if self.model.average is not None:
+                self.model.average.update(self.model.decoder)
+            return losses
         for reason in batch.failures:
             tqdm.write(f"warning: skipping an unreadable image: {reason}", file=sys.stderr)
         self.progress.skipped_images += len(batch.failures)

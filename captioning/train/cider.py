@@ -1,0 +1,78 @@
+"""CIDEr-D as a reward (Vedantam et al., 2015; self-critical training, Rennie et al., 2017).
+
+The same numbers as pycocoevalcap's Cider (which is CIDEr-D: clipped term frequencies, a Gaussian
+length penalty with sigma 6, times 10), with one difference of purpose: the document frequencies
+come from a fixed corpus, the training references, counted once, instead of from the captions being
+scored, so that a sample's reward does not depend on the other samples of its batch. Each image's
+reference vectors are computed once and kept; a candidate costs one tf-idf vector and a sparse
+product per reference. Given the same corpus as pycocoevalcap's (the references being scored),
+`scores` equals its per-image CIDEr (tests/train/test_cider.py).
+
+Captions are lists of tokens. As in pycocoevalcap, a caption's "length" for the penalty is its
+number of bigrams.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+
+import numpy as np
+
+Tokens = Sequence[str]
+Vector = tuple[list[dict[tuple[str, ...], float]], list[float], int]  # tf-idf per n, their norms, length
+
+
+def ngram_counts(tokens: Tokens, n: int = 4) -> Counter:
+    return Counter(tuple(tokens[i:i + k]) for k in range(1, n + 1) for i in range(len(tokens) - k + 1))
+
+
+class CiderD:
+    """CIDEr-D of candidates against the references of a corpus of images (one list of token lists each)."""
+
+    def __init__(self, references: Sequence[Sequence[Tokens]], *, n: int = 4, sigma: float = 6.0):
+        self.n, self.sigma = n, sigma
+        self.references = references
+        frequency: Counter = Counter()
+        for refs in references:  # an n-gram counts once per image, however many references use it
+            frequency.update({gram for ref in refs for gram in ngram_counts(ref, n)})
+        self.log_df = {gram: math.log(count) for gram, count in frequency.items()}
+        self.log_docs = math.log(float(len(references)))
+        self._cached: dict[int, list[Vector]] = {}
+
+    def vector(self, tokens: Tokens) -> Vector:
+        vec: list[dict[tuple[str, ...], float]] = [{} for _ in range(self.n)]
+        norms = [0.0] * self.n
+        length = 0
+        for gram, count in ngram_counts(tokens, self.n).items():
+            k = len(gram) - 1
+            weight = count * (self.log_docs - self.log_df.get(gram, 0.0))  # log(max(1, df)): 0 for an unseen n-gram
+            vec[k][gram] = weight
+            norms[k] += weight * weight
+            if k == 1:
+                length += count  # bigrams, as pycocoevalcap counts a caption's length
+        return vec, [math.sqrt(x) for x in norms], length
+
+    def _reference_vectors(self, image: int) -> list[Vector]:
+        if image not in self._cached:
+            self._cached[image] = [self.vector(ref) for ref in self.references[image]]
+        return self._cached[image]
+
+    def score(self, candidate: Tokens, image: int) -> float:
+        vec, norms, length = self.vector(candidate)
+        refs = self._reference_vectors(image)
+        total = 0.0
+        for ref_vec, ref_norms, ref_length in refs:
+            penalty = math.exp(-((length - ref_length) ** 2) / (2 * self.sigma ** 2))
+            for k in range(self.n):
+                dot = sum(min(weight, ref_vec[k].get(gram, 0.0)) * ref_vec[k].get(gram, 0.0)
+                          for gram, weight in vec[k].items())
+                if norms[k] != 0 and ref_norms[k] != 0:
+                    dot /= norms[k] * ref_norms[k]
+                total += dot * penalty
+        return total / self.n / len(refs) * 10.0
+
+    def scores(self, candidates: Sequence[Tokens], images: Sequence[int]) -> np.ndarray:
+        """CIDEr-D of candidates[i] against the references of images[i]: [N]."""
+        return np.array([self.score(c, i) for c, i in zip(candidates, images)], dtype=np.float64)

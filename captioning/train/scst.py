@@ -1,0 +1,153 @@
+"""Self-critical sequence training (Rennie et al., 2017): train.objective: scst.
+
+Not in Show, Attend and Tell; it is how captioning models since 2017 gain their last CIDEr: after
+cross-entropy training (start from its best.pt with train.init_from), the decoder samples K captions
+per image and each sample's log-probability is pushed up or down by how much its CIDEr-D beats a
+baseline:
+
+    loss = - sum_k (r(w^k) - b_k) * sum_t log p(w^k_t | w^k_<t, I) / (words sampled)
+
+with r the CIDEr-D against the image's references (document frequencies of the training
+references, captioning.train.cider) and b the greedy caption's reward (Rennie et al.; decoded in
+eval mode, as at test time) or the mean reward of the image's other samples (Luo, 2020). With hard
+attention the cells sampled on the way are part of the policy: their log alpha_t[s_t] joins the
+words' log-probabilities with the same sequence reward.
+
+Notation: B images, K samples per image, N = B*K rows, T steps, L cells, D channels.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from captioning.config import ScstConfig
+from captioning.data.vocab import Vocabulary, tokenize
+from captioning.model.attention import set_training_step
+from captioning.model.decoder import AttentionDecoder
+from captioning.model.decoding import greedy
+from captioning.train.cider import CiderD
+from captioning.train.precision import FULL_PRECISION, Precision
+
+
+@dataclass
+class ImageBatch:
+    images: torch.Tensor  # [B] long: rows of the training split
+    annotations: torch.Tensor  # [B, L, D]
+
+    def to(self, device: torch.device, non_blocking: bool = False) -> ImageBatch:
+        return ImageBatch(self.images, self.annotations.to(device, non_blocking=non_blocking))
+
+
+class TrainingImages(Dataset):
+    """The training split's cached annotations, one image per item."""
+
+    def __init__(self, annotations):
+        self.annotations = annotations
+
+    def __len__(self) -> int:
+        return len(self.annotations)
+
+    def __getitem__(self, row: int) -> tuple[int, np.ndarray]:
+        return row, np.asarray(self.annotations[row], dtype=np.float32)
+
+
+def collate_images(items: list[tuple[int, np.ndarray]]) -> ImageBatch:
+    return ImageBatch(torch.tensor([row for row, _ in items]), torch.from_numpy(np.stack([a for _, a in items])))
+
+
+def image_batches(count: int, *, batch_size: int, seed: int, epoch: int) -> list[list[int]]:
+    """The epoch's batches of image rows: a shuffle that is a function of (seed, epoch) alone."""
+    order = torch.randperm(count, generator=torch.Generator().manual_seed(seed * 100_003 + epoch)).tolist()
+    return [order[i:i + batch_size] for i in range(0, count, batch_size)]
+
+
+class SelfCritical:
+    """Samples, rewards and the policy-gradient loss of one batch of images."""
+
+    def __init__(self, config: ScstConfig, *, references: list[list[list[str]]], vocab: Vocabulary, max_length: int):
+        self.samples, self.baseline, self.max_length = config.samples, config.baseline, max_length
+        self.vocab = vocab
+        self.cider = CiderD(references)
+
+    @classmethod
+    def from_config(cls, config: ScstConfig, *, records, vocab: Vocabulary, max_length: int) -> SelfCritical:
+        """Rewards against the training split's references, tokenized as training targets are."""
+        return cls(config, references=[[tokenize(c) for c in r.captions] for r in records], vocab=vocab,
+                   max_length=max_length)
+
+    def sample(self, decoder: AttentionDecoder, annotations: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """K captions per image drawn from the decoder, with gradients: tokens [N, T] (<pad> after
+        <end>) and each step's log-probability [N, T] (the word's, plus the sampled cell's under hard
+        attention; 0 after <end>)."""
+        memory, state = decoder.prepare(annotations)
+        rows = torch.arange(annotations.shape[0], device=annotations.device).repeat_interleave(self.samples)
+        memory, state = memory.select(rows), state.select(rows)
+        previous = torch.full((rows.shape[0],), Vocabulary.start_id, dtype=torch.long, device=annotations.device)
+        finished = torch.zeros_like(previous, dtype=torch.bool)
+        tokens, log_probs = [], []
+        for _ in range(self.max_length):
+            logits, state, attended = decoder.step(memory, state, previous)
+            log_p = torch.log_softmax(logits.float(), dim=1)  # [N, V]
+            word = torch.multinomial(log_p.detach().exp(), 1)[:, 0].masked_fill(finished, Vocabulary.pad_id)
+            step = log_p.gather(1, word[:, None])[:, 0]  # [N]
+            if attended.log_prob is not None:  # hard attention: the cell is an action too (0 for the expectation)
+                step = step + attended.log_prob.float()
+            log_probs.append(step.masked_fill(finished, 0.0))
+            tokens.append(word)
+            finished = finished | (word == Vocabulary.end_id)
+            previous = word
+            if finished.all():
+                break
+        return torch.stack(tokens, 1), torch.stack(log_probs, 1)
+
+    def rewards(self, tokens: torch.Tensor, images: list[int]) -> np.ndarray:
+        """CIDEr-D of each row's caption against its image's references. tokens [R, T], images [R]."""
+        return self.cider.scores([self.vocab.decode(row) for row in tokens.tolist()], images)
+
+    def loss(self, decoder: AttentionDecoder, batch: ImageBatch, *,
+             precision: Precision = FULL_PRECISION) -> tuple[torch.Tensor, dict[str, float]]:
+        images = batch.images.tolist()
+        with precision.autocast():
+            tokens, log_probs = self.sample(decoder, batch.annotations)
+        sampled = self.rewards(tokens, [i for i in images for _ in range(self.samples)]).reshape(-1, self.samples)
+        if self.baseline == "greedy":
+            decoder.eval()  # the test-time caption: no dropout
+            with torch.no_grad(), precision.autocast():
+                best = greedy(decoder, batch.annotations, max_length=self.max_length)
+            decoder.train()
+            baseline = self.rewards(best.tokens, images)[:, None].repeat(self.samples, axis=1)  # [B, K]
+        else:  # the mean of the image's other samples
+            baseline = (sampled.sum(axis=1, keepdims=True) - sampled) / (self.samples - 1)
+        advantage = torch.as_tensor(sampled - baseline, dtype=torch.float32, device=log_probs.device).reshape(-1)
+        steps = (tokens != Vocabulary.pad_id).float()  # [N, T]: the words sampled, <end> included
+        loss = -(advantage[:, None] * log_probs * steps).sum() / steps.sum().clamp(min=1.0)
+        return loss, {"reward": float(sampled.mean()), "baseline": float(baseline.mean()),
+                      "ended": float((tokens == Vocabulary.end_id).any(dim=1).float().mean())}
+
+    def step(self, decoder: AttentionDecoder, batch: ImageBatch, optimizer: torch.optim.Optimizer, *,
+             grad_clip: float, step: int, precision: Precision = FULL_PRECISION,
+             scaler: torch.amp.GradScaler | None = None) -> dict[str, float]:
+        """One optimizer step of the self-critical loss."""
+        from captioning.train.step import TrainingError
+
+        decoder.train()
+        set_training_step(decoder, step)
+        loss, stats = self.loss(decoder, batch, precision=precision)
+        if not torch.isfinite(loss):
+            raise TrainingError(f"non-finite loss ({loss.item()}); stopping, the last good checkpoint is kept")
+        optimizer.zero_grad(set_to_none=True)
+        if scaler is None:
+            loss.backward()
+            norm = torch.nn.utils.clip_grad_norm_(decoder.parameters(), grad_clip)
+            optimizer.step()
+        else:
+            scaler.scale(loss).backward()
+            scaler.unscale_(optimizer)
+            norm = torch.nn.utils.clip_grad_norm_(decoder.parameters(), grad_clip)
+            scaler.step(optimizer)
+            scaler.update()
+        return {"loss": loss.item(), "grad_norm": norm.item(), **stats}

@@ -1,0 +1,143 @@
+"""Self-critical sequence training: the samples, the baselines, the direction of the gradient, a run."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from captioning.config import ConfigError, ScstConfig
+from captioning.data.vocab import SPECIALS, Vocabulary
+from captioning.model.captioner import build_decoder
+from captioning.train.loop import fit
+from captioning.train.scst import ImageBatch, SelfCritical, image_batches
+from tests.model.sizes import model_section
+
+WORDS = ["a", "red", "green", "square", "circle"]
+
+
+def _decoder(*overrides: str) -> torch.nn.Module:
+    torch.manual_seed(0)
+    model = model_section("embed_dim=8", "hidden_dim=16", *overrides)
+    return build_decoder(model, vocab_size=len(SPECIALS) + len(WORDS), annotation_dim=6, grid=(2, 2))
+
+
+def _critic(samples: int = 4, baseline: str = "mean") -> SelfCritical:
+    references = [[["a", "red", "square"], ["a", "square"]], [["a", "green", "circle"]]]
+    return SelfCritical(ScstConfig(samples=samples, baseline=baseline), references=references,
+                        vocab=Vocabulary([*SPECIALS, *WORDS]), max_length=6)
+
+
+def test_samples_stop_at_end_and_carry_gradients() -> None:
+    decoder, critic = _decoder().train(), _critic()
+    annotations = torch.randn(2, 4, 6)
+    tokens, log_probs = critic.sample(decoder, annotations)
+    assert tokens.shape[0] == 2 * 4 and log_probs.shape == tokens.shape
+    for row, logs in zip(tokens.tolist(), log_probs.detach()):
+        if Vocabulary.end_id in row:
+            end = row.index(Vocabulary.end_id)
+            assert all(t == Vocabulary.pad_id for t in row[end + 1:])
+            assert (logs[end + 1:] == 0).all() and (logs[: end + 1] < 0).all()
+    log_probs.sum().backward()
+    assert decoder.embed.weight.grad is not None and decoder.out.weight.grad.abs().sum() > 0
+
+
+def _advantages(critic: SelfCritical, decoder, rewards: np.ndarray, monkeypatch) -> np.ndarray:
+    """The advantage each sample's log-probability is scaled by: one step per sample, so that the
+    loss's gradient with respect to that step's log-probability is -advantage / samples."""
+    rows = len(rewards)
+    log_probs = torch.zeros(rows, 1, requires_grad=True)
+    tokens = torch.full((rows, 1), Vocabulary.end_id)
+    monkeypatch.setattr(critic, "sample", lambda decoder, annotations: (tokens, log_probs))
+    monkeypatch.setattr(critic, "rewards", lambda tokens, images: rewards if len(images) == rows
+                        else np.array([2.0, 1.0]))  # the greedy captions' rewards, per image
+    loss, _ = critic.loss(decoder, ImageBatch(torch.tensor([0, 1]), torch.randn(2, 4, 6)))
+    loss.backward()
+    return -(log_probs.grad[:, 0] * rows).numpy()
+
+
+def test_each_baseline_gives_the_advantages_of_its_paper(monkeypatch) -> None:
+    rewards = np.array([1.0, 2.0, 6.0, 0.0, 0.0, 3.0])  # 2 images x 3 samples
+    decoder = _decoder().train()
+    mean = _advantages(_critic(samples=3, baseline="mean"), decoder, rewards, monkeypatch)
+    np.testing.assert_allclose(mean, [1 - 4, 2 - 3.5, 6 - 1.5, 0 - 1.5, 0 - 1.5, 3 - 0], atol=1e-6)  # Luo, 2020
+    greedy = _advantages(_critic(samples=3, baseline="greedy"), decoder, rewards, monkeypatch)
+    np.testing.assert_allclose(greedy, [1 - 2, 2 - 2, 6 - 2, 0 - 1, 0 - 1, 3 - 1], atol=1e-6)  # Rennie et al.
+
+
+def test_equal_rewards_give_no_gradient(monkeypatch) -> None:
+    decoder, critic = _decoder().train(), _critic(samples=3)
+    monkeypatch.setattr(critic, "rewards", lambda tokens, images: np.full(len(images), 0.7))
+    loss, _ = critic.loss(decoder, ImageBatch(torch.tensor([0, 1]), torch.randn(2, 4, 6)))
+    assert abs(loss.item()) < 1e-9
+
+
+@pytest.mark.parametrize("baseline", ["mean", "greedy"])
+def test_the_gradient_moves_towards_the_rewarded_word(baseline: str, monkeypatch) -> None:
+    """Reward = 1 when the caption starts with "red": a few steps must make it likelier, whichever baseline."""
+    decoder, critic = _decoder(), _critic(samples=8, baseline=baseline)
+    red = 4 + WORDS.index("red")
+    monkeypatch.setattr(critic, "rewards", lambda tokens, images: (tokens[:, 0] == red).double().numpy())
+    annotations = torch.randn(2, 4, 6)
+
+    def p_red() -> float:
+        decoder.eval()
+        with torch.no_grad():
+            memory, state = decoder.prepare(annotations)
+            logits, _, _ = decoder.step(memory, state, torch.full((2,), Vocabulary.start_id))
+        return torch.softmax(logits, 1)[:, red].mean().item()
+
+    before = p_red()
+    optimizer = torch.optim.Adam(decoder.parameters(), lr=0.05)
+    torch.manual_seed(1)
+    for step in range(15):
+        critic.step(decoder, ImageBatch(torch.tensor([0, 1]), annotations), optimizer, grad_clip=5.0, step=step)
+    assert p_red() > before + 0.2
+
+
+def test_hard_attention_adds_the_sampled_cells_log_probability() -> None:
+    """With every word equally likely (a zero output layer), whatever log-probability a step carries
+    beyond log(1/V) is the sampled cell's log alpha: present, and a log-probability (<= 0)."""
+    decoder, critic = _decoder("attention=hard", "hard.expectation_prob=0.0").train(), _critic(samples=2)
+    with torch.no_grad():
+        decoder.out.weight.zero_()
+        decoder.out.bias.zero_()
+    tokens, log_probs = critic.sample(decoder, torch.randn(2, 4, 6))
+    cells = (log_probs.detach() + math.log(len(WORDS) + 4))[:, 0]  # the first step: never after <end>
+    assert (cells <= 1e-6).all() and (cells < -1e-3).any()
+
+
+def test_image_batches_cover_every_image_once_per_epoch_in_a_seeded_order() -> None:
+    first = image_batches(10, batch_size=4, seed=3, epoch=0)
+    assert sorted(i for batch in first for i in batch) == list(range(10)) and [len(b) for b in first] == [4, 4, 2]
+    assert first == image_batches(10, batch_size=4, seed=3, epoch=0)
+    assert first != image_batches(10, batch_size=4, seed=3, epoch=1)
+
+
+@pytest.mark.parametrize(("overrides", "said"), [
+    (["train.scst.baseline=mean", "train.scst.samples=1"], "needs train.scst.samples >= 2"),
+    (["encoder.fine_tune_from=block6"], "cached annotations"),
+    (["data.mirror=true"], "data.mirror=false"),
+])
+def test_configs_scst_cannot_run_are_refused_at_load(overrides: list[str], said: str) -> None:
+    from captioning.config import load_config
+
+    with pytest.raises(ConfigError, match=said):
+        load_config(None, ["train.objective=scst", *overrides])
+
+
+def test_a_self_critical_run_from_a_cross_entropy_checkpoint(tiny_run, tiny_config, tmp_path: Path) -> None:
+    config = tiny_config(tmp_path, f"train.init_from={tiny_run.checkpoint}", "train.objective=scst",
+                         "train.max_steps=4", "train.log_every_steps=1", "train.scst.samples=3")
+    summary = fit(config)
+    assert summary["steps"] == 4
+    logged = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
+    steps = [e for e in logged if "reward" in e]
+    assert [e["step"] for e in steps] == [1, 2, 3, 4]
+    assert all(0.0 <= e["ended"] <= 1.0 and math.isfinite(e["loss"]) and e["reward"] >= 0 for e in steps)
+    payload = torch.load(tmp_path / "last.pt", map_location="cpu", weights_only=True)
+    assert payload["config"]["train"]["objective"] == "scst"
