@@ -50,6 +50,7 @@ tables: install
 	$(PY) -m studies.relations.run --tables-only
 	$(PY) -m studies.hard_seeds.run --tables-only
 	$(PY) -m studies.position_in_features.run --tables-only
+	$(PY) -m studies.scst.run --tables-only
 
 lint: install
 	$(VENV)/bin/ruff check captioning tests studies benchmarks train.py eval.py

@@ -141,3 +141,14 @@ def test_a_self_critical_run_from_a_cross_entropy_checkpoint(tiny_run, tiny_conf
     assert all(0.0 <= e["ended"] <= 1.0 and math.isfinite(e["loss"]) and e["reward"] >= 0 for e in steps)
     payload = torch.load(tmp_path / "last.pt", map_location="cpu", weights_only=True)
     assert payload["config"]["train"]["objective"] == "scst"
+
+
+@pytest.mark.parametrize(("name", "start"), [("shapes_scst", "shapes_soft"), ("coco_vgg19_scst", "coco_vgg19_soft")])
+def test_the_scst_configs_start_from_their_cross_entropy_runs_best(name: str, start: str) -> None:
+    from captioning.config import load_config
+    from tests.tiny import REPO
+
+    scst, xe = load_config(REPO / "configs" / f"{name}.yaml"), load_config(REPO / "configs" / f"{start}.yaml")
+    assert scst.train.objective == "scst" and xe.train.objective == "xe"
+    assert scst.train.init_from == f"{xe.train.out_dir}/best.pt" and scst.train.out_dir != xe.train.out_dir
+    assert scst.model == xe.model and scst.encoder == xe.encoder and scst.data == xe.data
