@@ -322,6 +322,16 @@ def _write_coco_results(results: list, path: str) -> None:
               f"(e.g. {left_out[0]})", file=sys.stderr)
 
 
+# inspect -------------------------------------------------------------------------------------------
+
+@_guarded
+def _inspect(args: argparse.Namespace) -> int:
+    from captioning.train.checkpoint import describe, load_checkpoint
+
+    print("\n".join(describe(load_checkpoint(args.checkpoint), args.checkpoint)))
+    return 0
+
+
 # captioning ... ------------------------------------------------------------------------------------
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -368,6 +378,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     _add_quiet_argument(caption)
     caption.set_defaults(run=_caption)
 
+    inspect = commands.add_parser("inspect", help="what a checkpoint holds (config, progress, tensors), read "
+                                  "without unpickling code")
+    inspect.add_argument("checkpoint")
+    inspect.set_defaults(run=_inspect)
+
     prepare = commands.add_parser("prepare", help="the vocabulary of the training split -> TRAIN.OUT_DIR/vocab.json")
     _add_config_arguments(prepare)
     prepare.set_defaults(run=_prepare)
@@ -394,7 +409,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if extra:
         setattr(args, spread, [*getattr(args, spread), *extra])
-    return args.run(args)
+    try:
+        return args.run(args)
+    except BrokenPipeError:  # `captioning caption photos/ | head`: the reader has gone; so do we, quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
 
 
 if __name__ == "__main__":

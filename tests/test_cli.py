@@ -394,3 +394,37 @@ def test_eval_with_a_hard_attention_choice(hard_checkpoint, tiny_run, tmp_path: 
     metrics = json.loads(out.read_text())
     assert metrics["hard_choice"] == "argmax" and "CIDEr" in metrics and "attention_correctness" in metrics
     assert "hard attention: argmax" in capsys.readouterr().out
+
+
+# inspect -------------------------------------------------------------------------------------------
+
+
+def test_inspect_shows_what_a_checkpoint_holds(tiny_run, capsys) -> None:
+    assert main(["inspect", str(tiny_run.last)]) == 0
+    out = capsys.readouterr().out
+    payload = torch.load(tiny_run.last, map_location="cpu", weights_only=True)
+    assert f"vocabulary of {len(payload['vocab'])} words" in out
+    assert f"step {tiny_run.steps}," in out and "resumable   yes" in out
+    for name, tensor in payload["decoder"].items():  # every tensor, with its shape
+        assert re.search(rf"^\s+{re.escape(name)}\s+{re.escape(str(tuple(tensor.shape)))}", out, flags=re.M), name
+
+
+class _Payload:  # pickled as code: a checkpoint must never run it
+    def __reduce__(self):
+        return (print, ("this ran",))
+
+
+@pytest.mark.parametrize("kind", ["text", "code", "foreign"])
+def test_inspect_of_what_is_not_our_checkpoint_is_one_line(kind: str, tmp_path: Path, capsys) -> None:
+    path = tmp_path / f"{kind}.pt"
+    if kind == "text":
+        path.write_text("not a checkpoint\n")
+    elif kind == "code":
+        torch.save({"format_version": 2, "payload": _Payload()}, path)
+    else:
+        torch.save({"state_dict": {"w": torch.zeros(2)}}, path)
+    assert main(["inspect", str(path)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "this ran" not in captured.err
+    errors = _lines(captured.err)
+    assert len(errors) == 1 and str(path) in errors[0]

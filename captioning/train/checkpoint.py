@@ -130,3 +130,34 @@ def refuse_hard_choice(decoder: torch.nn.Module, choice: str, checkpoint: str | 
 
     if choice != "expectation" and not any(isinstance(m, HardAttention) for m in decoder.modules()):
         raise ConfigError(f"hard choice {choice}: {checkpoint} uses soft attention (only expectation applies)")
+
+
+def describe(payload: dict[str, Any], path: str | Path) -> list[str]:
+    """What a checkpoint holds, as lines: the run it comes from, where training stood, every tensor.
+    Reads only the plain data load_checkpoint returns (weights_only loading, nothing executed)."""
+    config = config_of(payload, path)
+    progress = payload.get("progress", {})
+    m, e = config.model, config.encoder
+    lines = [f"{path}: captioning checkpoint, format {payload['format_version']}",
+             f"  data        {config.data.dataset} at {config.data.image_size}px, grid {payload['grid'][0]}x"
+             f"{payload['grid'][1]}, vocabulary of {len(payload['vocab'])} words",
+             f"  encoder     {e.name} {e.layer}{f', fine-tuned from {e.fine_tune_from}' if e.fine_tune_from else ''}",
+             f"  model       {m.attention} attention, {m.score} score, embed {m.embed_dim}, hidden {m.hidden_dim}, "
+             f"attention {m.attention_dim}",
+             f"  training    {config.train.objective}, step {progress.get('step', '?')}, "
+             f"epoch {progress.get('epoch', '?')}, "
+             f"best {config.train.val_metric} {progress.get('best_metric', float('nan')):.4f}, "
+             f"{progress.get('seconds', 0.0) / 3600:.2f} h trained"]
+    for part in ("decoder", "training_decoder", "encoder"):
+        state = payload.get(part)
+        if not isinstance(state, dict):
+            continue
+        tensors = {k: v for k, v in state.items() if isinstance(v, torch.Tensor)}
+        count = sum(v.numel() for v in tensors.values())
+        lines.append(f"  {part}: {len(tensors)} tensors, {count:,} numbers")
+        lines += [f"    {name:<44} {str(tuple(value.shape)):<18} {str(value.dtype).removeprefix('torch.')}"
+                  for name, value in tensors.items()]
+    resumable = [k for k in ("optimizer", "scheduler", "rng") if k in payload]
+    held = ", ".join(resumable) or "no optimizer state"
+    lines.append(f"  resumable   {'yes' if len(resumable) == 3 else 'no'} ({held})")
+    return lines
