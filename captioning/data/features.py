@@ -31,7 +31,7 @@ from torch.utils.data import DataLoader, Dataset
 from tqdm import tqdm
 
 from captioning.data.images import ImageReadError, load_image, to_tensor
-from captioning.data.karpathy import ImageRecord
+from captioning.data.karpathy import DatasetError, ImageRecord
 from captioning.model.encoder import Encoder
 from captioning.progress import bar as progress_bar
 
@@ -104,10 +104,30 @@ def _write_json(path: Path, value: dict) -> None:
 
 
 @torch.no_grad()
-def write_cache(directory: Path, split: str, records: list[ImageRecord], *, encoder: Encoder, image_size: int,
+def write_cache(directory: Path, split: str, records: list[ImageRecord], **options) -> Cached:
+    """Compute the annotations of a split into DIRECTORY/SPLIT.npy, resuming an interrupted run
+    (options: those of _write_cache). A full disk or a file-size limit is one line: the rows written
+    so far stay, and the next run goes on from them."""
+    try:
+        return _write_cache(directory, split, records, **options)
+    except OSError as error:
+        raise DatasetError(f"{directory}: the {split} feature cache could not be written "
+                           f"({error.strerror or error}); free some space and run again: it goes on where it "
+                           "stopped") from error
+
+
+def _reserve(path: Path) -> None:
+    """Allocate the whole file now, so that a disk too small says so here, not later as a crash
+    when a memory-mapped page cannot be written back."""
+    with open(path, "r+b") as file:
+        os.posix_fallocate(file.fileno(), 0, os.fstat(file.fileno()).st_size)
+
+
+@torch.no_grad()
+def _write_cache(directory: Path, split: str, records: list[ImageRecord], *, encoder: Encoder, image_size: int,
                 batch_size: int = 32, device: str | torch.device = "cpu", num_workers: int = 0,
                 transform: Callable[[Image.Image], Image.Image] | None = None) -> Cached:
-    """Compute the annotations of a split into DIRECTORY/SPLIT.npy, resuming an interrupted run.
+    """The work of write_cache.
 
     `transform`: the annotations of the images changed first (data/mirror.py: flipped, under a
     SPLIT name of their own, train_mirrored)."""
@@ -135,6 +155,7 @@ def write_cache(directory: Path, split: str, records: list[ImageRecord], *, enco
             if out is None:  # the first batch tells the shape [N, L, D]
                 out = np.lib.format.open_memmap(partial, mode="w+", dtype=np.float16,
                                                 shape=(len(records), *annotations.shape[1:]))
+                _reserve(partial)
             out[batch.rows] = annotations
         done += len(batch.rows) + len(batch.failures)
         if out is not None:  # rows first, then the marker that says they are there

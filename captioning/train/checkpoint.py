@@ -31,11 +31,17 @@ class CheckpointError(ValueError):
 
 
 def save_checkpoint(path: str | Path, payload: dict[str, Any]) -> None:
-    """Write to a temporary file in the same folder, then rename: a kill mid-save never leaves a
-    truncated checkpoint under the real name."""
+    """Write to a temporary file in the same folder, then rename: a kill or a full disk mid-save
+    never leaves a truncated checkpoint under the real name."""
     path = Path(path)
     temporary = path.with_name(f".{path.name}.tmp")
-    torch.save({"format_version": FORMAT_VERSION, **payload}, temporary)
+    try:
+        torch.save({"format_version": FORMAT_VERSION, **payload}, temporary)
+    except (OSError, RuntimeError) as error:  # a full disk, a file-size limit: torch reports either
+        temporary.unlink(missing_ok=True)
+        reason = (error.strerror if isinstance(error, OSError) and error.strerror
+                  else f"no space left or a file-size limit? torch said: {str(error).splitlines()[0]}")
+        raise CheckpointError(f"{path}: could not be written ({reason}); the previous {path.name} is intact") from error
     os.replace(temporary, path)
 
 

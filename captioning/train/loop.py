@@ -50,6 +50,7 @@ from captioning.train.checkpoint import load_checkpoint, save_checkpoint
 from captioning.train.extras.averaging import WeightAverage
 from captioning.train.extras.word_weights import word_weight_vector
 from captioning.train.hardware import Hardware
+from captioning.train.lock import run_folder
 from captioning.train.logs import RunLog
 from captioning.train.losses import Reinforce
 from captioning.train.scst import ImageBatch, SelfCritical, TrainingImages, collate_images, image_batches
@@ -398,12 +399,13 @@ def fit(config: Config, *, resume: bool = False, device: str | torch.device = "c
     """
     hardware = Hardware.setup(device, amp=config.train.amp)
     try:
-        run = Run.start(config, resume=resume, hardware=hardware)
-        try:
-            with StopSignals() as signals:
-                interrupted = run.fit(signals)
-        finally:
-            run.close()
+        with run_folder(config.train.out_dir, enabled=hardware.context.is_main):  # one run per folder
+            run = Run.start(config, resume=resume, hardware=hardware)
+            try:
+                with StopSignals() as signals:
+                    interrupted = run.fit(signals)
+            finally:
+                run.close()
     finally:
         hardware.teardown()
     return run.summary(interrupted)
