@@ -154,6 +154,8 @@ class TrainConfig:
     lr: float = 1e-3
     optimizer: str = "adam"  # adam | rmsprop (the paper: RMSProp on Flickr8k, Adam on Flickr30k and COCO)
     grad_clip: float = 5.0
+    # A step whose loss or gradient is not finite is skipped; this many in a row stop the run.
+    max_bad_steps: int = 20
     # Doubly stochastic regularization (Eq. 14). "one" is the paper's target of 1 per cell;
     # "length" is T/L, which a caption of T words over L cells can actually meet.
     ds_weight: float = 0.0
@@ -307,7 +309,7 @@ def _ranges(config: Config) -> dict[str, tuple[Any, str, bool]]:
                 "train.eval_every_steps": (t.eval_every_steps, 1), "train.val_images": (t.val_images, 1),
                 "train.num_workers": (t.num_workers, 0), "train.save_every_steps": (t.save_every_steps, 1),
                 "train.log_every_steps": (t.log_every_steps, 1), "train.log_images": (t.log_images, 0),
-                "train.reinforce.samples": (t.reinforce.samples, 1),
+                "train.reinforce.samples": (t.reinforce.samples, 1), "train.max_bad_steps": (t.max_bad_steps, 1),
                 "train.scst.samples": (t.scst.samples, 1), "train.reinforce.warmup": (t.reinforce.warmup, 0),
                 "decode.beam_size": (d.beam_size, 1), "decode.max_length": (d.max_length, 1)}
     checks = {key: (value, f"at least {low}", value is None or value >= low) for key, (value, low) in at_least.items()}

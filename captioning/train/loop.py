@@ -71,6 +71,8 @@ class Progress:
     stale_evaluations: int = 0  # evaluations since the best one, for early stopping
     history: list[dict[str, float]] = field(default_factory=list)
     skipped_images: int = 0  # training pairs left out because their image could not be read
+    skipped_steps: int = 0  # steps not applied because their loss or gradient was not finite
+    bad_steps_in_a_row: int = 0
     seconds: float = 0.0  # wall-clock seconds trained up to this point, summed over resumed runs
 
 
@@ -265,6 +267,25 @@ class Run:
         return rank_batches(batches, rank=self.context.rank, world_size=self.context.world_size)
 
     def step(self, batch: Batch | ImageBatch) -> dict[str, float] | None:
+        """One optimizer step, counting those skipped as not finite (see apply_gradients)."""
+        losses = self._step(batch)
+        if losses is None:
+            return None
+        progress = self.progress
+        if losses.pop("skipped"):
+            progress.skipped_steps += 1
+            progress.bad_steps_in_a_row += 1
+            tqdm.write(f"warning: step {progress.step + 1}: loss {losses['loss']:.4g}, gradient norm "
+                       f"{losses['grad_norm']:.4g}: not finite, step skipped", file=sys.stderr)
+            if progress.bad_steps_in_a_row >= self.config.train.max_bad_steps:
+                raise TrainingError(f"step {progress.step + 1}: the loss or its gradient was not finite "
+                                    f"{progress.bad_steps_in_a_row} steps in a row ({progress.skipped_steps} skipped "
+                                    "in all); stopping, the last good checkpoint is kept")
+        else:
+            progress.bad_steps_in_a_row = 0
+        return {**losses, "skipped_steps": float(progress.skipped_steps)}
+
+    def _step(self, batch: Batch | ImageBatch) -> dict[str, float] | None:
         """One optimizer step on this process's part of a global batch (None: no readable image in it)."""
         t = self.config.train
         if self.scst is not None:

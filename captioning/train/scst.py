@@ -131,23 +131,12 @@ class SelfCritical:
     def step(self, decoder: AttentionDecoder, batch: ImageBatch, optimizer: torch.optim.Optimizer, *,
              grad_clip: float, step: int, precision: Precision = FULL_PRECISION,
              scaler: torch.amp.GradScaler | None = None) -> dict[str, float]:
-        """One optimizer step of the self-critical loss."""
-        from captioning.train.step import TrainingError
+        """One optimizer step of the self-critical loss (skipped where not finite: apply_gradients)."""
+        from captioning.train.step import apply_gradients
 
         decoder.train()
         set_training_step(decoder, step)
         loss, stats = self.loss(decoder, batch, precision=precision)
-        if not torch.isfinite(loss):
-            raise TrainingError(f"non-finite loss ({loss.item()}); stopping, the last good checkpoint is kept")
-        optimizer.zero_grad(set_to_none=True)
-        if scaler is None:
-            loss.backward()
-            norm = torch.nn.utils.clip_grad_norm_(decoder.parameters(), grad_clip)
-            optimizer.step()
-        else:
-            scaler.scale(loss).backward()
-            scaler.unscale_(optimizer)
-            norm = torch.nn.utils.clip_grad_norm_(decoder.parameters(), grad_clip)
-            scaler.step(optimizer)
-            scaler.update()
-        return {"loss": loss.item(), "grad_norm": norm.item(), **stats}
+        norm, skipped = apply_gradients(loss, loss, list(decoder.parameters()), optimizer, grad_clip=grad_clip,
+                                        scaler=scaler)
+        return {"loss": loss.item(), "grad_norm": norm.item(), **stats, "skipped": float(skipped)}

@@ -22,7 +22,36 @@ from captioning.train.precision import FULL_PRECISION, Precision
 
 
 class TrainingError(RuntimeError):
-    """Training cannot go on (e.g. a non-finite loss); the last good checkpoint is kept."""
+    """Training cannot go on (e.g. non-finite losses step after step); the last good checkpoint is kept."""
+
+
+def apply_gradients(loss: torch.Tensor, objective: torch.Tensor, parameters: list[torch.Tensor],
+                    optimizer: torch.optim.Optimizer, *, grad_clip: float,
+                    scaler: torch.amp.GradScaler | None = None) -> tuple[torch.Tensor, bool]:
+    """Backward, clip and step; returns the gradient norm and whether the step was skipped.
+
+    A non-finite loss or gradient norm skips the update (the weights and the optimizer's moments stay
+    as they were) instead of writing NaN into them: mixed precision has isolated spikes that a run
+    should survive; the caller counts them and stops after too many in a row. The backward always
+    runs, so that under DistributedDataParallel every process takes part in the same all-reduce and
+    all of them see the same non-finite norm and skip together.
+    """
+    optimizer.zero_grad(set_to_none=True)
+    if scaler is None:
+        objective.backward()
+    else:
+        scaler.scale(objective).backward()
+        scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
+    norm = torch.nn.utils.clip_grad_norm_(parameters, grad_clip)
+    skipped = not (torch.isfinite(norm) and torch.isfinite(loss))
+    if scaler is not None:
+        scaler.step(optimizer)  # skips by itself when the unscaled gradients hold inf or NaN
+        scaler.update()
+    elif not skipped:
+        optimizer.step()
+    if skipped:
+        optimizer.zero_grad(set_to_none=True)
+    return norm, skipped
 
 
 class TrainingModel(nn.Module):
@@ -79,20 +108,10 @@ def train_step(model: nn.Module, batch: Batch, optimizer: torch.optim.Optimizer,
         surrogate, extra = reinforce(logits=logits, targets=targets, mask=mask, log_probs=output.log_probs.float(),
                                      entropies=output.entropies.float(), locations=output.locations, step=step)
     loss = xe + ds_weight * ds + surrogate
-    if not torch.isfinite(loss):
-        raise TrainingError(f"non-finite loss ({loss.item()}); stopping, the last good checkpoint is kept")
     words_share, images_share = shares
-    optimizer.zero_grad(set_to_none=True)
     # The surrogate is normalized per real word, like the cross-entropy, so it takes the words' share.
     objective = words_share * (xe + surrogate) + ds_weight * images_share * ds
-    if scaler is None:
-        objective.backward()
-        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-        optimizer.step()
-    else:
-        scaler.scale(objective).backward()
-        scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
-        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-        scaler.step(optimizer)
-        scaler.update()
-    return {"loss": loss.item(), "xe": xe.item(), "ds": ds.item(), "grad_norm": norm.item(), **extra}
+    norm, skipped = apply_gradients(loss, objective, list(model.parameters()), optimizer, grad_clip=grad_clip,
+                                    scaler=scaler)
+    return {"loss": loss.item(), "xe": xe.item(), "ds": ds.item(), "grad_norm": norm.item(), **extra,
+            "skipped": float(skipped)}

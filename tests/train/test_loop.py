@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from pathlib import Path
@@ -294,37 +295,59 @@ def test_the_samples_of_a_caption_share_one_pass_of_the_encoder() -> None:
 # non-finite losses ---------------------------------------------------------------------------------
 
 
-def test_non_finite_loss_raises_before_any_update() -> None:
+def test_a_non_finite_loss_skips_the_update() -> None:
     torch.manual_seed(0)
     decoder = _tiny_decoder()
     optimizer = torch.optim.Adam(decoder.parameters(), lr=1e-2)
     with torch.no_grad():
         decoder.out.bias[5] = float("nan")
     before = {name: value.clone() for name, value in decoder.state_dict().items()}
-    with pytest.raises(TrainingError, match="non-finite"):
-        train_step(decoder, _fixed_batch(), optimizer, grad_clip=5.0, ds_weight=0.0, ds_target="one")
+    losses = train_step(decoder, _fixed_batch(), optimizer, grad_clip=5.0, ds_weight=0.0, ds_target="one")
+    assert losses["skipped"] == 1.0 and not math.isfinite(losses["loss"])
     after = decoder.state_dict()
     assert all(torch.equal(before[n], after[n]) for n in before if n != "out.bias")
-    assert not optimizer.state  # the optimizer never stepped
+    assert not optimizer.state  # the optimizer never stepped: no NaN in its moments either
+    assert all(p.grad is None for p in decoder.parameters())
 
 
-def test_non_finite_loss_in_fit_keeps_the_last_good_checkpoint(tmp_path: Path, tiny_config, monkeypatch) -> None:
+def _poison(monkeypatch, steps: set[int] | None = None, *, from_step: int | None = None) -> list[int]:
+    """Make the cross-entropy NaN at the given (1-based) calls, or at every call from `from_step` on."""
     real = training_step.cross_entropy
     calls = []
 
     def poisoned(logits, targets, mask, **weights):
         calls.append(1)
         loss = real(logits, targets, mask, **weights)
-        return loss * float("nan") if len(calls) == 5 else loss
+        bad = (steps is not None and len(calls) in steps) or (from_step is not None and len(calls) >= from_step)
+        return loss * float("nan") if bad else loss
 
     monkeypatch.setattr(training_step, "cross_entropy", poisoned)
+    return calls
+
+
+def test_an_isolated_non_finite_step_is_skipped_and_the_run_goes_on(tmp_path: Path, tiny_config,
+                                                                     monkeypatch) -> None:
+    _poison(monkeypatch, {3, 5, 7})  # three in all, never two in a row
     out = tmp_path / "run"
-    config = tiny_config(out, "train.max_steps=10", "train.eval_every_steps=3")
-    with pytest.raises(TrainingError, match="non-finite"):
+    summary = fit(tiny_config(out, "train.max_steps=10", "train.log_every_steps=1", "train.max_bad_steps=2"))
+    assert summary["steps"] == 10
+    logged = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines() if '"loss"' in line]
+    assert [e["skipped_steps"] for e in logged] == [0, 0, 1, 1, 2, 2, 3, 3, 3, 3]
+    payload = load_checkpoint(out / "last.pt")
+    assert payload["progress"]["skipped_steps"] == 3 and payload["progress"]["bad_steps_in_a_row"] == 0
+    assert all(torch.isfinite(v).all() for v in payload["decoder"].values())
+
+
+def test_non_finite_steps_in_a_row_stop_the_run_keeping_the_last_good_checkpoint(tmp_path: Path, tiny_config,
+                                                                                  monkeypatch) -> None:
+    calls = _poison(monkeypatch, from_step=5)
+    out = tmp_path / "run"
+    config = tiny_config(out, "train.max_steps=30", "train.eval_every_steps=3", "train.max_bad_steps=4")
+    with pytest.raises(TrainingError, match="step 8: the loss or its gradient was not finite 4 steps in a row"):
         fit(config)
-    assert len(calls) == 5
-    payload = load_checkpoint(out / "last.pt")  # written at step 3, still there and readable
-    assert payload["progress"]["step"] == 3
+    assert len(calls) == 8
+    payload = load_checkpoint(out / "last.pt")  # written at step 6 (evaluations at 3 and 6): readable, finite
+    assert payload["progress"]["step"] == 6
     assert all(torch.isfinite(v).all() for v in payload["decoder"].values())
     assert not list(out.glob(".*.tmp")) and not list(out.glob("*.tmp"))
 
