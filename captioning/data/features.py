@@ -8,6 +8,16 @@ speed-up). Each split is one .npy array [N, L, D] (memory-mapped when read, so i
 RAM) plus a small JSON naming the image ids, the grid and the rows whose image could not be read;
 a cache made for another list of images is recomputed.
 
+A cache knows what made it and checks itself, cheaply, each time it is opened:
+  - its folder is named after the encoder, layer, size, padding and the weights' content
+    (data/splits.py: features_dir);
+  - the JSON records each image's size and modification time; images changed since are encoded
+    again, in place (the cache then holds what a fresh build would, at the price of those images
+    only), and the run says which;
+  - the JSON holds a BLAKE2 digest per block of about 4 MB; on open, the file's size and a sample of
+    blocks (the first, the last and six at random) are checked, and a damaged cache is reported in
+    one line and rebuilt, never read (docs/reliability.md measures the cost).
+
 Writing goes into a preallocated memory-mapped `.SPLIT.partial.npy` with a progress marker
 (`.SPLIT.progress.json`, the number of rows done, replaced atomically after the rows are flushed):
 an interrupted run (COCO's 123 287 images take a while) resumes at the first row not yet done.
@@ -18,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import random
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -86,11 +97,64 @@ class Cached(NamedTuple):
     unreadable: list[int]  # rows whose image could not be read (their annotations are zeros)
 
 
-def cache_dir(root: str | Path, *, encoder: str, layer: str, image_size: int, weights_path: str | None,
+def cache_dir(root: str | Path, *, encoder: str, layer: str, image_size: int, weights: str,
               padding: str = "zeros") -> Path:
-    tag = f"{encoder}-{layer}-{image_size}" + ("" if weights_path is None else f"-{Path(weights_path).stem}")
-    tag += "" if padding == "zeros" else f"-pad_{padding}"
+    """ROOT/features/ENCODER-LAYER-SIZE-wWEIGHTS[-pad_PADDING]: everything that changes the annotations
+    is in the name, the weights by their content (captioning.model.encoder.weights_identity), so
+    that two weight files called the same never share a cache."""
+    tag = f"{encoder}-{layer}-{image_size}-w{weights}" + ("" if padding == "zeros" else f"-pad_{padding}")
     return Path(root) / "features" / tag
+
+
+BLOCK_BYTES = 1 << 22  # checksum granularity: about 4 MB of rows
+SAMPLED_BLOCKS = 6  # checked at random on each open, besides the first and the last
+
+
+def _stats(records: list[ImageRecord]) -> list[list[int] | None]:
+    """Each image file's [size, modification time in ns], None where it cannot be seen."""
+    stats: list[list[int] | None] = []
+    for record in records:
+        try:
+            status = os.stat(record.path)
+            stats.append([status.st_size, status.st_mtime_ns])
+        except OSError:
+            stats.append(None)
+    return stats
+
+
+def _block_rows(array: np.ndarray) -> int:
+    return max(1, BLOCK_BYTES // max(1, array[0].nbytes if len(array) else 1))
+
+
+def _digests(array: np.ndarray, blocks: list[int] | None = None) -> dict[int, str]:
+    rows = _block_rows(array)
+    count = (len(array) + rows - 1) // rows
+    chosen = range(count) if blocks is None else blocks
+    return {b: hashlib.blake2b(np.ascontiguousarray(array[b * rows:(b + 1) * rows]).tobytes(), digest_size=16)
+            .hexdigest() for b in chosen}
+
+
+def _damage(array_path: Path, meta: dict) -> str | None:
+    """Why the finished cache at array_path is not what was written, or None: its size and a sample
+    of its blocks against the digests recorded when it was finished."""
+    digests = meta.get("digests")
+    if not digests:
+        return "it has no checksums (made before caches carried them)"
+    try:
+        array = np.load(array_path, mmap_mode="r")
+    except (OSError, ValueError) as error:
+        return f"cannot be opened ({error})"
+    if list(array.shape) != meta.get("shape"):
+        return f"its shape is {list(array.shape)}, not {meta.get('shape')}"
+    expected = array.offset + array.nbytes if hasattr(array, "offset") else None
+    if expected is not None and array_path.stat().st_size != expected:
+        return f"its size is {array_path.stat().st_size} bytes, not {expected}"
+    count = len(digests)
+    sample = sorted({0, count - 1, *random.sample(range(count), min(SAMPLED_BLOCKS, count))})
+    for block, digest in _digests(array, sample).items():
+        if digest != digests[block]:
+            return f"block {block} of {count} does not match its checksum"
+    return None
 
 
 def _fingerprint(ids: list[int]) -> str:
@@ -134,6 +198,7 @@ def _write_cache(directory: Path, split: str, records: list[ImageRecord], *, enc
     directory.mkdir(parents=True, exist_ok=True)
     partial, marker = directory / f".{split}.partial.npy", directory / f".{split}.progress.json"
     ids = [r.image_id for r in records]
+    stats = _stats(records)  # before reading: an image changed while it is encoded counts as changed
     progress = json.loads(marker.read_text()) if marker.exists() and partial.exists() else None
     if progress is not None and progress.get("fingerprint") != _fingerprint(ids):
         progress = None  # another list of images: start over
@@ -166,24 +231,75 @@ def _write_cache(directory: Path, split: str, records: list[ImageRecord], *, enc
         raise ImageReadError(f"{split}: none of the {len(records)} images could be read")
     out[unreadable] = 0
     out.flush()
+    meta = {"image_ids": ids, "grid": list(grid), "unreadable": sorted(unreadable), "shape": list(out.shape),
+            "stats": stats, "digests": [d for _, d in sorted(_digests(out).items())]}
     del out
     array_path = directory / f"{split}.npy"
     os.replace(partial, array_path)
-    (directory / f"{split}.json").write_text(json.dumps({"image_ids": ids, "grid": list(grid),
-                                                         "unreadable": sorted(unreadable)}))
+    _write_json(directory / f"{split}.json", meta)
     marker.unlink()
     return Cached(np.load(array_path, mmap_mode="r"), grid, sorted(unreadable))
 
 
 def read_cache(directory: Path, split: str, records: list[ImageRecord]) -> Cached | None:
-    """The complete cache of a split for exactly these images, memory-mapped; None if there is none."""
+    """The complete cache of a split for exactly these images, memory-mapped; None if there is none,
+    or if it is damaged (said in one line, and removed so that it is rebuilt)."""
     array_path, meta_path = directory / f"{split}.npy", directory / f"{split}.json"
     if not (array_path.exists() and meta_path.exists()):
         return None
-    meta = json.loads(meta_path.read_text())
-    if meta.get("image_ids") != [r.image_id for r in records]:
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (OSError, ValueError):
+        meta = {}
+    if meta and meta.get("image_ids") != [r.image_id for r in records]:
+        return None
+    problem = _damage(array_path, meta) if meta else "its description cannot be read"
+    if problem is not None:
+        print(f"warning: {array_path}: damaged, {problem}; rebuilding it", file=sys.stderr)
+        array_path.unlink()
+        meta_path.unlink()
         return None
     return Cached(np.load(array_path, mmap_mode="r"), tuple(meta["grid"]), list(meta.get("unreadable", [])))
+
+
+def refresh_changed(directory: Path, split: str, records: list[ImageRecord], *, encoder_factory: Callable[[], Encoder],
+                    image_size: int, batch_size: int = 32, device: str | torch.device = "cpu",
+                    transform: Callable[[Image.Image], Image.Image] | None = None) -> list[int]:
+    """Encode again the rows whose image file changed (size or modification time) since the cache was
+    made, in place, and update the checksums; returns those rows. The cache must be complete."""
+    array_path, meta_path = directory / f"{split}.npy", directory / f"{split}.json"
+    meta = json.loads(meta_path.read_text())
+    now = _stats(records)
+    changed = [row for row, (old, new) in enumerate(zip(meta["stats"], now)) if old != new]
+    if not changed:
+        return []
+    names = ", ".join(str(records[row].path) for row in changed[:3]) + (", ..." if len(changed) > 3 else "")
+    print(f"note: {split}: {len(changed)} images changed since they were cached ({names}); encoding them again",
+          file=sys.stderr)
+    encoder = encoder_factory().to(device).eval()
+    out = np.lib.format.open_memmap(array_path, mode="r+")
+    unreadable = set(meta["unreadable"])
+    images = ImageFiles([records[row] for row in changed], size=image_size, mean=encoder.mean, std=encoder.std,
+                        transform=transform)
+    for batch in DataLoader(images, batch_size=batch_size, collate_fn=collate_images):
+        for index, reason in batch.failures:
+            warn_unreadable(reason)
+            out[changed[index]] = 0
+            unreadable.add(changed[index])
+        if batch.pixels is not None:
+            with torch.no_grad():
+                annotations, _ = encoder(batch.pixels.to(device))
+            rows = [changed[index] for index in batch.rows]
+            out[rows] = annotations.to(torch.float16).cpu().numpy()
+            unreadable -= set(rows)
+    out.flush()
+    blocks = sorted({row // _block_rows(out) for row in changed})
+    digests = list(meta["digests"])
+    for block, digest in _digests(out, blocks).items():
+        digests[block] = digest
+    del out
+    _write_json(meta_path, {**meta, "stats": now, "digests": digests, "unreadable": sorted(unreadable)})
+    return changed
 
 
 def load_or_compute(directory: Path, split: str, records: list[ImageRecord], *, encoder_factory: Callable[[], Encoder],
@@ -194,6 +310,10 @@ def load_or_compute(directory: Path, split: str, records: list[ImageRecord], *, 
     `encoder_factory()` builds the encoder only when something must be computed.
     """
     cached = read_cache(directory, split, records)
+    if cached is not None and refresh_changed(directory, split, records, encoder_factory=encoder_factory,
+                                              image_size=image_size, batch_size=batch_size, device=device,
+                                              transform=transform):
+        cached = read_cache(directory, split, records)
     if cached is not None:
         return cached
     # Two runs started at once on the same data would write the same partial file: the second waits,

@@ -19,7 +19,7 @@ from captioning.data.mirror import mirror_image
 from captioning.data.shapes.grounding import ShapesScorer
 from captioning.data.shapes.scenes import SHAPES_DEFAULT_COUNTS, Grounding, make_shapes, read_grounding
 from captioning.data.vocab import Vocabulary
-from captioning.model.encoder import Encoder
+from captioning.model.encoder import Encoder, weights_identity
 
 
 class Rows:
@@ -77,8 +77,8 @@ def uses_feature_cache(config: Config) -> bool:
 
 def features_dir(config: Config) -> Path:
     d, e = config.data, config.encoder
-    return cache_dir(d.root, encoder=e.name, layer=e.layer, image_size=d.image_size, weights_path=e.weights_path,
-                     padding=e.padding)
+    return cache_dir(d.root, encoder=e.name, layer=e.layer, image_size=d.image_size,
+                     weights=weights_identity(e.name, e.weights_path), padding=e.padding)
 
 
 def ensure_shapes(config: Config) -> None:

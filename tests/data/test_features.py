@@ -5,11 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
 from captioning.data.features import cache_dir, load_or_compute
 from captioning.data.images import load_image, to_tensor
 from captioning.data.karpathy import read_split
+from captioning.data.splits import features_dir
 
 
 def _never():
@@ -17,19 +19,43 @@ def _never():
 
 
 def test_each_border_padding_has_its_own_cache(tmp_path: Path) -> None:
-    common = {"encoder": "efficientnet_lite0", "layer": "stride16", "image_size": 224, "weights_path": None}
+    common = {"encoder": "efficientnet_lite0", "layer": "stride16", "image_size": 224, "weights": "0123456789ab"}
     zeros = cache_dir(tmp_path, **common)
-    assert zeros == cache_dir(tmp_path, **common, padding="zeros")  # the caches made before the option still count
+    assert zeros == cache_dir(tmp_path, **common, padding="zeros")
     assert len({zeros, cache_dir(tmp_path, **common, padding="reflect"),
                 cache_dir(tmp_path, **common, padding="replicate")}) == 3
+
+
+def test_the_cache_is_named_by_the_weights_content_not_their_file_name(tmp_path: Path, resnet18_file: Path) -> None:
+    """Two files called resnet18.pth with different weights get two caches; one file under two names, one."""
+    from captioning.config import load_config
+    from captioning.data.splits import features_dir
+
+    first, second, renamed = tmp_path / "a" / "resnet18.pth", tmp_path / "b" / "resnet18.pth", tmp_path / "x.pth"
+    for path in (first, second):
+        path.parent.mkdir()
+    first.write_bytes(resnet18_file.read_bytes())
+    state = torch.load(resnet18_file, weights_only=True)
+    state["fc.bias"] = state["fc.bias"] + 1  # fine-tuned, say: other weights under the same name
+    torch.save(state, second)
+    renamed.write_bytes(first.read_bytes())
+
+    def cache(path: Path) -> Path:
+        return features_dir(load_config(None, [f"data.root={tmp_path}", "encoder.name=resnet18",
+                                               f"encoder.weights_path={path}"]))
+
+    assert cache(first) != cache(second)
+    assert cache(first) == cache(renamed)
+    embedded = features_dir(load_config(None, [f"data.root={tmp_path}"]))  # the package's EfficientNet-Lite0 file
+    assert embedded.name.startswith("efficientnet_lite0-stride16-224-w") and len(embedded.name) == len(
+        "efficientnet_lite0-stride16-224-w") + 12
 
 
 def test_cached_annotations_match_the_encoder(shapes_root: Path, tiny_config, encoder, tmp_path: Path) -> None:
     image_size = tiny_config(tmp_path).data.image_size
     assert image_size == 96  # a 6x6 grid at stride 16
     records = read_split(shapes_root / "dataset_shapes.json", "val")
-    directory = cache_dir(shapes_root, encoder="efficientnet_lite0", layer="stride16", image_size=image_size,
-                          weights_path=None)
+    directory = features_dir(tiny_config(tmp_path))
     cached, grid, _ = load_or_compute(directory, "val", records, encoder_factory=_never, image_size=image_size)
     assert grid == (6, 6)
     assert cached.dtype == np.float16 and cached.shape == (len(records), 36, 112)
@@ -88,3 +114,64 @@ def test_load_or_compute_computes_once(tmp_path: Path, shapes_root: Path, encode
     assert len(calls) == 2 and third.shape == (1, 16, 112)
     np.testing.assert_allclose(np.asarray(third[0], dtype=np.float32), np.asarray(first[0], dtype=np.float32),
                                rtol=2e-3, atol=2e-3)
+
+
+def _copy_split(shapes_root: Path, tmp_path: Path, split: str = "val") -> list:
+    """The split's images copied under tmp_path (so that the test may change them), as records."""
+    import dataclasses
+    import shutil
+
+    records = read_split(shapes_root / "dataset_shapes.json", split)
+    copied = []
+    for record in records:
+        target = tmp_path / "images" / record.path.name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(record.path, target)
+        copied.append(dataclasses.replace(record, path=target))
+    return copied
+
+
+def test_an_image_changed_after_caching_is_encoded_again(shapes_root: Path, encoder, tmp_path: Path, capsys) -> None:
+    import os
+
+    records = _copy_split(shapes_root, tmp_path)
+    directory = tmp_path / "features"
+    first = load_or_compute(directory, "val", records, encoder_factory=lambda: encoder, image_size=96)
+    before = np.array(first.annotations)
+    changed = records[2].path
+    changed.write_bytes(records[5].path.read_bytes())  # another picture under the same name
+    os.utime(changed, ns=(os.stat(changed).st_atime_ns, os.stat(changed).st_mtime_ns + 10**9))
+    capsys.readouterr()
+    second = load_or_compute(directory, "val", records, encoder_factory=lambda: encoder, image_size=96)
+    notes = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(notes) == 1 and "1 images changed" in notes[0] and str(changed) in notes[0]
+    after = np.array(second.annotations)
+    assert np.array_equal(after[2], before[5])  # row 2 now holds what the new picture gives
+    assert np.array_equal(np.delete(after, 2, axis=0), np.delete(before, 2, axis=0))  # the rest untouched
+    third = load_or_compute(directory, "val", records, encoder_factory=_never, image_size=96)  # nothing changed now
+    assert np.array_equal(np.array(third.annotations), after) and capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "description"])
+def test_a_damaged_cache_is_reported_and_rebuilt_never_read(shapes_root: Path, encoder, tmp_path: Path, capsys,
+                                                            damage: str) -> None:
+    records = _copy_split(shapes_root, tmp_path)
+    directory = tmp_path / "features"
+    good = np.array(load_or_compute(directory, "val", records, encoder_factory=lambda: encoder,
+                                    image_size=96).annotations)
+    array_path = directory / "val.npy"
+    data = bytearray(array_path.read_bytes())
+    if damage == "flip":
+        data[len(data) // 2] ^= 0xFF  # one byte in the middle of the rows
+        array_path.write_bytes(bytes(data))
+    elif damage == "truncate":
+        array_path.write_bytes(bytes(data[: len(data) - 1000]))
+    else:
+        (directory / "val.json").write_text("{not json")
+    capsys.readouterr()
+    built = []
+    rebuilt = load_or_compute(directory, "val", records, encoder_factory=lambda: built.append(1) or encoder,
+                              image_size=96)
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "damaged" in line]
+    assert len(warnings) == 1 and str(array_path) in warnings[0] and "rebuilding" in warnings[0]
+    assert built == [1] and np.array_equal(np.array(rebuilt.annotations), good)
