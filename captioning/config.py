@@ -53,6 +53,8 @@ class DataConfig:
     # The first N images of each split whose files are on disk (None: all): a quick look at a
     # partial download, and what `train.py --dry-run` uses.
     max_images: int | None = None
+    # The share of a split's images that may be unreadable (left out, and named) before the run stops.
+    max_bad_images: float = 0.01
 
 
 @dataclass
@@ -324,7 +326,9 @@ def _ranges(config: Config) -> dict[str, tuple[Any, str, bool]]:
             "train.ema_decay": (t.ema_decay, 0.0 <= t.ema_decay < 1.0, "in [0, 1)"),
             "train.reinforce.baseline_decay": (t.reinforce.baseline_decay, 0.0 <= t.reinforce.baseline_decay < 1.0,
                                                "in [0, 1)"),
-            "model.extras.glimpses": (m.extras.glimpses, m.extras.glimpses in (1, 2), "1 or 2")}
+            "model.extras.glimpses": (m.extras.glimpses, m.extras.glimpses in (1, 2), "1 or 2"),
+            "data.max_bad_images": (config.data.max_bad_images, 0.0 <= config.data.max_bad_images <= 1.0,
+                                    "in [0, 1]")}
     checks.update({key: (value, wanted, ok) for key, (value, ok, wanted) in unit.items()})
     non_negative = {"train.ds_weight": t.ds_weight, "train.reinforce.weight": t.reinforce.weight,
                     "train.reinforce.entropy_weight": t.reinforce.entropy_weight,

@@ -19,7 +19,7 @@ import json
 from pathlib import Path
 
 from captioning.config import DATASETS, DataConfig
-from captioning.data.karpathy import DatasetError, ImageRecord, read_split
+from captioning.data.karpathy import DatasetError, ImageRecord, note_dropped, read_split, usable
 
 SPLITS = ("train", "val", "test")
 
@@ -34,13 +34,17 @@ def read_coco_captions(annotation_file: str | Path, image_dir: str | Path) -> li
     try:
         with contextlib.redirect_stdout(io.StringIO()):  # pycocotools prints its progress
             coco = COCO(str(annotation_file))
-        records = []
+        records, dropped, emptied = [], 0, 0
         for image_id in sorted(coco.getImgIds()):
             image = coco.loadImgs(image_id)[0]
-            captions = tuple(a["caption"] for a in coco.loadAnns(coco.getAnnIds(imgIds=image_id)))
+            raw = [a.get("caption") for a in coco.loadAnns(coco.getAnnIds(imgIds=image_id))]
+            captions = usable(raw)
+            dropped += len(raw) - len(captions)
+            emptied += bool(raw) and not captions
             if captions:
                 records.append(ImageRecord(image_id=int(image_id), path=Path(image_dir) / image["file_name"],
                                            captions=captions))
+        note_dropped(annotation_file, "all", dropped, emptied)
     except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError, AssertionError) as error:
         raise DatasetError(f"{annotation_file}: not a COCO captions file ({error.__class__.__name__}: {error})") \
             from error

@@ -211,9 +211,7 @@ def _write_cache(directory: Path, split: str, records: list[ImageRecord], *, enc
     loader = DataLoader(images, batch_size=batch_size, num_workers=num_workers, collate_fn=collate_images,
                         pin_memory=torch.device(device).type == "cuda")
     for batch in progress_bar(loader, desc=f"{split} features", unit="batch", leave=False):
-        for row, reason in batch.failures:
-            warn_unreadable(reason)
-            unreadable.append(row)
+        unreadable += [row for row, _ in batch.failures]  # named once, when the split is loaded
         if batch.pixels is not None:
             annotations, grid = encoder(batch.pixels.to(device, non_blocking=True))  # [b, L, D]
             annotations = annotations.to(torch.float16).cpu().numpy()

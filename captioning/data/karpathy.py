@@ -7,6 +7,8 @@ with `filepath` + `filename`, or `filename` alone for Flickr), and of the shapes
 from __future__ import annotations
 
 import json
+import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +22,19 @@ class ImageRecord:
     image_id: int
     path: Path
     captions: tuple[str, ...]  # raw reference sentences
+
+
+def usable(captions: Iterable[object]) -> tuple[str, ...]:
+    """The captions that are text with a word in them (annotation files hold the odd empty string,
+    whitespace or null)."""
+    return tuple(c for c in captions if isinstance(c, str) and c.strip())
+
+
+def note_dropped(source: str | Path, split: str, captions: int, images: int) -> None:
+    """One line for what a split lost to unusable captions, if anything."""
+    if captions:
+        left = f"; {images} images had none left and are left out" if images else ""
+        print(f"note: {source}: {split}: {captions} empty or non-text captions dropped{left}", file=sys.stderr)
 
 
 def read_split(split_file: str | Path, split: str, *, image_root: str | Path | None = None) -> list[ImageRecord]:
@@ -37,17 +52,23 @@ def read_split(split_file: str | Path, split: str, *, image_root: str | Path | N
         problem = f"{error.__class__.__name__}: {error}"
         raise DatasetError(f"{split_file}: not a Karpathy-style split file ({problem})") from error
     wanted = {"train", "restval"} if split == "train" else {split}
-    records = []
+    records, dropped, emptied = [], 0, 0
     for position, entry in enumerate(entries):
         try:
             if entry["split"] not in wanted:
                 continue
             image_id = int(entry.get("cocoid", entry.get("imgid", position)))
             path = image_root / entry.get("filepath", "") / entry["filename"]
-            captions = tuple(sentence["raw"] for sentence in entry["sentences"])
+            raw = [sentence["raw"] for sentence in entry["sentences"]]
         except (KeyError, TypeError, ValueError) as error:
             raise DatasetError(f"{split_file}: image entry {position} is malformed (missing {error})") from error
+        captions = usable(raw)
+        dropped += len(raw) - len(captions)
+        if not captions:
+            emptied += 1
+            continue
         records.append(ImageRecord(image_id=image_id, path=path, captions=captions))
+    note_dropped(split_file, split, dropped, emptied)
     if not records:
         raise DatasetError(f"{split_file}: no images in split '{split}'")
     return records

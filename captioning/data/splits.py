@@ -14,7 +14,7 @@ import torch
 from captioning.config import Config
 from captioning.data.coco import read_records
 from captioning.data.features import cache_dir, load_or_compute
-from captioning.data.karpathy import ImageRecord
+from captioning.data.karpathy import DatasetError, ImageRecord
 from captioning.data.mirror import mirror_image
 from captioning.data.shapes.grounding import ShapesScorer
 from captioning.data.shapes.scenes import SHAPES_DEFAULT_COUNTS, Grounding, make_shapes, read_grounding
@@ -90,6 +90,18 @@ def ensure_shapes(config: Config) -> None:
         make_shapes(root, dict(SHAPES_DEFAULT_COUNTS), image_size=d.image_size)
 
 
+def check_bad_images(split: str, bad: list[Path | str], total: int, *, limit: float) -> None:
+    """Name a split's unreadable images once (how many, the first few); stop if they are more than
+    `limit` of it (data.max_bad_images): a folder of broken files should not train quietly on the rest."""
+    if not bad:
+        return
+    names = ", ".join(str(p) for p in bad[:3]) + (", ..." if len(bad) > 3 else "")
+    if len(bad) > limit * total:
+        raise DatasetError(f"{split}: {len(bad)} of {total} images cannot be read ({names}), more than "
+                           f"data.max_bad_images={limit:g} of them; repair or remove them, or raise the limit")
+    print(f"warning: {split}: {len(bad)} of {total} images cannot be read and are left out ({names})", file=sys.stderr)
+
+
 def load_splits(config: Config, names: tuple[str, ...], *, device: str | torch.device = "cpu",
                 features: bool = True, num_workers: int = 0) -> dict[str, Split]:
     """The named splits; with `features`, their cached annotations, computing any missing cache with
@@ -112,8 +124,8 @@ def load_splits(config: Config, names: tuple[str, ...], *, device: str | torch.d
         cached = cache(name, records)
         annotations: np.ndarray | Rows = cached.annotations
         if cached.unreadable:
-            print(f"warning: {name}: {len(cached.unreadable)} of {len(records)} images could not be read and are "
-                  "left out", file=sys.stderr)
+            check_bad_images(name, [records[i].path for i in cached.unreadable], len(records),
+                             limit=config.data.max_bad_images)
             bad = set(cached.unreadable)
             keep = [i for i in range(len(records)) if i not in bad]
             annotations = Rows(cached.annotations, keep)

@@ -147,6 +147,7 @@ class Run:
         self.scst = (SelfCritical.from_config(t.scst, records=data.train.records, vocab=data.vocab,
                                               max_length=config.decode.max_length) if t.objective == "scst" else None)
         self.progress = Progress()
+        self.unreadable: set[str] = set()  # training images named as unreadable (encoder on the fly)
         self.module: nn.Module | None = None  # the trained graph, wrapped for processes and compiling
         self.log: RunLog | None = None
         self.started = time.time()
@@ -285,6 +286,20 @@ class Run:
             progress.bad_steps_in_a_row = 0
         return {**losses, "skipped_steps": float(progress.skipped_steps)}
 
+    def name_unreadable(self, reasons: list[str]) -> None:
+        """Images the encoder on the fly could not read: each named once in the run, and the run
+        stopped when they are more than data.max_bad_images of the training images."""
+        new = [reason for reason in reasons if reason not in self.unreadable]
+        for reason in new:
+            tqdm.write(f"warning: skipping an unreadable image (from now on, quietly): {reason}", file=sys.stderr)
+        self.unreadable.update(new)
+        limit, total = self.config.data.max_bad_images, len(self.data.train.records)
+        if new and len(self.unreadable) > limit * total:
+            first = ", ".join(sorted(self.unreadable)[:3])
+            raise TrainingError(f"train: {len(self.unreadable)} of {total} images cannot be read ({first}, ...), "
+                                f"more than data.max_bad_images={limit:g} of them; repair or remove them, or raise "
+                                "the limit")
+
     def _step(self, batch: Batch | ImageBatch) -> dict[str, float] | None:
         """One optimizer step on this process's part of a global batch (None: no readable image in it)."""
         t = self.config.train
@@ -295,8 +310,7 @@ class Run:
             if self.model.average is not None:
                 self.model.average.update(self.model.decoder)
             return losses
-        for reason in batch.failures:
-            tqdm.write(f"warning: skipping an unreadable image: {reason}", file=sys.stderr)
+        self.name_unreadable(list(batch.failures))
         self.progress.skipped_images += len(batch.failures)
         if batch.tokens.shape[0] == 0:
             return None

@@ -21,12 +21,13 @@ from captioning.cli import main
 from captioning.config import ConfigError, load_config
 from captioning.data.coco import read_coco_captions, read_records
 from captioning.data.features import EncodedImages, read_cache, write_cache
-from captioning.data.karpathy import DatasetError
+from captioning.data.karpathy import DatasetError, read_split
 from captioning.data.prepare import build_vocabulary, prepare_vocabulary
 from captioning.data.splits import features_dir, load_splits
 from captioning.data.vocab import tokenize
 from captioning.model.encoder import Encoder
 from captioning.train.loop import fit
+from captioning.train.step import TrainingError
 from tests.tiny import REPO
 
 # Captions as people type them: curly quotes, stray spaces, capitals, punctuation.
@@ -119,7 +120,7 @@ def _coco_config(root: Path, out: Path, resnet18_file: Path, *overrides: str, re
         f"encoder.weights_path={resnet18_file}", "encoder.layer=stride32", "encoder.batch_size=4",
         "model.embed_dim=16", "model.hidden_dim=16", "model.attention_dim=16", "train.batch_size=8",
         f"train.out_dir={out}", "train.log_images=2", "decode.max_length=8", "train.num_workers=0",
-        "train.amp=false", *overrides])
+        "train.amp=false", "data.max_bad_images=0.2", *overrides])  # the fake data has one corrupt image of 8
 
 
 
@@ -212,9 +213,19 @@ def test_prepare_features_grayscale_cmyk_and_a_corrupt_image(fake_coco: Path, tm
                  f"encoder.weights_path={resnet18_file}", "encoder.layer=stride32", "encoder.batch_size=3",
                  "train.num_workers=0"]
     code = main(["prepare-features", "--config", str(REPO / "configs" / "coco_resnet101_soft.yaml"),
+                 "--splits", "train,val", *overrides])  # 1 of 8 bad is more than data.max_bad_images (1%)
+    out, err = capsys.readouterr()
+    assert code == 2 and out == ""
+    (error,) = [line for line in err.splitlines() if line.strip()]
+    assert error.startswith("error: train: 1 of 8 images cannot be read (")
+    assert "COCO_train2014_000000000006.jpg" in error
+    overrides.append("data.max_bad_images=0.2")
+    code = main(["prepare-features", "--config", str(REPO / "configs" / "coco_resnet101_soft.yaml"),
                  "--splits", "train,val", *overrides])
     out, err = capsys.readouterr()
     assert code == 0, err
+    warnings = [line for line in err.splitlines() if "cannot be read" in line]
+    assert len(warnings) == 1  # named once, not once per batch or per epoch
     assert "train: 7 images, annotations [7, 4, 512] (grid 2x2), 1 unreadable images left out" in out
     assert "COCO_train2014_000000000006.jpg" in err  # the warning names the file
     config = load_config(REPO / "configs" / "coco_resnet101_soft.yaml", overrides)
@@ -426,3 +437,24 @@ def test_augmentation_with_cached_annotations_is_a_config_error(fake_coco: Path,
         _coco_config(fake_coco, tmp_path, resnet18_file, "data.augment=true")
     config = _coco_config(fake_coco, tmp_path, resnet18_file, "data.augment=true", "data.feature_cache=false")
     assert config.data.augment
+
+
+def test_unreadable_training_images_on_the_fly_are_named_once_and_too_many_stop_the_run(
+        fake_coco: Path, tmp_path: Path, resnet18_file: Path, capsys) -> None:
+    common = ("encoder.fine_tune_from=layer4", "data.feature_cache=false", "train.epochs=2", "train.max_steps=12")
+    fit(_coco_config(fake_coco, tmp_path / "ok", resnet18_file, *common))  # 1 of 8 bad: under 20%
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "unreadable image" in line]
+    assert len(warnings) == 1 and "COCO_train2014_000000000006.jpg" in warnings[0]  # two epochs, named once
+    with pytest.raises(TrainingError, match=r"train: 1 of 8 images cannot be read .*data.max_bad_images=0.01"):
+        fit(_coco_config(fake_coco, tmp_path / "strict", resnet18_file, *common, "data.max_bad_images=0.01"))
+
+
+def test_empty_and_non_text_captions_are_dropped_and_counted(tmp_path: Path, capsys) -> None:
+    entries = [{"filename": "a.jpg", "split": "train", "sentences": [{"raw": "a dog"}, {"raw": "  "}, {"raw": None}]},
+               {"filename": "b.jpg", "split": "train", "sentences": [{"raw": ""}, {"raw": 17}]},
+               {"filename": "c.jpg", "split": "train", "sentences": [{"raw": "a cat on a mat"}]}]
+    (tmp_path / "split.json").write_text(json.dumps({"images": entries}))
+    records = read_split(tmp_path / "split.json", "train")
+    assert [(r.path.name, r.captions) for r in records] == [("a.jpg", ("a dog",)), ("c.jpg", ("a cat on a mat",))]
+    (note,) = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert "4 empty or non-text captions dropped" in note and "1 images had none left" in note
