@@ -3,6 +3,7 @@
 # `make test`: set up, then run the test suite (what CI runs).
 # `make test-fast`: the suite without the slow learning tests and the studies' tests (an editing loop).
 # `make tables`: rewrite every study table in docs/ from the kept results (no training).
+# `make kill-check`: the full fault-injection test (10 kills of prepare-features, 20 of training).
 # `make browser-check`: after `make demo`, the demo's overlay page in headless Chromium (Debian's,
 #   installed here if missing; not part of CI): a screenshot must show the first image's overlay.
 PYTHON ?= python3
@@ -12,7 +13,7 @@ DATA ?= data/shapes
 CONFIG ?= configs/shapes_soft.yaml
 RUN ?= runs/$(basename $(notdir $(CONFIG)))
 
-.PHONY: install demo test test-fast lint tables browser-check clean
+.PHONY: install demo test test-fast lint tables browser-check kill-check clean
 
 install: $(VENV)/.installed
 
@@ -61,6 +62,9 @@ browser-check: install
 	$(PY) -m captioning.cli caption $(DATA)/images/test/test_00000.png $(DATA)/images/test/test_00001.png \
 		$(DATA)/images/test/test_00002.png --checkpoint $(RUN)/best.pt --overlays $(RUN)/overlays
 	$(PY) tests/browser_check.py $(RUN)/overlays --chromium $$(command -v chromium)
+
+kill-check: install
+	KILLS_CACHE=10 KILLS_TRAIN=20 $(PY) -m pytest -q -s tests/train/test_kills.py
 
 clean:
 	rm -rf $(VENV) runs data *.egg-info

@@ -7,6 +7,7 @@ word on both sides. nltk's Treebank tokenizer is rule-based and needs no data do
 from __future__ import annotations
 
 import json
+import os
 import re
 import unicodedata
 from collections import Counter
@@ -88,7 +89,11 @@ class Vocabulary:
         return words
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.words, indent=0))
+        """Written whole or not at all (a temporary file, then a rename): a kill never leaves half a list."""
+        path = Path(path)
+        temporary = path.with_name(f".{path.name}.tmp")
+        temporary.write_text(json.dumps(self.words, indent=0))
+        os.replace(temporary, path)
 
     @classmethod
     def load(cls, path: str | Path) -> Vocabulary:

@@ -13,6 +13,14 @@ from typing import Any
 from torch.utils.tensorboard import SummaryWriter
 
 
+def _step_of(line: str) -> float:
+    """The step of a log line; a line torn by a kill mid-write counts as past every checkpoint."""
+    try:
+        return json.loads(line)["step"]
+    except (ValueError, KeyError, TypeError):
+        return float("inf")
+
+
 class RunLog:
     def __init__(self, out: Path, *, resumed_at: int | None):
         """`resumed_at`: the step of the checkpoint the run resumed from (None for a new run)."""
@@ -21,9 +29,10 @@ class RunLog:
         self.writer = SummaryWriter(str(out / "tensorboard"),
                                     purge_step=resumed_at + 1 if resumed_at is not None else None)
         lines = self.path.read_text().splitlines() if self.path.exists() and resumed_at else []
-        self.path.write_text("".join(f"{line}\n" for line in lines if json.loads(line)["step"] <= (resumed_at or 0)))
+        kept = [line for line in lines if _step_of(line) <= (resumed_at or 0)]
+        self.path.write_text("".join(f"{line}\n" for line in kept))
 
-    def _line(self, entry: dict[str, Any]) -> None:
+    def _line(self, entry: dict[str, Any]) -> None:  # one write per line, flushed at once
         with self.path.open("a") as file:
             file.write(json.dumps(entry) + "\n")
 

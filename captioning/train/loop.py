@@ -333,6 +333,9 @@ class Run:
             batches = self.epoch_batches()
             bar = self.progress_bar(batches)
             for batch in bar:
+                if t.max_steps is not None and progress.step >= t.max_steps:  # resumed at the limit (killed
+                    stop = True  # between its last step and its exit): validate, save, and stop
+                    break
                 losses = self.step(batch)
                 progress.step += 1
                 progress.batch_in_epoch += 1
