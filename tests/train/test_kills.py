@@ -53,6 +53,7 @@ def _killed_until_done(command: Callable[[], list[str]], *, kills: int, seed: in
     return landed
 
 
+@pytest.mark.slow
 def test_prepare_features_killed_anywhere_ends_byte_identical(tmp_path: Path) -> None:
     from captioning.data.shapes.scenes import make_shapes
 
@@ -83,6 +84,7 @@ _RUN = (f"train.max_steps={STEPS}", "train.save_every_steps=1", "train.eval_ever
         "train.early_stop_patience=1000", "train.epochs=1000", "train.seed=4")
 
 
+@pytest.mark.slow
 def test_training_killed_anywhere_resumes_to_the_same_weights(tiny_run, uninterrupted: Path, tmp_path: Path) -> None:
     checks = []
 
