@@ -327,13 +327,15 @@ def load_or_compute(directory: Path, split: str, records: list[ImageRecord], *, 
 
 class EncodedImages:
     """Annotations computed on demand from image files, for an encoder that is not frozen (so cannot
-    be cached): encoded[a:b] runs the encoder on those images -> [b - a, L, D] float32 (an unreadable
-    image gives zeros, with a warning). Reads like the cached array wherever a split is decoded."""
+    be cached): encoded[a:b] runs the encoder on those images -> [b - a, L, D] float32. Reads like the
+    cached array wherever a split is decoded. An unreadable image gives a row of zeros, is named once
+    and its row goes into `unreadable`, which evaluation leaves out of the metrics."""
 
     def __init__(self, encoder: Encoder, records: list[ImageRecord], *, image_size: int,
                  device: str | torch.device = "cpu"):
         self.encoder, self.records, self.image_size, self.device = encoder, records, image_size, device
         self.shape = (len(records),)
+        self.unreadable: set[int] = set()  # rows whose image could not be read
 
     def __len__(self) -> int:
         return len(self.records)
@@ -344,8 +346,11 @@ class EncodedImages:
             raise TypeError("EncodedImages takes slices, e.g. encoded[0:100]")
         images = ImageFiles(self.records[key], size=self.image_size, mean=self.encoder.mean, std=self.encoder.std)
         batch = collate_images([images[i] for i in range(len(images))])
-        for _, reason in batch.failures:
-            warn_unreadable(reason)
+        first = key.start or 0
+        for row, reason in batch.failures:
+            if first + row not in self.unreadable:
+                warn_unreadable(reason)
+                self.unreadable.add(first + row)
         if batch.pixels is None:
             raise ImageReadError(f"none of the images {key.start}..{key.stop} could be read")
         was_training = self.encoder.training

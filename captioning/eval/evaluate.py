@@ -61,7 +61,10 @@ def evaluate_split(decoder: AttentionDecoder, annotations: Any, *, image_ids: Se
         batch = torch.from_numpy(np.asarray(annotations[start:start + batch_size], dtype=np.float32)).to(device)
         captions = decode(decoder, batch, beam_size=beam_size, max_length=max_length, length_penalty=length_penalty,
                           hard_choice=hard_choice)
+        unreadable = getattr(annotations, "unreadable", ())  # images encoded on the fly that could not be read
         for row in range(batch.shape[0]):
+            if start + row in unreadable:  # decoded from zeros: not a caption of the image, not scored
+                continue
             words = vocab.decode(captions.tokens[row].tolist())
             results.append({"image_id": int(image_ids[start + row]), "caption": " ".join(words)})
             if scorer is not None:
@@ -70,7 +73,8 @@ def evaluate_split(decoder: AttentionDecoder, annotations: Any, *, image_ids: Se
         if scorer is not None:
             with choosing(decoder, hard_choice):
                 scorer.images(decoder, batch, start)
-    metrics = caption_metrics({i: refs for i, refs in zip(image_ids, references)},
+    scored = {r["image_id"] for r in results}
+    metrics = caption_metrics({i: refs for i, refs in zip(image_ids, references) if i in scored},
                               {r["image_id"]: r["caption"] for r in results}, full=full)
     if scorer is not None:
         metrics.update(scorer.metrics())

@@ -458,3 +458,29 @@ def test_empty_and_non_text_captions_are_dropped_and_counted(tmp_path: Path, cap
     assert [(r.path.name, r.captions) for r in records] == [("a.jpg", ("a dog",)), ("c.jpg", ("a cat on a mat",))]
     (note,) = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert "4 empty or non-text captions dropped" in note and "1 images had none left" in note
+
+
+def test_an_unreadable_image_encoded_on_the_fly_is_named_once_and_left_out_of_the_metrics(
+        fake_coco: Path, tmp_path: Path, resnet18_file: Path, capsys) -> None:
+    import dataclasses
+
+    from captioning.data.vocab import Vocabulary
+    from captioning.eval.evaluate import evaluate_split
+    from captioning.model.captioner import build_decoder
+
+    config = _coco_config(fake_coco, tmp_path, resnet18_file)
+    records = read_records(config.data, "val")
+    broken = tmp_path / "broken.jpg"
+    broken.write_bytes(b"\xff\xd8 not a jpeg")
+    records[1] = dataclasses.replace(records[1], path=broken)
+    encoded = EncodedImages(Encoder.from_config(config.encoder), records, image_size=64)
+    vocab = Vocabulary.build([["a", "dog"], ["a", "cat"]], min_count=1)
+    decoder = build_decoder(config.model, vocab_size=len(vocab), annotation_dim=512, grid=(2, 2)).eval()
+    ids, references = [r.image_id for r in records], [list(r.captions) for r in records]
+    for _ in range(2):  # two validations: the image is named once
+        metrics, results = evaluate_split(decoder, encoded, image_ids=ids, references=references, vocab=vocab,
+                                          grid=(2, 2), batch_size=2, full=False)
+        assert [r["image_id"] for r in results] == [ids[0], *ids[2:]]  # not decoded from zeros and scored
+    assert encoded.unreadable == {1}
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "unreadable" in line]
+    assert len(warnings) == 1 and "broken.jpg" in warnings[0]
