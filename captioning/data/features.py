@@ -340,6 +340,13 @@ class EncodedImages:
     def __len__(self) -> int:
         return len(self.records)
 
+    def head(self, count: int) -> EncodedImages:
+        """The first `count` images, still encoded on demand (a slice would encode them all at once),
+        sharing this one's record of unreadable rows."""
+        view = EncodedImages(self.encoder, self.records[:count], image_size=self.image_size, device=self.device)
+        view.unreadable = self.unreadable
+        return view
+
     @torch.no_grad()
     def __getitem__(self, key: slice) -> np.ndarray:
         if not isinstance(key, slice):

@@ -46,7 +46,8 @@ def evaluate_split(decoder: AttentionDecoder, annotations: Any, *, image_ids: Se
                    scorer: Scorer | None = None, beam_size: int = 1, max_length: int = 20,
                    length_penalty: float = 0.0, batch_size: int = 100, full: bool = True,
                    device: str | torch.device = "cpu",
-                   hard_choice: str | None = None) -> tuple[dict[str, float], list[dict]]:
+                   hard_choice: str | None = None,
+                   max_bad_images: float | None = None) -> tuple[dict[str, float], list[dict]]:
     """Decode every image of a split and score it. annotations [N, L, D] (an array, memory-mapped
     rows, or images encoded on demand). `hard_choice` is how a hard attention model picks its cell
     (captioning.model.decoding); scores of maps read the map alpha. `full=False`: the Java-free
@@ -73,6 +74,12 @@ def evaluate_split(decoder: AttentionDecoder, annotations: Any, *, image_ids: Se
         if scorer is not None:
             with choosing(decoder, hard_choice):
                 scorer.images(decoder, batch, start)
+    unreadable = getattr(annotations, "unreadable", ())
+    if max_bad_images is not None and len(unreadable) > max_bad_images * len(image_ids):
+        from captioning.data.karpathy import DatasetError
+
+        raise DatasetError(f"{len(unreadable)} of {len(image_ids)} images cannot be read, more than "
+                           f"data.max_bad_images={max_bad_images:g} of them; repair or remove them, or raise the limit")
     scored = {r["image_id"] for r in results}
     metrics = caption_metrics({i: refs for i, refs in zip(image_ids, references) if i in scored},
                               {r["image_id"]: r["caption"] for r in results}, full=full)
@@ -121,7 +128,8 @@ def evaluate_checkpoint(checkpoint: str | Path, *, split: str = "test", override
     metrics, results = evaluate_split(
         decoder, annotations, image_ids=data.image_ids, references=data.references, vocab=vocab, grid=data.grid,
         scorer=data.scorer(vocab), beam_size=beam_size, max_length=config.decode.max_length,
-        length_penalty=config.decode.length_penalty, device=device, hard_choice=choice)
+        length_penalty=config.decode.length_penalty, device=device, hard_choice=choice,
+        max_bad_images=config.data.max_bad_images)
     return Evaluation(metrics, results, config, beam_size, choice)
 
 

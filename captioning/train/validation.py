@@ -31,11 +31,13 @@ def validate(decoder: AttentionDecoder, split: Split, vocab: Vocabulary, config:
     """
     annotations = split.annotations if annotations is None else annotations
     count = config.train.val_images or len(split.records)
+    # Images encoded on the fly stay on demand, a batch at a time: a slice would encode them all at once.
+    first = annotations.head(count) if hasattr(annotations, "head") else annotations[:count]
     metrics, _ = evaluate_split(
-        decoder, annotations[:count], image_ids=split.image_ids[:count], references=split.references[:count],
+        decoder, first, image_ids=split.image_ids[:count], references=split.references[:count],
         vocab=vocab, grid=split.grid, scorer=split.scorer(vocab, images=count), beam_size=1,
         max_length=config.decode.max_length, full=False, device=device,
-        hard_choice=hard_choice(config))
+        hard_choice=hard_choice(config), max_bad_images=config.data.max_bad_images)
     return metrics
 
 

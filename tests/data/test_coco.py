@@ -484,3 +484,32 @@ def test_an_unreadable_image_encoded_on_the_fly_is_named_once_and_left_out_of_th
     assert encoded.unreadable == {1}
     warnings = [line for line in capsys.readouterr().err.splitlines() if "unreadable" in line]
     assert len(warnings) == 1 and "broken.jpg" in warnings[0]
+
+
+def test_validation_on_the_fly_encodes_a_batch_at_a_time_and_stops_when_too_many_are_bad(
+        fake_coco: Path, tmp_path: Path, resnet18_file: Path) -> None:
+    import dataclasses
+
+    from captioning.data.splits import load_splits as splits_of
+    from captioning.data.vocab import Vocabulary
+    from captioning.model.captioner import build_decoder
+    from captioning.train.validation import validate
+
+    config = _coco_config(fake_coco, tmp_path, resnet18_file, "train.val_images=3", "data.max_bad_images=0.5")
+    val = splits_of(config, ("val",), features=False)["val"]
+    val.grid = (2, 2)
+    broken = tmp_path / "broken.jpg"
+    broken.write_bytes(b"\xff\xd8 not a jpeg")
+    val.records[1] = dataclasses.replace(val.records[1], path=broken)
+    encoder = Encoder.from_config(config.encoder)
+    batches = []
+    forward = encoder.forward
+    encoder.forward = lambda images: batches.append(images.shape[0]) or forward(images)
+    encoded = EncodedImages(encoder, val.records, image_size=64)
+    vocab = Vocabulary.build([["a", "dog"]], min_count=1)
+    decoder = build_decoder(config.model, vocab_size=len(vocab), annotation_dim=512, grid=(2, 2)).eval()
+    metrics = validate(decoder, val, vocab, config, device="cpu", annotations=encoded)  # 1 of 3 bad: under 50%
+    assert "CIDEr" in metrics and encoded.unreadable == {1} and sum(batches) == 2  # only the first 3, read lazily
+    strict = _coco_config(fake_coco, tmp_path, resnet18_file, "train.val_images=3", "data.max_bad_images=0.2")
+    with pytest.raises(DatasetError, match="1 of 3 images cannot be read"):
+        validate(decoder, val, vocab, strict, device="cpu", annotations=encoded)
