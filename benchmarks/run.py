@@ -271,7 +271,7 @@ def caption_case(args: argparse.Namespace) -> dict[str, object]:
     import copy
     import tempfile
 
-    from captioning.api import Captioned, Captioner, _Photos, reading_workers
+    from captioning.api import Captioned, Captioner, image_files, reading_workers
     from captioning.config import load_config
     from captioning.data.images import load_image, to_tensor
     from captioning.data.vocab import SPECIALS
@@ -322,7 +322,7 @@ def caption_case(args: argparse.Namespace) -> dict[str, object]:
     same = [r.tokens for r in alone] == [r.tokens for r in together] == previous
 
     # Where the batched time goes: each stage alone, in this process, over the same images.
-    photos = _Photos(paths, size=config.data.image_size, mean=model.encoder.mean, std=model.encoder.std)
+    photos = image_files(paths, size=config.data.image_size, mean=model.encoder.mean, std=model.encoder.std)
     start = time.perf_counter()
     pixels = [photos[i][1] for i in range(len(photos))]
     reading = time.perf_counter() - start

@@ -28,7 +28,9 @@ import torch
 from PIL import Image
 
 from captioning.config import Config, ConfigError, apply_overrides, validate
+from captioning.data.features import ImageFiles, collate_images
 from captioning.data.images import ImageReadError, load_image, to_tensor, upright_rgb
+from captioning.data.karpathy import ImageRecord
 from captioning.data.vocab import Vocabulary
 from captioning.model.captioner import CaptionModel
 from captioning.model.decoding import decode
@@ -126,25 +128,12 @@ class Unreadable:
     error: str
 
 
-class _Photos(torch.utils.data.Dataset):
-    """Files -> encoder input, in DataLoader workers; a bad file becomes its error message."""
-
-    def __init__(self, paths: Sequence[str | Path], *, size: int, mean: tuple[float, ...], std: tuple[float, ...]):
-        self.paths, self.size, self.mean, self.std = [str(p) for p in paths], size, mean, std
-
-    def __len__(self) -> int:
-        return len(self.paths)
-
-    def __getitem__(self, index: int) -> tuple[str, torch.Tensor | None, str | None]:
-        path = self.paths[index]
-        try:
-            return path, to_tensor(load_image(path), size=self.size, mean=self.mean, std=self.std), None
-        except ImageReadError as error:
-            return path, None, str(error)
-
-
-def _as_list(batch: list) -> list:
-    return batch
+def image_files(paths: Sequence[str | Path], *, size: int, mean: tuple[float, ...],
+                std: tuple[float, ...]) -> ImageFiles:
+    """Files -> encoder input as the feature cache reads them (in DataLoader workers; a bad file
+    becomes its error message): rows in the order of `paths`."""
+    records = [ImageRecord(image_id=row, path=Path(path), captions=()) for row, path in enumerate(paths)]
+    return ImageFiles(records, size=size, mean=mean, std=std)
 
 
 def reading_workers() -> int:
@@ -228,25 +217,25 @@ class Captioner:
 
         # Checked here, not at the first result: a wrong choice is the caller's error, before any file is read.
         refuse_hard_choice(self.model.decoder, hard_choice or self.config.decode.hard_choice, self.name)
-        photos = _Photos(paths, size=self.config.data.image_size, mean=self.model.encoder.mean,
-                         std=self.model.encoder.std)
+        photos = image_files(paths, size=self.config.data.image_size, mean=self.model.encoder.mean,
+                             std=self.model.encoder.std)
         loader = torch.utils.data.DataLoader(photos, batch_size=batch_size, num_workers=num_workers,
-                                             collate_fn=_as_list, pin_memory=self.device.type == "cuda")
-        return self._stream(loader, beam_size=beam_size, hard_choice=hard_choice, max_length=max_length,
-                            progress=progress)
+                                             collate_fn=collate_images, pin_memory=self.device.type == "cuda")
+        return self._stream(loader, [str(path) for path in paths], beam_size=beam_size, hard_choice=hard_choice,
+                            max_length=max_length, progress=progress)
 
-    def _stream(self, loader: torch.utils.data.DataLoader, *, progress: bool,
+    def _stream(self, loader: torch.utils.data.DataLoader, sources: list[str], *, progress: bool,
                 **decoding: Any) -> Iterator[Captioned | Unreadable]:
         from captioning.progress import bar as progress_bar
 
-        with progress_bar(total=len(loader.dataset), show=progress, unit="image") as bar:
-            for batch in loader:
-                good = [(path, pixels) for path, pixels, _ in batch if pixels is not None]
-                captioned = iter(self._decode(torch.stack([pixels for _, pixels in good]), [path for path, _ in good],
-                                              **decoding) if good else [])
-                for path, pixels, error in batch:
-                    yield next(captioned) if pixels is not None else Unreadable(path, error)
-                bar.update(len(batch))
+        with progress_bar(total=len(sources), show=progress, unit="image") as bar:
+            for batch in loader:  # captioning.data.features.ImageBatch
+                captioned = {} if batch.pixels is None else dict(zip(batch.rows, self._decode(
+                    batch.pixels, [sources[row] for row in batch.rows], **decoding)))
+                errors = dict(batch.failures)
+                for row in sorted([*captioned, *errors]):
+                    yield captioned[row] if row in captioned else Unreadable(sources[row], errors[row])
+                bar.update(len(captioned) + len(errors))
 
     # Shared ----------------------------------------------------------------------------------------
 

@@ -231,6 +231,7 @@ def _caption(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from captioning.api import Captioner, Unreadable, find_images, read_list, reading_workers
+    from captioning.eval.page import OverlayFolder
 
     if args.quiet:
         quiet()
@@ -253,7 +254,7 @@ def _caption(args: argparse.Namespace) -> int:
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    overlays = _Overlays(Path(args.overlays), animation=args.gif) if args.overlays else None
+    overlays = OverlayFolder(Path(args.overlays), animation=args.gif) if args.overlays else None
     failures, captioned, results = 0, 0, []
     try:
         for result in stream:
@@ -281,33 +282,6 @@ def _caption(args: argparse.Namespace) -> int:
     if args.coco_results:
         _write_coco_results(results, args.coco_results)
     return 1 if failures else 0
-
-
-class _Overlays:
-    """DIR/<image name>/ per captioned image, and DIR/index.html over them all."""
-
-    def __init__(self, out_dir: Path, *, animation: bool):
-        self.out_dir, self.animation = out_dir, animation
-        self.entries: list = []
-        self.used: set[str] = set()
-
-    def add(self, result) -> None:
-        from captioning.eval.page import PageEntry
-
-        stem, name, copy = Path(result.source).stem or "image", "", 1
-        name = stem
-        while name in self.used:  # two photo.jpg from two folders: photo, photo_2
-            copy += 1
-            name = f"{stem}_{copy}"
-        self.used.add(name)
-        result.save_overlays(self.out_dir / name, animation=self.animation)
-        self.entries.append(PageEntry(folder=name, source=result.source, tokens=result.tokens))
-
-    def finish(self) -> None:
-        from captioning.eval.page import write_page
-
-        if self.entries:
-            write_page(self.out_dir, self.entries)
 
 
 def _write_coco_results(results: list, path: str) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,6 +35,16 @@ def note_dropped(source: str | Path, split: str, captions: int, images: int) -> 
     if captions:
         left = f"; {images} images had none left and are left out" if images else ""
         print(f"note: {source}: {split}: {captions} empty or non-text captions dropped{left}", file=sys.stderr)
+
+
+def too_many_unreadable(split: str, paths: Sequence[str | Path], total: int, *, limit: float) -> str | None:
+    """The one line that stops a run when more than `limit` (data.max_bad_images) of a split's
+    `total` images cannot be read, naming how many and the first few; None while they are fewer."""
+    if len(paths) <= limit * total:
+        return None
+    names = ", ".join(str(p) for p in list(paths)[:3]) + (", ..." if len(paths) > 3 else "")
+    return (f"{split}: {len(paths)} of {total} images cannot be read ({names}), more than "
+            f"data.max_bad_images={limit:g} of them; repair or remove them, or raise the limit")
 
 
 def read_split(split_file: str | Path, split: str, *, image_root: str | Path | None = None) -> list[ImageRecord]:

@@ -14,7 +14,7 @@ import torch
 from captioning.config import Config
 from captioning.data.coco import read_records
 from captioning.data.features import cache_dir, load_or_compute
-from captioning.data.karpathy import DatasetError, ImageRecord
+from captioning.data.karpathy import DatasetError, ImageRecord, too_many_unreadable
 from captioning.data.mirror import mirror_image
 from captioning.data.shapes.grounding import ShapesScorer
 from captioning.data.shapes.scenes import SHAPES_DEFAULT_COUNTS, Grounding, make_shapes, read_grounding
@@ -95,10 +95,10 @@ def check_bad_images(split: str, bad: list[Path | str], total: int, *, limit: fl
     `limit` of it (data.max_bad_images): a folder of broken files should not train quietly on the rest."""
     if not bad:
         return
+    problem = too_many_unreadable(split, bad, total, limit=limit)
+    if problem is not None:
+        raise DatasetError(problem)
     names = ", ".join(str(p) for p in bad[:3]) + (", ..." if len(bad) > 3 else "")
-    if len(bad) > limit * total:
-        raise DatasetError(f"{split}: {len(bad)} of {total} images cannot be read ({names}), more than "
-                           f"data.max_bad_images={limit:g} of them; repair or remove them, or raise the limit")
     print(f"warning: {split}: {len(bad)} of {total} images cannot be read and are left out ({names})", file=sys.stderr)
 
 

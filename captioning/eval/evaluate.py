@@ -75,11 +75,13 @@ def evaluate_split(decoder: AttentionDecoder, annotations: Any, *, image_ids: Se
             with choosing(decoder, hard_choice):
                 scorer.images(decoder, batch, start)
     unreadable = getattr(annotations, "unreadable", ())
-    if max_bad_images is not None and len(unreadable) > max_bad_images * len(image_ids):
-        from captioning.data.karpathy import DatasetError
+    if max_bad_images is not None and unreadable:
+        from captioning.data.karpathy import DatasetError, too_many_unreadable
 
-        raise DatasetError(f"{len(unreadable)} of {len(image_ids)} images cannot be read, more than "
-                           f"data.max_bad_images={max_bad_images:g} of them; repair or remove them, or raise the limit")
+        paths = [annotations.records[row].path for row in sorted(unreadable)]
+        problem = too_many_unreadable("decoded images", paths, len(image_ids), limit=max_bad_images)
+        if problem is not None:
+            raise DatasetError(problem)
     scored = {r["image_id"] for r in results}
     metrics = caption_metrics({i: refs for i, refs in zip(image_ids, references) if i in scored},
                               {r["image_id"]: r["caption"] for r in results}, full=full)

@@ -77,3 +77,27 @@ def write_page(out_dir: str | Path, entries: Sequence[PageEntry], *, title: str 
     path = out_dir / "index.html"
     path.write_text(page, encoding="utf-8")
     return path
+
+
+class OverlayFolder:
+    """DIR/<image name>/ for each captioned image (captioning.api.Captioned.save_overlays), and
+    DIR/index.html over them all when done."""
+
+    def __init__(self, out_dir: str | Path, *, animation: bool = False):
+        self.out_dir, self.animation = Path(out_dir), animation
+        self.entries: list[PageEntry] = []
+        self.used: set[str] = set()
+
+    def add(self, result) -> None:
+        stem = Path(result.source).stem or "image"
+        name, copy = stem, 1
+        while name in self.used:  # two photo.jpg from two folders: photo, photo_2
+            copy += 1
+            name = f"{stem}_{copy}"
+        self.used.add(name)
+        result.save_overlays(self.out_dir / name, animation=self.animation)
+        self.entries.append(PageEntry(folder=name, source=result.source, tokens=result.tokens))
+
+    def finish(self) -> None:
+        if self.entries:
+            write_page(self.out_dir, self.entries)

@@ -36,6 +36,7 @@ from tqdm import tqdm
 
 from captioning.config import Config
 from captioning.data.dataset import Batch
+from captioning.data.karpathy import too_many_unreadable
 from captioning.data.loading import RunData, load_run_data
 from captioning.data.mirror import mirror_batches
 from captioning.data.sampling import epoch_batches, rank_batches
@@ -293,12 +294,10 @@ class Run:
         for reason in new:
             tqdm.write(f"warning: skipping an unreadable image (from now on, quietly): {reason}", file=sys.stderr)
         self.unreadable.update(new)
-        limit, total = self.config.data.max_bad_images, len(self.data.train.records)
-        if new and len(self.unreadable) > limit * total:
-            first = ", ".join(sorted(self.unreadable)[:3])
-            raise TrainingError(f"train: {len(self.unreadable)} of {total} images cannot be read ({first}, ...), "
-                                f"more than data.max_bad_images={limit:g} of them; repair or remove them, or raise "
-                                "the limit")
+        problem = too_many_unreadable("train", sorted(self.unreadable), len(self.data.train.records),
+                                      limit=self.config.data.max_bad_images) if new else None
+        if problem is not None:
+            raise TrainingError(problem)
 
     def _step(self, batch: Batch | ImageBatch) -> dict[str, float] | None:
         """One optimizer step on this process's part of a global batch (None: no readable image in it)."""
