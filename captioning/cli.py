@@ -22,10 +22,12 @@ from captioning.data.shapes.scenes import SHAPES_DEFAULT_COUNTS
 from captioning.model.encoder import EncoderWeightsError
 from captioning.progress import quiet
 from captioning.train.checkpoint import CheckpointError
+from captioning.train.distributed import DistributedError
 from captioning.train.hardware import default_device
 from captioning.train.step import TrainingError
 
-EXPECTED_ERRORS = (CheckpointError, ConfigError, DatasetError, EncoderWeightsError, ImageReadError, TrainingError)
+EXPECTED_ERRORS = (CheckpointError, ConfigError, DatasetError, DistributedError, EncoderWeightsError, ImageReadError,
+                   TrainingError)
 
 
 def _guarded(function: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
@@ -83,12 +85,14 @@ def _train(args: argparse.Namespace) -> int:
     if args.dry_run:
         return _dry_run(config, device=default_device(args.device))
     summary = fit(config, resume=args.resume, device=default_device(args.device))
-    if os.environ.get("RANK", "0") != "0":  # under torchrun, rank 0 speaks for all
-        return 0
+    speaks = os.environ.get("RANK", "0") == "0"  # under torchrun, rank 0 speaks for all; all exit alike
     if summary["interrupted"]:
-        print(f"stopped by {summary['interrupted']} after {summary['steps']} steps; {summary['last']} saved: "
-              "continue with --resume", file=sys.stderr)
+        if speaks:
+            print(f"stopped by {summary['interrupted']} after {summary['steps']} steps; {summary['last']} saved: "
+                  "continue with --resume", file=sys.stderr)
         return 128 + signal.Signals[summary["interrupted"]].value
+    if not speaks:
+        return 0
     skipped = f"; {summary['skipped_images']} unreadable training images skipped" if summary["skipped_images"] else ""
     print(f"best {summary['metric']} {summary['best_metric']:.4f} after {summary['steps']} steps "
           f"({summary['seconds']:.0f} s){skipped}; checkpoints: {summary['best']}, {summary['last']}")

@@ -171,6 +171,10 @@ class TrainConfig:
     val_images: int | None = None  # decode only the first N validation images when evaluating
     num_workers: int = 0
     pin_memory: bool = True  # only used when training on a GPU
+    tf32: bool = True  # TF32 matmuls and convolutions in fp32 on GPUs that have them (Ampere and later)
+    # Under torchrun: how long (seconds) a process may wait for the others in one collective before
+    # the run stops, naming what each process was doing (train/distributed.py).
+    dist_timeout: float = 3600.0
     save_every_steps: int | None = None  # also write last.pt every this many steps (resume after a kill)
     log_every_steps: int = 10  # losses to TensorBoard and log.jsonl
     log_images: int = 3  # validation images with per-word overlays in TensorBoard at each evaluation
@@ -316,6 +320,7 @@ def _ranges(config: Config) -> dict[str, tuple[Any, str, bool]]:
                 "decode.beam_size": (d.beam_size, 1), "decode.max_length": (d.max_length, 1)}
     checks = {key: (value, f"at least {low}", value is None or value >= low) for key, (value, low) in at_least.items()}
     positive = {"encoder.lr": config.encoder.lr, "train.lr": t.lr, "train.grad_clip": t.grad_clip,
+                "train.dist_timeout": t.dist_timeout,
                 "model.extras.temperature": m.extras.temperature, "model.local.sigma": m.local.sigma,
                 "model.cosine.sharpness": m.cosine.sharpness}
     checks.update({key: (value, "positive", value is None or value > 0) for key, value in positive.items()})

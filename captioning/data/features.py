@@ -335,17 +335,27 @@ class EncodedImages:
                  device: str | torch.device = "cpu"):
         self.encoder, self.records, self.image_size, self.device = encoder, records, image_size, device
         self.shape = (len(records),)
-        self.unreadable: set[int] = set()  # rows whose image could not be read
+        self.offset = 0  # where these records start among the named rows' (a part of a larger split)
+        self.named: set[int] = set()  # rows whose image could not be read, counted from the split's start
 
     def __len__(self) -> int:
         return len(self.records)
 
-    def head(self, count: int) -> EncodedImages:
-        """The first `count` images, still encoded on demand (a slice would encode them all at once),
-        sharing this one's record of unreadable rows."""
-        view = EncodedImages(self.encoder, self.records[:count], image_size=self.image_size, device=self.device)
-        view.unreadable = self.unreadable
+    @property
+    def unreadable(self) -> set[int]:
+        """Rows of this one (from 0) whose image could not be read."""
+        return {row - self.offset for row in self.named if 0 <= row - self.offset < len(self.records)}
+
+    def part(self, start: int, stop: int) -> EncodedImages:
+        """Images start .. stop, still encoded on demand (a slice would encode them all at once),
+        sharing this one's record of unreadable rows, so that each is named once in a run."""
+        view = EncodedImages(self.encoder, self.records[start:stop], image_size=self.image_size, device=self.device)
+        view.offset, view.named = self.offset + start, self.named
         return view
+
+    def head(self, count: int) -> EncodedImages:
+        """The first `count` images (see `part`)."""
+        return self.part(0, count)
 
     @torch.no_grad()
     def __getitem__(self, key: slice) -> np.ndarray:
@@ -353,11 +363,11 @@ class EncodedImages:
             raise TypeError("EncodedImages takes slices, e.g. encoded[0:100]")
         images = ImageFiles(self.records[key], size=self.image_size, mean=self.encoder.mean, std=self.encoder.std)
         batch = collate_images([images[i] for i in range(len(images))])
-        first = key.start or 0
+        first = self.offset + (key.start or 0)
         for row, reason in batch.failures:
-            if first + row not in self.unreadable:
+            if first + row not in self.named:
                 warn_unreadable(reason)
-                self.unreadable.add(first + row)
+                self.named.add(first + row)
         if batch.pixels is None:
             raise ImageReadError(f"none of the images {key.start}..{key.stop} could be read")
         was_training = self.encoder.training

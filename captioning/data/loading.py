@@ -13,9 +13,10 @@ from torch.utils.data import Dataset
 from captioning.config import Config
 from captioning.data.dataset import Batch, CaptionPairs, ImageCaptionPairs, collate, collate_images
 from captioning.data.features import EncodedImages
+from captioning.data.karpathy import DatasetError
 from captioning.data.mirror import MirroredPairs, mirror_image, mirror_words
 from captioning.data.prepare import run_vocabulary
-from captioning.data.splits import Split, load_splits
+from captioning.data.splits import Split, load_splits, missing_caches
 from captioning.data.vocab import Vocabulary
 from captioning.model.encoder import Encoder
 from captioning.train import distributed
@@ -33,15 +34,21 @@ class RunData:
 
 def load_run_data(config: Config, *, vocab_words: list[str] | None, encoder: Encoder | None,
                   context: distributed.Distributed, device: torch.device) -> RunData:
-    """Splits, vocabulary and training pairs. Rank 0 makes whatever is missing (shapes data, the
-    feature cache, vocab.json) while the others wait, then they all read it."""
+    """Splits, vocabulary and training pairs. Rank 0 makes what is missing and quick to make (shapes
+    data, vocab.json) while the others wait, then they all read it. A missing feature cache is not
+    built under torchrun: the other processes would wait for hours (on COCO) with nothing to do."""
+    if context.enabled and encoder is None:
+        missing = missing_caches(config, ("train", "val"))
+        if missing:
+            raise DatasetError(f"{missing[0]}: no feature cache; with several processes build it first, in one: "
+                               f"`captioning prepare-features --config CONFIG [overrides]`, then start torchrun again")
     if not context.is_main:
-        distributed.barrier(context)
+        distributed.barrier(context, name="waiting for rank 0 to prepare the data")
     splits = load_splits(config, ("train", "val"), device=device, features=encoder is None,
                          num_workers=config.train.num_workers)
     vocab = Vocabulary(vocab_words) if vocab_words is not None else run_vocabulary(config)
     if context.is_main:
-        distributed.barrier(context)
+        distributed.barrier(context, name="waiting for rank 0 to prepare the data")
     train, val = splits["train"], splits["val"]
     if encoder is None:
         return RunData(train, val, vocab, training_pairs(config, train, vocab), collate, val.annotations)

@@ -62,12 +62,13 @@ class Split:
     def references(self) -> list[tuple[str, ...]]:
         return [r.captions for r in self.records]
 
-    def scorer(self, vocab: Vocabulary, *, images: int | None = None, probe: bool = True) -> ShapesScorer | None:
-        """What the dataset adds to the caption metrics of the first `images` images (all: None), or
+    def scorer(self, vocab: Vocabulary, *, images: int | None = None, start: int = 0,
+               probe: bool = True) -> ShapesScorer | None:
+        """What the dataset adds to the caption metrics of images start .. `images` (all: None), or
         None where it knows nothing more of its images (captioning.eval.evaluate)."""
         if self.grounding is None:
             return None
-        return ShapesScorer(self.grounding[:images], vocab, probe=probe)
+        return ShapesScorer(self.grounding[start:images], vocab, probe=probe)
 
 
 def uses_feature_cache(config: Config) -> bool:
@@ -79,6 +80,14 @@ def features_dir(config: Config) -> Path:
     d, e = config.data, config.encoder
     return cache_dir(d.root, encoder=e.name, layer=e.layer, image_size=d.image_size,
                      weights=weights_identity(e.name, e.weights_path), padding=e.padding)
+
+
+def missing_caches(config: Config, names: tuple[str, ...]) -> list[Path]:
+    """The feature caches of these splits (and the train split's mirror images, with data.mirror)
+    that are not there yet: a cache file appears only once complete."""
+    directory = features_dir(config)
+    names = (*names, "train_mirrored") if config.data.mirror and "train" in names else names
+    return [directory / f"{name}.npy" for name in names if not (directory / f"{name}.npy").exists()]
 
 
 def ensure_shapes(config: Config) -> None:

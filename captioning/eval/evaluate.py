@@ -39,6 +39,10 @@ class Scorer(Protocol):
     def metrics(self) -> dict[str, float]:
         """What it adds to the caption metrics."""
 
+    def absorb(self, other: Scorer) -> None:
+        """Take in what `other` scored of the images that follow this one's (a split decoded in parts,
+        one per process: captioning.train.validation)."""
+
 
 @torch.no_grad()
 def evaluate_split(decoder: AttentionDecoder, annotations: Any, *, image_ids: Sequence[int],
@@ -55,39 +59,75 @@ def evaluate_split(decoder: AttentionDecoder, annotations: Any, *, image_ids: Se
 
     Returns the metrics and the COCO results list [{"image_id", "caption"}].
     """
+    decoded = decode_split(decoder, annotations, image_ids=image_ids, vocab=vocab, grid=grid, scorer=scorer,
+                           beam_size=beam_size, max_length=max_length, length_penalty=length_penalty,
+                           batch_size=batch_size, device=device, hard_choice=hard_choice)
+    if max_bad_images is not None:
+        check_unreadable(decoded.unreadable, len(image_ids), limit=max_bad_images)
+    return score_split(decoded.results, image_ids=image_ids, references=references, scorer=scorer, full=full), \
+        decoded.results
+
+
+@dataclass
+class Decoded:
+    """The captions of (a part of) a split: results [{"image_id", "caption"}] in the split's order,
+    without the images that could not be read, whose paths are in `unreadable`."""
+
+    results: list[dict]
+    unreadable: list[str]
+
+
+@torch.no_grad()
+def decode_split(decoder: AttentionDecoder, annotations: Any, *, image_ids: Sequence[int], vocab: Vocabulary,
+                 grid: tuple[int, int], scorer: Scorer | None = None, beam_size: int = 1, max_length: int = 20,
+                 length_penalty: float = 0.0, batch_size: int = 100, device: str | torch.device = "cpu",
+                 hard_choice: str | None = None) -> Decoded:
+    """Decode the images of `annotations` (rows matching `image_ids`) a batch at a time, telling
+    `scorer` each caption with its maps. Each batch comes to the host in one transfer."""
     decoder.eval()
     results = []
     starts = range(0, len(image_ids), batch_size)
     for start in progress.bar(starts, desc="decoding", unit="batch", leave=False):
-        batch = torch.from_numpy(np.asarray(annotations[start:start + batch_size], dtype=np.float32)).to(device)
+        # The cache is fp16: widened on the device, so the host moves half the bytes.
+        batch = torch.from_numpy(np.array(annotations[start:start + batch_size])).to(device).float()  # [b, L, D]
         captions = decode(decoder, batch, beam_size=beam_size, max_length=max_length, length_penalty=length_penalty,
                           hard_choice=hard_choice)
+        tokens = captions.tokens.tolist()
+        maps = captions.alphas.float().cpu().numpy() if scorer is not None else None  # [b, T, L]
         unreadable = getattr(annotations, "unreadable", ())  # images encoded on the fly that could not be read
         for row in range(batch.shape[0]):
             if start + row in unreadable:  # decoded from zeros: not a caption of the image, not scored
                 continue
-            words = vocab.decode(captions.tokens[row].tolist())
+            words = vocab.decode(tokens[row])
             results.append({"image_id": int(image_ids[start + row]), "caption": " ".join(words)})
             if scorer is not None:
-                alphas = captions.alphas[row, : len(words)].view(len(words), *grid).float().cpu().numpy()
-                scorer.caption(start + row, words, alphas)
+                scorer.caption(start + row, words, maps[row, : len(words)].reshape(len(words), *grid))
         if scorer is not None:
             with choosing(decoder, hard_choice):
                 scorer.images(decoder, batch, start)
-    unreadable = getattr(annotations, "unreadable", ())
-    if max_bad_images is not None and unreadable:
-        from captioning.data.karpathy import DatasetError, too_many_unreadable
+    unreadable = sorted(getattr(annotations, "unreadable", ()))
+    return Decoded(results, [str(annotations.records[row].path) for row in unreadable])
 
-        paths = [annotations.records[row].path for row in sorted(unreadable)]
-        problem = too_many_unreadable("decoded images", paths, len(image_ids), limit=max_bad_images)
-        if problem is not None:
-            raise DatasetError(problem)
+
+def check_unreadable(paths: Sequence[str], total: int, *, limit: float) -> None:
+    """Stop when more than `limit` (data.max_bad_images) of `total` decoded images could not be read."""
+    from captioning.data.karpathy import DatasetError, too_many_unreadable
+
+    problem = too_many_unreadable("decoded images", list(paths), total, limit=limit) if paths else None
+    if problem is not None:
+        raise DatasetError(problem)
+
+
+def score_split(results: Sequence[dict], *, image_ids: Sequence[int], references: Sequence[Sequence[str]],
+                scorer: Scorer | None = None, full: bool = True) -> dict[str, float]:
+    """The caption metrics of `results` against the references of the images they caption, and the
+    scorer's own."""
     scored = {r["image_id"] for r in results}
     metrics = caption_metrics({i: refs for i, refs in zip(image_ids, references) if i in scored},
                               {r["image_id"]: r["caption"] for r in results}, full=full)
     if scorer is not None:
         metrics.update(scorer.metrics())
-    return metrics, results
+    return metrics
 
 
 @dataclass

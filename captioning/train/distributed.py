@@ -2,21 +2,37 @@
 
 torchrun sets RANK, WORLD_SIZE and LOCAL_RANK; without them this is one process and every helper
 here is a no-op. Each process takes its slice of every *global* batch (see data.sampling), DDP
-averages the gradients, and rank 0 alone evaluates, logs and writes checkpoints.
+averages the gradients, and rank 0 alone logs and writes checkpoints.
 
 Matching one process exactly: the loss is a mean over the real words of the global batch (and the
 doubly stochastic term a mean over its images), so each rank weights its local mean by its share
 of the global count; averaged over ranks that is the single-process loss, whatever the split of
 caption lengths between ranks.
+
+Never waiting on one another: a collective waits for every process, so the processes must take the
+same path. Whatever one process alone can see (a stop signal, a loss that is not finite, a slice
+with no readable image) is summed across processes in one small all-reduce per step (`agree`)
+before anyone acts on it; long work is split between the processes (validation) or refused before
+the group waits on it (a missing feature cache). A collective that still waits longer than
+`train.dist_timeout` fails with a TrainingError naming what every process was doing.
 """
 
 from __future__ import annotations
 
+import datetime
 import os
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
+
+
+class DistributedError(RuntimeError):
+    """The processes of a run could not go on together (a collective timed out, a process died)."""
 
 
 @dataclass(frozen=True)
@@ -24,6 +40,7 @@ class Distributed:
     rank: int = 0
     world_size: int = 1
     local_rank: int = 0
+    timeout: float = 0.0  # seconds a collective may wait (train.dist_timeout)
 
     @property
     def is_main(self) -> bool:
@@ -33,20 +50,29 @@ class Distributed:
     def enabled(self) -> bool:
         return self.world_size > 1
 
+    def shard(self, count: int) -> tuple[int, int]:
+        """This process's contiguous part [start, stop) of `count` items (near-equal parts, in rank order)."""
+        return count * self.rank // self.world_size, count * (self.rank + 1) // self.world_size
 
-def setup(device: torch.device) -> tuple[Distributed, torch.device]:
-    """Join the process group that torchrun describes (NCCL on CUDA, gloo on CPU); each process
-    takes GPU LOCAL_RANK. Returns the context and the device this process works on."""
+
+ONE_PROCESS = Distributed()
+
+
+def setup(device: torch.device, *, timeout: float) -> tuple[Distributed, torch.device]:
+    """Join the process group that torchrun describes (NCCL on CUDA, gloo on CPU), collectives
+    waiting at most `timeout` seconds; each process takes GPU LOCAL_RANK. Returns the context and the
+    device this process works on."""
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     if world_size == 1:
-        return Distributed(), device
+        return Distributed(timeout=timeout), device
     context = Distributed(rank=int(os.environ["RANK"]), world_size=world_size,
-                          local_rank=int(os.environ.get("LOCAL_RANK", "0")))
+                          local_rank=int(os.environ.get("LOCAL_RANK", "0")), timeout=timeout)
     if device.type == "cuda":
         device = torch.device("cuda", context.local_rank)
         torch.cuda.set_device(device)
     if not dist.is_initialized():
-        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
+        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo",
+                                timeout=datetime.timedelta(seconds=timeout))
     return context, device
 
 
@@ -55,20 +81,110 @@ def teardown(context: Distributed) -> None:
         dist.destroy_process_group()
 
 
-def barrier(context: Distributed) -> None:
+# What each process is doing, for the message of a collective that waited too long ------------------
+
+_doing = {"what": "starting"}
+
+
+def _store() -> Any:
+    """The group's key-value store (torchrun's agent serves it): reachable while collectives are stuck."""
+    return dist.distributed_c10d._get_default_store()
+
+
+def now_doing(context: Distributed, what: str) -> None:
+    """Say what this process does from now on ("training, step 12", "validating at step 40"). The
+    other processes read it from the group's store only when a collective fails."""
+    _doing["what"] = what
+    if context.enabled and dist.is_initialized():
+        _store().set(f"captioning/doing/{context.rank}", what)
+
+
+def _what_everyone_did(context: Distributed) -> str:
+    parts = []
+    for rank in range(context.world_size):
+        key = f"captioning/doing/{rank}"
+        try:
+            what = _store().get(key).decode() if _store().check([key]) else "not started"
+        except Exception:  # noqa: BLE001 - the store may be gone with the process that served it
+            what = "unknown"
+        parts.append(f"rank {rank}: {what}")
+    return "; ".join(parts)
+
+
+@contextmanager
+def collective(context: Distributed, name: str) -> Iterator[None]:
+    """Run one collective; if it fails (another process is still busy after train.dist_timeout, or
+    died), raise one DistributedError naming what every process was doing."""
+    try:
+        yield
+    except (RuntimeError, dist.DistError) as error:
+        first = str(error).strip().splitlines()[0][:200] if str(error).strip() else error.__class__.__name__
+        raise DistributedError(
+            f"rank {context.rank} ({_doing['what']}): {name} did not complete within train.dist_timeout "
+            f"({context.timeout:.0f} s) or a process is gone. What each process was doing: "
+            f"{_what_everyone_did(context)}. ({first})") from error
+
+
+def barrier(context: Distributed, *, name: str = "barrier") -> None:
     if context.enabled:
-        dist.barrier()
+        with collective(context, name):
+            dist.barrier()
 
 
-def global_shares(context: Distributed, *counts: float, device: torch.device) -> list[float]:
-    """For each local count n_r: n_r * world_size / sum_r n_r, the weight that turns this rank's local
-    mean into its part of the global mean once DDP averages the gradients (1.0 for one process)."""
+# One small all-reduce per step: what every process must know before it acts --------------------------
+
+SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """What the processes agreed on in one step.
+
+    shares: (words, images) weights that turn this process's local means into its part of the global
+    means once DDP averages the gradients (1.0 for one process; 0.0 for a process with no readable
+    image in its slice). finite: every process's loss was finite. empty: no process had an image.
+    signal: a stop signal that any process received (SIGTERM before SIGINT), or None."""
+
+    shares: tuple[float, float] = (1.0, 1.0)
+    finite: bool = True
+    empty: bool = False
+    signal: int | None = None
+
+
+def agree(context: Distributed, *, words: float, images: float, loss: torch.Tensor | None,
+          received: int | None, device: torch.device) -> Agreement:
+    """Sum across processes, in one all-reduce: the words and images of each slice, whether each
+    loss is finite, and which stop signals arrived. `loss` None: this process has nothing (it ran
+    the step on a stand-in batch so that DDP's gradient all-reduce still matches)."""
     if not context.enabled:
-        return [1.0] * len(counts)
-    local = torch.tensor(counts, dtype=torch.float64, device=device)
+        return Agreement(finite=loss is None or bool(torch.isfinite(loss)), signal=received)
+    not_finite = torch.zeros((), device=device) if loss is None else (~torch.isfinite(loss.detach())).double()
+    flags = [float(received == s) for s in SIGNALS]
+    local = torch.tensor([words, images, *flags], dtype=torch.float64, device=device)
+    local = torch.cat([local, not_finite.reshape(1).to(torch.float64)])  # [5]; stays on the device: no sync
     total = local.clone()
-    dist.all_reduce(total)
-    return (local * context.world_size / total).tolist()
+    with collective(context, "the step's all-reduce"):
+        dist.all_reduce(total)
+    words_total, images_total, *signals, bad = total.tolist()
+    shares = tuple(n * context.world_size / t if t else 0.0 for n, t in ((words, words_total), (images, images_total)))
+    stop = next((int(s) for s, count in zip(SIGNALS, signals) if count), None)
+    return Agreement(shares=shares, finite=bad == 0, empty=images_total == 0, signal=stop)
+
+
+def agree_signal(context: Distributed, received: int | None, *, device: torch.device) -> int | None:
+    """A stop signal that any process received (outside steps: after a validation)."""
+    if not context.enabled:
+        return received
+    return agree(context, words=0.0, images=0.0, loss=None, received=received, device=device).signal
+
+
+def sync_batch_norm(module: torch.nn.Module, context: Distributed, *, device: torch.device) -> torch.nn.Module:
+    """Batch norm over the global batch (SyncBatchNorm) where fine-tuned stages train under DDP on GPUs;
+    `module` unchanged otherwise (SyncBatchNorm has no CPU kernels, and frozen stages use running
+    statistics anyway). The parameters stay the same objects: an optimizer built before still holds them."""
+    if not (context.enabled and device.type == "cuda" and getattr(module, "trainable", True)):
+        return module
+    return torch.nn.SyncBatchNorm.convert_sync_batchnorm(module)
 
 
 def broadcast_float(context: Distributed, value: float, *, device: torch.device) -> float:
@@ -76,5 +192,26 @@ def broadcast_float(context: Distributed, value: float, *, device: torch.device)
     if not context.enabled:
         return value
     tensor = torch.tensor([value], dtype=torch.float64, device=device)
-    dist.broadcast(tensor, src=0)
+    with collective(context, "broadcast"):
+        dist.broadcast(tensor, src=0)
     return float(tensor.item())
+
+
+def gather(context: Distributed, value: Any) -> list[Any] | None:
+    """Every process's `value` (picklable), in rank order, on rank 0; None on the others."""
+    if not context.enabled:
+        return [value]
+    parts: list[Any] = [None] * context.world_size if context.is_main else None
+    with collective(context, "gather"):
+        dist.gather_object(value, parts, dst=0)
+    return parts
+
+
+def summed(context: Distributed, tensor: torch.Tensor) -> torch.Tensor:
+    """`tensor` summed over the processes (itself for one)."""
+    if not context.enabled:
+        return tensor
+    total = tensor.clone()
+    with collective(context, "all-reduce"):
+        dist.all_reduce(total)
+    return total

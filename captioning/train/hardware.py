@@ -1,8 +1,8 @@
 """Where a run computes, decided in one place: its device, its process among several, its precision.
 
 Under torchrun (WORLD_SIZE > 1) each process joins the group and takes GPU LOCAL_RANK
-(captioning.train.distributed); precision is bf16 autocast where the device supports it, fp16 with
-a gradient scaler otherwise, or float32 without train.amp (captioning.train.precision).
+(captioning.train.distributed); precision is bf16 autocast where the device computes it natively,
+fp16 with a gradient scaler otherwise, or float32 without train.amp (captioning.train.precision).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from captioning.train import distributed
-from captioning.train.precision import Precision, precision_for
+from captioning.train.precision import Precision, allow_tf32, precision_for
 
 
 def default_device(name: str | None = None) -> torch.device:
@@ -27,9 +27,11 @@ class Hardware:
     precision: Precision
 
     @classmethod
-    def setup(cls, device: str | torch.device, *, amp: bool) -> Hardware:
-        """Join the process group torchrun describes (a no-op for one process) and pick the precision."""
-        context, device = distributed.setup(torch.device(device))
+    def setup(cls, device: str | torch.device, *, amp: bool, tf32: bool = True, timeout: float = 1800.0) -> Hardware:
+        """Join the process group torchrun describes (a no-op for one process), its collectives
+        waiting at most `timeout` seconds, and pick the precision."""
+        context, device = distributed.setup(torch.device(device), timeout=timeout)
+        allow_tf32(tf32)
         return cls(context, device, precision_for(device, amp=amp))
 
     def teardown(self) -> None:

@@ -9,6 +9,9 @@ Notation: B batch, T caption steps, L grid cells, D channels, S input side.
       Run.fit                epochs of Run.step (one optimizer step: step.py), Run.validate after each
                              epoch (and every train.eval_every_steps), checkpoints (checkpoint.py)
 
+Under torchrun the processes agree, once per step, on everything that changes their path (stop
+signals, non-finite losses, empty parts of a batch: distributed.agree), so none waits on another.
+
 With a frozen encoder the annotations are cached and a step is decoder-only; with
 `encoder.fine_tune_from` the encoder runs on the fly on images and its later stages train with their
 own learning rate. Model selection, learning-rate decay and early stopping all use a metric of
@@ -148,6 +151,8 @@ class Run:
         self.scst = (SelfCritical.from_config(t.scst, records=data.train.records, vocab=data.vocab,
                                               max_length=config.decode.max_length) if t.objective == "scst" else None)
         self.progress = Progress()
+        self.signals: StopSignals | None = None  # set by fit
+        self.agreement = distributed.Agreement()  # what the processes agreed on at the last step
         self.unreadable: set[str] = set()  # training images named as unreadable (encoder on the fly)
         self.module: nn.Module | None = None  # the trained graph, wrapped for processes and compiling
         self.log: RunLog | None = None
@@ -166,6 +171,8 @@ class Run:
         torch.manual_seed(t.seed)  # before any model is built
         random.seed(t.seed)
         encoder = build_encoder(config, device)
+        if encoder is not None:  # fine-tuned batch-norm stages see the global batch's statistics
+            encoder = distributed.sync_batch_norm(encoder, hardware.context, device=device)
         data = load_run_data(config, vocab_words=vocab_words, encoder=encoder, context=hardware.context,
                              device=device)
         model = build_model(config, data, encoder, device)
@@ -199,8 +206,8 @@ class Run:
         model = self.model
         self.progress.seconds = time.time() - self.started
         rng = {"torch": torch.get_rng_state(), "python": random.getstate()}
-        if torch.cuda.is_available():
-            rng["cuda"] = torch.cuda.get_rng_state_all()
+        if self.device.type == "cuda":  # this process's GPU only: a run may resume on fewer or more GPUs
+            rng["cuda"] = torch.cuda.get_rng_state(self.device)
         payload = {
             "config": self.config.to_dict(), "vocab": self.data.vocab.words, "grid": list(model.grid),
             "annotation_dim": model.annotation_dim, "decoder": model.validated.state_dict(),
@@ -232,13 +239,17 @@ class Run:
         if self.context.rank == 0:  # rank 0's stream; the others start theirs anew (docs/coco.md)
             torch.set_rng_state(checkpoint["rng"]["torch"])
             random.setstate(checkpoint["rng"]["python"])
-            if "cuda" in checkpoint["rng"] and torch.cuda.is_available():
-                torch.cuda.set_rng_state_all(checkpoint["rng"]["cuda"])
+            cuda = checkpoint["rng"].get("cuda")
+            if isinstance(cuda, list):  # written by older versions: every GPU's state; the first was rank 0's
+                cuda = cuda[0] if cuda else None
+            if cuda is not None and self.device.type == "cuda":
+                torch.cuda.set_rng_state(cuda, self.device)
         else:
             torch.manual_seed(self.config.train.seed + 1000 * self.context.rank + self.progress.step)
 
     def save(self, *, best: bool = False) -> None:
         if self.context.is_main:
+            distributed.now_doing(self.context, f"saving a checkpoint at step {self.progress.step}")
             payload = self.payload()
             save_checkpoint(self.out / "last.pt", payload)
             if best:
@@ -271,9 +282,10 @@ class Run:
     def step(self, batch: Batch | ImageBatch) -> dict[str, float] | None:
         """One optimizer step, counting those skipped as not finite (see apply_gradients)."""
         losses = self._step(batch)
-        if losses is None:
+        if losses is None or self.agreement.empty:  # no image in this process's part (or in any)
             return None
         progress = self.progress
+        own = losses.pop("own", 1.0)
         if losses.pop("skipped"):
             progress.skipped_steps += 1
             progress.bad_steps_in_a_row += 1
@@ -285,7 +297,7 @@ class Run:
                                     "in all); stopping, the last good checkpoint is kept")
         else:
             progress.bad_steps_in_a_row = 0
-        return {**losses, "skipped_steps": float(progress.skipped_steps)}
+        return {**losses, "skipped_steps": float(progress.skipped_steps)} if own else None
 
     def name_unreadable(self, reasons: list[str]) -> None:
         """Images the encoder on the fly could not read: each named once in the run, and the run
@@ -300,7 +312,10 @@ class Run:
             raise TrainingError(problem)
 
     def _step(self, batch: Batch | ImageBatch) -> dict[str, float] | None:
-        """One optimizer step on this process's part of a global batch (None: no readable image in it)."""
+        """One optimizer step on this process's part of a global batch (None: no readable image in it).
+
+        Under torchrun a process whose part is empty still takes the step, on a stand-in batch whose
+        terms weigh nothing, so that every process meets the same collectives."""
         t = self.config.train
         if self.scst is not None:
             losses = self.scst.step(self.model.decoder, batch.to(self.device), self.optimizer, grad_clip=t.grad_clip,
@@ -311,22 +326,50 @@ class Run:
             return losses
         self.name_unreadable(list(batch.failures))
         self.progress.skipped_images += len(batch.failures)
-        if batch.tokens.shape[0] == 0:
+        own = batch.tokens.shape[0] > 0
+        if not own and not self.context.enabled:
             return None
-        batch = batch.to(self.device, non_blocking=True)
-        words = float((batch.tokens[:, 1:] != Vocabulary.pad_id).sum())  # real target words
-        shares = distributed.global_shares(self.context, words, float(batch.tokens.shape[0]), device=self.device)
+        batch = (batch if own else self.stand_in()).to(self.device, non_blocking=True)
+        counts = {"words": 0.0, "images": 0.0}
+        if own and self.context.enabled:  # one host sync, only where the shares need it
+            counts = {"words": float((batch.tokens[:, 1:] != Vocabulary.pad_id).sum()), "images": batch.tokens.shape[0]}
+
+        def agree(loss: torch.Tensor) -> distributed.Agreement:
+            agreement = distributed.agree(self.context, **counts, loss=loss if own else None,
+                                          received=self.signals.received if self.signals else None, device=self.device)
+            self.agreement = agreement
+            return agreement
+
         losses = train_step(self.module, batch, self.optimizer, grad_clip=t.grad_clip, ds_weight=t.ds_weight,
                             ds_target=t.ds_target, precision=self.hardware.precision,
-                            scaler=self.scaler if self.scaler.is_enabled() else None, shares=(shares[0], shares[1]),
+                            scaler=self.scaler if self.scaler.is_enabled() else None, agree=agree,
                             reinforce=self.reinforce, word_weights=self.word_weights, step=self.progress.step)
         if self.model.average is not None:
             self.model.average.update(self.model.decoder)
-        return losses
+        return {**losses, "own": float(own)}
+
+    def stand_in(self) -> Batch:
+        """One image of zeros captioned "<start> <end>": what a process with an empty part of a global
+        batch steps on (its terms get a share of 0)."""
+        tokens = torch.tensor([[Vocabulary.start_id, Vocabulary.end_id]])  # [1, 2]
+        if self.model.encoder is not None:
+            side = self.config.data.image_size
+            return Batch(annotations=None, images=torch.zeros(1, 3, side, side), tokens=tokens,
+                         lengths=torch.tensor([2]))
+        cells = self.model.grid[0] * self.model.grid[1]
+        return Batch(annotations=torch.zeros(1, cells, self.model.annotation_dim), tokens=tokens,
+                     lengths=torch.tensor([2]))
+
+    def stop_signal(self) -> int | None:
+        """The stop signal to act on: this process's own alone, the one the processes agreed on under torchrun."""
+        if not self.context.enabled:
+            return self.signals.received if self.signals else None
+        return self.agreement.signal
 
     def fit(self, signals: StopSignals) -> str | None:
         """Epochs until done, early stopping or a signal; returns the signal's name if one stopped it."""
         t, progress = self.config.train, self.progress
+        self.signals = signals
         stop = early_stopped = False
         while progress.epoch < t.epochs and not stop:
             batches = self.epoch_batches()
@@ -335,6 +378,7 @@ class Run:
                 if t.max_steps is not None and progress.step >= t.max_steps:  # resumed at the limit (killed
                     stop = True  # between its last step and its exit): validate, save, and stop
                     break
+                distributed.now_doing(self.context, f"training, step {progress.step + 1} (epoch {progress.epoch})")
                 losses = self.step(batch)
                 progress.step += 1
                 progress.batch_in_epoch += 1
@@ -351,15 +395,18 @@ class Run:
                         break
                 elif t.save_every_steps and progress.step % t.save_every_steps == 0:
                     self.save()  # a place to resume from after a kill (SIGKILL cannot be caught)
-                if signals.received is not None and mid_epoch:  # at an epoch's end: validate first
+                if self.stop_signal() is not None and mid_epoch:  # at an epoch's end: validate first
                     self.save()
-                    return signal.Signals(signals.received).name
+                    return signal.Signals(self.stop_signal()).name
             if progress.batch_in_epoch >= len(batches):
                 progress.epoch, progress.batch_in_epoch = progress.epoch + 1, 0
             if not early_stopped:
                 stop = self.validate() or stop
-            if signals.received is not None:  # validate wrote last.pt
-                return signal.Signals(signals.received).name
+            if self.context.enabled:
+                signum = distributed.agree_signal(self.context, signals.received, device=self.device)
+                self.agreement = distributed.Agreement(signal=signum)
+            if self.stop_signal() is not None:  # validate wrote last.pt
+                return signal.Signals(self.stop_signal()).name
         return None
 
     def log_losses(self, losses: dict[str, float]) -> None:
@@ -377,15 +424,13 @@ class Run:
     # validation
 
     def validate(self) -> bool:
-        """Validate (rank 0), decay the learning rate, keep the best; True when it is time to stop early."""
+        """Validate (every process its part), decay the learning rate, keep the best; True when it is
+        time to stop early."""
         t, progress = self.config.train, self.progress
-        metrics: dict[str, float] = {}
-        value = math.nan
-        if self.context.is_main:
-            metrics = validate(self.model.validated, self.data.val, self.data.vocab, self.config, device=self.device,
-                               annotations=self.data.val_annotations)
-            value = metrics[t.val_metric]
-        value = distributed.broadcast_float(self.context, value, device=self.device)
+        distributed.now_doing(self.context, f"validating at step {progress.step}")
+        metrics = validate(self.model.validated, self.data.val, self.data.vocab, self.config, device=self.device,
+                           annotations=self.data.val_annotations, context=self.context) or {}
+        value = distributed.broadcast_float(self.context, metrics.get(t.val_metric, math.nan), device=self.device)
         self.scheduler.step(value)
         progress.history.append({"step": progress.step, "epoch": progress.epoch, **metrics, t.val_metric: value,
                                  "lr": self.optimizer.param_groups[0]["lr"], "seconds": time.time() - self.started})
@@ -395,6 +440,7 @@ class Run:
         else:
             progress.stale_evaluations += 1
         if self.log is not None:
+            distributed.now_doing(self.context, f"writing the logs and checkpoints of step {progress.step}")
             self.report(metrics, improved=improved)
         self.save(best=improved)
         return progress.stale_evaluations >= t.early_stop_patience
@@ -434,7 +480,8 @@ def fit(config: Config, *, resume: bool = False, device: str | torch.device = "c
 
     Under torchrun (WORLD_SIZE > 1) every process calls this; they train one model together.
     """
-    hardware = Hardware.setup(device, amp=config.train.amp)
+    t = config.train
+    hardware = Hardware.setup(device, amp=t.amp, tf32=t.tf32, timeout=t.dist_timeout)
     try:
         with run_folder(config.train.out_dir, enabled=hardware.context.is_main):  # one run per folder
             run = Run.start(config, resume=resume, hardware=hardware)

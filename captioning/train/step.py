@@ -9,6 +9,8 @@ The run around it (checkpoints, logs, signals, validation, the epoch loop) is tr
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
@@ -17,6 +19,7 @@ from captioning.data.vocab import Vocabulary
 from captioning.model.attention import set_training_step
 from captioning.model.decoder import AttentionDecoder, DecoderOutput
 from captioning.model.encoder import Encoder
+from captioning.train.distributed import Agreement
 from captioning.train.losses import Reinforce, cross_entropy, doubly_stochastic
 from captioning.train.precision import FULL_PRECISION, Precision
 
@@ -27,14 +30,15 @@ class TrainingError(RuntimeError):
 
 def apply_gradients(loss: torch.Tensor, objective: torch.Tensor, parameters: list[torch.Tensor],
                     optimizer: torch.optim.Optimizer, *, grad_clip: float,
-                    scaler: torch.amp.GradScaler | None = None) -> tuple[torch.Tensor, bool]:
+                    scaler: torch.amp.GradScaler | None = None, skip: bool = False) -> tuple[torch.Tensor, bool]:
     """Backward, clip and step; returns the gradient norm and whether the step was skipped.
 
     A non-finite loss or gradient norm skips the update (the weights and the optimizer's moments stay
     as they were) instead of writing NaN into them: mixed precision has isolated spikes that a run
     should survive; the caller counts them and stops after too many in a row. The backward always
     runs, so that under DistributedDataParallel every process takes part in the same all-reduce and
-    all of them see the same non-finite norm and skip together.
+    all of them see the same non-finite norm and skip together; `skip` is what they agreed before
+    (another process's loss was not finite, or no process had an image: captioning.train.distributed).
     """
     optimizer.zero_grad(set_to_none=True)
     if scaler is None:
@@ -43,11 +47,11 @@ def apply_gradients(loss: torch.Tensor, objective: torch.Tensor, parameters: lis
         scaler.scale(objective).backward()
         scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
     norm = torch.nn.utils.clip_grad_norm_(parameters, grad_clip)
-    skipped = not (torch.isfinite(norm) and torch.isfinite(loss))
-    if scaler is not None:
+    skipped = skip or not (torch.isfinite(norm) and torch.isfinite(loss))
+    if scaler is not None and not skip:
         scaler.step(optimizer)  # skips by itself when the unscaled gradients hold inf or NaN
         scaler.update()
-    elif not skipped:
+    elif scaler is None and not skipped:
         optimizer.step()
     if skipped:
         optimizer.zero_grad(set_to_none=True)
@@ -78,7 +82,7 @@ class TrainingModel(nn.Module):
 
 def train_step(model: nn.Module, batch: Batch, optimizer: torch.optim.Optimizer, *, grad_clip: float,
                ds_weight: float, ds_target: str, precision: Precision = FULL_PRECISION,
-               scaler: torch.amp.GradScaler | None = None, shares: tuple[float, float] = (1.0, 1.0),
+               scaler: torch.amp.GradScaler | None = None, agree: Callable[[torch.Tensor], Agreement] | None = None,
                reinforce: Reinforce | None = None, word_weights: torch.Tensor | None = None,
                step: int = 0) -> dict[str, float]:
     """One optimizer step of cross-entropy plus the doubly stochastic term, plus, when the decoder's
@@ -86,8 +90,10 @@ def train_step(model: nn.Module, batch: Batch, optimizer: torch.optim.Optimizer,
 
     `model(batch.source, inputs)` is a decoder (on annotations) or a TrainingModel (needed with
     `reinforce.samples` > 1: it copies each image after the encoder, so the CNN runs once per image).
-    `shares` weight the terms by this process's share of the global batch's words and images (1
-    alone; see captioning.train.distributed); the losses returned are this process's own. `word_weights`
+    `agree(loss)` is called between the forward and the backward, under torchrun: what the processes
+    agreed on (captioning.train.distributed.agree); its shares weight the terms by this process's
+    share of the global batch's words and images, and no process updates unless every loss was
+    finite. The losses returned are this process's own. `word_weights`
     [V] weight each target word's cross-entropy (losses.cross_entropy; None: all 1). `step` is the
     run's optimizer steps so far: every warm-up (hard attention's coin, the REINFORCE terms) reads it.
     """
@@ -108,10 +114,11 @@ def train_step(model: nn.Module, batch: Batch, optimizer: torch.optim.Optimizer,
         surrogate, extra = reinforce(logits=logits, targets=targets, mask=mask, log_probs=output.log_probs.float(),
                                      entropies=output.entropies.float(), locations=output.locations, step=step)
     loss = xe + ds_weight * ds + surrogate
-    words_share, images_share = shares
+    agreement = Agreement() if agree is None else agree(loss)
+    words_share, images_share = agreement.shares
     # The surrogate is normalized per real word, like the cross-entropy, so it takes the words' share.
     objective = words_share * (xe + surrogate) + ds_weight * images_share * ds
     norm, skipped = apply_gradients(loss, objective, list(model.parameters()), optimizer, grad_clip=grad_clip,
-                                    scaler=scaler)
+                                    scaler=scaler, skip=not agreement.finite or agreement.empty)
     return {"loss": loss.item(), "xe": xe.item(), "ds": ds.item(), "grad_norm": norm.item(), **extra,
             "skipped": float(skipped)}

@@ -2,7 +2,7 @@
 drawn with their per-word maps for TensorBoard.
 
 Model selection, learning-rate decay and early stopping use these *decoded* captions, never a
-teacher-forced loss (see captioning.train.loop).
+teacher-forced loss (see captioning.train.loop). Under torchrun the processes share the decoding.
 """
 
 from __future__ import annotations
@@ -17,28 +17,44 @@ from captioning.config import Config
 from captioning.data.images import ImageReadError, load_image
 from captioning.data.splits import Split
 from captioning.data.vocab import Vocabulary
-from captioning.eval.evaluate import evaluate_split
+from captioning.eval.evaluate import check_unreadable, decode_split, score_split
 from captioning.eval.overlays import overlay_grid
 from captioning.model.decoder import AttentionDecoder
 from captioning.model.decoding import decode
+from captioning.train import distributed
+from captioning.train.distributed import ONE_PROCESS, Distributed
 
 
 def validate(decoder: AttentionDecoder, split: Split, vocab: Vocabulary, config: Config, *,
-             device: str | torch.device, annotations: Any = None) -> dict[str, float]:
+             device: str | torch.device, annotations: Any = None,
+             context: Distributed = ONE_PROCESS) -> dict[str, float] | None:
     """Greedy captions of (the first val_images of) a split, scored with the Java-free metrics.
 
-    `annotations` replaces the split's cache (e.g. EncodedImages when the encoder is fine-tuned).
+    Under torchrun every process decodes its own contiguous part of the images; rank 0 gathers the
+    captions (and the scorer's counts) in order and scores them: the metrics equal one process's.
+    Returns them on rank 0, None on the others. `annotations` replaces the split's cache (e.g.
+    EncodedImages when the encoder is fine-tuned).
     """
     annotations = split.annotations if annotations is None else annotations
-    count = config.train.val_images or len(split.records)
+    count = min(config.train.val_images or len(split.records), len(split.records))
+    start, stop = context.shard(count)
     # Images encoded on the fly stay on demand, a batch at a time: a slice would encode them all at once.
-    first = annotations.head(count) if hasattr(annotations, "head") else annotations[:count]
-    metrics, _ = evaluate_split(
-        decoder, first, image_ids=split.image_ids[:count], references=split.references[:count],
-        vocab=vocab, grid=split.grid, scorer=split.scorer(vocab, images=count), beam_size=1,
-        max_length=config.decode.max_length, full=False, device=device,
-        hard_choice=hard_choice(config), max_bad_images=config.data.max_bad_images)
-    return metrics
+    part = annotations.part(start, stop) if hasattr(annotations, "part") else annotations[start:stop]
+    scorer = split.scorer(vocab, images=stop, start=start)
+    decoded = decode_split(decoder, part, image_ids=split.image_ids[start:stop], vocab=vocab, grid=split.grid,
+                           scorer=scorer, beam_size=1, max_length=config.decode.max_length, device=device,
+                           hard_choice=hard_choice(config))
+    parts = distributed.gather(context, (decoded, scorer))
+    if parts is None:
+        return None
+    results = [result for done, _ in parts for result in done.results]
+    check_unreadable([path for done, _ in parts for path in done.unreadable], count,
+                     limit=config.data.max_bad_images)
+    scorer = parts[0][1]
+    for _, more in parts[1:] if scorer is not None else ():
+        scorer.absorb(more)
+    return score_split(results, image_ids=split.image_ids[:count], references=split.references[:count],
+                       scorer=scorer, full=False)
 
 
 def hard_choice(config: Config) -> str | None:
@@ -57,7 +73,7 @@ def log_overlays(writer: SummaryWriter, decoder: AttentionDecoder, split: Split,
     if count == 0:
         return 0
     decoder.eval()
-    batch = torch.from_numpy(np.asarray(annotations[:count], dtype=np.float32)).to(device)  # [count, L, D]
+    batch = torch.from_numpy(np.array(annotations[:count])).to(device).float()  # [count, L, D], widened there
     captions = decode(decoder, batch, beam_size=1, max_length=max_length, hard_choice=hard_choice)
     written = 0
     for row, record in enumerate(split.records[:count]):

@@ -133,6 +133,6 @@ def test_bucketed_batches_are_complete_deterministic_and_less_padded() -> None:
 def test_rank_batches_split_each_global_batch() -> None:
     batches = [list(range(0, 16)), list(range(16, 31)), [31]]
     parts = [rank_batches(batches, rank=r, world_size=2) for r in (0, 1)]
-    assert parts[0] == [list(range(0, 8)), list(range(16, 23))]
-    assert parts[1] == [list(range(8, 16)), list(range(23, 31))]  # [31] alone cannot be split: dropped
+    assert parts[0] == [list(range(0, 8)), list(range(16, 23)), []]  # one slice per global batch, always
+    assert parts[1] == [list(range(8, 16)), list(range(23, 31)), [31]]  # [31] alone: rank 0 gets nothing
     assert rank_batches(batches, rank=0, world_size=1) == batches

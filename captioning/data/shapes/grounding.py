@@ -126,6 +126,13 @@ class ShapesScorer:
             truths = self.grounding[start:start + annotations.shape[0]]
             self.answers += relation_probe(decoder, annotations, truths, self.vocab)
 
+    def absorb(self, other: ShapesScorer) -> None:
+        """Take in what `other` scored of the images that follow this one's (a split decoded in parts)."""
+        self.correct += other.correct
+        self.chance += other.chance
+        self.relations += other.relations
+        self.answers += other.answers
+
     def metrics(self) -> dict[str, float]:
         relations, nan = self.relations, float("nan")
         metrics = {"attention_correctness": float(np.mean(self.correct)) if self.correct else nan,

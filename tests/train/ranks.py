@@ -1,0 +1,120 @@
+"""Run train.py as N processes of one group, as torchrun would (gloo on the CPU), and see each
+process's own exit code and output; optionally with one fault planted in one process.
+
+Run as a module (`python -m tests.train.ranks ARGS`), it plants the fault that CAPTIONING_TEST_FAULT
+names, "KIND:RANK:STEP", in this process before training:
+    sigterm  the process sends itself SIGTERM before that step
+    inf      that step's cross-entropy is +inf in that process (its gradient stays finite, so only
+             the processes' agreement can make the others skip the step too)
+    empty    that step's batch of that process has no readable image
+    slow     that process sleeps CAPTIONING_TEST_SLEEP seconds before validating at that step
+and at the end writes its decoder's weights and REINFORCE baseline to OUT_DIR/rank{RANK}.pt, so a
+test can check that the processes still hold one model.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.tiny import REPO
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(processes: int, args: list[str], *, cwd: Path, fault: str = "", timeout: float = 300,
+           sleep: float = 0.0) -> list[subprocess.CompletedProcess]:
+    """Start `processes` ranks of `train.py args` and wait for all; one CompletedProcess per rank."""
+    port = free_port()
+    running = []
+    for rank in range(processes):
+        env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "RANK": str(rank),
+               "LOCAL_RANK": str(rank), "WORLD_SIZE": str(processes), "LOCAL_WORLD_SIZE": str(processes),
+               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "CAPTIONING_TEST_FAULT": fault,
+               "CAPTIONING_TEST_SLEEP": str(sleep), "CAPTIONING_QUIET": "1"}
+        command = [sys.executable, "-m", "tests.train.ranks", "--device", "cpu", *args]
+        running.append(subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                        text=True))
+    deadline = time.monotonic() + timeout
+    done = []
+    for rank, process in enumerate(running):
+        try:
+            out, err = process.communicate(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:  # a hang: stop every process and say so
+            for other in running:
+                other.kill()
+            raise AssertionError(f"rank {rank} still running after {timeout:.0f} s: the processes hang") from None
+        done.append(subprocess.CompletedProcess(process.args, process.returncode, out, err))
+    return done
+
+
+def _plant(kind: str, where: int, step: int) -> None:
+    import torch
+
+    from captioning.train import loop, validation
+    from captioning.train import step as step_module
+
+    rank = int(os.environ["RANK"])
+    current = {"step": 0}
+
+    run_step = loop.Run.step
+
+    def step_with_fault(self, batch):
+        current["step"] = self.progress.step + 1
+        here = rank == where and current["step"] == step
+        if here and kind == "sigterm":
+            os.kill(os.getpid(), signal.SIGTERM)
+        if here and kind == "empty":
+            batch = type(batch)(annotations=batch.annotations[:0], tokens=batch.tokens[:0], lengths=batch.lengths[:0],
+                                images=None if batch.images is None else batch.images[:0])
+        return run_step(self, batch)
+
+    loop.Run.step = step_with_fault
+
+    cross_entropy = step_module.cross_entropy
+
+    def cross_entropy_with_fault(*args, **kwargs):
+        xe = cross_entropy(*args, **kwargs)
+        if kind == "inf" and rank == where and current["step"] == step:
+            return xe + float("inf")  # the loss is inf, its gradient is xe's: finite
+        return xe
+
+    step_module.cross_entropy = cross_entropy_with_fault
+
+    validate = validation.validate
+
+    def slow_validate(*args, **kwargs):
+        if kind == "slow" and rank == where and current["step"] == step:
+            time.sleep(float(os.environ["CAPTIONING_TEST_SLEEP"]))
+        return validate(*args, **kwargs)
+
+    loop.validate = slow_validate
+
+    close = loop.Run.close
+
+    def close_and_keep(self):
+        state = {"decoder": self.model.decoder.state_dict(), "step": self.progress.step,
+                 "skipped_steps": self.progress.skipped_steps,
+                 "baseline": self.reinforce.value if self.reinforce is not None else None}
+        torch.save(state, self.out / f"rank{rank}.pt")
+        close(self)
+
+    loop.Run.close = close_and_keep
+
+
+if __name__ == "__main__":
+    fault = os.environ.get("CAPTIONING_TEST_FAULT", "")
+    kind, where, at = (fault.split(":") + ["", "-1", "-1"])[:3] if fault else ("", "-1", "-1")
+    _plant(kind, int(where), int(at))
+    from captioning.cli import train_main
+
+    raise SystemExit(train_main(sys.argv[1:]))

@@ -1,0 +1,128 @@
+"""Two processes of one run (gloo on the CPU), each with a fault that only it sees: every process
+must end, at the same step, with the same weights and the exit code that says why; none may wait
+for the other until a timeout."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+import torch
+
+from captioning.train.loop import fit
+from tests.train.ranks import launch
+
+# Dropout off: two processes draw other masks than one, by design; everything else must match.
+RUN = ("model.dropout=0", "train.max_steps=6", "train.batch_size=16", "train.log_every_steps=1",
+       "train.dist_timeout=60")  # a regression that makes a process wait fails in a minute, not at the launcher's limit
+
+
+def _ranks(out: Path) -> list[dict]:
+    return [torch.load(out / f"rank{rank}.pt", map_location="cpu", weights_only=True) for rank in (0, 1)]
+
+
+def _same_model(states: list[dict]) -> None:
+    first, second = states
+    assert first["step"] == second["step"] and first["skipped_steps"] == second["skipped_steps"]
+    for name, value in first["decoder"].items():
+        assert torch.equal(value, second["decoder"][name]), f"the processes hold different {name}"
+
+
+def _close(a: dict, b: dict) -> None:
+    for name in a:
+        torch.testing.assert_close(b[name], a[name], rtol=1e-3, atol=1e-4, msg=name)
+
+
+def test_sigterm_to_one_process_stops_both_at_the_same_step(tmp_path: Path, tiny_run) -> None:
+    out = tmp_path / "run"
+    done = launch(2, [*tiny_run.overrides, f"train.out_dir={out}", *RUN], cwd=tmp_path, fault="sigterm:1:3")
+    assert [d.returncode for d in done] == [128 + signal.SIGTERM] * 2, [d.stderr[-2000:] for d in done]
+    assert "stopped by SIGTERM after 3 steps" in done[0].stderr
+    assert "stopped by" not in done[1].stderr  # rank 0 speaks for both
+    states = _ranks(out)
+    _same_model(states)
+    assert states[0]["step"] == 3
+    saved = torch.load(out / "last.pt", map_location="cpu", weights_only=True)
+    assert saved["progress"]["step"] == 3
+
+
+@pytest.mark.slow
+def test_a_loss_that_is_not_finite_in_one_process_is_skipped_by_both(tmp_path: Path, tiny_run) -> None:
+    out = tmp_path / "run"
+    done = launch(2, [*tiny_run.overrides, f"train.out_dir={out}", *RUN], cwd=tmp_path, fault="inf:1:2")
+    assert [d.returncode for d in done] == [0, 0], [d.stderr[-2000:] for d in done]
+    states = _ranks(out)
+    _same_model(states)  # without the agreement rank 0 steps, rank 1 does not: the weights part
+    assert states[0]["step"] == 6 and states[0]["skipped_steps"] == 1
+
+
+@pytest.mark.slow
+def test_a_process_with_no_readable_image_in_its_part_still_steps_with_the_other(tmp_path: Path, tiny_run) -> None:
+    out = tmp_path / "run"
+    done = launch(2, [*tiny_run.overrides, f"train.out_dir={out}", *RUN], cwd=tmp_path, fault="empty:1:2")
+    assert [d.returncode for d in done] == [0, 0], [d.stderr[-2000:] for d in done]
+    states = _ranks(out)
+    _same_model(states)
+    assert states[0]["step"] == 6 and states[0]["skipped_steps"] == 0
+
+
+def test_a_missing_feature_cache_stops_every_process_at_once_naming_the_command(tmp_path: Path, tiny_run) -> None:
+    """Building the cache in rank 0 would keep the others waiting for hours on COCO: refused up front."""
+    out = tmp_path / "run"
+    empty_root = tmp_path / "data"
+    args = [*tiny_run.overrides, f"data.root={empty_root}", f"train.out_dir={out}", *RUN]
+    done = launch(2, args, cwd=tmp_path, timeout=120)
+    for d in done:
+        assert d.returncode == 2, d.stderr[-2000:]
+        lines = [line for line in d.stderr.splitlines() if line.startswith("error:")]
+        assert len(lines) == 1 and "no feature cache" in lines[0] and "captioning prepare-features" in lines[0]
+    assert not empty_root.exists()  # nothing half made
+
+
+@pytest.mark.slow
+def test_a_process_that_waits_too_long_names_what_each_was_doing(tmp_path: Path, tiny_run) -> None:
+    out = tmp_path / "run"
+    args = [*tiny_run.overrides, f"train.out_dir={out}", *RUN, "train.eval_every_steps=2", "train.dist_timeout=5"]
+    done = launch(2, args, cwd=tmp_path, fault="slow:0:2", sleep=30, timeout=120)
+    assert all(d.returncode == 2 for d in done), [d.stderr[-2000:] for d in done]
+    waited = [line for line in done[1].stderr.splitlines() if line.startswith("error:")]
+    assert len(waited) == 1, done[1].stderr[-2000:]
+    assert "train.dist_timeout (5 s)" in waited[0] and "rank 0: validating at step 2" in waited[0], waited[0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("before, after", [(2, 1), (1, 2)])
+def test_a_run_resumes_on_another_number_of_processes(tmp_path: Path, tiny_run, tiny_config, before: int,
+                                                       after: int) -> None:
+    whole = tmp_path / "whole"
+    fit(tiny_config(whole, *RUN))
+    reference = torch.load(whole / "last.pt", map_location="cpu", weights_only=True)
+
+    out = tmp_path / "run"
+    common = [*tiny_run.overrides, f"train.out_dir={out}", *RUN]
+    first = launch(before, [*common, "train.max_steps=3"], cwd=tmp_path)
+    assert all(d.returncode == 0 for d in first), [d.stderr[-2000:] for d in first]
+    second = launch(after, ["--resume", *common], cwd=tmp_path)
+    assert all(d.returncode == 0 for d in second), [d.stderr[-2000:] for d in second]
+    resumed = torch.load(out / "last.pt", map_location="cpu", weights_only=True)
+    assert resumed["progress"]["step"] == 6
+    _close(reference["decoder"], resumed["decoder"])
+
+
+@pytest.mark.slow
+def test_fine_tuning_from_images_with_two_workers_per_process_ends(tmp_path: Path, tiny_run) -> None:
+    out = tmp_path / "run"
+    args = [*tiny_run.overrides, f"train.out_dir={out}", "train.max_steps=3", "train.val_images=4",
+            "encoder.fine_tune_from=block4", "train.num_workers=2"]
+    done = launch(2, args, cwd=tmp_path, timeout=240)
+    assert [d.returncode for d in done] == [0, 0], [d.stderr[-2000:] for d in done]
+    _same_model(_ranks(out))
+    assert (out / "last.pt").exists() and "encoder" in torch.load(out / "last.pt", weights_only=True)
+
+
+def test_the_launcher_sees_each_exit_code(tmp_path: Path) -> None:
+    """The harness itself: a rank that fails is reported as failing (not as the group's success)."""
+    done = launch(2, ["--config", os.devnull], cwd=tmp_path, timeout=60)
+    assert all(d.returncode != 0 for d in done)
