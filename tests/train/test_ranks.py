@@ -126,3 +126,21 @@ def test_the_launcher_sees_each_exit_code(tmp_path: Path) -> None:
     """The harness itself: a rank that fails is reported as failing (not as the group's success)."""
     done = launch(2, ["--config", os.devnull], cwd=tmp_path, timeout=60)
     assert all(d.returncode != 0 for d in done)
+
+
+@pytest.mark.slow
+def test_a_global_batch_smaller_than_the_processes_trains_as_in_one_process(tmp_path: Path, tiny_run,
+                                                                             tiny_config) -> None:
+    """120 pairs in batches of 7: the epoch's last global batch has one pair, so rank 1's part is
+    empty; it steps on a stand-in that weighs nothing, and the update is the one-process update."""
+    batches = ("train.batch_size=7", "data.bucket_batches=false", "train.max_steps=18")  # one epoch: 17x7 + 1
+    whole = tmp_path / "whole"
+    fit(tiny_config(whole, *RUN, *batches))
+    out = tmp_path / "run"
+    done = launch(2, [*tiny_run.overrides, f"train.out_dir={out}", *RUN, *batches], cwd=tmp_path)
+    assert [d.returncode for d in done] == [0, 0], [d.stderr[-2000:] for d in done]
+    _same_model(_ranks(out))
+    one = torch.load(whole / "last.pt", map_location="cpu", weights_only=True)
+    two = torch.load(out / "last.pt", map_location="cpu", weights_only=True)
+    assert one["progress"]["step"] == two["progress"]["step"] == 18
+    _close(one["decoder"], two["decoder"])
