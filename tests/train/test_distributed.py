@@ -61,3 +61,28 @@ def test_closing_a_run_releases_its_training_module(tmp_path: Path, tiny_config)
     run.close()
     gc.collect()
     assert module() is None
+
+
+def test_fine_tuned_batch_norm_is_synchronized_under_ddp_on_gpus_only() -> None:
+    """SyncBatchNorm makes a fine-tuned stage normalize over the global batch; it has no CPU kernels,
+    and the optimizer built before the conversion must still hold the parameters that train."""
+    from torch import nn
+
+    from captioning.model.encoder import build_encoder
+    from captioning.train.distributed import Distributed, sync_batch_norm
+
+    encoder = build_encoder(fine_tune_from="block4")
+    trained = {name: p for name, p in encoder.named_parameters() if p.requires_grad}
+    two = Distributed(rank=0, world_size=2)
+    assert sync_batch_norm(encoder, Distributed(), device=torch.device("cuda")) is encoder
+    assert sync_batch_norm(encoder, two, device=torch.device("cpu")) is encoder
+    assert not any(isinstance(m, nn.SyncBatchNorm) for m in encoder.modules())
+
+    synced = sync_batch_norm(encoder, two, device=torch.device("cuda"))
+    norms = [m for m in synced.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    assert norms and all(isinstance(m, nn.SyncBatchNorm) for m in norms)
+    assert {name: p for name, p in synced.named_parameters() if p.requires_grad} == trained  # the same objects
+    synced.train()
+    assert synced.body.block4.training and not synced.body.block3.training  # frozen stages keep their statistics
+    frozen = build_encoder()
+    assert sync_batch_norm(frozen, two, device=torch.device("cuda")) is frozen  # nothing trains: nothing to sync
