@@ -119,7 +119,8 @@ def _tokens(ids: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
 
 def collate(items: list[tuple[torch.Tensor, list[int]]]) -> Batch:
     if not items:  # a process's empty part of a global batch (data.sampling.rank_batches)
-        return Batch(annotations=None, tokens=torch.zeros(0, 0, dtype=torch.long), lengths=torch.zeros(0, dtype=torch.long))
+        return Batch(annotations=None, tokens=torch.zeros(0, 0, dtype=torch.long),
+                     lengths=torch.zeros(0, dtype=torch.long))
     tokens, lengths = _tokens([ids for _, ids in items])
     return Batch(annotations=torch.stack([a for a, _ in items]), tokens=tokens, lengths=lengths)
 
