@@ -4,8 +4,8 @@ process's own exit code and output; optionally with one fault planted in one pro
 Run as a module (`python -m tests.train.ranks ARGS`), it plants the fault that CAPTIONING_TEST_FAULT
 names, "KIND:RANK:STEP", in this process before training:
     sigterm  the process sends itself SIGTERM before that step
-    inf      that step's cross-entropy is +inf in that process (its gradient stays finite, so only
-             the processes' agreement can make the others skip the step too)
+    inf, nan that step's cross-entropy is +inf (NaN) in that process; its gradient stays finite, so
+             only the processes' agreement can make the others skip the step too
     empty    that step's batch of that process has no readable image
     slow     that process sleeps CAPTIONING_TEST_SLEEP seconds before validating at that step
 and at the end writes its decoder's weights and REINFORCE baseline to OUT_DIR/rank{RANK}.pt, so a
@@ -84,8 +84,8 @@ def _plant(kind: str, where: int, step: int) -> None:
 
     def cross_entropy_with_fault(*args, **kwargs):
         xe = cross_entropy(*args, **kwargs)
-        if kind == "inf" and rank == where and current["step"] == step:
-            return xe + float("inf")  # the loss is inf, its gradient is xe's: finite
+        if kind in ("inf", "nan") and rank == where and current["step"] == step:
+            return xe + float(kind)  # the loss is not finite, its gradient is xe's: finite
         return xe
 
     step_module.cross_entropy = cross_entropy_with_fault

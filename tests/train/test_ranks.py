@@ -49,9 +49,10 @@ def test_sigterm_to_one_process_stops_both_at_the_same_step(tmp_path: Path, tiny
 
 
 @pytest.mark.slow
-def test_a_loss_that_is_not_finite_in_one_process_is_skipped_by_both(tmp_path: Path, tiny_run) -> None:
+@pytest.mark.parametrize("value", ["nan", "inf"])
+def test_a_loss_that_is_not_finite_in_one_process_is_skipped_by_both(tmp_path: Path, tiny_run, value: str) -> None:
     out = tmp_path / "run"
-    done = launch(2, [*tiny_run.overrides, f"train.out_dir={out}", *RUN], cwd=tmp_path, fault="inf:1:2")
+    done = launch(2, [*tiny_run.overrides, f"train.out_dir={out}", *RUN], cwd=tmp_path, fault=f"{value}:1:2")
     assert [d.returncode for d in done] == [0, 0], [d.stderr[-2000:] for d in done]
     states = _ranks(out)
     _same_model(states)  # without the agreement rank 0 steps, rank 1 does not: the weights part
