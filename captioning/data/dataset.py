@@ -15,6 +15,7 @@ from torch.utils.data import Dataset
 
 from captioning.data.images import ImageReadError, augment, load_image, to_tensor
 from captioning.data.karpathy import ImageRecord
+from captioning.data.mapped import by_reference
 from captioning.data.vocab import Vocabulary, tokenize
 
 
@@ -72,6 +73,9 @@ class CaptionPairs(_Pairs):
                  max_length: int | None = None, words: Words = list):
         self.annotations = annotations  # [N, L, D] fp16, possibly memory-mapped
         self.pairs = _pairs(records, vocab, max_length, words)
+
+    def __getstate__(self) -> dict:
+        return by_reference(self.__dict__)  # a DataLoader worker maps the cache again rather than receive a copy
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, list[int]]:
         image, tokens = self.pairs[index]
