@@ -11,7 +11,9 @@ paper's model is `model:` itself; hard attention's own settings are `model.hard`
 
 Configs and checkpoints written before the sections existed (checkpoint format 1) name some
 settings by their old flat keys (RENAMED). A checkpoint's config is migrated on load; a file or an
-override that uses an old key is refused with its new name.
+override that uses an old key is refused with its new name. Settings that were taken away (REMOVED)
+are refused in a file or an override with the reason, and dropped from a checkpoint's config, which
+records every setting of its day.
 """
 
 from __future__ import annotations
@@ -179,7 +181,6 @@ class TrainConfig:
     log_every_steps: int = 10  # losses to TensorBoard and log.jsonl
     log_images: int = 3  # validation images with per-word overlays in TensorBoard at each evaluation
     amp: bool = False  # autocast: bf16 where supported, else fp16 with a gradient scaler
-    compile: bool = False  # torch.compile the decoder
     # Not in the paper: target words whose cross-entropy counts this many times, e.g. {above: 4}
     # (train/extras/word_weights.py), and an average of the decoder's weights that is validated and
     # kept (train/extras/averaging.py; 0 = off).
@@ -231,6 +232,12 @@ RENAMED = {
     "train.baseline": "train.reinforce.baseline", "train.baseline_decay": "train.reinforce.baseline_decay",
     "train.samples": "train.reinforce.samples", "train.reinforce_warmup": "train.reinforce.warmup",
     "decode.hard_attention": "decode.hard_choice",
+}
+
+# Settings that no longer exist, and why: a file or override naming one is refused with the reason.
+REMOVED = {
+    "train.compile": "torch.compile broke its graph at the decoder's .item()/.tolist() and recompiled for "
+                     "every new set of caption lengths: minutes of compiling for no speed-up",
 }
 
 
@@ -434,6 +441,8 @@ def _merge(target: Any, values: dict[str, Any], where: str, prefix: str = "", so
             if dotted in RENAMED:
                 raise ConfigError(f"{source}: '{dotted}' is now '{RENAMED[dotted]}' (the config has sections since "
                                   "checkpoint format 2)")
+            if dotted in REMOVED:
+                raise ConfigError(f"{source}: '{dotted}' was removed: {REMOVED[dotted]}")
             raise ConfigError(f"{where}: unknown key '{key}' (known: {', '.join(sorted(known))})")
         current = getattr(target, key)
         if dataclasses.is_dataclass(current):
@@ -453,10 +462,21 @@ def _merge(target: Any, values: dict[str, Any], where: str, prefix: str = "", so
 
 
 def from_dict(values: dict[str, Any], where: str = "config") -> Config:
-    """A config from plain data (as a checkpoint stores it), checked."""
+    """A config from plain data (as a checkpoint stores it), checked. Settings since removed (REMOVED)
+    are dropped: a checkpoint records every setting of its day, and none of them shaped its weights."""
     config = Config()
-    _merge(config, values, where)
+    _merge(config, _without_removed(values), where)
     return validate(config, where)
+
+
+def _without_removed(values: dict[str, Any]) -> dict[str, Any]:
+    """`values` (a config as plain data) less the settings in REMOVED (a copy; sections copied as needed)."""
+    kept = dict(values)
+    for dotted in REMOVED:
+        section, key = dotted.split(".")
+        if isinstance(kept.get(section), dict) and key in kept[section]:
+            kept[section] = {k: v for k, v in kept[section].items() if k != key}
+    return kept
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:

@@ -237,3 +237,24 @@ def test_a_checkpoints_config_is_checked_too():
 def test_an_int_given_for_a_number_becomes_a_float():
     config = load_config(None, ["train.lr=1", "model.local.sigma=2", "model.score=local"])
     assert isinstance(config.train.lr, float) and isinstance(config.model.local.sigma, float)
+
+
+def test_a_removed_setting_is_refused_in_one_line_with_the_reason(tmp_path):
+    """train.compile was removed: a file or an override that still sets it is told so, and why."""
+    path = write(tmp_path / "old.yaml", "train:\n  compile: true\n")
+    for where, load in ((str(path), lambda: load_config(path)),
+                        ("override 'train.compile=false'", lambda: load_config(None, ["train.compile=false"]))):
+        with pytest.raises(ConfigError) as error:
+            load()
+        message = str(error.value)
+        assert "\n" not in message
+        assert message.startswith(f"{where}: 'train.compile' was removed: ")
+        assert "recompiled" in message  # the reason, not just "unknown key"
+
+
+def test_a_checkpoints_config_naming_a_removed_setting_still_loads():
+    """Every checkpoint written before the removal records train.compile: it did not shape the weights."""
+    values = Config().to_dict()
+    values["train"]["compile"] = False
+    assert from_dict(values, where="last.pt: config") == Config()
+    assert values["train"]["compile"] is False  # the caller's dict is left as it was

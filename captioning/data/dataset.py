@@ -15,12 +15,15 @@ from torch.utils.data import Dataset
 
 from captioning.data.images import ImageReadError, augment, load_image, to_tensor
 from captioning.data.karpathy import ImageRecord
+from captioning.data.mapped import by_reference
 from captioning.data.vocab import Vocabulary, tokenize
 
 
 @dataclass
 class Batch:
-    annotations: torch.Tensor | None  # [B, L, D] float32, from the cache; None when images are given
+    # [B, L, D] from the cache, in its dtype (fp16) until `to` widens them to float32 on the device;
+    # None when images are given
+    annotations: torch.Tensor | None
     tokens: torch.Tensor  # [B, T] <start> w1 .. wn <end> <pad> ..
     lengths: torch.Tensor  # [B] tokens including <start> and <end>
     images: torch.Tensor | None = None  # [B, 3, S, S] normalized, for an encoder that runs on the fly
@@ -32,7 +35,10 @@ class Batch:
         return replace(self, tokens=function(self.tokens), lengths=function(self.lengths), **optional)
 
     def to(self, device: str | torch.device, non_blocking: bool = False) -> Batch:
-        return self._map(lambda t: t.to(device, non_blocking=non_blocking))
+        """The batch on `device`, its annotations widened to float32 there, after the copy: the cache's
+        fp16 is pinned and crosses to the GPU at half the bytes, and the model still computes in float32."""
+        moved = self._map(lambda t: t.to(device, non_blocking=non_blocking))
+        return moved if moved.annotations is None else replace(moved, annotations=moved.annotations.float())
 
     def pin_memory(self) -> Batch:  # called by DataLoader(pin_memory=True) in its pinning thread
         return self._map(torch.Tensor.pin_memory)
@@ -66,16 +72,20 @@ class _Pairs(Dataset):
 
 
 class CaptionPairs(_Pairs):
-    """Every (image, reference caption) pair of a split; item = (annotations [L, D], token ids)."""
+    """Every (image, reference caption) pair of a split; item = (annotations [L, D] in the cache's
+    dtype, fp16: Batch.to widens them once on the device, token ids)."""
 
     def __init__(self, annotations: np.ndarray, records: list[ImageRecord], vocab: Vocabulary, *,
                  max_length: int | None = None, words: Words = list):
         self.annotations = annotations  # [N, L, D] fp16, possibly memory-mapped
         self.pairs = _pairs(records, vocab, max_length, words)
 
+    def __getstate__(self) -> dict:
+        return by_reference(self.__dict__)  # a DataLoader worker maps the cache again rather than receive a copy
+
     def __getitem__(self, index: int) -> tuple[torch.Tensor, list[int]]:
         image, tokens = self.pairs[index]
-        return torch.from_numpy(np.asarray(self.annotations[image], dtype=np.float32)), tokens
+        return torch.from_numpy(np.array(self.annotations[image])), tokens  # a copy: the map is read-only
 
 
 class ImageCaptionPairs(_Pairs):

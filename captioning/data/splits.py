@@ -15,6 +15,7 @@ from captioning.config import Config
 from captioning.data.coco import read_records
 from captioning.data.features import cache_dir, load_or_compute
 from captioning.data.karpathy import DatasetError, ImageRecord, too_many_unreadable
+from captioning.data.mapped import by_reference
 from captioning.data.mirror import mirror_image
 from captioning.data.shapes.grounding import ShapesScorer
 from captioning.data.shapes.scenes import SHAPES_DEFAULT_COUNTS, Grounding, make_shapes, read_grounding
@@ -32,6 +33,9 @@ class Rows:
 
     def __len__(self) -> int:
         return len(self.index)
+
+    def __getstate__(self) -> dict:
+        return by_reference(self.__dict__)  # a DataLoader worker maps the cache again rather than receive a copy
 
     def __getitem__(self, key: int | slice) -> np.ndarray | Rows:
         if isinstance(key, slice):  # still lazy: a view of the chosen rows

@@ -194,11 +194,11 @@ class Run:
         return run
 
     def wrap(self, module: nn.Module) -> nn.Module:
-        """DistributedDataParallel under torchrun, and torch.compile with train.compile."""
+        """DistributedDataParallel under torchrun; the module itself otherwise."""
         if self.context.enabled:
             device_ids = [self.device] if self.device.type == "cuda" else None
             module = nn.parallel.DistributedDataParallel(module, device_ids=device_ids)
-        return torch.compile(module) if self.config.train.compile else module
+        return module
 
     # checkpoints
 

@@ -25,6 +25,7 @@ import torch
 from torch.utils.data import Dataset
 
 from captioning.config import ScstConfig
+from captioning.data.mapped import by_reference
 from captioning.data.vocab import Vocabulary, tokenize
 from captioning.model.attention import set_training_step
 from captioning.model.decoder import AttentionDecoder
@@ -46,7 +47,10 @@ class TrainingImages(Dataset):
     """The training split's cached annotations, one image per item."""
 
     def __init__(self, annotations):
-        self.annotations = annotations
+        self.annotations = annotations  # [N, L, D] fp16, memory-mapped (or data.splits.Rows of it)
+
+    def __getstate__(self) -> dict:
+        return by_reference(self.__dict__)  # a DataLoader worker maps the cache again rather than receive a copy
 
     def __len__(self) -> int:
         return len(self.annotations)

@@ -61,7 +61,7 @@ def apply_gradients(loss: torch.Tensor, objective: torch.Tensor, parameters: lis
 class TrainingModel(nn.Module):
     """What a step trains: the decoder, after the encoder when that runs on the fly (fine-tuning).
 
-    One module, so that DistributedDataParallel and torch.compile wrap the whole trained graph.
+    One module, so that DistributedDataParallel wraps the whole trained graph.
     """
 
     def __init__(self, *, decoder: AttentionDecoder, encoder: Encoder | None = None):

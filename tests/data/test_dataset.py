@@ -30,10 +30,10 @@ def test_caption_pairs_clip_training_targets() -> None:
     pairs = CaptionPairs(annotations, records, vocab, max_length=3)
     assert len(pairs) == 3
     first, tokens = pairs[0]
-    assert first.dtype == torch.float32 and torch.equal(first, torch.from_numpy(annotations[0]).float())
+    assert first.dtype == torch.float16 and torch.equal(first, torch.from_numpy(annotations[0]))  # as cached
     assert tokens == [vocab.start_id, *[vocab.index[w] for w in ("a", "red", "circle")], vocab.end_id]
     assert pairs[1][1] == [vocab.start_id, vocab.index["a"], vocab.index["circle"], vocab.end_id]
-    assert torch.equal(pairs[2][0], torch.from_numpy(annotations[1]).float())
+    assert torch.equal(pairs[2][0], torch.from_numpy(annotations[1]))
     unclipped = CaptionPairs(annotations, records, vocab)
     assert len(unclipped[0][1]) == 10 + 2
 
