@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.nn.functional as F
 
+from captioning.train.host import floats
+
 if TYPE_CHECKING:
     from captioning.config import ReinforceConfig
 
@@ -64,6 +66,13 @@ def caption_log_likelihood(logits: torch.Tensor, targets: torch.Tensor, mask: to
     return (words * mask).sum(dim=1)
 
 
+def _sampled_mean(rewards: torch.Tensor, sampled: torch.Tensor) -> torch.Tensor:
+    """The mean reward of the captions that sampled, 0 if none did: a 0-dim tensor, computed on the
+    device (rewards[sampled] would make the host wait to learn how many there are)."""
+    total = torch.where(sampled, rewards, torch.zeros_like(rewards)).sum()
+    return total / sampled.sum().clamp(min=1).to(rewards.dtype)
+
+
 class Reinforce:
     """The hard attention terms of the gradient of the variational bound L_s (Sec. 4.1, Eq. 12).
 
@@ -114,23 +123,27 @@ class Reinforce:
         """b_n [B] for rewards [B] of captions that sampled (sampled [B] bool); the state is not changed."""
         if self.baseline == "none":
             return torch.zeros_like(rewards)
-        average = self.value
-        if average is None:  # first batch: its own mean, not 0 (rewards are sums of log-probs, ~ -10)
-            average = float(rewards[sampled].mean()) if sampled.any() else 0.0
-        moving = torch.full_like(rewards, average)
+        if self.value is None:  # first batch: its own mean, not 0 (rewards are sums of log-probs, ~ -10)
+            moving = _sampled_mean(rewards, sampled).expand_as(rewards)  # [B], kept on the device
+        else:
+            moving = torch.full_like(rewards, self.value)  # [B]
         if self.baseline == "moving_average":
             return moving
         r = (rewards * sampled).view(-1, self.samples)  # [images, K]; rows are image-major replicas
         s = sampled.to(rewards.dtype).view(-1, self.samples)  # [images, K]
         others = s.sum(dim=1, keepdim=True) - s  # [images, K], sampled replicas besides this one
         loo = (r.sum(dim=1, keepdim=True) - r) / others.clamp(min=1)  # [images, K]
-        return torch.where(others > 0, loo, moving.view_as(loo)).view(-1)
+        return torch.where(others > 0, loo, moving.reshape(loo.shape)).view(-1)
 
     def update(self, rewards: torch.Tensor, sampled: torch.Tensor) -> None:
         """b <- decay b + (1 - decay) mean reward of the captions that sampled (Sec. 4.1)."""
-        if not sampled.any():
+        count, mean = floats(sampled.sum(), _sampled_mean(rewards, sampled))
+        self._move(count=count, mean=mean)
+
+    def _move(self, *, count: float, mean: float) -> None:
+        """`update` once the number of captions that sampled and their mean reward are on the host."""
+        if count == 0:
             return
-        mean = float(rewards[sampled].mean())
         self.value = mean if self.value is None else self.decay * self.value + (1 - self.decay) * mean
 
     def scale(self, step: int) -> float:
@@ -151,11 +164,15 @@ class Reinforce:
         entropy = (entropies * steps).sum()  # sum_n H[s~_n]
         scale = self.scale(step)
         loss = -scale * (self.weight * score_function + self.entropy_weight * entropy) / mask.sum()
-        self.update(rewards, sampled)
-        stats = {"reinforce": loss.item(), "reward": float(rewards[sampled].mean()) if sampled.any() else 0.0,
+        # What the baseline's update and the statistics need, in one trip to the host (on a GPU each
+        # trip waits for all the work queued before it).
+        loss_value, count, reward, share, entropy_value = floats(
+            loss, sampled.sum(), _sampled_mean(rewards, sampled), sampled.float().mean(),
+            entropy / steps.sum().clamp(min=1))
+        self._move(count=count, mean=reward)
+        stats = {"reinforce": loss_value, "reward": reward,  # 0 when no caption sampled
                  "baseline": self.value if self.value is not None else 0.0,
-                 "sampled": float(sampled.float().mean()), "reinforce_scale": scale,
-                 "entropy": (entropy.detach() / steps.sum().clamp(min=1)).item()}
+                 "sampled": share, "reinforce_scale": scale, "entropy": entropy_value}
         return loss, stats
 
     def state_dict(self) -> dict[str, Any]:

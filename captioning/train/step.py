@@ -9,6 +9,8 @@ The run around it (checkpoints, logs, signals, validation, the epoch loop) is tr
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 
@@ -17,6 +19,7 @@ from captioning.data.vocab import Vocabulary
 from captioning.model.attention import set_training_step
 from captioning.model.decoder import AttentionDecoder, DecoderOutput
 from captioning.model.encoder import Encoder
+from captioning.train.host import floats
 from captioning.train.losses import Reinforce, cross_entropy, doubly_stochastic
 from captioning.train.precision import FULL_PRECISION, Precision
 
@@ -36,14 +39,27 @@ def apply_gradients(loss: torch.Tensor, objective: torch.Tensor, parameters: lis
     runs, so that under DistributedDataParallel every process takes part in the same all-reduce and
     all of them see the same non-finite norm and skip together.
     """
+    norm = backward_and_clip(objective, parameters, optimizer, grad_clip=grad_clip, scaler=scaler)
+    skipped = not bool(torch.isfinite(norm) & torch.isfinite(loss))  # one trip to the host
+    step_unless_skipped(optimizer, skipped=skipped, scaler=scaler)
+    return norm, skipped
+
+
+def backward_and_clip(objective: torch.Tensor, parameters: list[torch.Tensor], optimizer: torch.optim.Optimizer, *,
+                      grad_clip: float, scaler: torch.amp.GradScaler | None = None) -> torch.Tensor:
+    """The first half of apply_gradients: fresh gradients of `objective`, clipped; their norm (on the device)."""
     optimizer.zero_grad(set_to_none=True)
     if scaler is None:
         objective.backward()
     else:
         scaler.scale(objective).backward()
         scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
-    norm = torch.nn.utils.clip_grad_norm_(parameters, grad_clip)
-    skipped = not (torch.isfinite(norm) and torch.isfinite(loss))
+    return torch.nn.utils.clip_grad_norm_(parameters, grad_clip)
+
+
+def step_unless_skipped(optimizer: torch.optim.Optimizer, *, skipped: bool,
+                        scaler: torch.amp.GradScaler | None = None) -> None:
+    """The second half of apply_gradients: the optimizer step, or the gradients dropped when `skipped`."""
     if scaler is not None:
         scaler.step(optimizer)  # skips by itself when the unscaled gradients hold inf or NaN
         scaler.update()
@@ -51,7 +67,6 @@ def apply_gradients(loss: torch.Tensor, objective: torch.Tensor, parameters: lis
         optimizer.step()
     if skipped:
         optimizer.zero_grad(set_to_none=True)
-    return norm, skipped
 
 
 class TrainingModel(nn.Module):
@@ -111,7 +126,10 @@ def train_step(model: nn.Module, batch: Batch, optimizer: torch.optim.Optimizer,
     words_share, images_share = shares
     # The surrogate is normalized per real word, like the cross-entropy, so it takes the words' share.
     objective = words_share * (xe + surrogate) + ds_weight * images_share * ds
-    norm, skipped = apply_gradients(loss, objective, list(model.parameters()), optimizer, grad_clip=grad_clip,
-                                    scaler=scaler)
-    return {"loss": loss.item(), "xe": xe.item(), "ds": ds.item(), "grad_norm": norm.item(), **extra,
+    # apply_gradients, with the losses brought to the host in the same trip as the finiteness check.
+    norm = backward_and_clip(objective, list(model.parameters()), optimizer, grad_clip=grad_clip, scaler=scaler)
+    loss_value, xe_value, ds_value, norm_value = floats(loss, xe, ds, norm)
+    skipped = not (math.isfinite(norm_value) and math.isfinite(loss_value))
+    step_unless_skipped(optimizer, skipped=skipped, scaler=scaler)
+    return {"loss": loss_value, "xe": xe_value, "ds": ds_value, "grad_norm": norm_value, **extra,
             "skipped": float(skipped)}
