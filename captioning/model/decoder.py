@@ -148,21 +148,30 @@ class AttentionDecoder(nn.Module):
         takes the fused path of captioning.model.fused; any other attention runs `_advance` step by step.
         """
         batch, steps = inputs.shape
+        device = inputs.device
         if lengths is None:
-            lengths = torch.full((batch,), steps, dtype=torch.long, device=inputs.device)
-        lengths = lengths.to(device=inputs.device, dtype=torch.long)
-        if lengths.shape != (batch,) or bool(((lengths < 1) | (lengths > steps)).any()):
+            lengths = torch.full((batch,), steps, dtype=torch.long, device=device)
+        lengths = lengths.to(device=device, dtype=torch.long)
+        if lengths.shape != (batch,):
             raise ValueError(f"lengths must be [B] = [{batch}] integers in 1..{steps}")
         order = torch.argsort(lengths, descending=True, stable=True)  # [B]
-        sorted_lengths = lengths[order]
-        batch_sizes = (sorted_lengths[None, :] > torch.arange(int(sorted_lengths[0]), device=inputs.device)[:, None])
-        batch_sizes = batch_sizes.sum(1).tolist()  # n_t, rows still running at step t
-        if not bool((order == torch.arange(batch, device=order.device)).all()):
+        running = (lengths[order][None, :] > torch.arange(steps, device=device)[:, None]).sum(1)  # [T], n_t
+        invalid = ((lengths < 1) | (lengths > steps)).any()
+        in_order = (order == torch.arange(batch, device=device)).all()
+        # The loop below needs n_t on the host: one trip there brings the lengths' check and whether the
+        # rows are sorted already with it (on a GPU, each trip waits for all the work queued before it).
+        invalid, in_order, *running_host = torch.cat([torch.stack([invalid, in_order]).long(), running]).tolist()
+        if invalid:
+            raise ValueError(f"lengths must be [B] = [{batch}] integers in 1..{steps}")
+        batch_sizes = [n for n in running_host if n > 0]  # n_t, rows still running at step t (then 0s)
+        if not in_order:
             annotations, inputs = annotations[order], inputs[order]
-        # Packed position p = (step t, sorted row r < n_t), time-major like a PackedSequence.
-        step_of = torch.cat([torch.full((n,), t, dtype=torch.long) for t, n in enumerate(batch_sizes)])
-        row_of = torch.cat([torch.arange(n) for n in batch_sizes])
-        step_of, row_of = step_of.to(inputs.device), row_of.to(inputs.device)  # [N]
+        # Packed position p = (step t, sorted row r < n_t), time-major like a PackedSequence; made on
+        # the device from n_t there (output_size: repeat_interleave need not read the total back).
+        total, running = sum(batch_sizes), running[:len(batch_sizes)]  # N, [T']
+        step_of = torch.repeat_interleave(torch.arange(len(batch_sizes), device=device), running,
+                                          output_size=total)  # [N]
+        row_of = torch.arange(total, device=device) - (torch.cumsum(running, 0) - running)[step_of]  # [N]
         embedded = self.embed(inputs[row_of, step_of])  # [N, E], the real positions only
         memory, state = self.prepare(annotations)
         if self.fusable:

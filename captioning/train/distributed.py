@@ -156,8 +156,8 @@ def agree(context: Distributed, *, words: float, images: float, loss: torch.Tens
     """Sum across processes, in one all-reduce: the words and images of each slice, whether each
     loss is finite, and which stop signals arrived. `loss` None: this process has nothing (it ran
     the step on a stand-in batch so that DDP's gradient all-reduce still matches)."""
-    if not context.enabled:
-        return Agreement(finite=loss is None or bool(torch.isfinite(loss)), signal=received)
+    if not context.enabled:  # the step itself checks its own loss, in the trip that brings it to the host
+        return Agreement(signal=received)
     not_finite = torch.zeros((), device=device) if loss is None else (~torch.isfinite(loss.detach())).double()
     flags = [float(received == s) for s in SIGNALS]
     local = torch.tensor([words, images, *flags], dtype=torch.float64, device=device)

@@ -146,6 +146,8 @@ class Run:
         # Hard attention's REINFORCE terms and moving-average baseline (kept in checkpoints). Soft
         # attention samples nothing: no REINFORCE terms, and no repeated rows for train.reinforce.samples.
         self.reinforce = Reinforce.from_config(t.reinforce) if config.model.attention == "hard" else None
+        if self.reinforce is not None:  # one baseline for all processes: the one-process baseline
+            self.reinforce.across = lambda tensor: distributed.summed(self.context, tensor)
         self.word_weights = word_weight_vector(t.word_weights, data.vocab).to(self.device) if t.word_weights else None
         # train.objective=scst: batches of images and the self-critical loss instead of caption pairs (train/scst.py).
         self.scst = (SelfCritical.from_config(t.scst, records=data.train.records, vocab=data.vocab,
@@ -330,6 +332,8 @@ class Run:
         if not own and not self.context.enabled:
             return None
         batch = (batch if own else self.stand_in()).to(self.device, non_blocking=True)
+        if self.reinforce is not None:
+            self.reinforce.counted = own
         counts = {"words": 0.0, "images": 0.0}
         if own and self.context.enabled:  # one host sync, only where the shares need it
             counts = {"words": float((batch.tokens[:, 1:] != Vocabulary.pad_id).sum()), "images": batch.tokens.shape[0]}

@@ -7,10 +7,13 @@ target words (including <end>) and 0 on padding; padding reaches no term.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
+
+from captioning.train.host import floats
 
 if TYPE_CHECKING:
     from captioning.config import ReinforceConfig
@@ -64,6 +67,10 @@ def caption_log_likelihood(logits: torch.Tensor, targets: torch.Tensor, mask: to
     return (words * mask).sum(dim=1)
 
 
+def _alone(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor
+
+
 class Reinforce:
     """The hard attention terms of the gradient of the variational bound L_s (Sec. 4.1, Eq. 12).
 
@@ -104,33 +111,54 @@ class Reinforce:
         self.weight, self.entropy_weight = weight, entropy_weight
         self.baseline, self.decay, self.samples, self.warmup = baseline, baseline_decay, samples, warmup
         self.value: float | None = None  # the moving average b; None until the first sampled batch
+        # Under torchrun the baseline moves by the mean reward of the *global* batch, so that every
+        # process keeps the same b and it is the one-process b: `across` sums a tensor over the
+        # processes (captioning.train.distributed.summed); `counted` is False for a process's
+        # stand-in step (an empty part of a batch), whose rewards must not count.
+        self.across: Callable[[torch.Tensor], torch.Tensor] = _alone
+        self.counted = True
 
     @classmethod
     def from_config(cls, reinforce: ReinforceConfig) -> Reinforce:
         return cls(weight=reinforce.weight, entropy_weight=reinforce.entropy_weight, baseline=reinforce.baseline,
                    baseline_decay=reinforce.baseline_decay, samples=reinforce.samples, warmup=reinforce.warmup)
 
-    def baselines(self, rewards: torch.Tensor, sampled: torch.Tensor) -> torch.Tensor:
-        """b_n [B] for rewards [B] of captions that sampled (sampled [B] bool); the state is not changed."""
+    def pooled(self, rewards: torch.Tensor, sampled: torch.Tensor) -> torch.Tensor:
+        """[2]: the sum of the rewards of the captions that sampled and their number, over every
+        process's part of the batch (`across`); on the device."""
+        local = torch.stack([torch.where(sampled, rewards, torch.zeros_like(rewards)).sum(),
+                             sampled.sum().to(rewards.dtype)])
+        return self.across(local * float(self.counted))
+
+    def baselines(self, rewards: torch.Tensor, sampled: torch.Tensor,
+                  pooled: torch.Tensor | None = None) -> torch.Tensor:
+        """b_n [B] for rewards [B] of captions that sampled (sampled [B] bool); the state is not changed.
+        `pooled`: `self.pooled(rewards, sampled)` where the caller has it already."""
         if self.baseline == "none":
             return torch.zeros_like(rewards)
-        average = self.value
-        if average is None:  # first batch: its own mean, not 0 (rewards are sums of log-probs, ~ -10)
-            average = float(rewards[sampled].mean()) if sampled.any() else 0.0
-        moving = torch.full_like(rewards, average)
+        if self.value is None:  # first batch: its own mean, not 0 (rewards are sums of log-probs, ~ -10)
+            pooled = self.pooled(rewards, sampled) if pooled is None else pooled
+            moving = (pooled[0] / pooled[1].clamp(min=1)).expand_as(rewards)  # [B], kept on the device
+        else:
+            moving = torch.full_like(rewards, self.value)  # [B]
         if self.baseline == "moving_average":
             return moving
         r = (rewards * sampled).view(-1, self.samples)  # [images, K]; rows are image-major replicas
         s = sampled.to(rewards.dtype).view(-1, self.samples)  # [images, K]
         others = s.sum(dim=1, keepdim=True) - s  # [images, K], sampled replicas besides this one
         loo = (r.sum(dim=1, keepdim=True) - r) / others.clamp(min=1)  # [images, K]
-        return torch.where(others > 0, loo, moving.view_as(loo)).view(-1)
+        return torch.where(others > 0, loo, moving.reshape(loo.shape)).view(-1)
 
     def update(self, rewards: torch.Tensor, sampled: torch.Tensor) -> None:
         """b <- decay b + (1 - decay) mean reward of the captions that sampled (Sec. 4.1)."""
-        if not sampled.any():
+        pooled = self.pooled(rewards, sampled)
+        count, mean = floats(pooled[1], pooled[0] / pooled[1].clamp(min=1))
+        self._move(count=count, mean=mean)
+
+    def _move(self, *, count: float, mean: float) -> None:
+        """`update` once the number of captions that sampled and their mean reward are on the host."""
+        if count == 0:
             return
-        mean = float(rewards[sampled].mean())
         self.value = mean if self.value is None else self.decay * self.value + (1 - self.decay) * mean
 
     def scale(self, step: int) -> float:
@@ -145,17 +173,22 @@ class Reinforce:
         mask = mask.to(log_probs.dtype)
         rewards = caption_log_likelihood(logits.detach(), targets, mask)  # [B], r_n
         sampled = (locations >= 0).any(dim=1)  # [B]; the coin is per image, so per caption
-        advantage = (rewards - self.baselines(rewards, sampled)) * sampled  # [B], 0 where nothing was sampled
+        pooled = self.pooled(rewards, sampled)  # [2], over every process's part of the batch
+        advantage = (rewards - self.baselines(rewards, sampled, pooled)) * sampled  # [B], 0 where nothing sampled
         steps = mask * sampled[:, None]  # [B, T], real steps of captions that sampled
         score_function = (advantage[:, None] * log_probs * steps).sum()  # sum_n (r_n - b_n) log p(s~_n|a)
         entropy = (entropies * steps).sum()  # sum_n H[s~_n]
         scale = self.scale(step)
         loss = -scale * (self.weight * score_function + self.entropy_weight * entropy) / mask.sum()
-        self.update(rewards, sampled)
-        stats = {"reinforce": loss.item(), "reward": float(rewards[sampled].mean()) if sampled.any() else 0.0,
+        # What the baseline's update and the statistics need, in one trip to the host (on a GPU each
+        # trip waits for all the work queued before it).
+        loss_value, count, reward, share, entropy_value = floats(
+            loss, pooled[1], pooled[0] / pooled[1].clamp(min=1), sampled.float().mean(),
+            entropy / steps.sum().clamp(min=1))
+        self._move(count=count, mean=reward)
+        stats = {"reinforce": loss_value, "reward": reward,  # of the global batch; 0 when no caption sampled
                  "baseline": self.value if self.value is not None else 0.0,
-                 "sampled": float(sampled.float().mean()), "reinforce_scale": scale,
-                 "entropy": (entropy.detach() / steps.sum().clamp(min=1)).item()}
+                 "sampled": share, "reinforce_scale": scale, "entropy": entropy_value}
         return loss, stats
 
     def state_dict(self) -> dict[str, Any]:

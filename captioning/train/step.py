@@ -9,6 +9,7 @@ The run around it (checkpoints, logs, signals, validation, the epoch loop) is tr
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -20,6 +21,7 @@ from captioning.model.attention import set_training_step
 from captioning.model.decoder import AttentionDecoder, DecoderOutput
 from captioning.model.encoder import Encoder
 from captioning.train.distributed import Agreement
+from captioning.train.host import floats
 from captioning.train.losses import Reinforce, cross_entropy, doubly_stochastic
 from captioning.train.precision import FULL_PRECISION, Precision
 
@@ -30,32 +32,46 @@ class TrainingError(RuntimeError):
 
 def apply_gradients(loss: torch.Tensor, objective: torch.Tensor, parameters: list[torch.Tensor],
                     optimizer: torch.optim.Optimizer, *, grad_clip: float,
-                    scaler: torch.amp.GradScaler | None = None, skip: bool = False) -> tuple[torch.Tensor, bool]:
+                    scaler: torch.amp.GradScaler | None = None) -> tuple[torch.Tensor, bool]:
     """Backward, clip and step; returns the gradient norm and whether the step was skipped.
 
     A non-finite loss or gradient norm skips the update (the weights and the optimizer's moments stay
     as they were) instead of writing NaN into them: mixed precision has isolated spikes that a run
     should survive; the caller counts them and stops after too many in a row. The backward always
     runs, so that under DistributedDataParallel every process takes part in the same all-reduce and
-    all of them see the same non-finite norm and skip together; `skip` is what they agreed before
-    (another process's loss was not finite, or no process had an image: captioning.train.distributed).
+    all of them see the same non-finite norm and skip together (a loss that is not finite in one
+    process only is agreed on before: train_step's `agree`).
     """
+    norm = backward_and_clip(objective, parameters, optimizer, grad_clip=grad_clip, scaler=scaler)
+    skipped = not bool(torch.isfinite(norm) & torch.isfinite(loss))  # one trip to the host
+    step_unless_skipped(optimizer, skipped=skipped, scaler=scaler)
+    return norm, skipped
+
+
+def backward_and_clip(objective: torch.Tensor, parameters: list[torch.Tensor], optimizer: torch.optim.Optimizer, *,
+                      grad_clip: float, scaler: torch.amp.GradScaler | None = None) -> torch.Tensor:
+    """The first half of apply_gradients: fresh gradients of `objective`, clipped; their norm (on the device)."""
     optimizer.zero_grad(set_to_none=True)
     if scaler is None:
         objective.backward()
     else:
         scaler.scale(objective).backward()
         scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
-    norm = torch.nn.utils.clip_grad_norm_(parameters, grad_clip)
-    skipped = skip or not (torch.isfinite(norm) and torch.isfinite(loss))
-    if scaler is not None and not skip:
+    return torch.nn.utils.clip_grad_norm_(parameters, grad_clip)
+
+
+def step_unless_skipped(optimizer: torch.optim.Optimizer, *, skipped: bool,
+                        scaler: torch.amp.GradScaler | None = None, agreed: bool = False) -> None:
+    """The second half of apply_gradients: the optimizer step, or the gradients dropped when `skipped`.
+    `agreed`: skipped for a reason the gradients do not show (another process's loss), so the
+    scaler must not step either."""
+    if scaler is not None and not agreed:
         scaler.step(optimizer)  # skips by itself when the unscaled gradients hold inf or NaN
         scaler.update()
     elif scaler is None and not skipped:
         optimizer.step()
     if skipped:
         optimizer.zero_grad(set_to_none=True)
-    return norm, skipped
 
 
 class TrainingModel(nn.Module):
@@ -118,7 +134,11 @@ def train_step(model: nn.Module, batch: Batch, optimizer: torch.optim.Optimizer,
     words_share, images_share = agreement.shares
     # The surrogate is normalized per real word, like the cross-entropy, so it takes the words' share.
     objective = words_share * (xe + surrogate) + ds_weight * images_share * ds
-    norm, skipped = apply_gradients(loss, objective, list(model.parameters()), optimizer, grad_clip=grad_clip,
-                                    scaler=scaler, skip=not agreement.finite or agreement.empty)
-    return {"loss": loss.item(), "xe": xe.item(), "ds": ds.item(), "grad_norm": norm.item(), **extra,
+    # apply_gradients, with the losses brought to the host in the same trip as the finiteness check.
+    norm = backward_and_clip(objective, list(model.parameters()), optimizer, grad_clip=grad_clip, scaler=scaler)
+    loss_value, xe_value, ds_value, norm_value = floats(loss, xe, ds, norm)
+    agreed = not agreement.finite or agreement.empty
+    skipped = agreed or not (math.isfinite(norm_value) and math.isfinite(loss_value))
+    step_unless_skipped(optimizer, skipped=skipped, scaler=scaler, agreed=agreed)
+    return {"loss": loss_value, "xe": xe_value, "ds": ds_value, "grad_norm": norm_value, **extra,
             "skipped": float(skipped)}

@@ -288,3 +288,40 @@ def test_hard_attention_training_keeps_the_baseline_in_checkpoints_and_resumes_e
         assert torch.equal(a["decoder"][name], b["decoder"][name]), name
     assert c["reinforce"]["baseline"] != a["reinforce"]["baseline"]
     assert not torch.equal(a["decoder"]["attention.score.v.weight"], c["decoder"]["attention.score.v.weight"])
+
+
+@pytest.mark.parametrize("baseline", ["moving_average", "leave_one_out"])
+def test_processes_that_pool_their_rewards_move_one_baseline_the_one_process_baseline(baseline: str) -> None:
+    """Under torchrun each process holds a part of the batch; `across` sums over the processes, so
+    every part's Reinforce moves the baseline by the global batch's mean reward, as one process does.
+    A stand-in part (`counted` False) adds nothing."""
+    generator = torch.Generator().manual_seed(0)
+    whole = Reinforce(baseline=baseline, samples=2, baseline_decay=0.5)
+    parts = [Reinforce(baseline=baseline, samples=2, baseline_decay=0.5) for _ in range(3)]
+    for _ in range(3):  # the first batch sets b, the next ones move it
+        rows, steps, vocab = 12, 5, 7
+        logits = torch.randn(rows, steps, vocab, generator=generator)
+        targets = torch.randint(0, vocab, (rows, steps), generator=generator)
+        mask = (torch.rand(rows, steps, generator=generator) < 0.8).float()
+        mask[:, 0] = 1
+        locations = torch.randint(-1, 4, (rows, steps), generator=generator)
+        locations[:4] = -1  # the first part's images took the expectation: it sampled nothing
+        inputs = {"logits": logits, "targets": targets, "mask": mask, "log_probs": torch.randn(rows, steps),
+                  "entropies": torch.rand(rows, steps), "locations": locations}
+        whole(**inputs)
+        split = [slice(0, 4), slice(4, 12), slice(12, 12)]  # the third part is empty: a stand-in row instead
+        stand_in = {name: value[:2] for name, value in inputs.items()}
+        shares = [{name: value[part] for name, value in inputs.items()} for part in split[:2]] + [stand_in]
+        sums = []
+        for reinforce, share, counted in zip(parts, shares, (True, True, False)):
+            reinforce.counted = counted
+            reinforce.across = lambda tensor: tensor  # first pass: each part's own sums
+            rewards = caption_log_likelihood(share["logits"], share["targets"], share["mask"])
+            sums.append(reinforce.pooled(rewards, (share["locations"] >= 0).any(dim=1)))
+        total = torch.stack(sums).sum(0)
+        for reinforce, share in zip(parts, shares):
+            reinforce.across = lambda tensor, total=total: total  # what the all-reduce returns to every process
+            reinforce(**share)
+        assert sums[2].abs().sum() == 0  # the stand-in counted nothing
+        for reinforce in parts:
+            assert reinforce.value == pytest.approx(whole.value, rel=1e-6)

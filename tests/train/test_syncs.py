@@ -1,0 +1,76 @@
+"""Host syncs per training step, counted (tests/syncs.py) and held to the few that are needed.
+
+On a GPU the host queues kernels ahead of the device; each read of a device value on the host
+(`.item()`, `bool(tensor)`, `.tolist()`, a boolean mask) makes it wait until the device is idle. The
+bounds below are what remains; each is listed with why it cannot go:
+
+  1. AttentionDecoder.forward: n_t, the rows still running at each step, are the Python loop's sizes
+     (the recurrence runs on the running prefix of each step). The lengths' check and whether the
+     rows are sorted already come back in the same trip.
+  2. train_step: the losses and the gradient norm for the log, with the finiteness check that decides
+     whether the optimizer steps, in one trip.
+  3. Reinforce (hard attention only): the moving-average baseline is a Python float kept in
+     checkpoints; its update comes back with the REINFORCE statistics in one trip.
+
+Before they were counted, a step made 10 (soft) and 19 (hard; 22 on the first step, which also
+read the first batch's mean reward for the baseline).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from captioning.config import load_config
+from captioning.data.dataset import Batch
+from captioning.data.vocab import Vocabulary
+from captioning.model.captioner import build_decoder
+from captioning.train.losses import Reinforce
+from captioning.train.step import TrainingModel, train_step
+from tests.syncs import counting_syncs
+
+V, L, D = 11, 9, 8
+BOUNDS = {"soft": 2, "hard": 3}  # the trips listed in the module docstring
+
+
+def _batch(seed: int) -> Batch:
+    """Three captions of different lengths, not sorted longest first, with padding."""
+    generator = torch.Generator().manual_seed(seed)
+    lengths = [5, 7, 4]
+    tokens = torch.full((3, max(lengths)), Vocabulary.pad_id, dtype=torch.long)
+    for row, n in enumerate(lengths):
+        tokens[row, :n] = torch.randint(4, V, (n,), generator=generator)
+        tokens[row, 0], tokens[row, n - 1] = Vocabulary.start_id, Vocabulary.end_id
+    return Batch(annotations=torch.randn(3, L, D, generator=generator), tokens=tokens, lengths=torch.tensor(lengths))
+
+
+def _setup(attention: str, score: str, samples: int) -> tuple[torch.nn.Module, Reinforce | None]:
+    torch.manual_seed(0)
+    config = load_config(None, [f"model.attention={attention}", f"model.score={score}", "model.embed_dim=8",
+                                "model.hidden_dim=16", "model.attention_dim=8"])
+    decoder = build_decoder(config.model, vocab_size=V, annotation_dim=D, grid=(3, 3), captions_per_image=samples)
+    if attention == "soft":
+        return decoder, None
+    baseline = "leave_one_out" if samples > 1 else "moving_average"
+    return TrainingModel(decoder=decoder), Reinforce(baseline=baseline, samples=samples, entropy_weight=0.01)
+
+
+@pytest.mark.parametrize("attention, score, samples", [
+    ("soft", "additive", 1),  # the paper's default: the fused recurrence
+    ("soft", "dot", 1),  # any other score: the step-by-step recurrence
+    ("hard", "additive", 1),  # REINFORCE with the paper's moving average
+    ("hard", "additive", 2),  # two samples per caption, the leave-one-out baseline
+])
+def test_a_training_step_reads_the_device_only_a_few_times(attention, score, samples):
+    model, reinforce = _setup(attention, score, samples)
+    # SGD: Adam keeps its step counts on the host (its .item() there waits for nothing), fused Adam on
+    # the device; either way that is the optimizer's business, not the step's.
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(3):  # the first REINFORCE step starts the baseline from the batch's mean reward
+        batch = _batch(step)
+        with counting_syncs() as syncs:
+            losses = train_step(model, batch, optimizer, grad_clip=5.0, ds_weight=1.0, ds_target="one",
+                                reinforce=reinforce, step=step)
+        where = ", ".join(f"{kind} at {line}" for (kind, line), n in sorted(syncs.sites.items()) for _ in range(n))
+        assert syncs.total <= BOUNDS[attention], f"step {step}: {syncs.total} host syncs: {where}"
+        assert losses["skipped"] == 0.0 and all(isinstance(value, float) for value in losses.values())
