@@ -1,6 +1,7 @@
 # `make demo`: set up, then make the shapes data, train, evaluate and caption on the embedded default.
 # `make demo CONFIG=configs/shapes_hard.yaml`: the same with hard attention (runs/shapes_hard).
-# `make test`: set up, then run the test suite (what CI runs).
+# `make test`: set up, then run the test suite (what CI runs). It needs Java (METEOR, the PTB tokenizer),
+#   prints every skip with its reason and fails on a skip that tests/allowed_skips.txt does not allow.
 # `make test-fast`: the suite without the slow learning tests and the studies' tests (an editing loop).
 # `make tables`: rewrite every study table in docs/ from the kept results (no training).
 # `make kill-check`: the full fault-injection test (10 kills of prepare-features, 20 of training).
@@ -13,7 +14,7 @@ DATA ?= data/shapes
 CONFIG ?= configs/shapes_soft.yaml
 RUN ?= runs/$(basename $(notdir $(CONFIG)))
 
-.PHONY: install demo test test-fast lint tables browser-check kill-check clean
+.PHONY: install demo test require-java test-fast lint tables browser-check kill-check clean
 
 install: $(VENV)/.installed
 
@@ -39,8 +40,12 @@ demo: install
 	echo "  overlays:    $(RUN)/overlays/<image>/ (a JPEG per word, grid.jpg) and index.html to browse them" && \
 	echo "  tensorboard: $(VENV)/bin/tensorboard --logdir $(RUN)/tensorboard"
 
-test: install
-	$(PY) -m pytest -q
+test: require-java install
+	$(PY) -m pytest -q -rs --allowed-skips=tests/allowed_skips.txt
+
+# The Java metrics must run in CI, not skip: without Java, one line says what is missing.
+require-java:
+	@command -v java >/dev/null 2>&1 || { echo "make test: no java on PATH; METEOR and the PTB tokenizer (tests/eval) need a Java runtime, e.g. apt-get install default-jre-headless" >&2; exit 1; }
 
 test-fast: install
 	$(PY) -m pytest -q -m "not slow and not study"

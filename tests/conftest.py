@@ -13,6 +13,14 @@ import pytest
 import torch
 
 from captioning.config import Config, load_config
+from tests.skip_policy import (  # noqa: F401  (hooks: make test fails on a skip it does not allow)
+    pytest_addoption,
+    pytest_collectreport,
+    pytest_configure,
+    pytest_runtest_logreport,
+    pytest_sessionfinish,
+    pytest_terminal_summary,
+)
 from tests.tiny import COUNTS, IMAGE_SIZE, TINY
 
 # Every tensor here is tiny and the machines are small (2 cores): one intra-op thread avoids

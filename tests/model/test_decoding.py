@@ -202,6 +202,37 @@ def test_length_penalty_changes_the_ranking_in_a_constructed_case():
     assert greedy(decoder, annotations, max_length=5).tokens[:, 0].tolist() == [END, END]
 
 
+@pytest.mark.parametrize("long_first, longer_wins", [(0.3, True), (0.15, False)])
+def test_length_normalization_divides_by_words_plus_one_and_alone_decides(long_first: float,
+                                                                          longer_wins: bool) -> None:
+    """"s <end>" (1 word) against "l m n <end>" (3 words); the longer one's first word is less likely.
+
+    Raw scores: S = log .5 + log .99 and G = log p + 3 log .99, S > G, so without normalization the
+    short caption wins. Divided by (words + 1): the long one wins iff G / 4 > S / 2, i.e. G / S < 2.
+    p = .3: G / S = 1.76, the long one wins (dividing by words + 2 would give 5/3 < 1.76: short).
+    p = .15: G / S = 2.74, the short one still wins (dividing by words alone would give 3 > 2.74: long).
+    """
+    short, first, second, third = 4, 5, 6, 7
+    decoder = markov_decoder({START: {short: 0.5, first: long_first}, short: {END: 0.99},
+                              first: {second: 0.99}, second: {third: 0.99}, third: {END: 0.99}})
+    annotations = make_annotations(0)
+    s = math.log(0.5) + math.log(0.99)
+    g = math.log(long_first) + 3 * math.log(0.99)
+    assert s > g and (g / s < 2) == longer_wins  # the hand ranking above
+
+    raw = beam_search(decoder, annotations, beam_size=2, max_length=6, length_penalty=0.0)
+    assert raw.tokens[:, :2].tolist() == [[short, END]] * B
+    torch.testing.assert_close(raw.scores, torch.full((B,), s))
+    normalized = beam_search(decoder, annotations, beam_size=2, max_length=6, length_penalty=1.0)
+    if longer_wins:
+        assert normalized.tokens[:, :4].tolist() == [[first, second, third, END]] * B
+        assert normalized.lengths.tolist() == [3] * B
+        torch.testing.assert_close(normalized.scores, torch.full((B,), g))  # the raw sum is returned
+    else:
+        assert normalized.tokens[:, :2].tolist() == [[short, END]] * B
+        assert normalized.lengths.tolist() == [1] * B
+
+
 @pytest.mark.parametrize("length_penalty", [0.0, 0.7, 2.0])
 def test_length_penalty_values_give_valid_captions(length_penalty):
     decoder, annotations = make_decoder(1), make_annotations(1)

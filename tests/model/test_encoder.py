@@ -17,8 +17,6 @@ from PIL import Image
 from captioning.data.images import to_tensor
 from captioning.model.encoder import EncoderWeightsError, build_encoder, efficientnet_lite0_imagenet
 
-skimage_data = pytest.importorskip("skimage.data")
-
 HALF = (0.5, 0.5, 0.5)
 
 
@@ -26,6 +24,8 @@ pytestmark = pytest.mark.usefixtures("no_network")
 
 
 def photo(name: str, *, size: int = 224, mean=HALF, std=HALF) -> torch.Tensor:
+    """A real photo from scikit-image's data (a dev extra): only the tests that use one skip without it."""
+    skimage_data = pytest.importorskip("skimage.data")
     return to_tensor(Image.fromarray(getattr(skimage_data, name)()), size=size, mean=mean, std=std)  # [3, S, S]
 
 

@@ -1,0 +1,75 @@
+"""Caption metrics on partial matches, against numbers counted by hand (n-gram by n-gram, below).
+
+BLEU (Papineni et al., 2002): clipped n-gram precisions p_1..p_n, their geometric mean, a brevity
+penalty when the candidate is shorter than the closest reference. CIDEr-D (Vedantam et al., 2015):
+per n, the cosine of tf-idf vectors with the candidate's counts clipped at the reference's, times
+exp(-(bigram-count difference)^2 / (2 * 6^2)), averaged over n = 1..4, times 10.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from captioning.eval.metrics import caption_metrics, java_available
+from captioning.train.cider import CiderD
+
+# BLEU: one image, two references, all of 7 words: no brevity penalty.
+BLEU_REFERENCES = {0: ["a red circle above a blue square", "a blue square below a red circle"]}
+BLEU_CANDIDATE = {0: "a red circle above a red square"}
+# unigrams: a x2 (clip 2), red x2 (clip 1: no reference has two), circle, above, square -> 6 / 7
+# bigrams: a red x2 (clip 1), red circle, circle above, above a; red square misses -> 4 / 6
+# trigrams: a red circle, red circle above, circle above a; above a red, a red square miss -> 3 / 5
+# 4-grams: a red circle above, red circle above a; circle above a red, above a red square miss -> 2 / 4
+PRECISIONS = (6 / 7, 4 / 6, 3 / 5, 2 / 4)
+BLEU = {f"Bleu_{n}": math.prod(PRECISIONS[:n]) ** (1 / n) for n in range(1, 5)}
+
+# CIDEr-D: two images, one reference each. "a" is in both references: idf log(2/2) = 0; every other
+# n-gram has idf g = log 2 (an n-gram in no reference too: pycocoevalcap takes log max(1, df)).
+CIDER_REFERENCES = {0: ["a red circle"], 1: ["a blue square"]}
+CIDER_CANDIDATES = {0: "a red square shape", 1: "a blue blue square"}
+PENALTY = math.exp(-(1 ** 2) / (2 * 6 ** 2))  # both candidates have 3 bigrams, their references 2
+# image 0: n=1 red is shared: g^2 / (sqrt(3) g * sqrt(2) g); n=2 "a red" alike; n=3, n=4 share nothing
+CIDER_0 = 10 / 4 * (1 / math.sqrt(6) + 1 / math.sqrt(6)) * PENALTY
+# image 1: n=1 blue counts 2 in the candidate, clipped to the reference's 1: (min(2g, g) g + g g) / (sqrt(5) g *
+# sqrt(2) g); n=2 "a blue", "blue square" shared: 2 g^2 / (sqrt(3) g * sqrt(2) g); n=3, n=4 share nothing
+CIDER_1 = 10 / 4 * (2 / math.sqrt(10) + 2 / math.sqrt(6)) * PENALTY
+
+
+def test_bleu_1_to_4_on_a_partial_match_are_the_clipped_precisions_counted_by_hand() -> None:
+    metrics = caption_metrics(BLEU_REFERENCES, BLEU_CANDIDATE, full=False)
+    for name, value in BLEU.items():
+        assert metrics[name] == pytest.approx(value, rel=1e-6), name
+    assert len({round(v, 6) for v in BLEU.values()}) == 4  # four different numbers: a name swap shows
+
+
+def test_bleu_brevity_penalty_on_a_short_candidate() -> None:
+    # 4 words against the closest reference of 7: BP = exp(1 - 7/4); "a red circle above" matches 4/4, 3/3, 2/2, 1/1
+    metrics = caption_metrics(BLEU_REFERENCES, {0: "a red circle above"}, full=False)
+    assert metrics["Bleu_4"] == pytest.approx(math.exp(1 - 7 / 4), rel=1e-6)
+
+
+def test_cider_d_of_pycocoevalcap_on_a_partial_match_is_the_hand_count() -> None:
+    metrics = caption_metrics(CIDER_REFERENCES, CIDER_CANDIDATES, full=False)
+    assert metrics["CIDEr"] == pytest.approx((CIDER_0 + CIDER_1) / 2, rel=1e-6)
+
+
+def test_the_projects_cider_d_on_a_partial_match_is_the_hand_count() -> None:
+    cider = CiderD([[reference.split() for reference in CIDER_REFERENCES[i]] for i in (0, 1)])
+    scores = cider.scores([CIDER_CANDIDATES[i].split() for i in (0, 1)], [0, 1])
+    assert scores.tolist() == pytest.approx([CIDER_0, CIDER_1], rel=1e-6)
+
+
+@pytest.mark.skipif(not java_available(), reason="java is not installed (make test requires it)")
+def test_java_metrics_meteor_and_the_ptb_tokenizer() -> None:
+    """With Java: METEOR is scored, and BLEU and ROUGE-L on the PTB tokenizer's tokens are still the
+    hand counts (these captions tokenize alike). METEOR 1.5 weighs content and function words and
+    penalizes fragmentation, so it is not counted by hand; its bound below 6/7 keeps ROUGE-L or
+    BLEU-1 (both 6/7 here) from passing as METEOR (measured: 0.427)."""
+    metrics = caption_metrics(BLEU_REFERENCES, BLEU_CANDIDATE, full=True)
+    assert 0.3 < metrics["METEOR"] < 0.6
+    for name, value in BLEU.items():
+        assert metrics[name] == pytest.approx(value, rel=1e-6), name
+    # ROUGE-L: the longest common subsequence with the first reference is 6 of 7 words both ways
+    assert metrics["ROUGE_L"] == pytest.approx(6 / 7, rel=1e-6)
