@@ -209,15 +209,17 @@ def test_warmup_goes_from_the_expectation_to_the_papers_mixture_by_the_runs_step
 def test_validation_decodes_hard_attention_as_the_config_says(kind, monkeypatch):
     """The best checkpoint is picked by the decoding it will be used with (decode.hard_choice)."""
     from captioning.config import load_config
+    from captioning.eval.evaluate import Decoded
     from captioning.train import validation
 
     seen = {}
-    monkeypatch.setattr(validation, "evaluate_split", lambda *args, **kwargs: (seen.update(kwargs) or {}, []))
+    monkeypatch.setattr(validation, "decode_split", lambda *args, **kwargs: seen.update(kwargs) or Decoded([], []))
+    monkeypatch.setattr(validation, "score_split", lambda *args, **kwargs: {})
 
     class Split:  # what validate reads of a split
         annotations, records, image_ids, references, grid = [0], [0], [0], [["a"]], (1, 1)
 
-        def scorer(self, vocab, *, images=None):
+        def scorer(self, vocab, *, images=None, start=0):
             return None
 
     choice = ["decode.hard_choice=argmax"] if kind == "hard" else []  # soft attention is the expectation
