@@ -93,7 +93,7 @@ def decode_split(decoder: AttentionDecoder, annotations: Any, *, image_ids: Sequ
         captions = decode(decoder, batch, beam_size=beam_size, max_length=max_length, length_penalty=length_penalty,
                           hard_choice=hard_choice)
         tokens = captions.tokens.tolist()
-        maps = captions.alphas.float().cpu().numpy() if scorer is not None else None  # [b, T, L]
+        maps = captions.alphas.float().numpy(force=True) if scorer is not None else None  # [b, T, L], one copy
         unreadable = getattr(annotations, "unreadable", ())  # images encoded on the fly that could not be read
         for row in range(batch.shape[0]):
             if start + row in unreadable:  # decoded from zeros: not a caption of the image, not scored

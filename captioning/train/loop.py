@@ -331,12 +331,12 @@ class Run:
         own = batch.tokens.shape[0] > 0
         if not own and not self.context.enabled:
             return None
+        counts = {"words": 0.0, "images": 0.0}
+        if own and self.context.enabled:  # counted before the batch moves: no wait for the device
+            counts = {"words": float((batch.tokens[:, 1:] != Vocabulary.pad_id).sum()), "images": batch.tokens.shape[0]}
         batch = (batch if own else self.stand_in()).to(self.device, non_blocking=True)
         if self.reinforce is not None:
             self.reinforce.counted = own
-        counts = {"words": 0.0, "images": 0.0}
-        if own and self.context.enabled:  # one host sync, only where the shares need it
-            counts = {"words": float((batch.tokens[:, 1:] != Vocabulary.pad_id).sum()), "images": batch.tokens.shape[0]}
 
         def agree(loss: torch.Tensor) -> distributed.Agreement:
             agreement = distributed.agree(self.context, **counts, loss=loss if own else None,

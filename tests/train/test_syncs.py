@@ -74,3 +74,40 @@ def test_a_training_step_reads_the_device_only_a_few_times(attention, score, sam
         where = ", ".join(f"{kind} at {line}" for (kind, line), n in sorted(syncs.sites.items()) for _ in range(n))
         assert syncs.total <= BOUNDS[attention], f"step {step}: {syncs.total} host syncs: {where}"
         assert losses["skipped"] == 0.0 and all(isinstance(value, float) for value in losses.values())
+
+
+@pytest.mark.parametrize("attention, beam_size, scored", [("soft", 1, True), ("hard", 1, False), ("soft", 3, False)])
+def test_a_validation_batch_reads_the_device_once_per_word_and_once_for_its_captions(attention, beam_size, scored):
+    """Decoding a batch (validation, evaluation) reads the device:
+      - once per decoded word: whether every caption has ended, so that decoding stops there (a
+        batch's captions end long before decode.max_length; the check costs less than the steps);
+      - once for the batch's tokens, and once more for its maps where a scorer reads them (the
+        shapes data), instead of once per image as before.
+    The cache's fp16 rows are widened after they move to the device (not counted: a copy to it)."""
+    from captioning.data.shapes.grounding import ShapesScorer
+    from captioning.eval.evaluate import decode_split
+
+    model, _ = _setup(attention, "additive", 1)
+    decoder = getattr(model, "decoder", model).eval()
+    vocab = Vocabulary(["<pad>", "<start>", "<end>", "<unk>", *(f"w{i}" for i in range(V - 4))])
+    images, batch_size, max_length = 10, 5, 12
+    annotations = torch.randn(images, L, D, generator=torch.Generator().manual_seed(0)).half().numpy()
+
+    class Scorer(ShapesScorer):  # what a scorer reads: the words and maps of each caption
+        def __init__(self):
+            self.maps = []
+
+        def caption(self, index, words, alphas):
+            self.maps.append(alphas)
+
+        def images(self, decoder, annotations, start):
+            pass
+
+    with counting_syncs() as syncs:
+        decoded = decode_split(decoder, annotations, image_ids=list(range(images)), vocab=vocab, grid=(3, 3),
+                               scorer=Scorer() if scored else None, beam_size=beam_size, max_length=max_length,
+                               batch_size=batch_size, device=torch.device("cpu"))
+    batches = images // batch_size
+    words = syncs.counts["__bool__"]  # the per-word "has every caption ended?"
+    assert len(decoded.results) == images and 0 < words <= batches * max_length
+    assert syncs.total - words == batches * (2 if scored else 1), dict(syncs.sites)
