@@ -37,6 +37,10 @@ class Memory:
     # Hard attention while training: True where this image uses the soft expectation instead of a
     # sample for its whole caption (Sec. 4.1: "with probability 0.5"). None otherwise.
     expectation: torch.Tensor | None = None  # [B] bool
+    # Hard attention while training, where the run gives them (HardAttention.with_draws): each row's
+    # uniform draws for its cells, one column per step, and the step reached. None: torch's RNG.
+    draws: torch.Tensor | None = None  # [B, T]
+    step: int = 0
 
     def select(self, index: torch.Tensor) -> Memory:
         """Rows of the batch, e.g. each image repeated once per beam."""
@@ -44,7 +48,7 @@ class Memory:
         def pick(tensor: torch.Tensor | None) -> torch.Tensor | None:
             return None if tensor is None else tensor.index_select(0, index)
 
-        return Memory(pick(self.annotations), pick(self.keys), pick(self.expectation))
+        return Memory(pick(self.annotations), pick(self.keys), pick(self.expectation), pick(self.draws), self.step)
 
     def prefix(self, rows: int) -> Memory:
         """The first `rows` images, as views (no copy): the rows still running when sorted by length."""
@@ -52,7 +56,7 @@ class Memory:
         def first(tensor: torch.Tensor | None) -> torch.Tensor | None:
             return None if tensor is None else tensor[:rows]
 
-        return Memory(first(self.annotations), first(self.keys), first(self.expectation))
+        return Memory(first(self.annotations), first(self.keys), first(self.expectation), first(self.draws), self.step)
 
 
 @dataclass
@@ -175,12 +179,32 @@ class HardAttention(_Attention):
             memory.expectation = draws < self.current_expectation_prob()  # [B]
         return memory
 
+    def with_draws(self, memory: Memory, draws: torch.Tensor) -> Memory:
+        """`memory` (prepared while training) with its randomness taken from `draws` [B, 1 + T]
+        instead of torch's RNG: column 0 is each row's coin (an image's first row decides for its
+        `group` rows), column t + 1 picks the cell of step t by inverse CDF. A run gives every row of
+        the global batch its own draws (captioning.train.loop), so that the samples do not depend on
+        how the batch is split between processes, nor on how the decoder orders its rows."""
+        batch = draws.shape[0]
+        coins = draws[:, 0].view(-1, self.group)[:, :1].expand(-1, self.group).reshape(batch)  # [B]
+        if self.coin == "batch":
+            coins = draws[:1, 0].expand(batch)
+        memory.expectation = coins < self.current_expectation_prob()  # [B], Sec. 4.1
+        memory.draws, memory.step = draws[:, 1:], 0
+        return memory
+
     def _choose(self, alpha: torch.Tensor, memory: Memory) -> tuple[torch.Tensor, torch.Tensor]:
         """The cell s_t [B] and where the expectation is used instead [B] bool."""
         batch = alpha.shape[0]
         none = torch.zeros(batch, dtype=torch.bool, device=alpha.device)
         if self.training:
             expectation = memory.expectation if memory.expectation is not None else none
+            if memory.draws is not None:  # s_t = the first cell whose cumulative alpha passes the draw
+                draws = memory.draws[:, memory.step].to(alpha.dtype)  # [B]
+                memory.step += 1
+                cumulative = alpha.detach().cumsum(dim=1)  # [B, L]
+                cell = torch.searchsorted(cumulative, draws[:, None].contiguous()).squeeze(1)  # [B]
+                return cell.clamp(max=alpha.shape[1] - 1), expectation  # (rounding may leave the sum < 1)
             return torch.multinomial(alpha.detach(), 1).squeeze(1), expectation
         if self.choice == "sample":
             return torch.multinomial(alpha.detach(), 1).squeeze(1), none

@@ -134,12 +134,15 @@ class AttentionDecoder(nn.Module):
         return self._output(embedded, state.h, z), state, attended
 
     def forward(self, annotations: torch.Tensor, inputs: torch.Tensor, *,
-                lengths: torch.Tensor | None = None) -> DecoderOutput:
+                lengths: torch.Tensor | None = None, draws: torch.Tensor | None = None) -> DecoderOutput:
         """Teacher forcing: annotations [B, L, D], input tokens [B, T] (<start> w1 .. w_{T-1}).
 
         lengths [B] (optional): the real steps of each row (targets that are not padding). Steps at or
         past a row's length are then not computed at all, and their logits and alphas come back as
         zeros (the loss masks them anyway); without it every step of every row is computed.
+
+        draws [B, 1 + T] (optional, hard attention while training): each row's uniform draws for its
+        coin and its cells (HardAttention.with_draws), instead of torch's RNG.
 
         Rows are sorted by length, longest first, so that the rows still running at step t are a
         prefix of the batch (a view, never a copy), and the recurrence shrinks as captions end. Only
@@ -166,6 +169,7 @@ class AttentionDecoder(nn.Module):
         batch_sizes = [n for n in running_host if n > 0]  # n_t, rows still running at step t (then 0s)
         if not in_order:
             annotations, inputs = annotations[order], inputs[order]
+            draws = None if draws is None else draws[order]
         # Packed position p = (step t, sorted row r < n_t), time-major like a PackedSequence; made on
         # the device from n_t there (output_size: repeat_interleave need not read the total back).
         total, running = sum(batch_sizes), running[:len(batch_sizes)]  # N, [T']
@@ -174,6 +178,8 @@ class AttentionDecoder(nn.Module):
         row_of = torch.arange(total, device=device) - (torch.cumsum(running, 0) - running)[step_of]  # [N]
         embedded = self.embed(inputs[row_of, step_of])  # [N, E], the real positions only
         memory, state = self.prepare(annotations)
+        if draws is not None and self.training and hasattr(self.attention, "with_draws"):
+            memory = self.attention.with_draws(memory, draws)
         if self.fusable:
             hs, zs, alphas = self._fused_recurrence(memory, state, embedded, batch_sizes)
             hard: dict[str, torch.Tensor | None] = {"log_prob": None, "entropy": None, "location": None}

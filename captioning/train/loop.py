@@ -153,6 +153,7 @@ class Run:
         self.scst = (SelfCritical.from_config(t.scst, records=data.train.records, vocab=data.vocab,
                                               max_length=config.decode.max_length) if t.objective == "scst" else None)
         self.progress = Progress()
+        self.global_sizes: list[int] = []  # the sizes of the epoch's global batches (epoch_batches)
         self.signals: StopSignals | None = None  # set by fit
         self.agreement = distributed.Agreement()  # what the processes agreed on at the last step
         self.unreadable: set[str] = set()  # training images named as unreadable (encoder on the fly)
@@ -279,7 +280,20 @@ class Run:
                                 bucket=self.config.data.bucket_batches)
         if self.config.data.mirror:  # data/mirror.py (not in the paper)
             batches = mirror_batches(batches, pairs=len(lengths), seed=t.seed, epoch=epoch)
+        self.global_sizes = [len(batch) for batch in batches]
         return rank_batches(batches, rank=self.context.rank, world_size=self.context.world_size)
+
+    def draws(self, rows: int) -> torch.Tensor:
+        """Hard attention's uniform draws for this process's `rows` captions of the global batch now
+        being stepped, [rows * K, 1 + T] (HardAttention.with_draws). Every process draws the whole
+        global batch's from the same seed (train.seed, the step) and keeps its own rows, so the
+        samples are those of one process, however many share the batch."""
+        samples, width = self.reinforce.samples, self.config.data.max_caption_length + 2  # <start> .. <end>
+        size = self.global_sizes[self.progress.batch_in_epoch]
+        start = size * self.context.rank // self.context.world_size
+        generator = torch.Generator().manual_seed(self.config.train.seed * 1_000_003 + self.progress.step)
+        draws = torch.rand(max(size, start + rows) * samples, 1 + width, generator=generator)
+        return draws[start * samples:(start + rows) * samples].to(self.device, non_blocking=True)
 
     def step(self, batch: Batch | ImageBatch) -> dict[str, float] | None:
         """One optimizer step, counting those skipped as not finite (see apply_gradients)."""
@@ -347,7 +361,8 @@ class Run:
         losses = train_step(self.module, batch, self.optimizer, grad_clip=t.grad_clip, ds_weight=t.ds_weight,
                             ds_target=t.ds_target, precision=self.hardware.precision,
                             scaler=self.scaler if self.scaler.is_enabled() else None, agree=agree,
-                            reinforce=self.reinforce, word_weights=self.word_weights, step=self.progress.step)
+                            reinforce=self.reinforce, word_weights=self.word_weights, step=self.progress.step,
+                            draws=self.draws(batch.tokens.shape[0]) if self.reinforce is not None else None)
         if self.model.average is not None:
             self.model.average.update(self.model.decoder)
         return {**losses, "own": float(own)}

@@ -86,21 +86,21 @@ class TrainingModel(nn.Module):
         self.encoder = encoder
 
     def forward(self, source: torch.Tensor, inputs: torch.Tensor, *, lengths: torch.Tensor | None = None,
-                repeats: int = 1) -> DecoderOutput:
+                repeats: int = 1, draws: torch.Tensor | None = None) -> DecoderOutput:
         """source: annotations [B, L, D], or images [B, 3, S, S] when there is an encoder; inputs
         [B*repeats, T] (each caption `repeats` times in a row: train.samples); lengths [B*repeats] the
         real steps of each row (see AttentionDecoder.forward). The encoder sees each image once."""
         annotations = source if self.encoder is None else self.encoder(source)[0]  # [B, L, D]
         if repeats > 1:
             annotations = annotations.repeat_interleave(repeats, dim=0)  # [B*repeats, L, D]
-        return self.decoder(annotations, inputs, lengths=lengths)
+        return self.decoder(annotations, inputs, lengths=lengths, draws=draws)
 
 
 def train_step(model: nn.Module, batch: Batch, optimizer: torch.optim.Optimizer, *, grad_clip: float,
                ds_weight: float, ds_target: str, precision: Precision = FULL_PRECISION,
                scaler: torch.amp.GradScaler | None = None, agree: Callable[[torch.Tensor], Agreement] | None = None,
                reinforce: Reinforce | None = None, word_weights: torch.Tensor | None = None,
-               step: int = 0) -> dict[str, float]:
+               step: int = 0, draws: torch.Tensor | None = None) -> dict[str, float]:
     """One optimizer step of cross-entropy plus the doubly stochastic term, plus, when the decoder's
     attention samples locations (hard attention), the REINFORCE terms of `reinforce` (Sec. 4.1).
 
@@ -112,6 +112,8 @@ def train_step(model: nn.Module, batch: Batch, optimizer: torch.optim.Optimizer,
     finite. The losses returned are this process's own. `word_weights`
     [V] weight each target word's cross-entropy (losses.cross_entropy; None: all 1). `step` is the
     run's optimizer steps so far: every warm-up (hard attention's coin, the REINFORCE terms) reads it.
+    `draws` [B*K, 1 + T] (hard attention): each row's uniform draws (HardAttention.with_draws)
+    instead of torch's RNG, so that the samples do not depend on how a run splits its batch.
     """
     model.train()
     set_training_step(model, step)
@@ -120,6 +122,8 @@ def train_step(model: nn.Module, batch: Batch, optimizer: torch.optim.Optimizer,
     inputs, targets = tokens[:, :-1], tokens[:, 1:]  # [B, T-1]: predict word t+1 from word t
     mask = (targets != Vocabulary.pad_id).float()  # [B, T-1], padding reaches no term
     repeats = {"repeats": samples} if samples > 1 else {}
+    if draws is not None:
+        repeats["draws"] = draws[:, : inputs.shape[1] + 1]  # [B*K, 1 + T-1]: the coin, then one per step
     with precision.autocast():
         output = model(batch.source, inputs, lengths=mask.sum(1).long(), **repeats)  # padded steps not computed
     logits = output.logits.float()  # [B, T-1, V]

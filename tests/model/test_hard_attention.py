@@ -118,6 +118,51 @@ def test_samples_follow_alpha():
     assert ((frequencies - alpha).abs() <= tolerance).all(), (frequencies, alpha)
 
 
+def test_given_draws_pick_cells_with_alphas_probabilities_and_decide_the_coin():
+    """HardAttention.with_draws: the cell whose cumulative alpha first passes the row's draw (inverse
+    CDF: frequencies equal alpha), and the coin from column 0, one per image of `group` rows."""
+    attention = make(expectation_prob=0.5, group=2).train()
+    a, h = inputs(batch=1)
+    count = 20000
+    draws = torch.rand(count, 3, generator=torch.Generator().manual_seed(5))  # [rows, coin + 2 steps]
+    with torch.no_grad():
+        memory = attention.with_draws(attention.prepare(a.expand(count, L, D)), draws)
+        out = attention(memory, h.expand(count, H))
+    alpha = out.alpha[0]
+    expected = torch.searchsorted(alpha.cumsum(0), draws[:, 1].contiguous())  # by hand, the inverse CDF
+    chosen = torch.where(out.location >= 0, out.location, expected)
+    assert torch.equal(chosen, expected.clamp(max=L - 1)) and memory.step == 1
+    frequencies = torch.bincount(chosen, minlength=L).float() / count
+    tolerance = 4 * (alpha * (1 - alpha) / count).sqrt() + 1e-3
+    assert ((frequencies - alpha).abs() <= tolerance).all()
+    coins = draws[0::2, 0] < 0.5  # each image's first row decides for both of its rows
+    assert torch.equal(out.location[0::2] == -1, coins) and torch.equal(out.location[1::2] == -1, coins)
+
+
+def test_given_draws_give_a_caption_the_same_samples_in_any_batch_order_or_split():
+    """What lets processes that each hold part of a batch train as one process: with each row's draws
+    given, a caption's samples depend on its own draws only, not on the other rows, their order, or
+    the decoder's sort by length."""
+    decoder = AttentionDecoder(vocab_size=V, annotation_dim=D, embed_dim=8, hidden_dim=H,
+                               attention=make(expectation_prob=0.3), dropout=0.0).train()
+    rows = 8
+    a, _ = inputs(batch=rows)
+    generator = torch.Generator().manual_seed(2)
+    tokens = torch.randint(4, V, (rows, 7), generator=generator)
+    lengths = torch.randint(2, 8, (rows,), generator=generator)
+    draws = torch.rand(rows, 8, generator=generator)
+    with torch.no_grad():
+        whole = decoder(a, tokens, lengths=lengths, draws=draws)
+        order = torch.randperm(rows, generator=generator)
+        shuffled = decoder(a[order], tokens[order], lengths=lengths[order], draws=draws[order])
+        halves = [decoder(a[part], tokens[part], lengths=lengths[part], draws=draws[part])
+                  for part in (slice(0, 3), slice(3, rows))]
+    assert (whole.locations >= 0).any() and (whole.locations[:, 0] == -1).any()  # both kinds of rows
+    assert torch.equal(shuffled.locations, whole.locations[order])
+    assert torch.equal(torch.cat([h.locations for h in halves]), whole.locations)
+    torch.testing.assert_close(torch.cat([h.log_probs for h in halves]), whole.log_probs)
+
+
 def test_test_time_choices_and_the_context_manager():
     attention = make().eval()
     a, h = inputs()

@@ -148,17 +148,21 @@ def test_a_global_batch_smaller_than_the_processes_trains_as_in_one_process(tmp_
 
 
 @pytest.mark.slow
-def test_hard_attention_with_two_samples_keeps_one_baseline_across_processes(tmp_path: Path, tiny_run) -> None:
-    """The REINFORCE baseline moves by the global batch's mean reward: every process holds the same
-    one, and it is what the checkpoint keeps. (The sampled cells themselves are drawn per process,
-    so the weights follow a two-process run's samples, not one process's.)"""
+def test_hard_attention_with_two_samples_trains_as_in_one_process(tmp_path: Path, tiny_run, tiny_config) -> None:
+    """Every process draws the global batch's samples from one seed and keeps its rows' draws, and
+    the REINFORCE baseline moves by the global batch's mean reward: two processes train the
+    one-process weights and keep its baseline."""
+    hard = (*RUN, "model.attention=hard", "train.reinforce.samples=2", "model.hard.expectation_prob=0.5")
+    whole = tmp_path / "whole"
+    fit(tiny_config(whole, *hard))
     out = tmp_path / "run"
-    args = [*tiny_run.overrides, f"train.out_dir={out}", *RUN, "model.attention=hard", "train.reinforce.samples=2",
-            "model.hard.expectation_prob=0.0"]
-    done = launch(2, args, cwd=tmp_path)
+    done = launch(2, [*tiny_run.overrides, f"train.out_dir={out}", *hard], cwd=tmp_path)
     assert [d.returncode for d in done] == [0, 0], [d.stderr[-2000:] for d in done]
     states = _ranks(out)
     _same_model(states)
     assert states[0]["baseline"] is not None and states[0]["baseline"] == states[1]["baseline"]
-    saved = torch.load(out / "last.pt", map_location="cpu", weights_only=True)
-    assert saved["reinforce"]["baseline"] == states[0]["baseline"]
+    one = torch.load(whole / "last.pt", map_location="cpu", weights_only=True)
+    two = torch.load(out / "last.pt", map_location="cpu", weights_only=True)
+    assert two["reinforce"]["baseline"] == states[0]["baseline"]
+    assert two["reinforce"]["baseline"] == pytest.approx(one["reinforce"]["baseline"], rel=1e-4)
+    _close(one["decoder"], two["decoder"])
