@@ -40,7 +40,8 @@ class ImageBatch:
     annotations: torch.Tensor  # [B, L, D]
 
     def to(self, device: torch.device, non_blocking: bool = False) -> ImageBatch:
-        return ImageBatch(self.images, self.annotations.to(device, non_blocking=non_blocking))
+        # The cache's fp16 rows are widened after the move: half the bytes pinned and copied.
+        return ImageBatch(self.images, self.annotations.to(device, non_blocking=non_blocking).float())
 
 
 class TrainingImages(Dataset):
@@ -56,7 +57,7 @@ class TrainingImages(Dataset):
         return len(self.annotations)
 
     def __getitem__(self, row: int) -> tuple[int, np.ndarray]:
-        return row, np.asarray(self.annotations[row], dtype=np.float32)
+        return row, np.array(self.annotations[row])  # in the cache's dtype (fp16): widened on the device
 
 
 def collate_images(items: list[tuple[int, np.ndarray]]) -> ImageBatch:

@@ -42,3 +42,14 @@ def test_a_batch_of_images_moves_as_it_is():
                   lengths=torch.tensor([3, 2]))
     moved = batch.to("cpu")
     assert moved.annotations is None and moved.source is moved.images and torch.equal(moved.images, images)
+
+
+def test_scst_image_batches_stay_fp16_until_the_device(pairs):
+    from captioning.train.scst import TrainingImages, collate_images
+
+    images = TrainingImages(pairs.annotations)
+    batch = collate_images([images[i] for i in (2, 0)])
+    assert batch.annotations.dtype == torch.float16 and batch.images.tolist() == [2, 0]
+    moved = batch.to(torch.device("cpu"))
+    assert moved.annotations.dtype == torch.float32
+    assert torch.equal(moved.annotations, torch.from_numpy(np.asarray(pairs.annotations[[2, 0]], dtype=np.float32)))
