@@ -59,7 +59,7 @@ from captioning.train.logs import RunLog
 from captioning.train.losses import Reinforce
 from captioning.train.scst import ImageBatch, SelfCritical, TrainingImages, collate_images, image_batches
 from captioning.train.signals import StopSignals
-from captioning.train.step import TrainingError, TrainingModel, train_step
+from captioning.train.step import TrainingError, TrainingModel, row_draws, stand_in_batch, train_step
 from captioning.train.validation import hard_choice, log_overlays, validate
 from captioning.train.warm_start import warm_start, warm_vocabulary
 
@@ -157,7 +157,7 @@ class Run:
         self.signals: StopSignals | None = None  # set by fit
         self.agreement = distributed.Agreement()  # what the processes agreed on at the last step
         self.unreadable: set[str] = set()  # training images named as unreadable (encoder on the fly)
-        self.module: nn.Module | None = None  # the trained graph, wrapped for processes and compiling
+        self.module: nn.Module | None = None  # the trained graph, wrapped in DDP under torchrun
         self.log: RunLog | None = None
         self.started = time.time()
 
@@ -283,18 +283,6 @@ class Run:
         self.global_sizes = [len(batch) for batch in batches]
         return rank_batches(batches, rank=self.context.rank, world_size=self.context.world_size)
 
-    def draws(self, rows: int) -> torch.Tensor:
-        """Hard attention's uniform draws for this process's `rows` captions of the global batch now
-        being stepped, [rows * K, 1 + T] (HardAttention.with_draws). Every process draws the whole
-        global batch's from the same seed (train.seed, the step) and keeps its own rows, so the
-        samples are those of one process, however many share the batch."""
-        samples, width = self.reinforce.samples, self.config.data.max_caption_length + 2  # <start> .. <end>
-        size = self.global_sizes[self.progress.batch_in_epoch]
-        start = size * self.context.rank // self.context.world_size
-        generator = torch.Generator().manual_seed(self.config.train.seed * 1_000_003 + self.progress.step)
-        draws = torch.rand(max(size, start + rows) * samples, 1 + width, generator=generator)
-        return draws[start * samples:(start + rows) * samples].to(self.device, non_blocking=True)
-
     def step(self, batch: Batch | ImageBatch) -> dict[str, float] | None:
         """One optimizer step, counting those skipped as not finite (see apply_gradients)."""
         losses = self._step(batch)
@@ -362,22 +350,28 @@ class Run:
                             ds_target=t.ds_target, precision=self.hardware.precision,
                             scaler=self.scaler if self.scaler.is_enabled() else None, agree=agree,
                             reinforce=self.reinforce, word_weights=self.word_weights, step=self.progress.step,
-                            draws=self.draws(batch.tokens.shape[0]) if self.reinforce is not None else None)
+                            draws=self.draws(rows=batch.tokens.shape[0]))
         if self.model.average is not None:
             self.model.average.update(self.model.decoder)
         return {**losses, "own": float(own)}
 
     def stand_in(self) -> Batch:
-        """One image of zeros captioned "<start> <end>": what a process with an empty part of a global
-        batch steps on (its terms get a share of 0)."""
-        tokens = torch.tensor([[Vocabulary.start_id, Vocabulary.end_id]])  # [1, 2]
+        """What a process with an empty part of a global batch steps on (its terms get a share of 0)."""
         if self.model.encoder is not None:
-            side = self.config.data.image_size
-            return Batch(annotations=None, images=torch.zeros(1, 3, side, side), tokens=tokens,
-                         lengths=torch.tensor([2]))
-        cells = self.model.grid[0] * self.model.grid[1]
-        return Batch(annotations=torch.zeros(1, cells, self.model.annotation_dim), tokens=tokens,
-                     lengths=torch.tensor([2]))
+            return stand_in_batch(images=(3, self.config.data.image_size, self.config.data.image_size))
+        return stand_in_batch(annotations=(self.model.grid[0] * self.model.grid[1], self.model.annotation_dim))
+
+    def draws(self, *, rows: int) -> torch.Tensor | None:
+        """Hard attention's uniform draws for this process's rows of the global batch now being
+        stepped (step.row_draws); None for soft attention, which samples nothing."""
+        if self.reinforce is None:
+            return None
+        context = self.context
+        return row_draws(seed=self.config.train.seed, step=self.progress.step,
+                         size=self.global_sizes[self.progress.batch_in_epoch],
+                         start=self.global_sizes[self.progress.batch_in_epoch] * context.rank // context.world_size,
+                         rows=rows, samples=self.reinforce.samples,
+                         width=self.config.data.max_caption_length + 2).to(self.device, non_blocking=True)
 
     def stop_signal(self) -> int | None:
         """The stop signal to act on: this process's own alone, the one the processes agreed on under torchrun."""

@@ -74,6 +74,26 @@ def step_unless_skipped(optimizer: torch.optim.Optimizer, *, skipped: bool,
         optimizer.zero_grad(set_to_none=True)
 
 
+def row_draws(*, seed: int, step: int, size: int, start: int, rows: int, samples: int, width: int) -> torch.Tensor:
+    """Hard attention's uniform draws for `rows` captions from row `start` of a global batch of
+    `size`, each caption's `samples` rows in a row: [rows * samples, 1 + width] (a coin, then one per
+    step: HardAttention.with_draws). Every process of a run draws the whole global batch's from the
+    same seed (train.seed, the step) and keeps its own rows, so the samples are those of one
+    process, however many share the batch."""
+    generator = torch.Generator().manual_seed(seed * 1_000_003 + step)
+    draws = torch.rand(max(size, start + rows) * samples, 1 + width, generator=generator)  # [rows of the batch, 1 + W]
+    return draws[start * samples:(start + rows) * samples]
+
+
+def stand_in_batch(*, annotations: tuple[int, int] | None = None, images: tuple[int, int, int] | None = None) -> Batch:
+    """One image of zeros, annotations [1, L, D] or pixels [1, 3, S, S], captioned "<start> <end>":
+    what a process steps on when its part of a global batch is empty, so that it meets the other
+    processes' collectives (its terms get a share of 0: captioning.train.distributed.agree)."""
+    tokens = torch.tensor([[Vocabulary.start_id, Vocabulary.end_id]])  # [1, 2]
+    return Batch(annotations=None if annotations is None else torch.zeros(1, *annotations), tokens=tokens,
+                 lengths=torch.tensor([2]), images=None if images is None else torch.zeros(1, *images))
+
+
 class TrainingModel(nn.Module):
     """What a step trains: the decoder, after the encoder when that runs on the fly (fine-tuning).
 
