@@ -14,7 +14,7 @@ same path. Whatever one process alone can see (a stop signal, a loss that is not
 with no readable image) is summed across processes in one small all-reduce per step (`agree`)
 before anyone acts on it; long work is split between the processes (validation) or refused before
 the group waits on it (a missing feature cache). A collective that still waits longer than
-`train.dist_timeout` fails with a TrainingError naming what every process was doing.
+`train.dist_timeout` fails with a DistributedError naming what every process was doing.
 """
 
 from __future__ import annotations
@@ -73,12 +73,21 @@ def setup(device: torch.device, *, timeout: float) -> tuple[Distributed, torch.d
     if not dist.is_initialized():
         dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo",
                                 timeout=datetime.timedelta(seconds=timeout))
+    # What the processes tell one another (the step's agreement, validation's captions, the metric)
+    # goes over gloo, on the CPU, even where the gradients go over NCCL: a gloo collective that waits
+    # too long raises in Python, where `collective` names what each process was doing, while NCCL's
+    # watchdog would end the process with its own message.
+    _control["group"] = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=timeout))
     return context, device
 
 
 def teardown(context: Distributed) -> None:
     if context.enabled and dist.is_initialized():
-        dist.destroy_process_group()
+        dist.destroy_process_group()  # and the control group with it
+    _control["group"] = None
+
+
+_control: dict[str, Any] = {"group": None}  # the gloo group for the processes' messages (setup)
 
 
 # What each process is doing, for the message of a collective that waited too long ------------------
@@ -128,7 +137,7 @@ def collective(context: Distributed, name: str) -> Iterator[None]:
 def barrier(context: Distributed, *, name: str = "barrier") -> None:
     if context.enabled:
         with collective(context, name):
-            dist.barrier()
+            dist.barrier(group=_control["group"])
 
 
 # One small all-reduce per step: what every process must know before it acts --------------------------
@@ -152,30 +161,28 @@ class Agreement:
 
 
 def agree(context: Distributed, *, words: float, images: float, loss: torch.Tensor | None,
-          received: int | None, device: torch.device) -> Agreement:
+          received: int | None) -> Agreement:
     """Sum across processes, in one all-reduce: the words and images of each slice, whether each
     loss is finite, and which stop signals arrived. `loss` None: this process has nothing (it ran
     the step on a stand-in batch so that DDP's gradient all-reduce still matches)."""
     if not context.enabled:  # the step itself checks its own loss, in the trip that brings it to the host
         return Agreement(signal=received)
-    not_finite = torch.zeros((), device=device) if loss is None else (~torch.isfinite(loss.detach())).double()
+    not_finite = 0.0 if loss is None else float(~torch.isfinite(loss.detach()))  # the step's one sync
     flags = [float(received == s) for s in SIGNALS]
-    local = torch.tensor([words, images, *flags], dtype=torch.float64, device=device)
-    local = torch.cat([local, not_finite.reshape(1).to(torch.float64)])  # [5]; stays on the device: no sync
-    total = local.clone()
+    total = torch.tensor([words, images, *flags, not_finite], dtype=torch.float64)  # [5], on the CPU (gloo)
     with collective(context, "the step's all-reduce"):
-        dist.all_reduce(total)
+        dist.all_reduce(total, group=_control["group"])
     words_total, images_total, *signals, bad = total.tolist()
     shares = tuple(n * context.world_size / t if t else 0.0 for n, t in ((words, words_total), (images, images_total)))
     stop = next((int(s) for s, count in zip(SIGNALS, signals) if count), None)
     return Agreement(shares=shares, finite=bad == 0, empty=images_total == 0, signal=stop)
 
 
-def agree_signal(context: Distributed, received: int | None, *, device: torch.device) -> int | None:
+def agree_signal(context: Distributed, received: int | None) -> int | None:
     """A stop signal that any process received (outside steps: after a validation)."""
     if not context.enabled:
         return received
-    return agree(context, words=0.0, images=0.0, loss=None, received=received, device=device).signal
+    return agree(context, words=0.0, images=0.0, loss=None, received=received).signal
 
 
 def sync_batch_norm(module: torch.nn.Module, context: Distributed, *, device: torch.device) -> torch.nn.Module:
@@ -187,13 +194,13 @@ def sync_batch_norm(module: torch.nn.Module, context: Distributed, *, device: to
     return torch.nn.SyncBatchNorm.convert_sync_batchnorm(module)
 
 
-def broadcast_float(context: Distributed, value: float, *, device: torch.device) -> float:
+def broadcast_float(context: Distributed, value: float) -> float:
     """Rank 0's value on every rank (e.g. the validation metric that steps every rank's scheduler)."""
     if not context.enabled:
         return value
-    tensor = torch.tensor([value], dtype=torch.float64, device=device)
+    tensor = torch.tensor([value], dtype=torch.float64)
     with collective(context, "broadcast"):
-        dist.broadcast(tensor, src=0)
+        dist.broadcast(tensor, src=0, group=_control["group"])
     return float(tensor.item())
 
 
@@ -203,7 +210,7 @@ def gather(context: Distributed, value: Any) -> list[Any] | None:
         return [value]
     parts: list[Any] = [None] * context.world_size if context.is_main else None
     with collective(context, "gather"):
-        dist.gather_object(value, parts, dst=0)
+        dist.gather_object(value, parts, dst=0, group=_control["group"])
     return parts
 
 

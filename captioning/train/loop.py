@@ -342,7 +342,7 @@ class Run:
 
         def agree(loss: torch.Tensor) -> distributed.Agreement:
             agreement = distributed.agree(self.context, **counts, loss=loss if own else None,
-                                          received=self.signals.received if self.signals else None, device=self.device)
+                                          received=self.signals.received if self.signals else None)
             self.agreement = agreement
             return agreement
 
@@ -416,7 +416,7 @@ class Run:
             if not early_stopped:
                 stop = self.validate() or stop
             if self.context.enabled:
-                signum = distributed.agree_signal(self.context, signals.received, device=self.device)
+                signum = distributed.agree_signal(self.context, signals.received)
                 self.agreement = distributed.Agreement(signal=signum)
             if self.stop_signal() is not None:  # validate wrote last.pt
                 return signal.Signals(self.stop_signal()).name
@@ -443,7 +443,7 @@ class Run:
         distributed.now_doing(self.context, f"validating at step {progress.step}")
         metrics = validate(self.model.validated, self.data.val, self.data.vocab, self.config, device=self.device,
                            annotations=self.data.val_annotations, context=self.context) or {}
-        value = distributed.broadcast_float(self.context, metrics.get(t.val_metric, math.nan), device=self.device)
+        value = distributed.broadcast_float(self.context, metrics.get(t.val_metric, math.nan))
         self.scheduler.step(value)
         progress.history.append({"step": progress.step, "epoch": progress.epoch, **metrics, t.val_metric: value,
                                  "lr": self.optimizer.param_groups[0]["lr"], "seconds": time.time() - self.started})
