@@ -154,28 +154,34 @@ class Agreement:
     image in its slice). finite: every process's loss was finite. empty: no process had an image.
     signal: a stop signal that any process received (SIGTERM before SIGINT), or None."""
 
+
     shares: tuple[float, float] = (1.0, 1.0)
     finite: bool = True
     empty: bool = False
     signal: int | None = None
+    unreadable: int = 0  # pairs of the global batch whose image could not be read
+    named: int = 0  # of those, images that some process met for the first time (all_gathered next)
 
 
 def agree(context: Distributed, *, words: float, images: float, loss: torch.Tensor | None,
-          received: int | None) -> Agreement:
+          received: int | None, unreadable: int = 0, named: int = 0) -> Agreement:
     """Sum across processes, in one all-reduce: the words and images of each slice, whether each
-    loss is finite, and which stop signals arrived. `loss` None: this process has nothing (it ran
-    the step on a stand-in batch so that DDP's gradient all-reduce still matches)."""
+    loss is finite, which stop signals arrived, and how many of each part's images could not be
+    read (`named`: met for the first time). `loss` None: this process has nothing (it ran the step
+    on a stand-in batch so that DDP's gradient all-reduce still matches)."""
     if not context.enabled:  # the step itself checks its own loss, in the trip that brings it to the host
-        return Agreement(signal=received)
+        return Agreement(signal=received, unreadable=unreadable, named=named)
     not_finite = 0.0 if loss is None else float(~torch.isfinite(loss.detach()))  # the step's one sync
     flags = [float(received == s) for s in SIGNALS]
-    total = torch.tensor([words, images, *flags, not_finite], dtype=torch.float64)  # [5], on the CPU (gloo)
+    total = torch.tensor([words, images, *flags, not_finite, unreadable, named],
+                         dtype=torch.float64)  # [7], on the CPU (gloo)
     with collective(context, "the step's all-reduce"):
         dist.all_reduce(total, group=_control["group"])
-    words_total, images_total, *signals, bad = total.tolist()
+    words_total, images_total, *signals, bad, unreadable_total, named_total = total.tolist()
     shares = tuple(n * context.world_size / t if t else 0.0 for n, t in ((words, words_total), (images, images_total)))
     stop = next((int(s) for s, count in zip(SIGNALS, signals) if count), None)
-    return Agreement(shares=shares, finite=bad == 0, empty=images_total == 0, signal=stop)
+    return Agreement(shares=shares, finite=bad == 0, empty=images_total == 0, signal=stop,
+                     unreadable=int(unreadable_total), named=int(named_total))
 
 
 def agree_signal(context: Distributed, received: int | None) -> int | None:
@@ -211,6 +217,16 @@ def gather(context: Distributed, value: Any) -> list[Any] | None:
     parts: list[Any] = [None] * context.world_size if context.is_main else None
     with collective(context, "gather"):
         dist.gather_object(value, parts, dst=0, group=_control["group"])
+    return parts
+
+
+def everyone(context: Distributed, value: Any) -> list[Any]:
+    """Every process's `value` (picklable), in rank order, on every process."""
+    if not context.enabled:
+        return [value]
+    parts: list[Any] = [None] * context.world_size
+    with collective(context, "all-gather"):
+        dist.all_gather_object(parts, value, group=_control["group"])
     return parts
 
 

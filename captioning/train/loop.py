@@ -305,9 +305,10 @@ class Run:
 
     def name_unreadable(self, reasons: list[str]) -> None:
         """Images the encoder on the fly could not read: each named once in the run, and the run
-        stopped when they are more than data.max_bad_images of the training images."""
+        stopped when they are more than data.max_bad_images of the training images. Under torchrun
+        every process is given every process's (Run._step), so all of them stop together."""
         new = [reason for reason in reasons if reason not in self.unreadable]
-        for reason in new:
+        for reason in new if self.context.is_main else ():
             tqdm.write(f"warning: skipping an unreadable image (from now on, quietly): {reason}", file=sys.stderr)
         self.unreadable.update(new)
         problem = too_many_unreadable("train", sorted(self.unreadable), len(self.data.train.records),
@@ -328,11 +329,14 @@ class Run:
             if self.model.average is not None:
                 self.model.average.update(self.model.decoder)
             return losses
-        self.name_unreadable(list(batch.failures))
-        self.progress.skipped_images += len(batch.failures)
+        new = [reason for reason in dict.fromkeys(batch.failures) if reason not in self.unreadable]
         own = batch.tokens.shape[0] > 0
-        if not own and not self.context.enabled:
-            return None
+        if not self.context.enabled:
+            self.name_unreadable(new)
+            self.progress.skipped_images += len(batch.failures)
+            if not own:
+                return None
+        batch_failures = batch.failures
         counts = {"words": 0.0, "images": 0.0}
         if own and self.context.enabled:  # counted before the batch moves: no wait for the device
             counts = {"words": float((batch.tokens[:, 1:] != Vocabulary.pad_id).sum()), "images": batch.tokens.shape[0]}
@@ -342,7 +346,8 @@ class Run:
 
         def agree(loss: torch.Tensor) -> distributed.Agreement:
             agreement = distributed.agree(self.context, **counts, loss=loss if own else None,
-                                          received=self.signals.received if self.signals else None)
+                                          received=self.signals.received if self.signals else None,
+                                          unreadable=len(batch_failures), named=len(new))
             self.agreement = agreement
             return agreement
 
@@ -353,6 +358,10 @@ class Run:
                             draws=self.draws(rows=batch.tokens.shape[0]))
         if self.model.average is not None:
             self.model.average.update(self.model.decoder)
+        if self.context.enabled:  # the global batch's unreadable images, the same on every process
+            self.progress.skipped_images += self.agreement.unreadable
+            if self.agreement.named:
+                self.name_unreadable([reason for part in distributed.everyone(self.context, new) for reason in part])
         return {**losses, "own": float(own)}
 
     def stand_in(self) -> Batch:

@@ -5,6 +5,7 @@ for the other until a timeout."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 from pathlib import Path
 
@@ -166,3 +167,31 @@ def test_hard_attention_with_two_samples_trains_as_in_one_process(tmp_path: Path
     assert two["reinforce"]["baseline"] == states[0]["baseline"]
     assert two["reinforce"]["baseline"] == pytest.approx(one["reinforce"]["baseline"], rel=1e-4)
     _close(one["decoder"], two["decoder"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("limit, code", [("0.0", 2), ("0.5", 0)])
+def test_unreadable_images_met_by_one_process_are_counted_and_judged_by_both(tmp_path: Path, tiny_run,
+                                                                             limit: str, code: int) -> None:
+    """With the encoder on the fly, each process meets the unreadable images of its own part; they
+    are gathered, so both processes count the same images and stop (or go on) at the same step."""
+    root = tmp_path / "data"
+    shutil.copytree(tiny_run.data_root, root, ignore=shutil.ignore_patterns("features"))
+    broken = sorted((root / "images" / "train").iterdir())[:3]
+    for path in broken:
+        path.write_bytes(path.read_bytes()[:50])  # truncated: unreadable
+    out = tmp_path / "run"
+    args = [*tiny_run.overrides, f"data.root={root}", f"train.out_dir={out}", *RUN, "train.max_steps=4",
+            "data.feature_cache=false", f"data.max_bad_images={limit}", "train.val_images=2"]
+    done = launch(2, args, cwd=tmp_path)
+    assert [d.returncode for d in done] == [code, code], [d.stderr[-2000:] for d in done]
+    if code:
+        errors = [[line for line in d.stderr.splitlines() if line.startswith("error:")] for d in done]
+        assert len(errors[0]) == 1 and errors[0] == errors[1] and "more than" in errors[0][0], errors
+        return
+    states = _ranks(out)
+    _same_model(states)
+    saved = torch.load(out / "last.pt", map_location="cpu", weights_only=True)
+    assert saved["progress"]["skipped_images"] > 0  # the global batches' count, not rank 0's alone
+    named = [line for line in done[0].stderr.splitlines() if "skipping an unreadable image" in line]
+    assert len(named) == len(set(named)) and not any("skipping" in line for line in done[1].stderr.splitlines())
