@@ -7,6 +7,9 @@
 # `make kill-check`: the full fault-injection test (10 kills of prepare-features, 20 of training).
 # `make browser-check`: after `make demo`, the demo's overlay page in headless Chromium (Debian's,
 #   installed here if missing; not part of CI): a screenshot must show the first image's overlay.
+# `make mutate`: mutation testing (mutmut, not part of CI) of the core modules listed in setup.cfg
+#   ([mutmut] only_mutate) against the fast suite; `make mutate MODULE=captioning.train.losses` runs
+#   one module's mutants. Survivors: `mutmut results`, `mutmut show <name>` (docs/testing.md).
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -14,7 +17,7 @@ DATA ?= data/shapes
 CONFIG ?= configs/shapes_soft.yaml
 RUN ?= runs/$(basename $(notdir $(CONFIG)))
 
-.PHONY: install demo test require-java test-fast lint tables browser-check kill-check clean
+.PHONY: install demo test require-java test-fast lint tables browser-check kill-check mutate clean
 
 install: $(VENV)/.installed
 
@@ -71,5 +74,12 @@ browser-check: install
 kill-check: install
 	KILLS_CACHE=10 KILLS_TRAIN=20 $(PY) -m pytest -q -s tests/train/test_kills.py
 
+# One worker by default: the machines are small, and each mutant's tests already use a core.
+MODULE ?=
+MUTATE_CHILDREN ?= 1
+mutate: install
+	OMP_NUM_THREADS=1 $(VENV)/bin/mutmut run --max-children $(MUTATE_CHILDREN) $(if $(MODULE),"$(MODULE).*")
+	$(VENV)/bin/mutmut results
+
 clean:
-	rm -rf $(VENV) runs data *.egg-info
+	rm -rf $(VENV) runs data mutants *.egg-info

@@ -4,6 +4,7 @@ reuses that cache."""
 
 from __future__ import annotations
 
+import os
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,6 +27,18 @@ from tests.tiny import COUNTS, IMAGE_SIZE, TINY
 # Every tensor here is tiny and the machines are small (2 cores): one intra-op thread avoids
 # oversubscription, which made the decoder steps several times slower when anything else ran.
 torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def mutmut_stats_stay_in_this_process():
+    """Mutation testing (`make mutate`) first runs the suite once with MUTANT_UNDER_TEST=stats to see
+    which tests call which function. A test that starts Python in a subprocess (torchrun, the
+    command line) would pass that on, and the subprocess, outside mutants/, fails to record anything.
+    mutmut keeps its own copy of the setting in this process, so the environment can drop it."""
+    if os.environ.get("MUTANT_UNDER_TEST") == "stats":
+        del os.environ["MUTANT_UNDER_TEST"]
+    yield
+
 
 @dataclass(frozen=True)
 class TinyRun:

@@ -259,11 +259,94 @@ def test_leave_one_out_uses_the_other_samples_of_the_same_caption():
     assert torch.equal(Reinforce(baseline="none").baselines(rewards, sampled), torch.zeros(6))
 
 
+def test_the_statistics_say_what_the_batch_did_and_an_unsampled_batch_moves_nothing():
+    """The statistics a run logs, each recomputed here by hand: the surrogate, the mean reward of the
+    captions that sampled, the baseline after its move, their share, the warm-up's scale at the
+    default step 0, and the mean entropy over their real steps. A batch where no caption sampled
+    leaves the baseline as it was, also before the first move."""
+    generator = torch.Generator().manual_seed(3)
+    logits = torch.randn(3, 4, V, generator=generator)
+    targets = torch.tensor([[4, 5, END, PAD], [6, 7, 8, END], [9, END, PAD, PAD]])
+    mask = (targets != PAD).float()
+    entropies = torch.rand(3, 4, generator=generator)
+    log_probs = -torch.rand(3, 4, generator=generator)
+    locations = torch.tensor([[0, 2, 1, 0], [-1, -1, -1, -1], [1, 1, 0, 0]])  # row 1: the expectation
+    reinforce = Reinforce(weight=0.5, entropy_weight=0.3, warmup=4)
+    reinforce.value = -10.0
+    loss, stats = reinforce(logits=logits, targets=targets, mask=mask, log_probs=log_probs,
+                            entropies=entropies, locations=locations)  # step left at its default, 0
+
+    def reward(n: int) -> float:
+        return sum(float(torch.log_softmax(logits[n, t], 0)[targets[n, t]]) for t in range(4) if mask[n, t])
+
+    mean_reward = (reward(0) + reward(2)) / 2
+    entropy = (float(entropies[0, :3].sum()) + float(entropies[2, :2].sum())) / 5  # 3 + 2 real sampled steps
+    assert set(stats) == {"reinforce", "reward", "baseline", "sampled", "reinforce_scale", "entropy"}
+    assert stats["reinforce"] == pytest.approx(float(loss))
+    assert stats["reward"] == pytest.approx(mean_reward, rel=1e-6)
+    assert stats["baseline"] == pytest.approx(0.9 * -10.0 + 0.1 * mean_reward, rel=1e-6)
+    assert stats["sampled"] == pytest.approx(2 / 3)
+    assert stats["reinforce_scale"] == 0.25  # min(1, (0 + 1) / 4)
+    assert stats["entropy"] == pytest.approx(entropy, rel=1e-6)
+
+    one_step = Reinforce()  # a single sampled real step: its entropy is the mean
+    _, stats = one_step(logits=logits[2:, :1], targets=torch.tensor([[END]]), mask=torch.ones(1, 1),
+                        log_probs=log_probs[2:, :1], entropies=entropies[2:, :1], locations=locations[2:, :1])
+    assert stats["entropy"] == pytest.approx(float(entropies[2, 0]))
+
+    nothing = torch.full((3, 4), -1)
+    for before in (None, -10.0):
+        unmoved = Reinforce()
+        unmoved.value = before
+        _, stats = unmoved(logits=logits, targets=targets, mask=mask, log_probs=log_probs, entropies=entropies,
+                           locations=nothing)
+        assert unmoved.value == before
+        assert stats["baseline"] == (0.0 if before is None else before) and stats["sampled"] == 0.0
+
+
+def test_from_config_passes_every_setting():
+    from captioning.config import ReinforceConfig
+
+    settings = {"weight": 0.7, "entropy_weight": 0.2, "baseline": "leave_one_out", "baseline_decay": 0.5,
+                "samples": 3, "warmup": 5}
+    reinforce = Reinforce.from_config(ReinforceConfig(**settings))
+    assert (reinforce.weight, reinforce.entropy_weight, reinforce.baseline, reinforce.decay, reinforce.samples,
+            reinforce.warmup) == tuple(settings.values())
+
+
+def test_the_moving_average_baseline_ignores_the_other_samples_of_a_caption():
+    """With several samples per caption and the paper's baseline, every row's b is the moving average,
+    not the mean of its caption's other samples (that is leave_one_out)."""
+    reinforce = Reinforce(baseline="moving_average", samples=2)
+    reinforce.value = -20.0
+    rewards, sampled = torch.tensor([-1.0, -3.0, -5.0, -7.0]), torch.ones(4, dtype=torch.bool)
+    torch.testing.assert_close(reinforce.baselines(rewards, sampled), torch.full((4,), -20.0))
+
+
 def test_reinforce_options_are_checked():
     with pytest.raises(ValueError, match="baseline"):
         Reinforce(baseline="critic")
     with pytest.raises(ValueError, match="at least 2"):
         Reinforce(baseline="leave_one_out", samples=1)
+
+
+def test_the_defaults_are_the_papers_and_the_option_errors_say_exactly_what_is_wrong():
+    """Sec. 4.1: lambda_r = 1, no entropy term, the moving average b <- 0.9 b + 0.1 r, one sample, no
+    warm-up (both terms count fully from the first step)."""
+    paper = Reinforce()
+    assert (paper.weight, paper.entropy_weight, paper.baseline, paper.decay, paper.samples, paper.warmup) == (
+        1.0, 0.0, "moving_average", 0.9, 1, 0)
+    assert paper.scale(0) == 1.0
+    with pytest.raises(ValueError) as unknown:
+        Reinforce(baseline="critic")
+    assert str(unknown.value) == "unknown baseline 'critic' (known: none, moving_average, leave_one_out)"
+    with pytest.raises(ValueError) as none:
+        Reinforce(samples=0)
+    assert str(none.value) == "the moving_average baseline cannot use 0 sample(s) per caption"
+    with pytest.raises(ValueError) as lone:
+        Reinforce(baseline="leave_one_out", samples=1)
+    assert str(lone.value) == ("the leave_one_out baseline cannot use 1 sample(s) per caption"
+                               " (leave_one_out needs at least 2)")
 
 
 def test_hard_attention_training_keeps_the_baseline_in_checkpoints_and_resumes_exactly(tmp_path, tiny_config):
