@@ -8,6 +8,7 @@ surrogate. SGD with lr=1, no momentum and no effective clipping makes the update
 from __future__ import annotations
 
 import copy
+import math
 
 import pytest
 import torch
@@ -18,7 +19,8 @@ from captioning.model.attention import HardAttention, SoftAttention, set_trainin
 from captioning.model.decoder import AttentionDecoder
 from captioning.model.scores import AdditiveScore
 from captioning.train.losses import Reinforce
-from captioning.train.step import train_step
+from captioning.train.distributed import Agreement
+from captioning.train.step import row_draws, stand_in_batch, train_step
 
 B, L, D, H, V = 4, 9, 8, 16, 12
 PAD, START, END = Vocabulary.pad_id, Vocabulary.start_id, Vocabulary.end_id
@@ -101,3 +103,121 @@ def test_one_step_moves_the_weights_by_the_gradient_of_the_documented_objective(
         if ds_gradient is not None:
             moved = max(moved, float(ds_gradient.abs().max()))
     assert moved > 1e-2  # the doubly stochastic term moves the weights far beyond the tolerance
+
+
+def terms_by_hand(decoder: AttentionDecoder, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+    """(cross-entropy, doubly stochastic term) of soft attention, from objective_by_hand."""
+    objective, ds_part, _ = objective_by_hand(decoder, batch, hard=False)
+    return objective - ds_part, ds_part / DS_WEIGHT
+
+
+def test_the_agreed_shares_weight_the_terms_and_the_returned_losses_stay_this_processs_own() -> None:
+    """Under torchrun the update is words_share * xe + lambda * images_share * ds; the losses
+    reported (and the one handed to `agree`) are the unweighted local ones."""
+    decoder, batch = make_decoder("soft"), make_batch()
+    reference = copy.deepcopy(decoder)
+    before = {name: p.detach().clone() for name, p in decoder.named_parameters()}
+    handed = []
+
+    def agree(loss: torch.Tensor) -> Agreement:
+        handed.append(float(loss.detach()))
+        return Agreement(shares=(0.5, 0.25))  # unequal, so that swapping them shows
+
+    optimizer = torch.optim.SGD(decoder.parameters(), lr=1.0)
+    result = train_step(decoder, batch, optimizer, grad_clip=1e9, ds_weight=DS_WEIGHT, ds_target="one", agree=agree)
+
+    xe, ds = terms_by_hand(reference, batch)
+    local = float((xe + DS_WEIGHT * ds).detach())
+    assert handed == [pytest.approx(local, rel=1e-5)]
+    assert result["loss"] == pytest.approx(local, rel=1e-5)
+    assert result["xe"] == pytest.approx(float(xe.detach()), rel=1e-5)
+    assert result["ds"] == pytest.approx(float(ds.detach()), rel=1e-5)
+    assert result["skipped"] == 0.0
+    weighted = 0.5 * xe + DS_WEIGHT * 0.25 * ds
+    gradients = torch.autograd.grad(weighted, list(reference.parameters()), allow_unused=True)
+    for (name, param), gradient in zip(decoder.named_parameters(), gradients):
+        expected = torch.zeros_like(param) if gradient is None else gradient
+        torch.testing.assert_close(before[name] - param.detach(), expected, rtol=1e-4, atol=1e-6, msg=name)
+
+
+@pytest.mark.parametrize("agreement", [Agreement(finite=False), Agreement(empty=True)],
+                         ids=["another-process-not-finite", "no-process-has-an-image"])
+@pytest.mark.parametrize("scaled", [False, True])
+def test_an_agreed_skip_moves_no_weight_and_leaves_the_scaler_alone(agreement: Agreement, scaled: bool) -> None:
+    """This process's own loss and gradients are finite, yet the processes agreed to skip: no update,
+    the gradients dropped, and a GradScaler neither steps nor updates its scale."""
+    decoder, batch = make_decoder("soft"), make_batch()
+    before = {name: p.detach().clone() for name, p in decoder.named_parameters()}
+    optimizer = torch.optim.SGD(decoder.parameters(), lr=1.0)
+    # growth_interval=1: an update after finite gradients would double the scale at once
+    scaler = torch.amp.GradScaler("cpu", init_scale=4.0, growth_interval=1) if scaled else None
+    result = train_step(decoder, batch, optimizer, grad_clip=1e9, ds_weight=DS_WEIGHT, ds_target="one",
+                        scaler=scaler, agree=lambda loss: agreement)
+    assert result["skipped"] == 1.0
+    assert math.isfinite(result["loss"]) and math.isfinite(result["grad_norm"])
+    for name, param in decoder.named_parameters():
+        assert torch.equal(param.detach(), before[name]), name
+        assert param.grad is None, name
+    if scaled:
+        assert scaler.get_scale() == 4.0
+
+
+def test_a_scaled_step_that_is_not_skipped_steps_and_updates_the_scaler() -> None:
+    """The control of the test above: the same step agreed finite moves the weights by the
+    unscaled gradient and grows the scale."""
+    decoder, batch = make_decoder("soft"), make_batch()
+    reference = copy.deepcopy(decoder)
+    before = {name: p.detach().clone() for name, p in decoder.named_parameters()}
+    optimizer = torch.optim.SGD(decoder.parameters(), lr=1.0)
+    scaler = torch.amp.GradScaler("cpu", init_scale=4.0, growth_interval=1)
+    result = train_step(decoder, batch, optimizer, grad_clip=1e9, ds_weight=DS_WEIGHT, ds_target="one",
+                        scaler=scaler, agree=lambda loss: Agreement())
+    assert result["skipped"] == 0.0
+    assert scaler.get_scale() == 8.0
+    xe, ds = terms_by_hand(reference, batch)
+    gradients = torch.autograd.grad(xe + DS_WEIGHT * ds, list(reference.parameters()), allow_unused=True)
+    for (name, param), gradient in zip(decoder.named_parameters(), gradients):
+        expected = torch.zeros_like(param) if gradient is None else gradient
+        torch.testing.assert_close(before[name] - param.detach(), expected, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_the_stand_in_batch_is_one_blank_image_captioned_start_end() -> None:
+    features = stand_in_batch(annotations=(L, D))
+    assert features.annotations.shape == (1, L, D) and not features.annotations.any()
+    assert features.images is None
+    assert features.tokens.tolist() == [[START, END]]
+    assert features.lengths.tolist() == [2]
+    pixels = stand_in_batch(images=(3, 32, 32))
+    assert pixels.images.shape == (1, 3, 32, 32) and not pixels.images.any()
+    assert pixels.annotations is None
+    assert pixels.tokens.tolist() == [[START, END]] and pixels.lengths.tolist() == [2]
+
+
+def test_row_draws_do_not_depend_on_how_the_batch_is_split() -> None:
+    """Every process draws the global batch's rows from (seed, step) and keeps its own: the parts,
+    put together, are the draws of one process holding the whole batch."""
+    whole = row_draws(seed=3, step=5, size=5, start=0, rows=5, samples=2, width=4)
+    assert whole.shape == (10, 5)
+    assert ((whole >= 0) & (whole < 1)).all()
+    parts = [row_draws(seed=3, step=5, size=5, start=start, rows=rows, samples=2, width=4)
+             for start, rows in ((0, 2), (2, 0), (2, 3))]
+    assert [part.shape[0] for part in parts] == [4, 0, 6]
+    assert torch.equal(torch.cat(parts), whole)
+    # a slice past the global batch (a stand-in's row) still gets rows of its own, the ones a larger
+    # batch would have there
+    beyond = row_draws(seed=3, step=5, size=5, start=5, rows=1, samples=2, width=4)
+    larger = row_draws(seed=3, step=5, size=6, start=0, rows=6, samples=2, width=4)
+    assert beyond.shape == (2, 5)
+    assert torch.equal(beyond, larger[10:])
+    assert torch.equal(larger[:10], whole)
+
+
+def test_row_draws_change_with_the_step_and_the_seed_and_repeat_with_both() -> None:
+    def draws(seed: int, step: int) -> torch.Tensor:
+        return row_draws(seed=seed, step=step, size=3, start=0, rows=3, samples=1, width=2)
+
+    assert torch.equal(draws(0, 0), draws(0, 0))
+    others = [draws(0, 1), draws(1, 0), draws(1, 1), draws(2, 0)]
+    for other in others:
+        assert not torch.equal(other, draws(0, 0))
+    assert not torch.equal(draws(1, 0), draws(0, 1))  # seed and step are not interchangeable
