@@ -20,7 +20,7 @@ from captioning.model.decoder import AttentionDecoder
 from captioning.model.scores import AdditiveScore
 from captioning.train.losses import Reinforce
 from captioning.train.distributed import Agreement
-from captioning.train.step import row_draws, stand_in_batch, train_step
+from captioning.train.step import apply_gradients, row_draws, stand_in_batch, train_step
 
 B, L, D, H, V = 4, 9, 8, 16, 12
 PAD, START, END = Vocabulary.pad_id, Vocabulary.start_id, Vocabulary.end_id
@@ -221,3 +221,48 @@ def test_row_draws_change_with_the_step_and_the_seed_and_repeat_with_both() -> N
     for other in others:
         assert not torch.equal(other, draws(0, 0))
     assert not torch.equal(draws(1, 0), draws(0, 1))  # seed and step are not interchangeable
+
+
+def linear_objective(scale: float = 1.0) -> tuple[torch.nn.Parameter, torch.Tensor, torch.Tensor]:
+    """A weight w, the objective sum(w * x) (its gradient is x, by hand) and x."""
+    weight = torch.nn.Parameter(torch.tensor([1.0, -2.0, 0.5]))
+    x = torch.tensor([0.25, 1.0, -0.5]) * scale
+    return weight, (weight * x).sum(), x
+
+
+def test_apply_gradients_steps_by_the_gradient_and_returns_its_norm() -> None:
+    weight, objective, x = linear_objective()
+    optimizer = torch.optim.SGD([weight], lr=1.0)
+    norm, skipped = apply_gradients(objective.detach(), objective, [weight], optimizer, grad_clip=1e9)
+    assert not skipped
+    assert float(norm) == pytest.approx(float(x.norm()), rel=1e-6)
+    torch.testing.assert_close(weight.detach(), torch.tensor([1.0, -2.0, 0.5]) - x)
+
+
+def test_apply_gradients_with_a_scaler_steps_by_the_true_gradient_and_updates_the_scale() -> None:
+    weight, objective, x = linear_objective()
+    optimizer = torch.optim.SGD([weight], lr=1.0)
+    # growth_interval=1: one finite step doubles the scale, so a scaler that was not updated shows
+    scaler = torch.amp.GradScaler("cpu", init_scale=4.0, growth_interval=1)
+    norm, skipped = apply_gradients(objective.detach(), objective, [weight], optimizer, grad_clip=1e9, scaler=scaler)
+    assert not skipped
+    assert float(norm) == pytest.approx(float(x.norm()), rel=1e-6)  # the norm of the unscaled gradient
+    torch.testing.assert_close(weight.detach(), torch.tensor([1.0, -2.0, 0.5]) - x)
+    assert scaler.get_scale() == 8.0
+
+
+def test_apply_gradients_skips_on_a_non_finite_loss_even_with_finite_gradients() -> None:
+    """The reported loss can be non-finite while the objective's gradient is not (scst's rewards)."""
+    weight, objective, _ = linear_objective()
+    optimizer = torch.optim.SGD([weight], lr=1.0)
+    norm, skipped = apply_gradients(torch.tensor(float("nan")), objective, [weight], optimizer, grad_clip=1e9)
+    assert skipped and math.isfinite(float(norm))
+    assert weight.detach().tolist() == [1.0, -2.0, 0.5] and weight.grad is None
+
+
+def test_apply_gradients_skips_on_non_finite_gradients_even_with_a_finite_loss() -> None:
+    weight, objective, _ = linear_objective(scale=float("inf"))
+    optimizer = torch.optim.SGD([weight], lr=1.0)
+    norm, skipped = apply_gradients(torch.tensor(0.0), objective, [weight], optimizer, grad_clip=1e9)
+    assert skipped and not math.isfinite(float(norm))
+    assert weight.detach().tolist() == [1.0, -2.0, 0.5] and weight.grad is None
