@@ -353,10 +353,6 @@ class EncodedImages:
         view.offset, view.named = self.offset + start, self.named
         return view
 
-    def head(self, count: int) -> EncodedImages:
-        """The first `count` images (see `part`)."""
-        return self.part(0, count)
-
     @torch.no_grad()
     def __getitem__(self, key: slice) -> np.ndarray:
         if not isinstance(key, slice):

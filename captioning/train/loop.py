@@ -5,7 +5,7 @@ Notation: B batch, T caption steps, L grid cells, D channels, S input side.
     fit(config)
       Hardware.setup         where it computes: device, processes, precision (hardware.py)
       Run.start              the checkpoint to resume (or warm-start from), the data, build_model,
-                             build_optimizer, restore (or warm_start)
+                             build_optimizer (build.py), restore (or warm_start)
       Run.fit                epochs of Run.step (one optimizer step: step.py), Run.validate after each
                              epoch (and every train.eval_every_steps), checkpoints (checkpoint.py)
 
@@ -43,15 +43,11 @@ from captioning.data.karpathy import too_many_unreadable
 from captioning.data.loading import RunData, load_run_data
 from captioning.data.mirror import mirror_batches
 from captioning.data.sampling import epoch_batches, rank_batches
-from captioning.data.splits import uses_feature_cache
 from captioning.data.vocab import Vocabulary
-from captioning.model.captioner import build_decoder
-from captioning.model.decoder import AttentionDecoder
-from captioning.model.encoder import Encoder
 from captioning.progress import bar
 from captioning.train import distributed
+from captioning.train.build import Model, build_encoder, build_model, build_optimizer
 from captioning.train.checkpoint import load_checkpoint, save_checkpoint
-from captioning.train.extras.averaging import WeightAverage
 from captioning.train.extras.word_weights import word_weight_vector
 from captioning.train.hardware import Hardware
 from captioning.train.lock import run_folder
@@ -78,58 +74,6 @@ class Progress:
     skipped_steps: int = 0  # steps not applied because their loss or gradient was not finite
     bad_steps_in_a_row: int = 0
     seconds: float = 0.0  # wall-clock seconds trained up to this point, summed over resumed runs
-
-
-@dataclass
-class Model:
-    """What a run trains, and what it validates and keeps."""
-
-    decoder: AttentionDecoder
-    encoder: Encoder | None  # runs on the fly: fine-tuned, or the cache is off
-    average: WeightAverage | None  # train.ema_decay (train/extras/averaging.py)
-    grid: tuple[int, int]  # (Hg, Wg) of the annotations
-    annotation_dim: int
-
-    @property
-    def validated(self) -> nn.Module:
-        """The decoder that is validated and saved as "decoder": the weights' average where there is one."""
-        return self.decoder if self.average is None else self.average.module
-
-
-def build_encoder(config: Config, device: torch.device) -> Encoder | None:
-    """The encoder, where it runs on the fly; None where training reads cached annotations."""
-    return None if uses_feature_cache(config) else Encoder.from_config(config.encoder).to(device)
-
-
-def build_model(config: Config, data: RunData, encoder: Encoder | None, device: torch.device) -> Model:
-    """The decoder for the data's annotations (their grid and width), and the weights' average."""
-    t = config.train
-    if encoder is not None:  # the grid the encoder gives at this input size
-        with torch.no_grad():
-            side = config.data.image_size
-            grid = encoder.eval()(torch.zeros(1, 3, side, side, device=device))[1]
-        data.val.grid = data.train.grid = grid
-        annotation_dim = encoder.dim
-    else:
-        grid, annotation_dim = data.train.grid, data.train.annotations.shape[2]
-    torch.manual_seed(t.seed)  # the initial weights follow train.seed, whatever the data work drew
-    decoder = build_decoder(config.model, vocab_size=len(data.vocab), annotation_dim=annotation_dim, grid=grid,
-                            captions_per_image=t.reinforce.samples).to(device)
-    average = WeightAverage(decoder, decay=t.ema_decay) if t.ema_decay else None
-    return Model(decoder, encoder, average, grid, annotation_dim)
-
-
-def build_optimizer(config: Config, model: Model) -> tuple[torch.optim.Optimizer, Any]:
-    """The optimizer (the encoder's trained stages at their own rate) and the plateau schedule."""
-    t = config.train
-    groups = [{"params": list(model.decoder.parameters()), "lr": t.lr}]
-    if model.encoder is not None and model.encoder.trainable:
-        groups.append({"params": [p for p in model.encoder.parameters() if p.requires_grad], "lr": config.encoder.lr})
-    # Adam's fused kernel updates every parameter in one pass (CPU and CUDA; docs/benchmarks.md).
-    optimizer = torch.optim.Adam(groups, fused=True) if t.optimizer == "adam" else torch.optim.RMSprop(groups)
-    scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, mode="max", factor=t.lr_decay,
-                                                           patience=t.lr_patience)
-    return optimizer, scheduler
 
 
 class Run:
@@ -173,9 +117,7 @@ class Run:
             vocab_words = warm_vocabulary(config, source, t.init_from)
         torch.manual_seed(t.seed)  # before any model is built
         random.seed(t.seed)
-        encoder = build_encoder(config, device)
-        if encoder is not None:  # fine-tuned batch-norm stages see the global batch's statistics
-            encoder = distributed.sync_batch_norm(encoder, hardware.context, device=device)
+        encoder = build_encoder(config, device, hardware.context)
         data = load_run_data(config, vocab_words=vocab_words, encoder=encoder, context=hardware.context,
                              device=device)
         model = build_model(config, data, encoder, device)
@@ -375,10 +317,9 @@ class Run:
         stepped (step.row_draws); None for soft attention, which samples nothing."""
         if self.reinforce is None:
             return None
-        context = self.context
-        return row_draws(seed=self.config.train.seed, step=self.progress.step,
-                         size=self.global_sizes[self.progress.batch_in_epoch],
-                         start=self.global_sizes[self.progress.batch_in_epoch] * context.rank // context.world_size,
+        size = self.global_sizes[self.progress.batch_in_epoch]
+        start, _ = self.context.shard(size)  # where this process's part of the batch begins
+        return row_draws(seed=self.config.train.seed, step=self.progress.step, size=size, start=start,
                          rows=rows, samples=self.reinforce.samples,
                          width=self.config.data.max_caption_length + 2).to(self.device, non_blocking=True)
 

@@ -1,0 +1,75 @@
+"""What a run trains, built from its config and data: the encoder (where it runs on the fly), the
+decoder and its weights' average, the optimizer and the learning-rate schedule (captioning.train.loop
+builds a run from these, then restores or warm-starts them)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from captioning.config import Config
+from captioning.data.loading import RunData
+from captioning.data.splits import uses_feature_cache
+from captioning.model.captioner import build_decoder
+from captioning.model.decoder import AttentionDecoder
+from captioning.model.encoder import Encoder
+from captioning.train import distributed
+from captioning.train.extras.averaging import WeightAverage
+
+
+@dataclass
+class Model:
+    """What a run trains, and what it validates and keeps."""
+
+    decoder: AttentionDecoder
+    encoder: Encoder | None  # runs on the fly: fine-tuned, or the cache is off
+    average: WeightAverage | None  # train.ema_decay (train/extras/averaging.py)
+    grid: tuple[int, int]  # (Hg, Wg) of the annotations
+    annotation_dim: int
+
+    @property
+    def validated(self) -> nn.Module:
+        """The decoder that is validated and saved as "decoder": the weights' average where there is one."""
+        return self.decoder if self.average is None else self.average.module
+
+
+def build_encoder(config: Config, device: torch.device, context: distributed.Distributed) -> Encoder | None:
+    """The encoder, where it runs on the fly; None where training reads cached annotations. Under
+    DDP on GPUs its fine-tuned batch-norm stages see the global batch's statistics (SyncBatchNorm)."""
+    if uses_feature_cache(config):
+        return None
+    return distributed.sync_batch_norm(Encoder.from_config(config.encoder).to(device), context, device=device)
+
+
+def build_model(config: Config, data: RunData, encoder: Encoder | None, device: torch.device) -> Model:
+    """The decoder for the data's annotations (their grid and width), and the weights' average."""
+    t = config.train
+    if encoder is not None:  # the grid the encoder gives at this input size
+        with torch.no_grad():
+            side = config.data.image_size
+            grid = encoder.eval()(torch.zeros(1, 3, side, side, device=device))[1]
+        data.val.grid = data.train.grid = grid
+        annotation_dim = encoder.dim
+    else:
+        grid, annotation_dim = data.train.grid, data.train.annotations.shape[2]
+    torch.manual_seed(t.seed)  # the initial weights follow train.seed, whatever the data work drew
+    decoder = build_decoder(config.model, vocab_size=len(data.vocab), annotation_dim=annotation_dim, grid=grid,
+                            captions_per_image=t.reinforce.samples).to(device)
+    average = WeightAverage(decoder, decay=t.ema_decay) if t.ema_decay else None
+    return Model(decoder, encoder, average, grid, annotation_dim)
+
+
+def build_optimizer(config: Config, model: Model) -> tuple[torch.optim.Optimizer, Any]:
+    """The optimizer (the encoder's trained stages at their own rate) and the plateau schedule."""
+    t = config.train
+    groups = [{"params": list(model.decoder.parameters()), "lr": t.lr}]
+    if model.encoder is not None and model.encoder.trainable:
+        groups.append({"params": [p for p in model.encoder.parameters() if p.requires_grad], "lr": config.encoder.lr})
+    # Adam's fused kernel updates every parameter in one pass (CPU and CUDA; docs/benchmarks.md).
+    optimizer = torch.optim.Adam(groups, fused=True) if t.optimizer == "adam" else torch.optim.RMSprop(groups)
+    scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, mode="max", factor=t.lr_decay,
+                                                           patience=t.lr_patience)
+    return optimizer, scheduler
