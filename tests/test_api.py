@@ -16,7 +16,7 @@ import torch
 from PIL import Image
 
 from captioning import Captioned, Captioner, Unreadable
-from captioning.api import coco_image_id, find_images, read_list
+from captioning.api import coco_image_id, find_images, read_list, reading_workers
 from captioning.config import ConfigError
 from captioning.data.images import ImageReadError, load_image, to_tensor
 from captioning.train.checkpoint import CheckpointError, captioner_from_checkpoint
@@ -122,6 +122,24 @@ def test_overlay_and_grid_are_drawn_on_the_image(captioner, photos) -> None:
     assert result.to_json() == {"image": str(photos[2]), "caption": result.caption, "tokens": result.tokens}
 
 
+def test_grid_tiles_the_image_then_each_words_overlay_224_wide_in_rows_of_5() -> None:
+    image = Image.new("RGB", (448, 224), (90, 120, 150))  # twice as wide as tall
+    alphas = np.random.default_rng(0).dirichlet(np.ones(8), size=6).reshape(6, 2, 4)  # 6 words on a 2x4 grid
+    result = Captioned(source="<image 0>", tokens=["a", "red", "circle", "left", "of", "it"], alphas=alphas,
+                       score=-1.0, locations=[0, 1, 2, 3, 4, 5], _image=image)
+    grid = result.grid()
+    assert grid.size == (5 * 224, 2 * 112)  # 7 tiles (the image, 6 words) of 224x112, 5 to a row
+    for word, (column, row) in enumerate([(1, 0), (4, 0), (0, 1)]):  # tile word + 1
+        tile = grid.crop((column * 224, row * 112, (column + 1) * 224, (row + 1) * 112))
+        expected = result.overlay(word=[0, 3, 4][word]).resize((224, 112), Image.BILINEAR)  # outlined cell
+        assert np.array_equal(np.asarray(tile), np.asarray(expected))
+    assert np.array_equal(np.asarray(result.overlay(word=-6)), np.asarray(result.overlay(word=0)))
+    with pytest.raises(IndexError, match=r"^word 6 of a 6-word caption$"):
+        result.overlay(word=6)
+    with pytest.raises(IndexError, match=r"^word -7 of a 6-word caption$"):
+        result.overlay(word=-7)
+
+
 def test_overlays_of_a_large_photo_are_drawn_on_a_smaller_copy(captioner, photos, tmp_path: Path) -> None:
     big = tmp_path / "big.jpg"
     Image.open(photos[0]).convert("RGB").resize((3000, 2000)).save(big)
@@ -198,10 +216,17 @@ def test_find_images_takes_files_folders_globs_in_order(tmp_path: Path) -> None:
     assert find_images([f"{root}/missing.jpg", f"{root}/none*.jpg"]) == [f"{root}/missing.jpg", f"{root}/none*.jpg"]
 
 
+@pytest.mark.parametrize(("cores", "workers"), [(None, 0), (1, 0), (4, 0), (5, 1), (8, 2), (12, 3), (16, 4),
+                                                 (17, 4), (64, 4)])
+def test_reading_workers_none_up_to_four_cores_then_one_per_four_up_to_four(cores, workers, monkeypatch) -> None:
+    monkeypatch.setattr("os.cpu_count", lambda: cores)
+    assert reading_workers() == workers
+
+
 def test_read_list_skips_blank_lines_and_comments(tmp_path: Path) -> None:
     listing = tmp_path / "list.txt"
-    listing.write_text("# photos\na.jpg\n\n  b/c.png  \n")
-    assert read_list(listing) == ["a.jpg", "b/c.png"]
+    listing.write_text("# photos\na.jpg\n\n  b/c.png  \n    # an indented comment\nété/d.jpg\n", encoding="utf-8")
+    assert read_list(listing) == ["a.jpg", "b/c.png", "été/d.jpg"]
     with pytest.raises(ImageReadError, match="missing.txt"):
         read_list(tmp_path / "missing.txt")
 

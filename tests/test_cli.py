@@ -16,7 +16,8 @@ import torch
 from PIL import Image
 
 import captioning.train.loop as training
-from captioning.cli import main, train_main
+from captioning.cli import _guarded, main, train_main
+from captioning.data.shapes.scenes import make_shapes
 from captioning.model.extras.glimpses import TwoGlimpses
 from captioning.model.extras.layout import LayoutSummary
 from captioning.train.checkpoint import captioner_from_checkpoint
@@ -202,7 +203,7 @@ def test_caption_quiet_draws_no_bar(tiny_run, images, capsys, monkeypatch) -> No
 def test_caption_coco_ids_json_and_results_file(tiny_run, images, tmp_path: Path, capsys) -> None:
     coco = tmp_path / "COCO_val2014_000000391895.jpg"
     shutil.copy(images["jpeg"], coco)
-    results = tmp_path / "out" / "results.json"
+    results = tmp_path / "out" / "val" / "results.json"  # folders that do not exist yet
     code = main(["caption", str(coco), images["png"], "--checkpoint", str(tiny_run.checkpoint), "--json",
                  "--coco-results", str(results)])
     captured = capsys.readouterr()
@@ -211,6 +212,9 @@ def test_caption_coco_ids_json_and_results_file(tiny_run, images, tmp_path: Path
     assert records[0]["image_id"] == 391895 and "image_id" not in records[1]
     assert json.loads(results.read_text()) == [{"image_id": 391895, "caption": records[0]["caption"]}]
     assert "1 images left out" in captured.err and images["png"] in captured.err
+    again = results.with_name("again.json")  # into the folder the first run made
+    assert main(["caption", str(coco), "--checkpoint", str(tiny_run.checkpoint), "--coco-results", str(again)]) == 0
+    assert json.loads(again.read_text()) == json.loads(results.read_text())
 
 
 def test_caption_overrides_what_inference_may_change_and_refuses_the_rest(tiny_run, images, capsys) -> None:
@@ -247,6 +251,37 @@ def test_overlay_page_references_only_files_that_exist(tiny_run, images, tmp_pat
                 assert gif.n_frames == len(record["tokens"])
 
 
+# the guard every command runs under ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("quiet", [True, False, None])
+def test_an_expected_error_is_one_line_on_stderr_and_exit_2(quiet, monkeypatch, capsys) -> None:
+    import argparse
+
+    from captioning.train.checkpoint import CheckpointError
+
+    monkeypatch.setenv("CAPTIONING_QUIET", "0")
+    seen = []
+
+    def command(args):
+        seen.append(args)
+        raise CheckpointError("runs/x/last.pt: checkpoint not found")
+    args = argparse.Namespace() if quiet is None else argparse.Namespace(quiet=quiet)  # None: a command without --quiet
+    assert _guarded(command)(args) == 2
+    assert seen == [args]
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == "error: runs/x/last.pt: checkpoint not found\n"
+    assert os.environ["CAPTIONING_QUIET"] == ("1" if quiet else "0")
+
+
+def test_the_guard_returns_what_the_command_returns_and_lets_other_errors_through() -> None:
+    import argparse
+
+    assert _guarded(lambda args: 7)(argparse.Namespace(quiet=False)) == 7
+    with pytest.raises(KeyError):  # a bug is not an expected error: its traceback is shown
+        _guarded(lambda args: {}["missing"])(argparse.Namespace(quiet=False))
+
+
 # make-shapes ---------------------------------------------------------------------------------------
 
 
@@ -264,6 +299,19 @@ def test_make_shapes_command(tmp_path: Path, capsys) -> None:
     for path in pictures:
         with Image.open(path) as picture:
             assert picture.size == (64, 64)
+
+
+def test_make_shapes_command_uses_the_seed_it_is_given(tmp_path: Path, capsys) -> None:
+    sizes = ["--train", "2", "--val", "1", "--test", "1", "--image-size", "64"]
+    for name, seed in (("a", "5"), ("b", "5"), ("c", "6")):
+        assert main(["make-shapes", "--out", str(tmp_path / name), "--seed", seed, *sizes]) == 0
+    capsys.readouterr()
+
+    def captions(name: str) -> str:
+        return (tmp_path / name / "captions_train.json").read_text()
+    assert captions("a") == captions("b") != captions("c")
+    assert make_shapes(tmp_path / "direct", {"train": 2, "val": 1, "test": 1}, seed=5, image_size=64)
+    assert captions("direct") == captions("a")
 
 
 def test_make_shapes_command_takes_the_training_mix_of_object_counts(tmp_path: Path, capsys) -> None:

@@ -12,7 +12,7 @@ import torch
 
 from captioning.config import ConfigError, from_dict, load_config
 from captioning.model.decoding import decode
-from captioning.train.checkpoint import FORMAT_VERSION, decoder_from_checkpoint, load_checkpoint
+from captioning.train.checkpoint import FORMAT_VERSION, decoder_from_checkpoint, load_checkpoint, migrate_v1
 from captioning.train.loop import Run, fit
 from tests.tiny import REPO, TINY
 
@@ -83,3 +83,17 @@ def test_training_resumes_from_a_format1_checkpoint_as_the_old_code_did(name, tm
     losses = [entry["loss"] for entry in log if "loss" in entry and entry["step"] > 4]
     torch.testing.assert_close(torch.tensor(losses, dtype=torch.float64), EXPECTED[name]["resumed_losses"],
                                rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(("model", "index"), [({"unit_annotations": True}, 1), ({"unit_annotations": False}, 0),
+                                              ({}, 0)])
+def test_a_format1_learned_position_becomes_attentions_first_input_or_second_after_unit_annotations(model, index):
+    """Format 1 kept the learned position under attention.position; format 2 lists attention's inputs,
+    the unit-norm rescaling first where it is on (extras/unit_annotations.py), so the position is input 1 there."""
+    weight = torch.randn(4, 3)
+    payload = {"format_version": 1, "config": {"model": dict(model)}, "vocab": [], "grid": [2, 2],
+               "decoder": {"attention.position.weight": weight, "attention.score.w": torch.zeros(1)}}
+    migrated = migrate_v1(payload)
+    assert set(migrated["decoder"]) == {f"attention.inputs.{index}.weight", "attention.score.w"}
+    assert migrated["decoder"][f"attention.inputs.{index}.weight"] is weight
+    assert migrated["config"]["model"].get("extras", {}).get("unit_annotations", False) == bool(index)

@@ -1,0 +1,63 @@
+"""`captioning inspect`'s lines (checkpoint.describe) for payloads built by hand: every line written
+out in full here, so a field shown under another's name, a part left out or a wrong default fails."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from captioning.config import load_config
+from captioning.train.checkpoint import CheckpointError, describe
+
+
+def _payload(**extra) -> dict:
+    config = load_config(None, ["model.embed_dim=96", "model.hidden_dim=160", "model.attention_dim=48",
+                                "data.image_size=192", "train.val_metric=Bleu_4"])
+    return {"format_version": 2, "config": config.to_dict(), "vocab": ["<pad>", "<start>", "<end>", "a", "b"],
+            "grid": [12, 7], **extra,
+            "decoder": {"embed.weight": torch.zeros(5, 96), "steps": torch.zeros((), dtype=torch.long)}}
+
+
+def _tensor(name: str, shape: tuple, dtype: str) -> str:
+    return f"    {name.ljust(44)} {str(shape).ljust(18)} {dtype}"
+
+
+def test_describe_names_each_field_from_its_own_setting() -> None:
+    payload = _payload(progress={"step": 321, "epoch": 4, "best_metric": 0.123456, "seconds": 5400.0},
+                       training_decoder={"embed.weight": torch.zeros(5, 96, dtype=torch.float16)},
+                       encoder={"conv.weight": torch.zeros(8, 3, 3, 3), "note": "not a tensor"},
+                       optimizer={}, scheduler={}, rng={})
+    assert describe(payload, "runs/x/best.pt") == [
+        "runs/x/best.pt: captioning checkpoint, format 2",
+        "  data        shapes at 192px, grid 12x7, vocabulary of 5 words",
+        "  encoder     efficientnet_lite0 stride16",
+        "  model       soft attention, additive score, embed 96, hidden 160, attention 48",
+        "  training    xe, step 321, epoch 4, best Bleu_4 0.1235, 1.50 h trained",
+        "  decoder: 2 tensors, 481 numbers",
+        _tensor("embed.weight", (5, 96), "float32"),
+        _tensor("steps", (), "int64"),
+        "  training_decoder: 1 tensors, 480 numbers",
+        _tensor("embed.weight", (5, 96), "float16"),
+        "  encoder: 1 tensors, 216 numbers",
+        _tensor("conv.weight", (8, 3, 3, 3), "float32"),
+        "  resumable   yes (optimizer, scheduler, rng)",
+    ]
+
+
+def test_describe_without_progress_or_optimizer_state_says_so() -> None:
+    payload = _payload(rng={})
+    payload["config"]["encoder"]["fine_tune_from"] = "block4"
+    lines = describe(payload, "last.pt")
+    assert lines[2] == "  encoder     efficientnet_lite0 stride16, fine-tuned from block4"
+    assert lines[4] == "  training    xe, step ?, epoch ?, best Bleu_4 nan, 0.00 h trained"
+    assert lines[-1] == "  resumable   no (rng)"
+    assert describe(_payload(), "last.pt")[-1] == "  resumable   no (no optimizer state)"
+    decoder_only = describe(_payload(), "last.pt")  # no training_decoder or encoder part
+    assert len(decoder_only) == 5 + 1 + 2 + 1
+
+
+def test_describe_of_a_payload_without_a_vocabulary_names_the_file() -> None:
+    payload = _payload()
+    del payload["vocab"]
+    with pytest.raises(CheckpointError, match=r"^runs/y/last\.pt: not a captioning checkpoint \(it has no vocab\)"):
+        describe(payload, "runs/y/last.pt")
