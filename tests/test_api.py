@@ -52,6 +52,25 @@ def _by_hand(checkpoint: Path, path: Path, *, beam_size: int) -> tuple[list[str]
     return words, captions.alphas[0, : len(words)].numpy()
 
 
+def test_captioner_from_checkpoint_puts_the_model_on_the_device_it_is_given(tiny_run) -> None:
+    model, _, _ = captioner_from_checkpoint(tiny_run.checkpoint, device="meta")  # no memory, any machine
+    assert {p.device.type for p in model.parameters()} == {"meta"} and not model.training
+
+
+@pytest.mark.parametrize("damage", ["config", "weights"])
+def test_captioner_from_checkpoint_names_the_file_whose_config_or_weights_are_wrong(tiny_run, tmp_path: Path,
+                                                                                     damage: str) -> None:
+    payload = torch.load(tiny_run.checkpoint, map_location="cpu", weights_only=True)
+    if damage == "config":
+        payload["config"]["model"]["hidden_dim"] = -1
+    else:
+        payload["decoder"].popitem()
+    path = tmp_path / f"bad_{damage}.pt"
+    torch.save(payload, path)
+    with pytest.raises(CheckpointError if damage == "weights" else ConfigError, match=rf"^{re.escape(str(path))}: "):
+        captioner_from_checkpoint(path)
+
+
 @pytest.mark.parametrize("beam_size", [1, 3])
 def test_caption_one_path_is_the_models_caption(tiny_run, captioner, photos, beam_size: int) -> None:
     result = captioner.caption(photos[0], beam_size=beam_size)

@@ -139,6 +139,18 @@ def test_given_draws_pick_cells_with_alphas_probabilities_and_decide_the_coin():
     assert torch.equal(out.location[0::2] == -1, coins) and torch.equal(out.location[1::2] == -1, coins)
 
 
+@pytest.mark.parametrize(("coin", "expected"), [("image", [True, False, False, True]),
+                                              ("batch", [True, True, True, True])])
+def test_given_draws_decide_the_coin_per_image_or_once_for_the_batch(coin, expected):
+    """coin "batch": the first row's draw decides for every row; "image": each row's own (group 1).
+    The expectation is taken where the draw u < p (u in [0, 1)), so a draw equal to p samples."""
+    attention = make(expectation_prob=0.5, coin=coin).train()
+    a, _ = inputs(batch=4)
+    draws = torch.tensor([[0.2, 0.5], [0.5, 0.5], [0.9, 0.5], [0.49, 0.5]])  # [rows, coin + 1 step]
+    memory = attention.with_draws(attention.prepare(a), draws)
+    assert memory.expectation.tolist() == expected
+
+
 def test_given_draws_give_a_caption_the_same_samples_in_any_batch_order_or_split():
     """What lets processes that each hold part of a batch train as one process: with each row's draws
     given, a caption's samples depend on its own draws only, not on the other rows, their order, or
