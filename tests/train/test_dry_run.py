@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from captioning.cli import train_main
 from captioning.config import load_config
@@ -92,3 +93,30 @@ def test_dry_run_reports_an_unexpected_failure_in_one_line(tmp_path: Path, capsy
     errors = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert code == 1 and len(errors) == 1
     assert errors[0].startswith("dry run failed: RuntimeError: mat1 and mat2 shapes cannot be multiplied")
+
+
+def test_dry_run_command_hands_on_the_device_and_reports_in_one_line(capsys, monkeypatch) -> None:
+    """The command's side alone (the dry run replaced): the device it is given, its summary line, and a
+    failure whose message is empty or several lines long."""
+    import captioning.train.dry_run as dry_run_module
+
+    seen = []
+
+    def passes(config, *, device="cpu"):
+        seen.append(device)
+        return dry_run_module.DryRun(steps=2, metric="CIDEr", value=0.12345, seconds=3.4)
+
+    monkeypatch.setattr(dry_run_module, "dry_run", passes)
+    assert train_main(["--dry-run", "--device", "cuda:3"]) == 0
+    assert seen == [torch.device("cuda", 3)]
+    assert capsys.readouterr().out == ("dry run passed in 3 s: 2 steps, validation CIDEr 0.1235, checkpoint "
+                                       "written and read back\n")
+    for error, said in ((KeyError(), "dry run failed: KeyError:  (run without --dry-run for the traceback)\n"),
+                        (ValueError("first\nsecond"), "dry run failed: ValueError: first (run without --dry-run "
+                                                       "for the traceback)\n")):
+        def fails(config, *, device="cpu", error=error):
+            raise error
+
+        monkeypatch.setattr(dry_run_module, "dry_run", fails)
+        assert train_main(["--dry-run"]) == 1
+        assert capsys.readouterr().err == said
