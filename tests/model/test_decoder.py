@@ -234,3 +234,21 @@ def test_decoder_state_select_picks_rows():
     picked = state.select(torch.tensor([2, 2, 0]))
     torch.testing.assert_close(picked.h, torch.tensor([[4.0, 5.0], [4.0, 5.0], [0.0, 1.0]]))
     torch.testing.assert_close(picked.c, -picked.h)
+
+
+@pytest.mark.parametrize("overrides", [(), ("score=dot",), ("attention=hard",)])
+def test_a_one_word_prefix_gives_the_first_step_of_a_longer_one(overrides):
+    """A caption of one step (teacher forcing on <start> alone) through the fused recurrence (additive),
+    the stepwise one (dot) and hard attention: the first step of the same forward over T steps."""
+    from tests.model.sizes import make_attention
+
+    torch.manual_seed(0)
+    decoder = AttentionDecoder(vocab_size=V, annotation_dim=D, embed_dim=E, hidden_dim=H,
+                               attention=make_attention(*overrides), dropout=0.0).eval()
+    annotations, tokens = make_inputs()
+    with torch.no_grad():
+        one, whole = decoder(annotations, tokens[:, :1]), decoder(annotations, tokens)
+    assert one.logits.shape == (B, 1, V)
+    torch.testing.assert_close(one.logits, whole.logits[:, :1])
+    torch.testing.assert_close(one.alphas, whole.alphas[:, :1])
+    assert (one.locations is None) == (whole.locations is None) == ("attention=hard" not in overrides)
