@@ -100,6 +100,15 @@ def test_a_pil_image_and_its_file_give_the_same_caption(captioner, photos) -> No
     assert results[0].image.size == image.size and results[1].image.size == Image.open(photos[3]).size
 
 
+
+def test_pil_images_are_named_by_their_place_in_the_call_across_batches(captioner, photos) -> None:
+    images = [Image.open(photos[i]) for i in (0, 1, 2)]
+    results = captioner.caption([images[0], photos[3], images[1], images[2]], batch_size=2, max_length=2)
+    assert [r.source for r in results] == ["<image 0>", str(photos[3]), "<image 2>", "<image 3>"]
+    assert all(1 <= len(r.tokens) <= 2 for r in results)  # max_length=2 reaches the decoder
+    assert any(len(r.tokens) > 2 for r in captioner.caption(images))  # the tiny run says more unbounded
+
+
 def test_caption_raises_for_an_unreadable_file(captioner, photos, tmp_path: Path) -> None:
     broken = tmp_path / "broken.jpg"
     broken.write_bytes(b"not a jpeg" * 50)

@@ -16,7 +16,7 @@ import torch
 from PIL import Image
 
 import captioning.train.loop as training
-from captioning.cli import _guarded, main, train_main
+from captioning.cli import _guarded, _split_overrides, main, train_main
 from captioning.data.shapes.scenes import make_shapes
 from captioning.model.extras.glimpses import TwoGlimpses
 from captioning.model.extras.layout import LayoutSummary
@@ -226,6 +226,14 @@ def test_caption_overrides_what_inference_may_change_and_refuses_the_rest(tiny_r
     assert code == 2 and captured.out == ""
     errors = _lines(captured.err)
     assert len(errors) == 1 and "model.hidden_dim cannot change at inference" in errors[0]
+
+
+def test_an_override_is_a_dotted_key_with_a_value_and_not_a_file(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "decode.beam_size=2").write_text("")  # a file of that name is an image
+    given = ["decode.beam_size=3", "photo=1.jpg", "a=b.c=d", "decode.beam_size=2", "scene.png"]
+    assert _split_overrides(given) == (["photo=1.jpg", "a=b.c=d", "decode.beam_size=2", "scene.png"],
+                                       ["decode.beam_size=3"])
 
 
 def test_caption_of_nothing_is_an_error(tiny_run, tmp_path: Path, capsys) -> None:

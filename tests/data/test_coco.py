@@ -284,6 +284,32 @@ def test_an_interrupted_cache_resumes_where_it_stopped(fake_coco: Path, tmp_path
     assert sorted(p.name for p in (tmp_path / "cut").iterdir()) == ["train.json", "train.npy"]
 
 
+def test_an_interrupted_cache_of_another_image_list_starts_over(fake_coco: Path, tmp_path: Path,
+                                                                resnet18_file: Path) -> None:
+    """The rows written before an interruption belong to their list of images: a run over another
+    list (here the first image dropped) encodes everything again, never serving the old rows."""
+    config = _coco_config(fake_coco, tmp_path, resnet18_file)
+    records = read_records(config.data, "train")
+    encoder = Encoder.from_config(config.encoder)
+    whole = write_cache(tmp_path / "whole", "train", records, encoder=encoder, image_size=64, batch_size=2)
+    real_forward, counted = encoder.forward, []
+
+    def dying_forward(images):
+        counted.append(images.shape[0])
+        if len(counted) == 3:
+            raise KeyboardInterrupt("killed")
+        return real_forward(images)
+
+    encoder.forward = dying_forward
+    with pytest.raises(KeyboardInterrupt):
+        write_cache(tmp_path / "cut", "train", records, encoder=encoder, image_size=64, batch_size=2)
+    encoder.forward, counted = lambda images: counted.append(images.shape[0]) or real_forward(images), []
+    other = write_cache(tmp_path / "cut", "train", records[1:], encoder=encoder, image_size=64, batch_size=2)
+    assert sum(counted) == len(records) - 1 - 1 and other.unreadable == [4]  # all of it; one image is corrupt
+    expected = np.asarray(whole.annotations, dtype=np.float32)[1:]  # batched otherwise: float16 rounding apart
+    np.testing.assert_allclose(np.asarray(other.annotations, dtype=np.float32), expected, rtol=2e-3, atol=2e-3)
+
+
 # training on the fake COCO ---------------------------------------------------------------------------
 
 
