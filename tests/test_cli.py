@@ -236,6 +236,28 @@ def test_an_override_is_a_dotted_key_with_a_value_and_not_a_file(tmp_path: Path,
                                        ["decode.beam_size=3"])
 
 
+def test_caption_command_hands_on_the_device_and_looks_into_sub_folders_only_when_asked(
+        tiny_run, images, tmp_path: Path, monkeypatch, capsys) -> None:
+    from captioning.api import Captioner
+
+    seen, load = [], Captioner.from_checkpoint.__func__
+
+    def loading_on_the_cpu(cls, path, *, device=None, overrides=()):
+        seen.append(device)
+        return load(cls, path, device="cpu", overrides=overrides)
+
+    monkeypatch.setattr(Captioner, "from_checkpoint", classmethod(loading_on_the_cpu))
+    folder = tmp_path / "photos"
+    (folder / "sub").mkdir(parents=True)
+    shutil.copy(images["png"], folder / "top.png")
+    shutil.copy(images["jpeg"], folder / "sub" / "inner.jpg")
+    for flags, found in (([], ["top.png"]), (["--recursive"], ["sub/inner.jpg", "top.png"])):
+        assert main(["caption", str(folder), "--checkpoint", str(tiny_run.checkpoint), "--device", "meta", *flags]) == 0
+        captioned = [line.split("\t")[0] for line in _lines(capsys.readouterr().out)]
+        assert captioned == [str(folder / name) for name in found]
+    assert seen == [torch.device("meta")] * 2  # --device reaches the model (the stand-in loads it on the CPU)
+
+
 def test_caption_of_nothing_is_an_error(tiny_run, tmp_path: Path, capsys) -> None:
     assert main(["caption", str(tmp_path), "--checkpoint", str(tiny_run.checkpoint)]) == 2  # an empty folder
     assert "no images given" in capsys.readouterr().err
