@@ -131,6 +131,13 @@ def test_caption_files_keeps_input_order_and_reports_bad_files_in_place(captione
     assert [r.tokens for r in results if isinstance(r, Captioned)] == [r.tokens for r in expected]
 
 
+def test_caption_files_counts_images_on_its_progress_bar(captioner, photos, monkeypatch, capsys) -> None:
+    monkeypatch.setenv("CAPTIONING_QUIET", "0")
+    results = list(captioner.caption_files(photos[:3], batch_size=2, progress=True))
+    assert len(results) == 3
+    assert re.search(r"3/3 \[.*image/s\]", capsys.readouterr().err)
+
+
 def test_a_batch_of_only_bad_files(captioner, tmp_path: Path) -> None:
     results = list(captioner.caption_files([tmp_path / "a.jpg", tmp_path / "b.jpg"], batch_size=2))
     assert all(isinstance(r, Unreadable) for r in results) and len(results) == 2
@@ -242,6 +249,10 @@ def test_find_images_takes_files_folders_globs_in_order(tmp_path: Path) -> None:
     assert find_images([f"{root}/sub/c.jpg", f"{root}/*.jpg"]) == [f"{root}/sub/c.jpg", f"{root}/b.jpg"]
     assert find_images([f"{root}/**/*.jpg"]) == [f"{root}/b.jpg", f"{root}/sub/c.jpg"]
     assert find_images([f"{root}/missing.jpg", f"{root}/none*.jpg"]) == [f"{root}/missing.jpg", f"{root}/none*.jpg"]
+    (tmp_path / "shot[1].jpg").write_bytes(b"x")  # a file whose name reads as a pattern is that file
+    (tmp_path / "shot1.jpg").write_bytes(b"x")
+    assert find_images([f"{root}/shot[1].jpg"]) == [f"{root}/shot[1].jpg"]
+    assert find_images([f"{root}/shot[0-9].jpg"]) == [f"{root}/shot1.jpg"]
 
 
 @pytest.mark.parametrize(("cores", "workers"), [(None, 0), (1, 0), (4, 0), (5, 1), (8, 2), (12, 3), (16, 4),
