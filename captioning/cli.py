@@ -178,14 +178,14 @@ def _add_hard_choice_argument(parser: argparse.ArgumentParser) -> None:
 
 def _add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     _add_quiet_argument(parser)
-    parser.add_argument("--checkpoint", required=True)
-    parser.add_argument("--split", default="test")
+    parser.add_argument("--checkpoint", required=True, metavar="FILE", help="best.pt or last.pt of a run")
+    parser.add_argument("--split", default="test", help="train, val or test of the checkpoint's data (default: test)")
     parser.add_argument("--beam-size", type=int, help="default: the checkpoint config's decode.beam_size")
     _add_hard_choice_argument(parser)
-    parser.add_argument("--out", help="write the metrics here as JSON")
-    parser.add_argument("--results", help="COCO results file [{image_id, caption}] (default: beside --out, "
-                        "named after it: metrics_test.json -> metrics_test_captions.json)")
-    parser.add_argument("--device")
+    parser.add_argument("--out", metavar="FILE", help="write the metrics here as JSON")
+    parser.add_argument("--results", metavar="FILE", help="COCO results file [{image_id, caption}] (default: "
+                        "beside --out, named after it: metrics_test.json -> metrics_test_captions.json)")
+    parser.add_argument("--device", help="cpu, cuda, cuda:1 ... (default: cuda if available)")
     parser.add_argument("overrides", nargs="*", metavar="key.sub=value", help="e.g. data.root=/data/shapes")
 
 
@@ -317,12 +317,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
 
     shapes = commands.add_parser("make-shapes", help="generate the synthetic shapes dataset")
-    shapes.add_argument("--out", required=True)
-    shapes.add_argument("--train", type=int, default=SHAPES_DEFAULT_COUNTS["train"])
-    shapes.add_argument("--val", type=int, default=SHAPES_DEFAULT_COUNTS["val"])
-    shapes.add_argument("--test", type=int, default=SHAPES_DEFAULT_COUNTS["test"])
-    shapes.add_argument("--seed", type=int, default=0)
-    shapes.add_argument("--image-size", type=int, default=224)
+    shapes.add_argument("--out", required=True, metavar="DIR", help="where the images, captions and split file go")
+    for split in ("train", "val", "test"):
+        shapes.add_argument(f"--{split}", type=int, default=SHAPES_DEFAULT_COUNTS[split], metavar="N",
+                            help=f"{split} images (default: %(default)s)")
+    shapes.add_argument("--seed", type=int, default=0, help="the same seed, the same images (default: 0)")
+    shapes.add_argument("--image-size", type=int, default=224, metavar="PIXELS", help="side of the square "
+                        "images (default: 224)")
     shapes.add_argument("--train-object-weights", type=float, nargs=3, metavar=("ONE", "TWO", "THREE"),
                         help="odds of 1, 2 and 3 objects in a training image (default: even); validation and "
                              "test images are unchanged")
@@ -337,7 +338,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                               "inference may change: encoder.weights_path, decode.*")
     caption.add_argument("--list", metavar="FILE", help="also the images in FILE, one path per line")
     caption.add_argument("--recursive", "-r", action="store_true", help="folders: their sub-folders too")
-    caption.add_argument("--checkpoint", required=True)
+    caption.add_argument("--checkpoint", required=True, metavar="FILE", help="best.pt or last.pt of a run")
     caption.add_argument("--beam-size", type=int, help="default: the checkpoint config's decode.beam_size")
     _add_hard_choice_argument(caption)
     caption.add_argument("--batch-size", type=int, default=16, help="images encoded and decoded at once (16)")
@@ -352,13 +353,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                          "and image_id where the file name carries a COCO id)")
     caption.add_argument("--coco-results", metavar="FILE", help="write [{image_id, caption}] for the COCO "
                          "evaluation server (images whose name carries a COCO id)")
-    caption.add_argument("--device")
+    caption.add_argument("--device", help="cpu, cuda, cuda:1 ... (default: cuda if available)")
     _add_quiet_argument(caption)
     caption.set_defaults(run=_caption)
 
     inspect = commands.add_parser("inspect", help="what a checkpoint holds (config, progress, tensors), read "
                                   "without unpickling code")
-    inspect.add_argument("checkpoint")
+    inspect.add_argument("checkpoint", metavar="FILE", help="a checkpoint (best.pt, last.pt)")
     inspect.set_defaults(run=_inspect)
 
     prepare = commands.add_parser("prepare", help="the vocabulary of the training split -> TRAIN.OUT_DIR/vocab.json")

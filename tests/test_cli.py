@@ -312,6 +312,19 @@ def test_the_guard_returns_what_the_command_returns_and_lets_other_errors_throug
         _guarded(lambda args: {}["missing"])(argparse.Namespace(quiet=False))
 
 
+# the reference page --------------------------------------------------------------------------------
+
+
+def test_docs_cli_md_is_every_commands_help() -> None:
+    """docs/cli.md holds what `--help` prints (spacing aside: argparse wraps lines differently from one
+    Python to the next), so the page cannot go stale and no option's help is lost."""
+    from tests.cli_reference import PAGE, reference
+
+    def words(text: str) -> list[str]:
+        return text.split()
+    assert words(PAGE.read_text()) == words(reference()), "docs/cli.md is stale: python -m tests.cli_reference"
+
+
 # make-shapes ---------------------------------------------------------------------------------------
 
 
