@@ -246,6 +246,16 @@ def test_an_override_that_would_change_the_model_or_is_out_of_range_is_refused_n
         Captioner.from_checkpoint(tiny_run.checkpoint, overrides=["decode.beam_size=0"])
 
 
+
+def test_a_hard_choice_asked_of_a_soft_model_names_its_checkpoint(tiny_run, photos) -> None:
+    captioner = Captioner.from_checkpoint(tiny_run.checkpoint)
+    for call in (lambda: captioner.caption(photos[0], hard_choice="argmax"),
+                 lambda: list(captioner.caption_files(photos[:1], hard_choice="sample"))):
+        with pytest.raises(ConfigError, match=rf"^hard choice (argmax|sample): {re.escape(str(tiny_run.checkpoint))} "
+                                              "uses soft attention"):
+            call()
+
+
 # Finding images ------------------------------------------------------------------------------------
 
 
