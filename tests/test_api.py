@@ -6,6 +6,7 @@ The reference for what a caption should be is the model itself, run one image at
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 from pathlib import Path
@@ -118,11 +119,23 @@ def test_caption_raises_for_an_unreadable_file(captioner, photos, tmp_path: Path
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_caption_files_keeps_input_order_and_reports_bad_files_in_place(captioner, photos, tmp_path: Path,
-                                                                         workers: int) -> None:
+                                                                         workers: int, monkeypatch) -> None:
     empty = tmp_path / "empty.png"
     empty.touch()
     given = [photos[0], empty, photos[1], tmp_path / "missing.jpg", *photos[2:]]
+    import captioning.data.features as features
+
+    readers, read = tmp_path / "readers.txt", features.load_image
+
+    def reading(path):  # which process read each file
+        with open(readers, "a") as log:
+            log.write(f"{os.getpid()}\n")
+        return read(path)
+
+    monkeypatch.setattr(features, "load_image", reading)
     results = list(captioner.caption_files(given, batch_size=3, num_workers=workers))
+    pids = set(readers.read_text().split())
+    assert (pids == {str(os.getpid())}) if workers == 0 else (str(os.getpid()) not in pids)
     assert [r.source for r in results] == [str(p) for p in given]
     assert [type(r) for r in results] == [Captioned, Unreadable, Captioned, Unreadable] + [Captioned] * 4
     assert str(empty) in results[1].error and "empty" in results[1].error
@@ -136,6 +149,36 @@ def test_caption_files_counts_images_on_its_progress_bar(captioner, photos, monk
     results = list(captioner.caption_files(photos[:3], batch_size=2, progress=True))
     assert len(results) == 3
     assert re.search(r"3/3 \[.*image/s\]", capsys.readouterr().err)
+
+
+def test_both_calls_decode_in_batches_with_the_settings_they_are_given(captioner, photos, monkeypatch,
+                                                                     capsys) -> None:
+    """What reaches the decoding of each batch: how many images (batch_size, 16 by default) and the
+    settings of the call; and no progress bar unless asked."""
+    monkeypatch.setenv("CAPTIONING_QUIET", "0")
+    calls, decode = [], captioner._decode
+
+    def recording(pixels, sources, **settings):
+        calls.append((len(sources), settings))
+        return decode(pixels, sources, **settings)
+
+    monkeypatch.setattr(captioner, "_decode", recording)
+    many = [photos[i % len(photos)] for i in range(18)]
+    settings = {"beam_size": 1, "hard_choice": "expectation", "max_length": 3}
+    for call in (lambda: captioner.caption(many, **settings), lambda: list(captioner.caption_files(many, **settings))):
+        calls.clear()
+        assert len(call()) == 18
+        assert calls == [(16, settings), (2, settings)]
+    calls.clear()
+    list(captioner.caption_files(many[:5], batch_size=2))
+    assert calls == [(2, dict.fromkeys(settings))] * 2 + [(1, dict.fromkeys(settings))]
+    assert capsys.readouterr().err == ""
+
+
+def test_a_captioner_lives_on_the_device_it_is_given(tiny_run) -> None:
+    captioner = Captioner.from_checkpoint(tiny_run.checkpoint, device="meta")  # no memory, any machine
+    assert captioner.device == torch.device("meta")
+    assert {p.device.type for p in captioner.model.parameters()} == {"meta"}
 
 
 def test_a_batch_of_only_bad_files(captioner, tmp_path: Path) -> None:
