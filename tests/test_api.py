@@ -175,6 +175,25 @@ def test_both_calls_decode_in_batches_with_the_settings_they_are_given(captioner
     assert capsys.readouterr().err == ""
 
 
+def test_the_checkpoints_decoding_settings_and_their_overrides_reach_the_search(tiny_run, photos,
+                                                                                monkeypatch) -> None:
+    import captioning.api as api
+
+    calls, search = [], api.decode
+
+    def recording(decoder, annotations, **settings):
+        calls.append(settings)
+        return search(decoder, annotations, **settings)
+
+    monkeypatch.setattr(api, "decode", recording)
+    captioner = Captioner.from_checkpoint(tiny_run.checkpoint, overrides=["decode.length_penalty=0.7",
+                                                                          "decode.max_length=5"])
+    captioner.caption(photos[0])
+    captioner.caption(photos[0], beam_size=1, max_length=2)
+    assert calls == [{"beam_size": 2, "max_length": 5, "length_penalty": 0.7, "hard_choice": "expectation"},
+                     {"beam_size": 1, "max_length": 2, "length_penalty": 0.7, "hard_choice": "expectation"}]
+
+
 def test_a_captioner_lives_on_the_device_it_is_given(tiny_run) -> None:
     captioner = Captioner.from_checkpoint(tiny_run.checkpoint, device="meta")  # no memory, any machine
     assert captioner.device == torch.device("meta")
