@@ -194,6 +194,33 @@ def test_the_checkpoints_decoding_settings_and_their_overrides_reach_the_search(
                      {"beam_size": 1, "max_length": 2, "length_penalty": 0.7, "hard_choice": "expectation"}]
 
 
+@pytest.mark.parametrize(("cell", "expected"), [(-1, None), (0, 0), (4, 4)])
+def test_a_result_carries_the_chosen_cells_only_where_a_cell_was_chosen(captioner, photos, monkeypatch, cell,
+                                                                        expected) -> None:
+    """locations: None where every word used the expectation (-1: soft attention, hard's expectation);
+    else the cell of each word, cell 0 included."""
+    import captioning.api as api
+
+    search = api.decode
+
+    def choosing(decoder, annotations, **settings):
+        captions = search(decoder, annotations, **settings)
+        captions.locations = torch.full_like(captions.tokens, cell)
+        return captions
+
+    monkeypatch.setattr(api, "decode", choosing)
+    result = captioner.caption(photos[0])
+    assert result.locations == (None if expected is None else [expected] * len(result.tokens))
+
+
+def test_a_captioner_built_by_hand_is_on_the_cpu_and_named_model(tiny_run, photos) -> None:
+    model, vocab, config = captioner_from_checkpoint(tiny_run.checkpoint)
+    captioner = Captioner(model, vocab, config)
+    assert captioner.device == torch.device("cpu")
+    with pytest.raises(ConfigError, match="^hard choice argmax: model uses soft attention"):
+        captioner.caption(photos[0], hard_choice="argmax")
+
+
 def test_a_captioner_lives_on_the_device_it_is_given(tiny_run) -> None:
     captioner = Captioner.from_checkpoint(tiny_run.checkpoint, device="meta")  # no memory, any machine
     assert captioner.device == torch.device("meta")
