@@ -217,6 +217,8 @@ def test_a_captioner_built_by_hand_is_on_the_cpu_and_named_model(tiny_run, photo
     model, vocab, config = captioner_from_checkpoint(tiny_run.checkpoint)
     captioner = Captioner(model, vocab, config)
     assert captioner.device == torch.device("cpu")
+    kernels = [p for p in captioner.model.encoder.parameters() if p.dim() == 4 and min(p.shape[1:]) > 1]
+    assert kernels and all(p.is_contiguous(memory_format=torch.channels_last) for p in kernels)  # the CPU's layout
     with pytest.raises(ConfigError, match="^hard choice argmax: model uses soft attention"):
         captioner.caption(photos[0], hard_choice="argmax")
 
@@ -225,6 +227,8 @@ def test_a_captioner_lives_on_the_device_it_is_given(tiny_run) -> None:
     captioner = Captioner.from_checkpoint(tiny_run.checkpoint, device="meta")  # no memory, any machine
     assert captioner.device == torch.device("meta")
     assert {p.device.type for p in captioner.model.parameters()} == {"meta"}
+    kernels = [p for p in captioner.model.encoder.parameters() if p.dim() == 4 and min(p.shape[1:]) > 1]
+    assert not any(p.is_contiguous(memory_format=torch.channels_last) for p in kernels)  # channels-last: CPU only
 
 
 def test_a_batch_of_only_bad_files(captioner, tmp_path: Path) -> None:
