@@ -221,6 +221,9 @@ def test_a_captioner_built_by_hand_is_on_the_cpu_and_named_model(tiny_run, photo
     assert kernels and all(p.is_contiguous(memory_format=torch.channels_last) for p in kernels)  # the CPU's layout
     with pytest.raises(ConfigError, match="^hard choice argmax: model uses soft attention"):
         captioner.caption(photos[0], hard_choice="argmax")
+    config.decode.hard_choice = "sample"  # a config that asks a soft model to sample is refused at once
+    with pytest.raises(ConfigError, match="^hard choice sample: soft_model uses soft attention"):
+        Captioner(model, vocab, config, name="soft_model")
 
 
 def test_a_captioner_lives_on_the_device_it_is_given(tiny_run) -> None:

@@ -151,6 +151,21 @@ def test_given_draws_decide_the_coin_per_image_or_once_for_the_batch(coin, expec
     assert memory.expectation.tolist() == expected
 
 
+def test_each_step_takes_its_own_column_of_draws_and_a_draw_past_the_last_boundary_takes_the_last_cell():
+    """Column t + 1 decides step t (the cell whose cumulative alpha first reaches the draw); a draw
+    beyond the sum of alpha (rounding can leave it below 1) takes the last cell, not a cell past it."""
+    attention = make(expectation_prob=0.0).train()
+    a, h = inputs(batch=1)
+    draws = torch.tensor([[0.9, 1e-6, 0.999999, 0.5, 2.0]])  # [1, coin + 4 steps]
+    with torch.no_grad():
+        memory = attention.with_draws(attention.prepare(a), draws)
+        cells = [int(attention(memory, h).location) for _ in range(4)]
+        alpha = attention(attention.prepare(a), h).alpha[0]  # the same map at every step (same h)
+    cumulative = alpha.cumsum(0)
+    middle = int((cumulative < 0.5).sum())  # by hand: how many cells the draw passes
+    assert cells == [0, L - 1, middle, L - 1] and memory.step == 4
+
+
 def test_given_draws_give_a_caption_the_same_samples_in_any_batch_order_or_split():
     """What lets processes that each hold part of a batch train as one process: with each row's draws
     given, a caption's samples depend on its own draws only, not on the other rows, their order, or
