@@ -214,10 +214,27 @@ def test_test_time_choices_and_the_context_manager():
 
 
 def test_hard_options_are_checked():
-    with pytest.raises(ValueError, match="expectation_prob"):
+    with pytest.raises(ValueError, match=r"^expectation_prob must lie in \[0, 1\], got 1.5$"):
         make(expectation_prob=1.5)
-    with pytest.raises(ValueError, match="coin"):
+    with pytest.raises(ValueError, match=r"^unknown coin 'epoch' \(known: image, batch\)$"):
         make(coin="epoch")
+    with pytest.raises(ValueError, match=r"^unknown hard attention choice 'mode' \(known: expectation, argmax, "
+                                         r"sample\)$"):
+        make(choice="mode")
+    with pytest.raises(ValueError, match=r"^group must be >= 1 rows per image, got 0$"):
+        make(group=0)
+    assert make(warmup=10).current_expectation_prob() == 1.0  # a new module is at step 0 of its warm-up
+
+
+def test_hard_attentions_map_is_soft_attentions_at_the_same_temperature():
+    """The map hard attention samples from is the soft map, softmax(e / temperature) (extras.temperature)."""
+    a, h = inputs()
+    for temperature in (1.0, 2.5):
+        soft, hard = make("soft", temperature=temperature), make("hard", temperature=temperature).eval()
+        with torch.no_grad():
+            torch.testing.assert_close(hard(hard.prepare(a), h).alpha, soft(soft.prepare(a), h).alpha)
+    with torch.no_grad():
+        assert not torch.allclose(hard(hard.prepare(a), h).alpha, make("soft")(soft.prepare(a), h).alpha)
 
 
 def hard_decoder(seed: int = 0) -> AttentionDecoder:
