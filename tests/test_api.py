@@ -58,6 +58,19 @@ def test_captioner_from_checkpoint_puts_the_model_on_the_device_it_is_given(tiny
     assert {p.device.type for p in model.parameters()} == {"meta"} and not model.training
 
 
+def test_a_fine_tuned_checkpoint_brings_its_own_encoder_weights(tiny_run, tmp_path: Path) -> None:
+    model, _, _ = captioner_from_checkpoint(tiny_run.checkpoint)
+    tuned = {name: value + 0.5 if value.is_floating_point() else value
+             for name, value in model.encoder.state_dict().items()}
+    payload = torch.load(tiny_run.checkpoint, map_location="cpu", weights_only=True)
+    payload["encoder"] = tuned
+    path = tmp_path / "tuned.pt"
+    torch.save(payload, path)
+    loaded, _, _ = captioner_from_checkpoint(path)
+    for name, value in loaded.encoder.state_dict().items():
+        torch.testing.assert_close(value, tuned[name], msg=name)
+
+
 @pytest.mark.parametrize("damage", ["config", "weights"])
 def test_captioner_from_checkpoint_names_the_file_whose_config_or_weights_are_wrong(tiny_run, tmp_path: Path,
                                                                                      damage: str) -> None:
