@@ -189,6 +189,8 @@ def write_evaluation(evaluation: Evaluation, *, checkpoint: str | Path, split: s
         written["metrics"] = out
     results = results or (out.with_name(f"{out.stem}_captions.json") if out else None)
     if results:
-        Path(results).write_text(json.dumps(evaluation.results))
-        written["captions"] = Path(results)
+        results = Path(results)
+        results.parent.mkdir(parents=True, exist_ok=True)
+        results.write_text(json.dumps(evaluation.results))
+        written["captions"] = results
     return written

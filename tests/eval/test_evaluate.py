@@ -244,3 +244,22 @@ def test_evaluate_split_without_the_probe_scores_the_same_decoding(tiny_run) -> 
     assert "relation_probe_accuracy" in with_probe and not any(key.startswith("relation_probe") for key in without)
     rest = {k: v for k, v in with_probe.items() if not k.startswith("relation_probe")}
     assert json.dumps(without, sort_keys=True) == json.dumps(rest, sort_keys=True)  # NaN where nothing was stated
+
+
+def test_write_evaluation_makes_the_folders_and_names_the_captions_after_the_metrics(tmp_path: Path) -> None:
+    from captioning.config import load_config
+    from captioning.eval.evaluate import Evaluation, write_evaluation
+
+    evaluation = Evaluation(metrics={"CIDEr": 0.5}, results=[{"image_id": 3, "caption": "a red circle"}],
+                            config=load_config(None), beam_size=2, hard_choice="expectation")
+    out = tmp_path / "new" / "deeper" / "metrics_test.json"
+    written = write_evaluation(evaluation, checkpoint="runs/x/best.pt", split="test", out=out, results=None)
+    captions = out.with_name("metrics_test_captions.json")
+    assert written == {"metrics": out, "captions": captions}
+    assert json.loads(out.read_text()) == {"checkpoint": "runs/x/best.pt", "split": "test", "beam_size": 2,
+                                           "hard_choice": "expectation", "CIDEr": 0.5}
+    assert json.loads(captions.read_text()) == evaluation.results
+    elsewhere = tmp_path / "other" / "folder" / "captions.json"  # its own folders too
+    assert write_evaluation(evaluation, checkpoint="best.pt", split="val", out=None, results=elsewhere) == {
+        "captions": elsewhere}
+    assert json.loads(elsewhere.read_text()) == evaluation.results

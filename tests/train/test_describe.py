@@ -61,3 +61,32 @@ def test_describe_of_a_payload_without_a_vocabulary_names_the_file() -> None:
     del payload["vocab"]
     with pytest.raises(CheckpointError, match=r"^runs/y/last\.pt: not a captioning checkpoint \(it has no vocab\)"):
         describe(payload, "runs/y/last.pt")
+
+
+def test_what_is_missing_is_named_and_a_config_that_is_not_a_mapping_too() -> None:
+    payload = _payload()
+    del payload["vocab"], payload["grid"]
+    with pytest.raises(CheckpointError, match=r"^x\.pt: not a captioning checkpoint \(it has no vocab, grid\)$"):
+        describe(payload, "x.pt")
+    with pytest.raises(CheckpointError, match=r"^x\.pt: not a captioning checkpoint \(it has no config\)$"):
+        describe(_payload(config="shapes_soft.yaml"), "x.pt")
+
+
+@pytest.mark.parametrize(("error", "said"), [
+    (RuntimeError("Error(s) in loading state_dict for AttentionDecoder:\n\tMissing key(s): embed.weight"),
+     "Error(s) in loading state_dict for AttentionDecoder:"),
+    (KeyError(), "KeyError"),  # no message: its kind
+])
+def test_weights_that_do_not_fit_say_the_first_line_of_why(error, said, monkeypatch) -> None:
+    from captioning.config import from_dict
+    from captioning.model.decoder import AttentionDecoder
+    from captioning.train.checkpoint import model_of
+
+    def refusing(self, state, *args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(AttentionDecoder, "load_state_dict", refusing)
+    payload = _payload()
+    with pytest.raises(CheckpointError) as refused:
+        model_of(payload, from_dict(payload["config"]), "x.pt")
+    assert str(refused.value) == f"x.pt: its weights do not fit the model its config describes ({said})"
