@@ -8,8 +8,9 @@
 # `make browser-check`: after `make demo`, the demo's overlay page in headless Chromium (Debian's,
 #   installed here if missing; not part of CI): a screenshot must show the first image's overlay.
 # `make mutate`: mutation testing (mutmut, not part of CI) of the core modules listed in setup.cfg
-#   ([mutmut] only_mutate) against the fast suite; `make mutate MODULE=captioning.train.losses` runs
-#   one module's mutants. Survivors: `mutmut results`, `mutmut show <name>` (docs/testing.md).
+#   ([mutmut] only_mutate) against the fast suite: the mutants not tried yet (a stopped run goes on).
+#   `make mutate MODULE=captioning.train.losses`: one module's; `STATUS=survived`: try the survivors
+#   again (after new tests). Survivors: `mutmut results`, `mutmut show <name>` (docs/testing.md).
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -77,8 +78,14 @@ kill-check: install
 # One worker by default: the machines are small, and each mutant's tests already use a core.
 MODULE ?=
 MUTATE_CHILDREN ?= 1
+# Mutants are named: a pattern ("module.*") would try again those already killed too.
 mutate: install
-	OMP_NUM_THREADS=1 $(VENV)/bin/mutmut run --max-children $(MUTATE_CHILDREN) $(if $(MODULE),"$(MODULE).*")
+	names=$$($(VENV)/bin/mutmut results 2>/dev/null | awk -F': ' -v status="$(STATUS)" \
+	  '$$2 == (status == "" ? "not checked" : status) {print $$1}' | grep -F "$(MODULE)."); \
+	if [ -z "$$names" ] && [ -d mutants ]; then echo "no $(or $(STATUS),untried) mutants of $(or $(MODULE),the core)"; \
+	  exit 0; fi; \
+	OMP_NUM_THREADS=1 $(VENV)/bin/mutmut run --max-children $(MUTATE_CHILDREN) \
+	  $${names:-$(if $(MODULE),"$(MODULE).*")}
 	$(VENV)/bin/mutmut results
 
 clean:
