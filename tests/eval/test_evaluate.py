@@ -186,6 +186,14 @@ def test_caption_metrics_without_java_warn_and_still_score(monkeypatch, capsys) 
 # eval.py on the tiny checkpoint --------------------------------------------------------------------
 
 
+def test_evaluate_checkpoint_scores_the_test_split_on_the_cpu_by_default(tiny_run) -> None:
+    from captioning.eval.evaluate import evaluate_checkpoint
+
+    evaluation = evaluate_checkpoint(tiny_run.checkpoint, overrides=[f"data.root={tiny_run.data_root}"], beam_size=1)
+    test_ids = [r.image_id for r in read_split(tiny_run.data_root / "dataset_shapes.json", "test")]
+    assert [r["image_id"] for r in evaluation.results] == test_ids and evaluation.beam_size == 1
+
+
 def test_eval_main_writes_metrics_and_results(tiny_run, tmp_path: Path, capsys) -> None:
     out = tmp_path / "eval" / "metrics.json"
     code = eval_main(["--checkpoint", str(tiny_run.checkpoint), "--split", "test", "--beam-size", "2",
