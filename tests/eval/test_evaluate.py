@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -192,6 +193,56 @@ def test_evaluate_checkpoint_scores_the_test_split_on_the_cpu_by_default(tiny_ru
     evaluation = evaluate_checkpoint(tiny_run.checkpoint, overrides=[f"data.root={tiny_run.data_root}"], beam_size=1)
     test_ids = [r.image_id for r in read_split(tiny_run.data_root / "dataset_shapes.json", "test")]
     assert [r["image_id"] for r in evaluation.results] == test_ids and evaluation.beam_size == 1
+
+
+def test_a_fine_tuned_checkpoint_is_scored_on_its_own_encoders_annotations_without_the_cache(tiny_run,
+                                                                                          tmp_path: Path) -> None:
+    """Its encoder's weights are in the checkpoint: the images are encoded live with them (here all
+    zero, so every image looks alike and gets one caption), and no feature cache is read or made."""
+    import shutil
+
+    import torch
+
+    from captioning.eval.evaluate import evaluate_checkpoint
+    from captioning.train.checkpoint import captioner_from_checkpoint
+
+    root = tmp_path / "shapes"  # the tiny data without its feature cache
+    root.mkdir()
+    for item in tiny_run.data_root.iterdir():
+        if item.name != "features":
+            (root / item.name).symlink_to(item)
+    model, _, _ = captioner_from_checkpoint(tiny_run.checkpoint)
+    payload = torch.load(tiny_run.checkpoint, map_location="cpu", weights_only=True)
+    payload["encoder"] = {name: torch.zeros_like(value) if value.is_floating_point() else value
+                          for name, value in model.encoder.state_dict().items()}
+    tuned = tmp_path / "tuned.pt"
+    torch.save(payload, tuned)
+    evaluation = evaluate_checkpoint(tuned, overrides=[f"data.root={root}"], beam_size=1)
+    assert len({r["caption"] for r in evaluation.results}) == 1 and len(evaluation.results) == 8
+    assert "attention_correctness" in evaluation.metrics  # scored on the checkpoint's grid
+    assert not (root / "features").exists()
+    cached = evaluate_checkpoint(tiny_run.checkpoint, overrides=[f"data.root={tiny_run.data_root}"], beam_size=1)
+    assert len({r["caption"] for r in cached.results}) > 1  # the real annotations tell the images apart
+    shutil.rmtree(root)
+
+
+def test_evaluate_checkpoint_names_the_checkpoint_in_its_errors(tiny_run, tmp_path: Path) -> None:
+    import torch
+
+    from captioning.config import ConfigError
+    from captioning.eval.evaluate import evaluate_checkpoint
+
+    checkpoint, data = str(tiny_run.checkpoint), f"data.root={tiny_run.data_root}"
+    with pytest.raises(ConfigError, match=rf"^{re.escape(checkpoint)}: config with overrides: .*decode.beam_size"):
+        evaluate_checkpoint(checkpoint, overrides=[data, "decode.beam_size=0"])
+    with pytest.raises(ConfigError, match=rf"^hard choice argmax: {re.escape(checkpoint)} uses soft attention"):
+        evaluate_checkpoint(checkpoint, overrides=[data], hard_choice="argmax")
+    payload = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    payload["config"]["model"]["hidden_dim"] = -1
+    broken = tmp_path / "broken.pt"
+    torch.save(payload, broken)
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(broken))}: config: .*hidden_dim"):
+        evaluate_checkpoint(broken, overrides=[data])
 
 
 def test_eval_main_writes_metrics_and_results(tiny_run, tmp_path: Path, capsys) -> None:
