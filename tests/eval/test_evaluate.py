@@ -226,6 +226,24 @@ def test_a_fine_tuned_checkpoint_is_scored_on_its_own_encoders_annotations_witho
     shutil.rmtree(root)
 
 
+def test_evaluate_checkpoint_hands_the_splits_scoring_its_settings(tiny_run, monkeypatch) -> None:
+    import captioning.eval.evaluate as evaluate
+
+    handed = {}
+
+    def scoring(decoder, annotations, **settings):
+        handed.update(settings)
+        return {}, []
+
+    monkeypatch.setattr(evaluate, "evaluate_split", scoring)
+    overrides = [f"data.root={tiny_run.data_root}", "data.max_bad_images=0.25", "decode.length_penalty=0.5"]
+    evaluate.evaluate_checkpoint(tiny_run.checkpoint, overrides=overrides)
+    assert {k: handed[k] for k in ("beam_size", "max_length", "length_penalty", "device", "hard_choice",
+                                   "max_bad_images")} == {"beam_size": 2, "max_length": 12, "length_penalty": 0.5,
+                                                          "device": "cpu", "hard_choice": "expectation",
+                                                          "max_bad_images": 0.25}
+
+
 def test_evaluate_checkpoint_names_the_checkpoint_in_its_errors(tiny_run, tmp_path: Path) -> None:
     import torch
 
