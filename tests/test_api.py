@@ -284,6 +284,15 @@ def test_grid_tiles_the_image_then_each_words_overlay_224_wide_in_rows_of_5() ->
         result.overlay(word=-7)
 
 
+def test_save_overlays_writes_an_animation_only_when_asked(tmp_path: Path) -> None:
+    image = Image.new("RGB", (64, 32), (90, 120, 150))
+    alphas = np.full((2, 2, 4), 1 / 8)
+    result = Captioned(source="<image 0>", tokens=["a", "circle"], alphas=alphas, score=-1.0, _image=image)
+    plain = {p.name for p in result.save_overlays(tmp_path / "plain")}
+    assert plain == {"image.jpg", "00_a.jpg", "01_circle.jpg", "grid.jpg"}
+    assert {p.name for p in result.save_overlays(tmp_path / "moving", animation=True)} == plain | {"words.gif"}
+
+
 def test_overlays_of_a_large_photo_are_drawn_on_a_smaller_copy(captioner, photos, tmp_path: Path) -> None:
     big = tmp_path / "big.jpg"
     Image.open(photos[0]).convert("RGB").resize((3000, 2000)).save(big)

@@ -86,14 +86,16 @@ def test_training_resumes_from_a_format1_checkpoint_as_the_old_code_did(name, tm
 
 
 @pytest.mark.parametrize(("model", "index"), [({"unit_annotations": True}, 1), ({"unit_annotations": False}, 0),
-                                              ({}, 0)])
+                                              ({}, 0), (None, 0)])
 def test_a_format1_learned_position_becomes_attentions_first_input_or_second_after_unit_annotations(model, index):
     """Format 1 kept the learned position under attention.position; format 2 lists attention's inputs,
     the unit-norm rescaling first where it is on (extras/unit_annotations.py), so the position is input 1 there."""
     weight = torch.randn(4, 3)
-    payload = {"format_version": 1, "config": {"model": dict(model)}, "vocab": [], "grid": [2, 2],
-               "decoder": {"attention.position.weight": weight, "attention.score.w": torch.zeros(1)}}
+    elsewhere = torch.zeros(2)  # a ".position." outside attention is not attention's input
+    payload = {"format_version": 1, "config": {} if model is None else {"model": dict(model)}, "vocab": [],
+               "grid": [2, 2], "decoder": {"attention.position.weight": weight, "attention.score.w": torch.zeros(1),
+                                           "init.position.bias": elsewhere}}
     migrated = migrate_v1(payload)
-    assert set(migrated["decoder"]) == {f"attention.inputs.{index}.weight", "attention.score.w"}
+    assert set(migrated["decoder"]) == {f"attention.inputs.{index}.weight", "attention.score.w", "init.position.bias"}
     assert migrated["decoder"][f"attention.inputs.{index}.weight"] is weight
-    assert migrated["config"]["model"].get("extras", {}).get("unit_annotations", False) == bool(index)
+    assert migrated["config"].get("model", {}).get("extras", {}).get("unit_annotations", False) == bool(index)

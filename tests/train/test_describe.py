@@ -23,7 +23,7 @@ def _tensor(name: str, shape: tuple, dtype: str) -> str:
 
 
 def test_describe_names_each_field_from_its_own_setting() -> None:
-    payload = _payload(progress={"step": 321, "epoch": 4, "best_metric": 0.123456, "seconds": 5400.0},
+    payload = _payload(progress={"step": 321, "epoch": 4, "best_metric": 0.123456, "seconds": 360000.0},
                        training_decoder={"embed.weight": torch.zeros(5, 96, dtype=torch.float16)},
                        encoder={"conv.weight": torch.zeros(8, 3, 3, 3), "note": "not a tensor"},
                        optimizer={}, scheduler={}, rng={})
@@ -32,7 +32,7 @@ def test_describe_names_each_field_from_its_own_setting() -> None:
         "  data        shapes at 192px, grid 12x7, vocabulary of 5 words",
         "  encoder     efficientnet_lite0 stride16",
         "  model       soft attention, additive score, embed 96, hidden 160, attention 48",
-        "  training    xe, step 321, epoch 4, best Bleu_4 0.1235, 1.50 h trained",
+        "  training    xe, step 321, epoch 4, best Bleu_4 0.1235, 100.00 h trained",
         "  decoder: 2 tensors, 481 numbers",
         _tensor("embed.weight", (5, 96), "float32"),
         _tensor("steps", (), "int64"),
@@ -54,6 +54,9 @@ def test_describe_without_progress_or_optimizer_state_says_so() -> None:
     assert describe(_payload(), "last.pt")[-1] == "  resumable   no (no optimizer state)"
     decoder_only = describe(_payload(), "last.pt")  # no training_decoder or encoder part
     assert len(decoder_only) == 5 + 1 + 2 + 1
+    no_training_decoder = describe(_payload(encoder={"conv.weight": torch.zeros(2, 3, 1, 1)}), "last.pt")
+    assert no_training_decoder[-3:-1] == ["  encoder: 1 tensors, 6 numbers", _tensor("conv.weight", (2, 3, 1, 1),
+                                                                                     "float32")]
 
 
 def test_describe_of_a_payload_without_a_vocabulary_names_the_file() -> None:
