@@ -130,7 +130,7 @@ def test_caption_raises_for_an_unreadable_file(captioner, photos, tmp_path: Path
         captioner.caption([photos[0], broken])
 
 
-@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("workers", [None, 0, 2])  # None: the default, reading in this process
 def test_caption_files_keeps_input_order_and_reports_bad_files_in_place(captioner, photos, tmp_path: Path,
                                                                          workers: int, monkeypatch) -> None:
     empty = tmp_path / "empty.png"
@@ -146,9 +146,10 @@ def test_caption_files_keeps_input_order_and_reports_bad_files_in_place(captione
         return read(path)
 
     monkeypatch.setattr(features, "load_image", reading)
-    results = list(captioner.caption_files(given, batch_size=3, num_workers=workers))
+    options = {} if workers is None else {"num_workers": workers}
+    results = list(captioner.caption_files(given, batch_size=3, **options))
     pids = set(readers.read_text().split())
-    assert (pids == {str(os.getpid())}) if workers == 0 else (str(os.getpid()) not in pids)
+    assert (pids == {str(os.getpid())}) if not workers else (str(os.getpid()) not in pids)
     assert [r.source for r in results] == [str(p) for p in given]
     assert [type(r) for r in results] == [Captioned, Unreadable, Captioned, Unreadable] + [Captioned] * 4
     assert str(empty) in results[1].error and "empty" in results[1].error
