@@ -11,6 +11,7 @@
 #   ([mutmut] only_mutate) against the fast suite: the mutants not tried yet (a stopped run goes on).
 #   `make mutate MODULE=captioning.train.losses`: one module's; `STATUS=survived`: try the survivors
 #   again (after new tests). Survivors: `mutmut results`, `mutmut show <name>` (docs/testing.md).
+#   The session fixtures (the tiny dataset and run) are built once, unmutated, in mutants/fixtures.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -84,7 +85,8 @@ mutate: install
 	  '$$2 == (status == "" ? "not checked" : status) {print $$1}' | grep -F "$(MODULE)."); \
 	if [ -z "$$names" ] && [ -d mutants ]; then echo "no $(or $(STATUS),untried) mutants of $(or $(MODULE),the core)"; \
 	  exit 0; fi; \
-	OMP_NUM_THREADS=1 $(VENV)/bin/mutmut run --max-children $(MUTATE_CHILDREN) \
+	OMP_NUM_THREADS=1 CAPTIONING_TEST_FIXTURES=$(CURDIR)/mutants/fixtures \
+	  $(VENV)/bin/mutmut run --max-children $(MUTATE_CHILDREN) \
 	  $${names:-$(if $(MODULE),"$(MODULE).*")}
 	$(VENV)/bin/mutmut results
 

@@ -4,7 +4,10 @@ reuses that cache."""
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import os
+import shutil
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,6 +31,12 @@ from tests.tiny import COUNTS, IMAGE_SIZE, TINY
 # oversubscription, which made the decoder steps several times slower when anything else ran.
 torch.set_num_threads(1)
 
+if os.environ.get("CAPTIONING_TEST_FIXTURES"):
+    # Mutation testing forks every mutant from a process that has imported the tests: imported
+    # here, timm (the encoders' backbones, imported where an encoder is built) is not imported again
+    # by every mutant (1.4 s each on this machine).
+    import timm  # noqa: F401
+
 
 @pytest.fixture(scope="session", autouse=True)
 def mutmut_stats_stay_in_this_process():
@@ -50,17 +59,54 @@ class TinyRun:
     steps: int
 
 
+def built_once(name: str, build: Callable[[Path], None], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder that `build` fills: a fresh one per session, or, where CAPTIONING_TEST_FIXTURES names
+    a folder (`make mutate` does), one shared by every process and built once, by unmutated code.
+
+    Mutation testing forks a process per mutant, so a session fixture would be built again for each
+    one (the tiny run's training alone takes seconds); most mutants' first test needs it. Shared, a
+    mutant is killed by the tests that call it, not by a fixture it would have built wrong. The folder
+    is keyed by the code and test set-up it was built from, so an edit builds a new one."""
+    shared = os.environ.get("CAPTIONING_TEST_FIXTURES")
+    if not shared:
+        path = tmp_path_factory.mktemp(name)
+        build(path)
+        return path
+    here = Path(__file__).resolve().parent
+    sources = sorted((here.parent / "captioning").rglob("*.py")) + [here / "conftest.py", here / "tiny.py"]
+    key = hashlib.sha256(b"".join(p.read_bytes() for p in sources)).hexdigest()[:16]
+    path = Path(shared) / f"{name}-{key}"
+    Path(shared).mkdir(parents=True, exist_ok=True)
+    with open(Path(shared) / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # two mutants starting at once: one builds, the other waits
+        if not (path / ".built").exists():
+            mutant = os.environ.get("MUTANT_UNDER_TEST")
+            os.environ["MUTANT_UNDER_TEST"] = ""  # mutmut's switch: "" runs the original code
+            try:
+                if path.exists():
+                    shutil.rmtree(path)  # a build that was stopped half way
+                path.mkdir()
+                build(path)
+            finally:
+                if mutant is None:
+                    del os.environ["MUTANT_UNDER_TEST"]
+                else:
+                    os.environ["MUTANT_UNDER_TEST"] = mutant
+            (path / ".built").touch()
+    return path
+
+
 @pytest.fixture(scope="session")
 def shapes_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny shapes dataset whose train/val/test features are already cached."""
     from captioning.data.shapes.scenes import make_shapes
     from captioning.data.splits import load_splits
 
-    root = tmp_path_factory.mktemp("shapes")
-    make_shapes(root, COUNTS, seed=0, image_size=IMAGE_SIZE)
-    config = load_config(None, [f"data.root={root}", *TINY])
-    load_splits(config, ("train", "val", "test"))
-    return root
+    def build(root: Path) -> None:
+        make_shapes(root, COUNTS, seed=0, image_size=IMAGE_SIZE)
+        load_splits(load_config(None, [f"data.root={root}", *TINY]), ("train", "val", "test"))
+
+    return built_once("shapes", build, tmp_path_factory)
 
 
 @pytest.fixture(scope="session")
@@ -79,10 +125,13 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory, shapes_root: Path,
     """A tiny model trained for a few steps: best.pt / last.pt for the CLI and evaluation tests."""
     from captioning.train.loop import fit
 
-    run_dir = tmp_path_factory.mktemp("run")
     steps = 80  # enough for captions that name shapes ("a red diamond"), so attention gets scored
-    summary = fit(tiny_config(run_dir, f"train.max_steps={steps}"))
-    assert summary["steps"] == steps
+
+    def build(run_dir: Path) -> None:
+        summary = fit(tiny_config(run_dir, f"train.max_steps={steps}"))
+        assert summary["steps"] == steps
+
+    run_dir = built_once("run", build, tmp_path_factory)
     return TinyRun(data_root=shapes_root, overrides=(f"data.root={shapes_root}", *TINY), run_dir=run_dir,
                    checkpoint=run_dir / "best.pt", last=run_dir / "last.pt", steps=steps)
 
