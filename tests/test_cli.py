@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import numpy as np
@@ -260,7 +262,89 @@ def test_caption_command_hands_on_the_device_and_looks_into_sub_folders_only_whe
 
 def test_caption_of_nothing_is_an_error(tiny_run, tmp_path: Path, capsys) -> None:
     assert main(["caption", str(tmp_path), "--checkpoint", str(tiny_run.checkpoint)]) == 2  # an empty folder
-    assert "no images given" in capsys.readouterr().err
+    assert capsys.readouterr().err == "error: no images given (files, folders, glob patterns or --list FILE)\n"
+
+
+class StandInCaptioner:
+    """What `caption` hands the Python API, seen from the API's side: caption_files records its
+    arguments and gives back `results` (any object with .source and .caption), calling `before_each`
+    before each one; then raises `then`, if set."""
+
+    def __init__(self, results=(), before_each=lambda: None, then: BaseException | None = None) -> None:
+        self.calls, self.results, self.before_each, self.then = [], list(results), before_each, then
+
+    def caption_files(self, paths, **options):
+        self.calls.append({"paths": list(paths), **options})
+        for result in self.results:
+            self.before_each()
+            yield result
+        if self.then is not None:
+            raise self.then
+
+
+@pytest.fixture
+def stand_in(monkeypatch, tmp_path: Path):
+    """stand_in(captioner, images, *flags) -> (exit code, the captioner): `caption` run on `images`
+    PNG files (one real file, named again and again) with the stand-in in place of the checkpoint's model."""
+    from captioning.api import Captioner
+
+    photo = tmp_path / "photo.png"
+    Image.new("RGB", (8, 8)).save(photo)
+
+    def run(captioner: StandInCaptioner, images: int, *flags: str) -> tuple[int, StandInCaptioner]:
+        monkeypatch.setattr(Captioner, "from_checkpoint", classmethod(lambda cls, path, **kw: captioner))
+        return main(["caption", *[str(photo)] * images, "--checkpoint", "model.pt", *flags]), captioner
+
+    return run
+
+
+def test_caption_hands_the_batch_beam_workers_and_progress_to_the_api(stand_in, monkeypatch) -> None:
+    import captioning.api
+
+    monkeypatch.setattr(captioning.api, "reading_workers", lambda: 7)  # what the cores would allow
+
+    def options(images: int, *flags: str) -> dict:
+        code, captioner = stand_in(StandInCaptioner(), images, *flags)
+        assert code == 0
+        (call,) = captioner.calls
+        return call
+
+    first = options(3, "--batch-size", "4", "--beam-size", "2")
+    assert first["batch_size"] == 4 and first["beam_size"] == 2 and first["hard_choice"] is None
+    assert len(first["paths"]) == 3
+    # Workers: none for what fits in one batch (starting them costs more than they read), the
+    # machine's share beyond that, and --workers whatever the count.
+    assert first["num_workers"] == 0
+    assert options(4, "--batch-size", "4")["num_workers"] == 0
+    assert options(5, "--batch-size", "4")["num_workers"] == 7
+    assert options(2, "--workers", "3")["num_workers"] == 3
+    # A progress bar on a terminal, or (stderr not a terminal here) for more than 8 images.
+    assert options(8)["progress"] is False and options(9)["progress"] is True
+
+
+def test_interrupted_captioning_says_how_far_it_got(stand_in, capsys) -> None:
+    done = [types.SimpleNamespace(source=f"{i}.png", caption="a red circle") for i in range(2)]
+    code, _ = stand_in(StandInCaptioner(done, then=KeyboardInterrupt()), 3)
+    captured = capsys.readouterr()
+    assert code == 130
+    assert captured.out.splitlines() == ["0.png\ta red circle", "1.png\ta red circle"]
+    assert captured.err == "interrupted after 2 of 3 images\n"
+
+
+def test_each_caption_reaches_a_pipe_before_the_next_image_is_decoded(stand_in, monkeypatch) -> None:
+    class Pipe(io.StringIO):
+        """stdout as a pipe: what was flushed is what a reader (`| head`, a log) has seen."""
+        seen = ""
+
+        def flush(self) -> None:
+            self.seen = self.getvalue()
+
+    pipe, seen_before = Pipe(), []
+    monkeypatch.setattr(sys, "stdout", pipe)
+    done = [types.SimpleNamespace(source=f"{i}.png", caption="a red circle") for i in range(3)]
+    code, _ = stand_in(StandInCaptioner(done, before_each=lambda: seen_before.append(pipe.seen)), 3)
+    assert code == 0
+    assert seen_before == ["", "0.png\ta red circle\n", "0.png\ta red circle\n1.png\ta red circle\n"]
 
 
 def test_overlay_page_references_only_files_that_exist(tiny_run, images, tmp_path: Path, capsys) -> None:
