@@ -5,6 +5,7 @@ reuses that cache."""
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import os
 import shutil
@@ -12,6 +13,7 @@ import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from unittest import mock
 
 import pytest
 import torch
@@ -59,6 +61,14 @@ class TinyRun:
     steps: int
 
 
+@functools.cache
+def _built_from() -> str:
+    """A hash of the package and the tests' set-up: what the shared fixtures are built from."""
+    here = Path(__file__).resolve().parent
+    sources = sorted((here.parent / "captioning").rglob("*.py")) + [here / "conftest.py", here / "tiny.py"]
+    return hashlib.sha256(b"".join(p.read_bytes() for p in sources)).hexdigest()[:16]
+
+
 def built_once(name: str, build: Callable[[Path], None], tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A folder that `build` fills: a fresh one per session, or, where CAPTIONING_TEST_FIXTURES names
     a folder (`make mutate` does), one shared by every process and built once, by unmutated code.
@@ -72,26 +82,17 @@ def built_once(name: str, build: Callable[[Path], None], tmp_path_factory: pytes
         path = tmp_path_factory.mktemp(name)
         build(path)
         return path
-    here = Path(__file__).resolve().parent
-    sources = sorted((here.parent / "captioning").rglob("*.py")) + [here / "conftest.py", here / "tiny.py"]
-    key = hashlib.sha256(b"".join(p.read_bytes() for p in sources)).hexdigest()[:16]
-    path = Path(shared) / f"{name}-{key}"
+    path = Path(shared) / f"{name}-{_built_from()}"
     Path(shared).mkdir(parents=True, exist_ok=True)
     with open(Path(shared) / f"{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # two mutants starting at once: one builds, the other waits
         if not (path / ".built").exists():
-            mutant = os.environ.get("MUTANT_UNDER_TEST")
-            os.environ["MUTANT_UNDER_TEST"] = ""  # mutmut's switch: "" runs the original code
-            try:
+            # mutmut's switch: "" runs the original code
+            with mock.patch.dict(os.environ, {"MUTANT_UNDER_TEST": ""}):
                 if path.exists():
                     shutil.rmtree(path)  # a build that was stopped half way
                 path.mkdir()
                 build(path)
-            finally:
-                if mutant is None:
-                    del os.environ["MUTANT_UNDER_TEST"]
-                else:
-                    os.environ["MUTANT_UNDER_TEST"] = mutant
             (path / ".built").touch()
     return path
 
