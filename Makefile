@@ -76,9 +76,9 @@ browser-check: install
 kill-check: install
 	KILLS_CACHE=10 KILLS_TRAIN=20 $(PY) -m pytest -q -s tests/train/test_kills.py
 
-# One worker by default: the machines are small, and each mutant's tests already use a core.
+# One worker a core: each mutant's tests run with one torch thread (OMP_NUM_THREADS=1 below).
 MODULE ?=
-MUTATE_CHILDREN ?= 1
+MUTATE_CHILDREN ?= $(shell nproc 2>/dev/null || echo 1)
 # Mutants are named: a pattern ("module.*") would try again those already killed too.
 mutate: install
 	names=$$($(VENV)/bin/mutmut results 2>/dev/null | awk -F': ' -v status="$(STATUS)" \
