@@ -7,6 +7,7 @@ from __future__ import annotations
 import fcntl
 import functools
 import hashlib
+import json
 import os
 import shutil
 import socket
@@ -49,6 +50,19 @@ def mutmut_stats_stay_in_this_process():
     if os.environ.get("MUTANT_UNDER_TEST") == "stats":
         del os.environ["MUTANT_UNDER_TEST"]
     yield
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under mutation testing, a mutant's tests run fastest first (by the durations of mutmut's
+    recording run), so that a killed mutant stops at the cheapest test that fails. mutmut 3.8.1's
+    fork server (`process_isolation = forkserver`) hands a mutant's tests to pytest in the order of a
+    Python set: a killed mutant of the feature cache then ran about 40 s of tests, not 5."""
+    if "__mutmut_" not in os.environ.get("MUTANT_UNDER_TEST", ""):
+        return
+    stats = Path(config.rootpath) / "mutmut-stats.json"  # in mutants/, where mutmut runs pytest
+    if stats.exists():
+        durations = json.loads(stats.read_text())["duration_by_test"]
+        items.sort(key=lambda item: durations.get(item.nodeid, 0.0))
 
 
 @dataclass(frozen=True)
