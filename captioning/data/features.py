@@ -334,7 +334,6 @@ class EncodedImages:
     def __init__(self, encoder: Encoder, records: list[ImageRecord], *, image_size: int,
                  device: str | torch.device = "cpu"):
         self.encoder, self.records, self.image_size, self.device = encoder, records, image_size, device
-        self.shape = (len(records),)
         self.offset = 0  # where these records start among the named rows' (a part of a larger split)
         self.named: set[int] = set()  # rows whose image could not be read, counted from the split's start
 

@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from torch import nn
 
 if TYPE_CHECKING:
-    from captioning.config import EncoderConfig
+    from captioning.config.schema import EncoderConfig  # the schema alone: config.checks imports this module
 
 # Stages of tf_efficientnet_lite0 (timm's `blocks`): 3 -> 80 channels and 4 -> 112 at stride 16,
 # 5 -> 192 and 6 -> 320 at stride 32. We take the last block of each stride.

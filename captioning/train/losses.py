@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from captioning.train.host import floats
 
 if TYPE_CHECKING:
-    from captioning.config import ReinforceConfig
+    from captioning.config.schema import ReinforceConfig  # the schema alone: config.checks imports this module
 
 DS_TARGETS = ("one", "length")  # the doubly stochastic term's target per cell: 1 (the paper) or T/L
 BASELINES = ("none", "moving_average", "leave_one_out")  # REINFORCE's baselines (Reinforce)

@@ -248,6 +248,29 @@ def test_cached_and_on_the_fly_annotations_agree(fake_coco: Path, tmp_path: Path
     assert float(np.abs(live).max()) > 0.1
 
 
+def test_a_part_encoded_on_the_fly_counts_its_rows_from_its_start_and_names_each_image_once(
+        fake_coco: Path, tmp_path: Path, resnet18_file: Path, capsys) -> None:
+    """Under torchrun each process validates its own part of the images (validation.py): a part that
+    does not start at 0 must report an unreadable image at its own row and at the whole split's."""
+    import dataclasses
+
+    config = _coco_config(fake_coco, tmp_path, resnet18_file)
+    records = read_records(config.data, "val")  # 3 images
+    broken = tmp_path / "broken.jpg"
+    broken.write_bytes(b"\xff\xd8 not a jpeg")
+    records[2] = dataclasses.replace(records[2], path=broken)
+    whole = EncodedImages(Encoder.from_config(config.encoder), records, image_size=64)
+    part = whole.part(1, 3)
+    annotations = part[0:2]  # [2, 4, 512]: the split's images 1 and 2
+    assert part.unreadable == {1} and whole.unreadable == {2}
+    assert float(np.abs(annotations[0]).max()) > 0 and not annotations[1].any()
+    again = whole[0:3]  # the whole split later (another validation): the image is not named again
+    np.testing.assert_allclose(again[1], annotations[0], rtol=1e-5, atol=1e-5)
+    assert not again[2].any() and whole.unreadable == {2}
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "broken.jpg" in line]
+    assert len(warnings) == 1
+
+
 def test_an_interrupted_cache_resumes_where_it_stopped(fake_coco: Path, tmp_path: Path, resnet18_file: Path) -> None:
     config = _coco_config(fake_coco, tmp_path, resnet18_file)
     records = read_records(config.data, "train")

@@ -1,0 +1,179 @@
+"""Every value checked when a config is loaded, before any data, feature or model work: its type,
+its range, a choice among those that exist, and combinations no run can use."""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from typing import Any
+
+from captioning.config.schema import DATASETS, Config, ConfigError, CosineConfig, LocalConfig
+
+
+def _check_types(section: Any, where: str, prefix: str) -> None:
+    """Every field's value has its annotated type (int is not bool; an int is taken as a float)."""
+    hints = typing.get_type_hints(type(section))
+    for item in dataclasses.fields(section):
+        value, hint, key = getattr(section, item.name), hints[item.name], f"{prefix}.{item.name}"
+        if dataclasses.is_dataclass(value):
+            _check_types(value, where, key)
+            continue
+        optional = typing.get_origin(hint) in (types.UnionType, typing.Union)
+        if optional:
+            if value is None:
+                continue
+            hint = next(arg for arg in typing.get_args(hint) if arg is not type(None))
+        kind = typing.get_origin(hint) or hint
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            setattr(section, item.name, float(value))
+            continue
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            wanted = {int: "an integer", float: "a number", bool: "true or false", str: "a string",
+                      dict: "a mapping"}[kind]
+            raise ConfigError(f"{where}: {key} must be {wanted}{' or null' if optional else ''}, got {value!r}")
+
+
+def _choices(config: Config) -> dict[str, tuple[str, tuple[str, ...]]]:
+    from captioning.model.attention import HardAttention
+    from captioning.model.encoder import ENCODERS, PADDINGS
+    from captioning.model.scores import SCORES
+    from captioning.train.losses import BASELINES, DS_TARGETS
+
+    m, t = config.model, config.train
+    return {
+        "data.dataset": (config.data.dataset, DATASETS), "encoder.name": (config.encoder.name, ENCODERS),
+        "encoder.layer": (config.encoder.layer, ("stride16", "stride32")),
+        "encoder.padding": (config.encoder.padding, PADDINGS),
+        "model.attention": (m.attention, ("soft", "hard")), "model.score": (m.score, tuple(SCORES)),
+        "model.gate": (m.gate, ("scalar", "vector")), "model.deep_output": (m.deep_output, ("linear", "tanh")),
+        "model.hard.coin": (m.hard.coin, HardAttention.COINS),
+        "model.local.base": (m.local.base, tuple(s for s in SCORES if s != "local")),
+        "model.local.window": (m.local.window, ("gaussian", "learned")),
+        "model.extras.init": (m.extras.init, ("mean", "layout")),
+        "model.extras.position": (m.extras.position, ("none", "learned", "coordinates")),
+        "train.optimizer": (t.optimizer, ("adam", "rmsprop")), "train.ds_target": (t.ds_target, DS_TARGETS),
+        "train.reinforce.baseline": (t.reinforce.baseline, BASELINES),
+        "train.objective": (t.objective, ("xe", "scst")), "train.scst.baseline": (t.scst.baseline, ("greedy", "mean")),
+        "decode.hard_choice": (config.decode.hard_choice, HardAttention.CHOICES),
+    }
+
+
+def _ranges(config: Config) -> dict[str, tuple[Any, str, bool]]:
+    """key -> (value, what it must be, whether it is); None values (optional settings) pass."""
+    m, t, d = config.model, config.train, config.decode
+    at_least = {"data.image_size": (config.data.image_size, 1), "data.min_word_count": (config.data.min_word_count, 1),
+                "data.max_caption_length": (config.data.max_caption_length, 1),
+                "data.max_images": (config.data.max_images, 1),
+                "encoder.batch_size": (config.encoder.batch_size, 1), "model.embed_dim": (m.embed_dim, 1),
+                "model.hidden_dim": (m.hidden_dim, 1), "model.attention_dim": (m.attention_dim, 1),
+                "model.hard.warmup": (m.hard.warmup, 0), "train.epochs": (t.epochs, 1),
+                "train.batch_size": (t.batch_size, 1), "train.lr_patience": (t.lr_patience, 0),
+                "train.early_stop_patience": (t.early_stop_patience, 1), "train.max_steps": (t.max_steps, 1),
+                "train.eval_every_steps": (t.eval_every_steps, 1), "train.val_images": (t.val_images, 1),
+                "train.num_workers": (t.num_workers, 0), "train.save_every_steps": (t.save_every_steps, 1),
+                "train.log_every_steps": (t.log_every_steps, 1), "train.log_images": (t.log_images, 0),
+                "train.reinforce.samples": (t.reinforce.samples, 1), "train.max_bad_steps": (t.max_bad_steps, 1),
+                "train.scst.samples": (t.scst.samples, 1), "train.reinforce.warmup": (t.reinforce.warmup, 0),
+                "decode.beam_size": (d.beam_size, 1), "decode.max_length": (d.max_length, 1)}
+    checks = {key: (value, f"at least {low}", value is None or value >= low) for key, (value, low) in at_least.items()}
+    positive = {"encoder.lr": config.encoder.lr, "train.lr": t.lr, "train.grad_clip": t.grad_clip,
+                "train.dist_timeout": t.dist_timeout,
+                "model.extras.temperature": m.extras.temperature, "model.local.sigma": m.local.sigma,
+                "model.cosine.sharpness": m.cosine.sharpness}
+    checks.update({key: (value, "positive", value is None or value > 0) for key, value in positive.items()})
+    unit = {"model.dropout": (m.dropout, 0.0 <= m.dropout < 1.0, "in [0, 1)"),
+            "model.hard.expectation_prob": (m.hard.expectation_prob, 0.0 <= m.hard.expectation_prob <= 1.0,
+                                            "in [0, 1]"),
+            "train.lr_decay": (t.lr_decay, 0.0 < t.lr_decay <= 1.0, "in (0, 1]"),
+            "train.ema_decay": (t.ema_decay, 0.0 <= t.ema_decay < 1.0, "in [0, 1)"),
+            "train.reinforce.baseline_decay": (t.reinforce.baseline_decay, 0.0 <= t.reinforce.baseline_decay < 1.0,
+                                               "in [0, 1)"),
+            "model.extras.glimpses": (m.extras.glimpses, m.extras.glimpses in (1, 2), "1 or 2"),
+            "data.max_bad_images": (config.data.max_bad_images, 0.0 <= config.data.max_bad_images <= 1.0,
+                                    "in [0, 1]")}
+    checks.update({key: (value, wanted, ok) for key, (value, ok, wanted) in unit.items()})
+    non_negative = {"train.ds_weight": t.ds_weight, "train.reinforce.weight": t.reinforce.weight,
+                    "train.reinforce.entropy_weight": t.reinforce.entropy_weight,
+                    "decode.length_penalty": d.length_penalty}
+    checks.update({key: (value, "at least 0", value >= 0) for key, value in non_negative.items()})
+    return checks
+
+
+def _combinations(config: Config) -> list[str]:
+    """Settings that are each fine but that no run can use together."""
+    from captioning.data.shapes.grounding import METRICS as SHAPES_METRICS
+    from captioning.eval.metrics import VALIDATION_METRICS
+    from captioning.model.encoder import stage_names
+
+    m, t, e = config.model, config.train, config.encoder
+    problems = []
+    metrics = VALIDATION_METRICS + (SHAPES_METRICS if config.data.dataset == "shapes" else ())  # what validation scores
+    if t.val_metric not in metrics:
+        problems.append(f"train.val_metric '{t.val_metric}' is not a metric that validation produces on "
+                        f"data.dataset={config.data.dataset} (it produces {', '.join(metrics)})")
+    if t.reinforce.baseline == "leave_one_out" and t.reinforce.samples < 2:
+        problems.append("train.reinforce.baseline=leave_one_out needs train.reinforce.samples >= 2 (the other "
+                        f"samples of the same caption), got {t.reinforce.samples}")
+    if t.objective == "scst":
+        problems += _scst_problems(config)
+    if m.extras.glimpses == 2 and m.attention != "soft":
+        problems.append("model.extras.glimpses=2 needs model.attention=soft (the second glimpse samples nothing, "
+                        "so REINFORCE would not train it)")
+    if m.score != "local" and m.local != LocalConfig():
+        problems.append(f"model.local applies to the local score only, not model.score={m.score}")
+    cosine = m.score == "cosine" or (m.score == "local" and m.local.base == "cosine")
+    if not cosine and m.cosine != CosineConfig():
+        problems.append(f"model.cosine applies to the cosine score (or model.local.base=cosine) only, not "
+                        f"model.score={m.score}")
+    if m.attention == "soft" and config.decode.hard_choice != "expectation":
+        problems.append(f"decode.hard_choice={config.decode.hard_choice} applies to hard attention only; soft "
+                        "attention is the expectation")
+    if t.ema_decay and e.fine_tune_from is not None:
+        problems.append("train.ema_decay averages the decoder only; it does not go with encoder.fine_tune_from")
+    if config.data.augment and config.data.feature_cache and e.fine_tune_from is None:
+        problems.append("data.augment needs the encoder on the fly (cached annotations are computed once per "
+                        "image): set data.feature_cache=false or encoder.fine_tune_from")
+    stages = stage_names(e.name, e.layer)
+    if e.fine_tune_from is not None and e.fine_tune_from not in stages:
+        problems.append(f"encoder.fine_tune_from '{e.fine_tune_from}' is not a stage of {e.name} cut at {e.layer} "
+                        f"(stages: {', '.join(stages)})")
+    weights = t.word_weights
+    if not all(isinstance(word, str) and isinstance(weight, (int, float)) and not isinstance(weight, bool)
+               and weight > 0 for word, weight in weights.items()):
+        problems.append(f"train.word_weights must map words to positive numbers, got {weights!r}")
+    return problems
+
+
+def _scst_problems(config: Config) -> list[str]:
+    t = config.train
+    problems = []
+    if t.scst.baseline == "mean" and t.scst.samples < 2:
+        problems.append(f"train.scst.baseline=mean needs train.scst.samples >= 2 (the image's other samples), "
+                        f"got {t.scst.samples}")
+    if config.encoder.fine_tune_from is not None or not config.data.feature_cache:
+        problems.append("train.objective=scst trains the decoder on cached annotations: not with "
+                        "encoder.fine_tune_from or data.feature_cache=false")
+    if config.data.mirror or t.word_weights:
+        problems.append("train.objective=scst has no reference pairs to mirror or words to weight: "
+                        "set data.mirror=false and train.word_weights={}")
+    return problems
+
+
+def validate(config: Config, where: str = "config") -> Config:
+    """Values that no run could use, caught before any data is read or model built; returns the config."""
+    if not isinstance(config.train.word_weights, dict):
+        raise ConfigError(f"{where}: train.word_weights must map words to positive numbers, "
+                          f"got {config.train.word_weights!r}")
+    for name in ("data", "encoder", "model", "train", "decode"):
+        _check_types(getattr(config, name), where, name)
+    for key, (value, known) in _choices(config).items():
+        if value not in known:
+            raise ConfigError(f"{where}: {key} '{value}' is not one of {', '.join(known)}")
+    for key, (value, wanted, ok) in _ranges(config).items():
+        if not ok:
+            raise ConfigError(f"{where}: {key} must be {wanted}, got {value!r}")
+    problems = _combinations(config)
+    if problems:
+        raise ConfigError(f"{where}: {problems[0]}")
+    return config

@@ -1,0 +1,99 @@
+"""Reading a config: defaults, then a YAML file (and its one `base:`), then `key.sub=value`
+overrides, or plain data as a checkpoint stores it; unknown keys are errors, and the result is
+checked (checks.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from captioning.config.checks import validate
+from captioning.config.migration import REMOVED, RENAMED, without_removed
+from captioning.config.schema import Config, ConfigError
+
+
+def _merge(target: Any, values: dict[str, Any], where: str, prefix: str = "", source: str | None = None) -> None:
+    """Set `values` on the dataclass `target`; `where` names the place in messages, `source` the file."""
+    source = where if source is None else source
+    known = {f.name: f for f in dataclasses.fields(target)}
+    for key, value in values.items():
+        dotted = f"{prefix}.{key}" if prefix else str(key)
+        if key not in known:
+            if dotted in RENAMED:
+                raise ConfigError(f"{source}: '{dotted}' is now '{RENAMED[dotted]}' (the config has sections since "
+                                  "checkpoint format 2)")
+            if dotted in REMOVED:
+                raise ConfigError(f"{source}: '{dotted}' was removed: {REMOVED[dotted]}")
+            raise ConfigError(f"{where}: unknown key '{key}' (known: {', '.join(sorted(known))})")
+        current = getattr(target, key)
+        if dataclasses.is_dataclass(current):
+            if not isinstance(value, dict):
+                raise ConfigError(f"{where}: '{key}' must be a mapping")
+            _merge(current, value, f"{where}.{key}" if where else key, dotted, source)
+        else:
+            if isinstance(value, dict) and not isinstance(current, dict):  # e.g. `train.lr.x=1`: `x` is unknown
+                raise ConfigError(f"{where}: '{key}' is a value, not a section (got keys {', '.join(map(str, value))})")
+            if isinstance(value, str) and str(known[key].type).startswith("float"):
+                # YAML 1.1 reads `1e-4` (no dot) as a string; a float field takes it as the number it is.
+                try:
+                    value = float(value)
+                except ValueError:
+                    raise ConfigError(f"{where}: '{key}' must be a number, got '{value}'") from None
+            setattr(target, key, value)
+
+
+def from_dict(values: dict[str, Any], where: str = "config") -> Config:
+    """A config from plain data (as a checkpoint stores it), checked. Settings since removed (REMOVED)
+    are dropped: a checkpoint records every setting of its day, and none of them shaped its weights."""
+    config = Config()
+    _merge(config, without_removed(values), where)
+    return validate(config, where)
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        values = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError) as error:
+        raise ConfigError(f"{path}: cannot read config ({error})") from error
+    if not isinstance(values, dict):
+        raise ConfigError(f"{path}: a config must be a mapping")
+    return values
+
+
+def _parse_override(text: str) -> tuple[list[str], Any]:
+    if "=" not in text:
+        raise ConfigError(f"override '{text}' is not of the form key.sub=value")
+    key, raw = text.split("=", 1)
+    return key.strip().split("."), yaml.safe_load(raw)
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """Defaults, then `base:` (one level), then the file, then `key.sub=value` overrides; checked."""
+    config = Config()
+    if path is not None:
+        path = Path(path)
+        values = _read_yaml(path)
+        base = values.pop("base", None)
+        if base is not None:
+            base_path = path.parent / base
+            base_values = _read_yaml(base_path)
+            if "base" in base_values:
+                raise ConfigError(f"{base_path}: a base config cannot name a base of its own")
+            _merge(config, base_values, str(base_path))
+        _merge(config, values, str(path))
+    return validate(apply_overrides(config, overrides), str(path) if path is not None else "config")
+
+
+def apply_overrides(config: Config, overrides: list[str] | tuple[str, ...]) -> Config:
+    """Set `key.sub=value` pairs (values parsed as YAML) on a config, in place; returns it. The
+    caller validates the result (load_config does; after a checkpoint's config, call validate)."""
+    for text in overrides:
+        keys, value = _parse_override(text)
+        nested: dict[str, Any] = {keys[-1]: value}
+        for key in reversed(keys[:-1]):
+            nested = {key: nested}
+        _merge(config, nested, f"override '{text}'")
+    return config

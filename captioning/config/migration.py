@@ -1,0 +1,59 @@
+"""Settings that moved or were taken away, and what becomes of them.
+
+Configs and checkpoints written before the sections existed (checkpoint format 1) name some
+settings by their old flat keys (RENAMED). A checkpoint's config is migrated on load; a file or an
+override that uses an old key is refused with its new name (loading.py). Settings that were taken
+away (REMOVED) are refused in a file or an override with the reason, and dropped from a
+checkpoint's config, which records every setting of its day.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# The flat keys of checkpoint format 1, and where each setting lives now.
+RENAMED = {
+    "model.hard_expectation_prob": "model.hard.expectation_prob", "model.hard_coin": "model.hard.coin",
+    "model.hard_warmup": "model.hard.warmup",
+    "model.local_base": "model.local.base", "model.local_window": "model.local.window",
+    "model.local_sigma": "model.local.sigma", "model.cosine_sharpness": "model.cosine.sharpness",
+    "model.init": "model.extras.init", "model.glimpses": "model.extras.glimpses",
+    "model.query_word": "model.extras.query_word", "model.position": "model.extras.position",
+    "model.unit_annotations": "model.extras.unit_annotations", "model.temperature": "model.extras.temperature",
+    "train.reinforce_weight": "train.reinforce.weight", "train.entropy_weight": "train.reinforce.entropy_weight",
+    "train.baseline": "train.reinforce.baseline", "train.baseline_decay": "train.reinforce.baseline_decay",
+    "train.samples": "train.reinforce.samples", "train.reinforce_warmup": "train.reinforce.warmup",
+    "decode.hard_attention": "decode.hard_choice",
+}
+
+# Settings that no longer exist, and why: a file or override naming one is refused with the reason.
+REMOVED = {
+    "train.compile": "torch.compile broke its graph at the decoder's .item()/.tolist() and recompiled for "
+                     "every new set of caption lengths: minutes of compiling for no speed-up",
+}
+
+
+def migrate(values: dict[str, Any]) -> dict[str, Any]:
+    """A config dict of checkpoint format 1 with its settings moved to where they live now (a copy)."""
+    moved = {section: dict(body) if isinstance(body, dict) else body for section, body in values.items()}
+    for old, new in RENAMED.items():
+        section, key = old.split(".")
+        body = moved.get(section)
+        if isinstance(body, dict) and key in body:
+            value = body.pop(key)
+            *path, last = new.split(".")
+            target = moved
+            for part in path:
+                target = target.setdefault(part, {})
+            target[last] = value
+    return moved
+
+
+def without_removed(values: dict[str, Any]) -> dict[str, Any]:
+    """`values` (a config as plain data) less the settings in REMOVED (a copy; sections copied as needed)."""
+    kept = dict(values)
+    for dotted in REMOVED:
+        section, key = dotted.split(".")
+        if isinstance(kept.get(section), dict) and key in kept[section]:
+            kept[section] = {k: v for k, v in kept[section].items() if k != key}
+    return kept

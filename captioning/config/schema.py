@@ -1,0 +1,204 @@
+"""The config's schema: one dataclass per section, their defaults, and the error every check raises.
+
+The paper's model is `ModelConfig` itself; hard attention's own settings are `model.hard`,
+REINFORCE's are `train.reinforce`, and the options that are not in the paper are `model.extras`
+(captioning/model/extras).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class DataConfig:
+    # shapes | coco | flickr8k | flickr30k | karpathy (any Karpathy-format split file): read from
+    # `split_file`; coco_official: the official captions_*2014.json files through pycocotools.
+    dataset: str = "shapes"
+    root: str = "data/shapes"  # every relative path below is relative to this folder
+    split_file: str = "dataset_shapes.json"  # Karpathy-format: dataset_coco.json, dataset_flickr8k.json ...
+    image_dir: str = ""  # images are image_dir/filepath/filename (Flickr entries have no filepath)
+    train_captions: str = "annotations/captions_train2014.json"  # coco_official only
+    train_images: str = "train2014"
+    val_captions: str = "annotations/captions_val2014.json"  # coco_official: serves as val and test
+    val_images: str = "val2014"
+    image_size: int = 224  # the encoder's square input; the shorter side is resized, then centre-cropped
+    min_word_count: int = 1
+    max_caption_length: int = 20  # clips training targets only, never references
+    feature_cache: bool = True  # frozen encoder: train on cached annotations; False runs it on the fly
+    bucket_batches: bool = True  # batches of captions of similar length (less padding per step)
+    # Training images only, with the encoder on the fly: a random square crop of 80-100% of the
+    # shorter side and colour jitter (data/images.py). Never a plain horizontal flip: it would make
+    # "to the left of" in the caption false (data.mirror flips the image and swaps the words).
+    augment: bool = False
+    # Training pairs only (not in the paper): on a coin per pair and epoch, the image mirrored
+    # left-right and "left" and "right" swapped in its caption (data/mirror.py).
+    mirror: bool = False
+    # The first N images of each split whose files are on disk (None: all): a quick look at a
+    # partial download, and what `train.py --dry-run` uses.
+    max_images: int | None = None
+    # The share of a split's images that may be unreadable (left out, and named) before the run stops.
+    max_bad_images: float = 0.01
+
+
+@dataclass
+class EncoderConfig:
+    name: str = "efficientnet_lite0"  # or resnet101, resnet152, vgg19 (resnet18/34/50 for small tests)
+    layer: str = "stride16"  # stride16 (14x14 at 224²; vgg19: conv5_4) or stride32 (7x7 at 224², 14x14 at 448²)
+    weights_path: str | None = None  # a local state dict, for machines that cannot download
+    batch_size: int = 32  # when computing the feature cache
+    padding: str = "zeros"  # how convolutions pad the border: zeros (as trained), reflect, replicate
+    fine_tune_from: str | None = None  # e.g. layer4: train this stage and the later ones (no feature cache)
+    lr: float = 1e-4  # the learning rate of the fine-tuned part
+
+
+@dataclass
+class HardConfig:
+    """Hard attention's own settings (Sec. 4.1); model.attention=hard reads them."""
+
+    expectation_prob: float = 0.5  # an image uses the soft expectation instead of samples (the paper: 0.5)
+    coin: str = "image"  # one coin per image, or per "batch" (as the authors' code)
+    warmup: int = 0  # steps over which that chance falls from 1 to expectation_prob (not in the paper)
+
+
+@dataclass
+class LocalConfig:
+    """The local score's window (model.score=local)."""
+
+    base: str = "additive"  # the content score under the window
+    window: str = "gaussian"  # Luong's; "learned" adds a learned shape (model/extras/window.py)
+    sigma: float | None = None  # the window's width in grid cells (None: a quarter of the grid's longer side)
+
+
+@dataclass
+class CosineConfig:
+    """The cosine score's (and the local score's cosine base's) sharpness."""
+
+    sharpness: float | None = None  # beta at the start, then learned (None: 5)
+
+
+@dataclass
+class ExtrasConfig:
+    """Options that are not in the paper (captioning/model/extras), all off by default."""
+
+    init: str = "mean"  # h_0, c_0 from the mean annotation (the paper) or also the "layout" (extras/layout.py)
+    glimpses: int = 1  # 2: a second soft glimpse per word (extras/glimpses.py)
+    query_word: bool = False  # attention queried with [h_{t-1}; E y_{t-1}] (extras/query_word.py)
+    position: str = "none"  # "learned" or "coordinates": 2-D position in the annotations (extras/position.py)
+    unit_annotations: bool = False  # annotations rescaled to norm sqrt(D) (extras/unit_annotations.py)
+    temperature: float = 1.0  # alpha = softmax(e / temperature)
+
+
+@dataclass
+class ModelConfig:
+    embed_dim: int = 128
+    hidden_dim: int = 256
+    attention_dim: int = 128
+    dropout: float = 0.3
+    attention: str = "soft"  # how the weights are used: soft (Sec. 4.2) or hard (Sec. 4.1)
+    score: str = "additive"  # the attention score function (captioning.model.scores.SCORES)
+    gate: str = "scalar"  # the paper's scalar beta; "vector" is the per-channel gate some ports use
+    # Eq. 7: "linear" as printed, L_o(E y + L_h h + L_z z); "tanh" as the authors' code, L_o(tanh(...)).
+    deep_output: str = "linear"
+    hard: HardConfig = field(default_factory=HardConfig)
+    local: LocalConfig = field(default_factory=LocalConfig)
+    cosine: CosineConfig = field(default_factory=CosineConfig)
+    extras: ExtrasConfig = field(default_factory=ExtrasConfig)
+
+
+@dataclass
+class ReinforceConfig:
+    """Hard attention's REINFORCE terms (Sec. 4.1); soft attention samples nothing and ignores them."""
+
+    weight: float = 1.0  # lambda_r
+    entropy_weight: float = 0.0  # lambda_e
+    baseline: str = "moving_average"  # the paper's; none; leave_one_out (needs samples >= 2)
+    baseline_decay: float = 0.9  # b <- decay b + (1 - decay) log p(y|s,a)
+    samples: int = 1  # samples of locations per caption (its rows are repeated)
+    warmup: int = 0  # steps over which both terms grow from 0 to their weight (not in the paper)
+
+
+@dataclass
+class ScstConfig:
+    """Self-critical sequence training (Rennie et al., 2017), train.objective: scst (train/scst.py)."""
+
+    samples: int = 5  # captions sampled per image
+    # What a sample's CIDEr-D is compared with: the greedy caption's (Rennie et al.) or the mean of
+    # the image's other samples (Luo, 2020, "a better variant of SCST"; needs samples >= 2).
+    baseline: str = "greedy"
+
+
+@dataclass
+class TrainConfig:
+    out_dir: str = "runs/shapes_soft"
+    # Start from this checkpoint's weights and vocabulary, with a fresh optimizer, schedule and step
+    # count (train/warm_start.py); --resume continues a run instead, and then this is ignored.
+    init_from: str | None = None
+    seed: int = 0
+    epochs: int = 10
+    batch_size: int = 64
+    lr: float = 1e-3
+    optimizer: str = "adam"  # adam | rmsprop (the paper: RMSProp on Flickr8k, Adam on Flickr30k and COCO)
+    grad_clip: float = 5.0
+    # A step whose loss or gradient is not finite is skipped; this many in a row stop the run.
+    max_bad_steps: int = 20
+    # Doubly stochastic regularization (Eq. 14). "one" is the paper's target of 1 per cell;
+    # "length" is T/L, which a caption of T words over L cells can actually meet.
+    ds_weight: float = 0.0
+    ds_target: str = "one"
+    val_metric: str = "CIDEr"  # from greedy decoding of the validation split
+    lr_decay: float = 0.5  # multiply the learning rate by this when the metric stalls...
+    lr_patience: int = 1  # ...for this many evaluations
+    early_stop_patience: int = 3
+    max_steps: int | None = None  # stop after this many optimizer steps (tests, quick looks)
+    eval_every_steps: int | None = None  # also evaluate mid-epoch every this many steps
+    val_images: int | None = None  # decode only the first N validation images when evaluating
+    num_workers: int = 0
+    pin_memory: bool = True  # only used when training on a GPU
+    tf32: bool = True  # TF32 matmuls and convolutions in fp32 on GPUs that have them (Ampere and later)
+    # Under torchrun: how long (seconds) a process may wait for the others in one collective before
+    # the run stops, naming what each process was doing (train/distributed.py).
+    dist_timeout: float = 3600.0
+    save_every_steps: int | None = None  # also write last.pt every this many steps (resume after a kill)
+    log_every_steps: int = 10  # losses to TensorBoard and log.jsonl
+    log_images: int = 3  # validation images with per-word overlays in TensorBoard at each evaluation
+    amp: bool = False  # autocast: bf16 where supported, else fp16 with a gradient scaler
+    # Not in the paper: target words whose cross-entropy counts this many times, e.g. {above: 4}
+    # (train/extras/word_weights.py), and an average of the decoder's weights that is validated and
+    # kept (train/extras/averaging.py; 0 = off).
+    word_weights: dict[str, float] = field(default_factory=dict)
+    ema_decay: float = 0.0
+    reinforce: ReinforceConfig = field(default_factory=ReinforceConfig)
+    # xe: cross-entropy on the references (the paper); scst: the CIDEr-D of sampled captions, from a
+    # trained model (train.init_from), batches of train.batch_size images (train/scst.py).
+    objective: str = "xe"
+    scst: ScstConfig = field(default_factory=ScstConfig)
+
+
+@dataclass
+class DecodeConfig:
+    beam_size: int = 3
+    max_length: int = 20
+    length_penalty: float = 0.0  # score / length**alpha when ranking finished beams; 0 = raw log-prob
+    hard_choice: str = "expectation"  # how hard attention picks its cell: expectation, argmax or sample
+
+
+@dataclass
+class Config:
+    data: DataConfig = field(default_factory=DataConfig)
+    encoder: EncoderConfig = field(default_factory=EncoderConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+class ConfigError(ValueError):
+    """A config file or override that does not fit the schema."""
+
+
+DATASETS = ("shapes", "coco", "flickr8k", "flickr30k", "karpathy", "coco_official")
