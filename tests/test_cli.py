@@ -18,7 +18,7 @@ import torch
 from PIL import Image
 
 import captioning.train.loop as training
-from captioning.cli import _guarded, _split_overrides, main, train_main
+from captioning.cli import _guarded, _split_overrides, eval_main, main, train_main
 from captioning.data.shapes.scenes import make_shapes
 from captioning.model.extras.glimpses import TwoGlimpses
 from captioning.model.extras.layout import LayoutSummary
@@ -320,6 +320,63 @@ def test_caption_hands_the_batch_beam_workers_and_progress_to_the_api(stand_in, 
     assert options(2, "--workers", "3")["num_workers"] == 3
     # A progress bar on a terminal, or (stderr not a terminal here) for more than 8 images.
     assert options(8)["progress"] is False and options(9)["progress"] is True
+    assert options(2)["batch_size"] == 16 and options(2)["beam_size"] is None  # --help: 16; the checkpoint's
+
+
+def test_the_old_hard_attention_flag_still_names_the_hard_choice(stand_in, capsys) -> None:
+    code, captioner = stand_in(StandInCaptioner(), 1, "--hard-attention", "argmax")
+    assert code == 0 and captioner.calls[0]["hard_choice"] == "argmax"
+    with pytest.raises(SystemExit) as stopped:
+        stand_in(StandInCaptioner(), 1, "--hard-attention", "bogus")
+    assert stopped.value.code == 2 and "--hard-attention: invalid choice: 'bogus'" in capsys.readouterr().err
+
+
+def test_a_reader_that_goes_away_ends_captioning_quietly(stand_in, monkeypatch, tmp_path: Path) -> None:
+    """`captioning caption photos/ | head`: the pipe breaks; stdout is pointed at /dev/null so that
+    Python's own flush at exit does not fail again, and the command exits 1 without a traceback."""
+    with open(tmp_path / "stdout", "w+b") as target:  # stands for the pipe's file descriptor
+
+        class BrokenPipe:
+            def write(self, text: str) -> int:
+                raise BrokenPipeError
+
+            def flush(self) -> None:
+                pass
+
+            def fileno(self) -> int:
+                return target.fileno()
+        monkeypatch.setattr(sys, "stdout", BrokenPipe())
+        results = [types.SimpleNamespace(source="a.png", caption="a red circle")]
+        code, _ = stand_in(StandInCaptioner(results), 1)
+        os.write(target.fileno(), b"after")  # where the pipe was: now /dev/null
+    assert code == 1 and (tmp_path / "stdout").read_bytes() == b""
+
+
+def test_an_image_whose_overlays_cannot_be_written_is_named_and_the_others_still_captioned(
+        stand_in, monkeypatch, capsys) -> None:
+    import captioning.eval.page
+
+    errors = {"b.png": OSError("No space left on device\n(while writing grid.jpg)"), "c.png": OSError()}
+
+    class Overlays:  # the overlay folder, failing for two images
+        def __init__(self, folder, animation=False) -> None:
+            pass
+
+        def add(self, result) -> None:
+            if result.source in errors:
+                raise errors[result.source]
+
+        def finish(self) -> None:
+            pass
+    monkeypatch.setattr(captioning.eval.page, "OverlayFolder", Overlays)
+    names = ("a.png", "b.png", "c.png", "d.png")
+    results = [types.SimpleNamespace(source=name, caption="a red circle") for name in names]
+    code, _ = stand_in(StandInCaptioner(results), 4, "--overlays", "overlays")
+    out, err = capsys.readouterr()
+    assert code == 1
+    assert out.splitlines() == [f"{name}\ta red circle" for name in names]
+    assert err.splitlines() == ["error: b.png: overlays not written (No space left on device)",
+                                "error: c.png: overlays not written (OSError)"]
 
 
 def test_interrupted_captioning_says_how_far_it_got(stand_in, capsys) -> None:
@@ -407,6 +464,54 @@ def test_docs_cli_md_is_every_commands_help() -> None:
     def words(text: str) -> list[str]:
         return text.split()
     assert words(PAGE.read_text()) == words(reference()), "docs/cli.md is stale: python -m tests.cli_reference"
+
+
+@pytest.mark.parametrize(("script", "entry", "says"), [
+    ("train.py", train_main, "Train a Show, Attend and Tell captioner."),
+    ("eval.py", eval_main, "Score a checkpoint's captions on a split."),
+])
+def test_the_scripts_help_names_the_script_and_says_what_it_does(script, entry, says, capsys) -> None:
+    """train.py and eval.py parse their own arguments (docs/cli.md covers `captioning`'s commands)."""
+    with pytest.raises(SystemExit) as stopped:
+        entry(["--help"])
+    out = capsys.readouterr().out
+    assert stopped.value.code == 0
+    assert out.startswith(f"usage: {script} ") and says in [line.strip() for line in out.splitlines()]
+
+
+def test_a_missing_command_or_an_unknown_option_is_a_usage_error(capsys) -> None:
+    def error(*argv: str) -> str:
+        with pytest.raises(SystemExit) as stopped:
+            main(list(argv))
+        assert stopped.value.code == 2
+        return capsys.readouterr().err.splitlines()[-1]
+    assert error() == "captioning: error: the following arguments are required: command"
+    assert error("caption", "a.png", "--checkpoint", "m.pt", "--bogus", "b.png") == \
+        "captioning: error: unrecognized arguments: --bogus b.png"
+    assert error("inspect", "m.pt", "more.pt") == "captioning: error: unrecognized arguments: more.pt"
+
+
+def test_values_after_options_join_the_overrides_and_features_caches_every_split_by_default(monkeypatch) -> None:
+    import captioning.cli
+
+    seen = []
+    monkeypatch.setattr(captioning.cli, "_prepare_features", lambda args: seen.append(args) or 0)
+    assert main(["prepare-features", "data.root=x", "--splits", "val", "model.dropout=0"]) == 0
+    assert main(["prepare-features"]) == 0
+    assert seen[0].overrides == ["data.root=x", "model.dropout=0"] and seen[0].splits == "val"
+    assert seen[1].overrides == [] and seen[1].splits == "train,val,test"
+
+
+def test_make_shapes_hands_its_defaults_and_numbers_to_the_generator(monkeypatch, capsys) -> None:
+    import captioning.data.shapes.scenes
+
+    calls = []
+    monkeypatch.setattr(captioning.data.shapes.scenes, "make_shapes",
+                        lambda out, counts, **options: calls.append(options) or Path(out) / "dataset_shapes.json")
+    assert main(["make-shapes", "--out", "shapes"]) == 0
+    assert main(["make-shapes", "--out", "shapes", "--seed", "5", "--image-size", "64"]) == 0
+    assert calls[0]["seed"] == 0 and calls[0]["image_size"] == 224  # what --help says
+    assert calls[1]["seed"] == 5 and calls[1]["image_size"] == 64
 
 
 # make-shapes ---------------------------------------------------------------------------------------
