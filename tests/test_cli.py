@@ -502,6 +502,17 @@ def test_values_after_options_join_the_overrides_and_features_caches_every_split
     assert seen[1].overrides == [] and seen[1].splits == "train,val,test"
 
 
+def test_evaluation_scores_the_test_split_unless_told_and_takes_the_old_hard_attention_flag(monkeypatch) -> None:
+    import captioning.cli
+
+    seen = []
+    monkeypatch.setattr(captioning.cli, "_evaluate", lambda args: seen.append(args) or 0)
+    assert eval_main(["--checkpoint", "m.pt"]) == 0
+    assert main(["evaluate", "--checkpoint", "m.pt", "--split", "val", "--hard-attention", "sample"]) == 0
+    assert seen[0].split == "test" and seen[0].hard_choice is None
+    assert seen[1].split == "val" and seen[1].hard_choice == "sample"
+
+
 def test_make_shapes_hands_its_defaults_and_numbers_to_the_generator(monkeypatch, capsys) -> None:
     import captioning.data.shapes.scenes
 
