@@ -320,7 +320,8 @@ def test_caption_hands_the_batch_beam_workers_and_progress_to_the_api(stand_in, 
     assert options(2, "--workers", "3")["num_workers"] == 3
     # A progress bar on a terminal, or (stderr not a terminal here) for more than 8 images.
     assert options(8)["progress"] is False and options(9)["progress"] is True
-    assert options(2)["batch_size"] == 16 and options(2)["beam_size"] is None  # --help: 16; the checkpoint's
+    defaults = options(2)
+    assert defaults["batch_size"] == 16 and defaults["beam_size"] is None  # --help: 16; the checkpoint's
 
 
 def test_the_old_hard_attention_flag_still_names_the_hard_choice(stand_in, capsys) -> None:
