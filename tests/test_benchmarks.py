@@ -12,7 +12,7 @@ import pytest
 
 from tests.tiny import REPO
 
-SCRIPTS = ("run", "ab", "flops", "feature_cache", "encoder_batch", "cache_check")
+SCRIPTS = ("run", "ab", "flops", "feature_cache", "encoder_batch", "cache_check", "cpu_precision")
 
 
 @pytest.mark.parametrize("name", SCRIPTS)

@@ -258,3 +258,29 @@ def test_a_checkpoints_config_naming_a_removed_setting_still_loads():
     values["train"]["compile"] = False
     assert from_dict(values, where="last.pt: config") == Config()
     assert values["train"]["compile"] is False  # the caller's dict is left as it was
+
+
+def test_the_doubly_stochastic_weight_under_its_old_name_is_refused_with_its_new_meaning(tmp_path):
+    """train.ds_weight weighed a mean per image against a mean per word; train.ds_lambda is Eq. 14's
+    lambda. A file or override with the old name would train on a number meant in the old units."""
+    path = write(tmp_path / "old.yaml", "train:\n  ds_weight: 1.0\n")
+    for where, load in ((str(path), lambda: load_config(path)),
+                        ("override 'train.ds_weight=1.0'", lambda: load_config(None, ["train.ds_weight=1.0"]))):
+        with pytest.raises(ConfigError) as error:
+            load()
+        message = str(error.value)
+        assert "\n" not in message
+        assert message.startswith(f"{where}: 'train.ds_weight' is now 'train.ds_lambda': ")
+        assert "Eq. 14" in message and "mean caption length" in message  # what changed and the conversion
+    assert load_config(None, ["train.ds_lambda=0.5"]).train.ds_lambda == 0.5
+
+
+def test_a_checkpoints_config_with_the_old_doubly_stochastic_weight_loads_under_the_new_name():
+    """Checkpoints of today's format record train.ds_weight: read, it becomes train.ds_lambda (the
+    number as it was); the weights and captions do not depend on it."""
+    values = Config().to_dict()
+    del values["train"]["ds_lambda"]
+    values["train"]["ds_weight"] = 0.25
+    config = from_dict(values, where="last.pt: config")
+    assert config.train.ds_lambda == 0.25 and "ds_weight" not in config.to_dict()["train"]
+    assert values["train"]["ds_weight"] == 0.25 and "ds_lambda" not in values["train"]  # the caller's dict as it was

@@ -93,7 +93,7 @@ def _ranges(config: Config) -> dict[str, tuple[Any, str, bool]]:
             "data.max_bad_images": (config.data.max_bad_images, 0.0 <= config.data.max_bad_images <= 1.0,
                                     "in [0, 1]")}
     checks.update({key: (value, wanted, ok) for key, (value, ok, wanted) in unit.items()})
-    non_negative = {"train.ds_weight": t.ds_weight, "train.reinforce.weight": t.reinforce.weight,
+    non_negative = {"train.ds_lambda": t.ds_lambda, "train.reinforce.weight": t.reinforce.weight,
                     "train.reinforce.entropy_weight": t.reinforce.entropy_weight,
                     "decode.length_penalty": d.length_penalty}
     checks.update({key: (value, "at least 0", value >= 0) for key, value in non_negative.items()})

@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 
 from captioning.config.checks import validate
-from captioning.config.migration import REMOVED, RENAMED, without_removed
+from captioning.config.migration import REDEFINED, REMOVED, RENAMED, carried_over, without_removed
 from captioning.config.schema import Config, ConfigError
 
 
@@ -25,6 +25,9 @@ def _merge(target: Any, values: dict[str, Any], where: str, prefix: str = "", so
             if dotted in RENAMED:
                 raise ConfigError(f"{source}: '{dotted}' is now '{RENAMED[dotted]}' (the config has sections since "
                                   "checkpoint format 2)")
+            if dotted in REDEFINED:
+                new, why = REDEFINED[dotted]
+                raise ConfigError(f"{source}: '{dotted}' is now '{new}': {why}")
             if dotted in REMOVED:
                 raise ConfigError(f"{source}: '{dotted}' was removed: {REMOVED[dotted]}")
             raise ConfigError(f"{where}: unknown key '{key}' (known: {', '.join(sorted(known))})")
@@ -47,9 +50,10 @@ def _merge(target: Any, values: dict[str, Any], where: str, prefix: str = "", so
 
 def from_dict(values: dict[str, Any], where: str = "config") -> Config:
     """A config from plain data (as a checkpoint stores it), checked. Settings since removed (REMOVED)
-    are dropped: a checkpoint records every setting of its day, and none of them shaped its weights."""
+    are dropped: a checkpoint records every setting of its day, and none of them shaped its weights;
+    settings since renamed with a new meaning (REDEFINED) are read under their new name."""
     config = Config()
-    _merge(config, without_removed(values), where)
+    _merge(config, carried_over(without_removed(values)), where)
     return validate(config, where)
 
 

@@ -1,10 +1,13 @@
-"""Settings that moved or were taken away, and what becomes of them.
+"""Settings that moved, changed their meaning or were taken away, and what becomes of them.
 
 Configs and checkpoints written before the sections existed (checkpoint format 1) name some
 settings by their old flat keys (RENAMED). A checkpoint's config is migrated on load; a file or an
-override that uses an old key is refused with its new name (loading.py). Settings that were taken
-away (REMOVED) are refused in a file or an override with the reason, and dropped from a
-checkpoint's config, which records every setting of its day.
+override that uses an old key is refused with its new name (loading.py). A setting whose meaning
+changed took a new name (REDEFINED): a file or an override naming the old one is refused with what
+changed, so that no run trains on a number meant in the old units; a checkpoint's config carries
+its old value over to the new name, which only describes how it was trained (a resumed run reads
+its config file). Settings that were taken away (REMOVED) are refused in a file or an override with
+the reason, and dropped from a checkpoint's config, which records every setting of its day.
 """
 
 from __future__ import annotations
@@ -24,6 +27,14 @@ RENAMED = {
     "train.baseline": "train.reinforce.baseline", "train.baseline_decay": "train.reinforce.baseline_decay",
     "train.samples": "train.reinforce.samples", "train.reinforce_warmup": "train.reinforce.warmup",
     "decode.hard_attention": "decode.hard_choice",
+}
+
+# Old name -> (new name, what changed).
+REDEFINED = {
+    "train.ds_weight": ("train.ds_lambda", "the doubly stochastic term is now weighed against a caption's summed "
+                        "word costs, as lambda in Eq. 14 (ds_weight weighed a mean per image against a mean per "
+                        "word: ds_lambda = ds_weight x the mean caption length in words, <end> included; the "
+                        "authors' COCO scripts use ds_lambda 1)"),
 }
 
 # Settings that no longer exist, and why: a file or override naming one is refused with the reason.
@@ -56,4 +67,18 @@ def without_removed(values: dict[str, Any]) -> dict[str, Any]:
         section, key = dotted.split(".")
         if isinstance(kept.get(section), dict) and key in kept[section]:
             kept[section] = {k: v for k, v in kept[section].items() if k != key}
+    return kept
+
+
+def carried_over(values: dict[str, Any]) -> dict[str, Any]:
+    """`values` (a checkpoint's config as plain data) with each REDEFINED setting under its new name,
+    its value as it was (a copy; sections copied as needed)."""
+    kept = dict(values)
+    for old, (new, _) in REDEFINED.items():
+        section, key = old.split(".")
+        body = kept.get(section)
+        if isinstance(body, dict) and key in body:
+            body = {k: v for k, v in body.items() if k != key}
+            body.setdefault(new.split(".")[1], values[section][key])
+            kept[section] = body
     return kept

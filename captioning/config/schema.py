@@ -144,9 +144,10 @@ class TrainConfig:
     grad_clip: float = 5.0
     # A step whose loss or gradient is not finite is skipped; this many in a row stop the run.
     max_bad_steps: int = 20
-    # Doubly stochastic regularization (Eq. 14). "one" is the paper's target of 1 per cell;
-    # "length" is T/L, which a caption of T words over L cells can actually meet.
-    ds_weight: float = 0.0
+    # Doubly stochastic regularization: lambda of Eq. 14, the weight of sum_i (tau - sum_t alpha_ti)^2
+    # against a caption's summed word costs (the authors' COCO scripts: 1; docs/attention.md).
+    # ds_target "one" is the paper's tau = 1 per cell; "length" is T/L, which T words over L cells can meet.
+    ds_lambda: float = 0.0
     ds_target: str = "one"
     val_metric: str = "CIDEr"  # from greedy decoding of the validation split
     lr_decay: float = 0.5  # multiply the learning rate by this when the metric stalls...
@@ -181,7 +182,8 @@ class TrainConfig:
 class DecodeConfig:
     beam_size: int = 3
     max_length: int = 20
-    length_penalty: float = 0.0  # score / length**alpha when ranking finished beams; 0 = raw log-prob
+    # Beams ranked by score / n**alpha, n the tokens scored (the words, and <end> where emitted); 0 = raw log-prob
+    length_penalty: float = 0.0
     hard_choice: str = "expectation"  # how hard attention picks its cell: expectation, argmax or sample
 
 

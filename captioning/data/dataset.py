@@ -28,6 +28,9 @@ class Batch:
     lengths: torch.Tensor  # [B] tokens including <start> and <end>
     images: torch.Tensor | None = None  # [B, 3, S, S] normalized, for an encoder that runs on the fly
     failures: tuple[str, ...] = ()  # why each pair left out of this batch had an unreadable image
+    # [B] long: where each pair sat in the batch it was collated from, when pairs were left out (on the
+    # CPU: hard attention's draws are picked by it, captioning.train.step.row_draws); None when none was
+    positions: torch.Tensor | None = None
 
     def _map(self, function) -> Batch:
         optional = {name: None if value is None else function(value)
@@ -136,12 +139,14 @@ def collate(items: list[tuple[torch.Tensor, list[int]]]) -> Batch:
 
 
 def collate_images(items: list[tuple[torch.Tensor | None, list[int], str | None]]) -> Batch:
-    """Pairs whose image could not be read are left out, with the reason; the batch may end up empty."""
-    readable = [(pixels, ids) for pixels, ids, _ in items if pixels is not None]
+    """Pairs whose image could not be read are left out, with the reason and the positions of those
+    kept; the batch may end up empty."""
+    kept = [row for row, (pixels, _, _) in enumerate(items) if pixels is not None]
     failures = tuple(error for _, _, error in items if error is not None)
-    if not readable:
+    positions = torch.tensor(kept, dtype=torch.long) if failures else None
+    if not kept:
         return Batch(annotations=None, tokens=torch.zeros(0, 0, dtype=torch.long),
-                     lengths=torch.zeros(0, dtype=torch.long), failures=failures)
-    tokens, lengths = _tokens([ids for _, ids in readable])
-    return Batch(annotations=None, images=torch.stack([p for p, _ in readable]), tokens=tokens, lengths=lengths,
-                 failures=failures)
+                     lengths=torch.zeros(0, dtype=torch.long), failures=failures, positions=positions)
+    tokens, lengths = _tokens([items[row][1] for row in kept])
+    return Batch(annotations=None, images=torch.stack([items[row][0] for row in kept]), tokens=tokens, lengths=lengths,
+                 failures=failures, positions=positions)

@@ -129,6 +129,10 @@ class HardAttention(_Attention):
     training step sets (captioning.train.step); it is the same count that the REINFORCE terms'
     warm-up reads and that checkpoints keep.
 
+    Each row of the annotations `prepare` is given is one image with its own coin. A training run
+    hands in its draws instead (`with_draws`), whose coins `shared_coins` has already made one per
+    image (the K rows of an image's K samples of locations) or one per global batch.
+
     Test time (eval mode): `choice` says how the cell is picked: "expectation" (the default, the
     paper's: it behaves like soft attention), "argmax" (the most likely cell) or "sample".
     `choosing` changes it for one decoding.
@@ -138,8 +142,7 @@ class HardAttention(_Attention):
     COINS = ("image", "batch")
 
     def __init__(self, score: nn.Module, *, temperature: float = 1.0, inputs: tuple[nn.Module, ...] = (),
-                 expectation_prob: float = 0.5, coin: str = "image", choice: str = "expectation", warmup: int = 0,
-                 group: int = 1):
+                 expectation_prob: float = 0.5, coin: str = "image", choice: str = "expectation", warmup: int = 0):
         super().__init__(score, temperature=temperature, inputs=inputs)
         if not 0.0 <= expectation_prob <= 1.0:
             raise ValueError(f"expectation_prob must lie in [0, 1], got {expectation_prob}")
@@ -149,17 +152,11 @@ class HardAttention(_Attention):
             raise ValueError(f"unknown hard attention choice '{choice}' (known: {', '.join(self.CHOICES)})")
         if warmup < 0:
             raise ValueError(f"warmup must be >= 0 steps, got {warmup}")
-        if group < 1:
-            raise ValueError(f"group must be >= 1 rows per image, got {group}")
         self.expectation_prob = expectation_prob
         self.coin = coin
         self.choice = choice
         self.warmup = warmup
         self.step = 0  # the run's optimizer steps so far, set by the training step
-        # Rows per image: with train.reinforce.samples = K, the K copies of a caption sit in
-        # consecutive rows (the training step; the decoder's length sort is stable) and, being one
-        # image, share one coin.
-        self.group = group
 
     def current_expectation_prob(self) -> float:
         """The chance of the expectation now: expectation_prob, or on the way there during warm-up."""
@@ -172,24 +169,18 @@ class HardAttention(_Attention):
         memory = super().prepare(annotations)
         if self.training:
             batch, device = annotations.shape[0], annotations.device
-            if batch % self.group:
-                raise ValueError(f"a batch of {batch} rows is not whole images of {self.group} rows each")
-            images = 1 if self.coin == "batch" else batch // self.group
-            draws = torch.rand(images, device=device).repeat_interleave(batch // images)  # [B], Sec. 4.1
-            memory.expectation = draws < self.current_expectation_prob()  # [B]
+            coins = torch.rand(1 if self.coin == "batch" else batch, device=device).expand(batch)  # [B], Sec. 4.1
+            memory.expectation = coins < self.current_expectation_prob()  # [B]
         return memory
 
     def with_draws(self, memory: Memory, draws: torch.Tensor) -> Memory:
         """`memory` (prepared while training) with its randomness taken from `draws` [B, 1 + T]
-        instead of torch's RNG: column 0 is each row's coin (an image's first row decides for its
-        `group` rows), column t + 1 picks the cell of step t by inverse CDF. A run gives every row of
-        the global batch its own draws (captioning.train.loop), so that the samples do not depend on
-        how the batch is split between processes, nor on how the decoder orders its rows."""
-        batch = draws.shape[0]
-        coins = draws[:, 0].view(-1, self.group)[:, :1].expand(-1, self.group).reshape(batch)  # [B]
-        if self.coin == "batch":
-            coins = draws[:1, 0].expand(batch)
-        memory.expectation = coins < self.current_expectation_prob()  # [B], Sec. 4.1
+        instead of torch's RNG: column 0 is each row's coin, column t + 1 picks the cell of step t by
+        inverse CDF. A run gives every row of the global batch its own draws, the coins already
+        shared by each image's rows (`shared_coins`; captioning.train.step.row_draws), so that the
+        samples do not depend on how the batch is split between processes, nor on how the decoder
+        orders its rows."""
+        memory.expectation = draws[:, 0] < self.current_expectation_prob()  # [B], Sec. 4.1
         memory.draws, memory.step = draws[:, 1:], 0
         return memory
 
@@ -199,15 +190,13 @@ class HardAttention(_Attention):
         none = torch.zeros(batch, dtype=torch.bool, device=alpha.device)
         if self.training:
             expectation = memory.expectation if memory.expectation is not None else none
-            if memory.draws is not None:  # s_t = the first cell whose cumulative alpha passes the draw
+            if memory.draws is not None:
                 draws = memory.draws[:, memory.step].to(alpha.dtype)  # [B]
                 memory.step += 1
-                cumulative = alpha.detach().cumsum(dim=1)  # [B, L]
-                cell = torch.searchsorted(cumulative, draws[:, None].contiguous()).squeeze(1)  # [B]
-                return cell.clamp(max=alpha.shape[1] - 1), expectation  # (rounding may leave the sum < 1)
-            return torch.multinomial(alpha.detach(), 1).squeeze(1), expectation
+                return inverse_cdf(alpha.detach(), draws), expectation
+            return sample(alpha.detach()), expectation
         if self.choice == "sample":
-            return torch.multinomial(alpha.detach(), 1).squeeze(1), none
+            return sample(alpha.detach()), none
         return alpha.argmax(dim=1), none if self.choice == "argmax" else ~none
 
     def forward(self, memory: Memory, query: torch.Tensor) -> AttentionOutput:
@@ -224,6 +213,37 @@ class HardAttention(_Attention):
             entropy=-(alpha * log_alpha).sum(dim=1),  # [B], H[alpha_t]
             location=cell.masked_fill(expectation, -1),
         )
+
+
+def shared_coins(draws: torch.Tensor, *, group: int, coin: str) -> torch.Tensor:
+    """`draws` [R, 1 + T] (HardAttention.with_draws) with column 0 made the coin of each row's image:
+    the rows come image by image, `group` rows each (an image's K samples of locations), and each
+    takes its image's first row's draw; with `coin="batch"` (the authors' code) every row takes row
+    0's, one coin for the whole batch. The one place where a run's coins are shared out."""
+    rows = draws.shape[0]
+    by_image = draws[::group, 0].repeat_interleave(group)[:rows]  # [R]
+    coins = draws[:1, 0].expand(rows) if coin == "batch" else by_image  # [R]
+    return torch.cat([coins[:, None], draws[:, 1:]], dim=1)
+
+
+def inverse_cdf(probabilities: torch.Tensor, draws: torch.Tensor) -> torch.Tensor:
+    """The category [B] whose cumulative probability first exceeds each uniform draw in [0, 1) [B];
+    probabilities [B, L]. Strictly exceeds: a draw of exactly 0 cannot pick a category of probability
+    0 ahead of the first one that has some. Where rounding leaves the total at or below the draw, the
+    last category of positive probability is taken."""
+    cumulative = probabilities.cumsum(dim=1)  # [B, L]
+    cell = torch.searchsorted(cumulative, draws[:, None].contiguous(), right=True).squeeze(1)  # [B]
+    last = probabilities.shape[1] - 1 - (probabilities > 0).flip(1).int().argmax(dim=1)  # [B]
+    return torch.where(cell < probabilities.shape[1], cell, last)
+
+
+def sample(probabilities: torch.Tensor) -> torch.Tensor:
+    """One category per row [B] drawn from probabilities [B, L] with torch's RNG. A row that is not a
+    distribution (inf or NaN, from a step whose loss will not be finite either) is drawn uniformly
+    instead of stopping the run inside torch.multinomial: its loss is what skips the step."""
+    valid = torch.isfinite(probabilities).all(dim=1, keepdim=True) & (probabilities.sum(dim=1, keepdim=True) > 0)
+    safe = torch.where(valid, probabilities.clamp(min=0), torch.ones_like(probabilities))  # [B, L]
+    return torch.multinomial(safe, 1).squeeze(1)
 
 
 class GivenLocations(HardAttention):

@@ -57,10 +57,9 @@ def _inputs(model: ModelConfig, *, annotation_dim: int, grid: tuple[int, int] | 
 
 
 def build_attention(model: ModelConfig, *, annotation_dim: int, query_dim: int, grid: tuple[int, int] | None,
-                    kind: str | None = None, captions_per_image: int = 1) -> nn.Module:
+                    kind: str | None = None) -> nn.Module:
     """Soft or hard attention (`kind`, default model.attention) with model.score, queried by
-    `query_dim`-wide queries. `captions_per_image`: rows of one image in a training batch, which
-    share hard attention's coin (train.reinforce.samples)."""
+    `query_dim`-wide queries."""
     inputs = _inputs(model, annotation_dim=annotation_dim, grid=grid)
     channels = sum(module.channels for module in inputs)  # the score sees what the inputs append
     score = build_score(model, annotation_dim=annotation_dim + channels, query_dim=query_dim, grid=grid)
@@ -68,19 +67,18 @@ def build_attention(model: ModelConfig, *, annotation_dim: int, query_dim: int, 
     if (kind or model.attention) == "hard":
         hard = model.hard
         return HardAttention(score, **shared, expectation_prob=hard.expectation_prob, coin=hard.coin,
-                             warmup=hard.warmup, group=captions_per_image)
+                             warmup=hard.warmup)
     return SoftAttention(score, **shared)
 
 
-def build_decoder(model: ModelConfig, *, vocab_size: int, annotation_dim: int, grid: tuple[int, int] | None = None,
-                  captions_per_image: int = 1) -> AttentionDecoder:
+def build_decoder(model: ModelConfig, *, vocab_size: int, annotation_dim: int,
+                  grid: tuple[int, int] | None = None) -> AttentionDecoder:
     """The decoder of `model:`. `grid` (Hg, Wg) is needed by the location and local scores, the
     2-D position and the layout summary."""
     extras = model.extras
     query = WordInQuery() if extras.query_word else PreviousState()
     query_dim = query.dim(hidden_dim=model.hidden_dim, embed_dim=model.embed_dim)
-    attention = build_attention(model, annotation_dim=annotation_dim, query_dim=query_dim, grid=grid,
-                                captions_per_image=captions_per_image)
+    attention = build_attention(model, annotation_dim=annotation_dim, query_dim=query_dim, grid=grid)
     if extras.glimpses == 2:  # queried with [q_t; z_t]
         second = build_attention(model, kind="soft", annotation_dim=annotation_dim, grid=grid,
                                  query_dim=query_dim + attention.context_dim(annotation_dim))

@@ -102,7 +102,8 @@ def beam_search(decoder: AttentionDecoder, annotations: torch.Tensor, *, beam_si
 
     A finished beam stays in the beam with a frozen score (it can only continue with <pad> at no
     cost), so it competes fairly with the open ones. With length_penalty alpha > 0 the final choice
-    ranks beams by score / (words + 1)**alpha; a beam that never emitted <end> is still a candidate,
+    ranks beams by score / n**alpha, n the tokens its score sums (its words, and <end> where it
+    emitted one: words + 1 for a finished beam); a beam that never emitted <end> is still a candidate,
     so every image gets its best hypothesis. min_length forbids <end> before that many words (with
     min_length = max_length every search runs exactly max_length steps, which timing needs).
 
@@ -152,7 +153,8 @@ def beam_search(decoder: AttentionDecoder, annotations: torch.Tensor, *, beam_si
         history[:, :, t] = words[t].gather(1, beam)
         beam = parents[t].gather(1, beam)
     lengths = _lengths(history, Vocabulary.end_id)  # [B, K]
-    ranking = scores / (lengths + 1).float() ** length_penalty if length_penalty > 0 else scores
+    scored = lengths + (history == Vocabulary.end_id).any(dim=2).long()  # [B, K], the words and <end> if emitted
+    ranking = scores / scored.float() ** length_penalty if length_penalty > 0 else scores
     choice = ranking.argmax(dim=1)  # [B]
     pick = torch.arange(batch, device=device)
     chosen = torch.empty(batch, steps, cells, device=device)  # [B, T, L]

@@ -56,8 +56,8 @@ def build_model(config: Config, data: RunData, encoder: Encoder | None, device: 
     else:
         grid, annotation_dim = data.train.grid, data.train.annotations.shape[2]
     torch.manual_seed(t.seed)  # the initial weights follow train.seed, whatever the data work drew
-    decoder = build_decoder(config.model, vocab_size=len(data.vocab), annotation_dim=annotation_dim, grid=grid,
-                            captions_per_image=t.reinforce.samples).to(device)
+    decoder = build_decoder(config.model, vocab_size=len(data.vocab), annotation_dim=annotation_dim,
+                            grid=grid).to(device)
     average = WeightAverage(decoder, decay=t.ema_decay) if t.ema_decay else None
     return Model(decoder, encoder, average, grid, annotation_dim)
 

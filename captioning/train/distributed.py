@@ -4,10 +4,10 @@ torchrun sets RANK, WORLD_SIZE and LOCAL_RANK; without them this is one process 
 here is a no-op. Each process takes its slice of every *global* batch (see data.sampling), DDP
 averages the gradients, and rank 0 alone logs and writes checkpoints.
 
-Matching one process exactly: the loss is a mean over the real words of the global batch (and the
-doubly stochastic term a mean over its images), so each rank weights its local mean by its share
-of the global count; averaged over ranks that is the single-process loss, whatever the split of
-caption lengths between ranks.
+Matching one process exactly: every term of the loss is a sum over the captions of the global batch
+divided by its real words, so each rank weights its local terms by its share of the global word
+count; averaged over ranks that is the single-process loss, whatever the split of caption lengths
+between ranks.
 
 Never waiting on one another: a collective waits for every process, so the processes must take the
 same path. Whatever one process alone can see (a stop signal, a loss that is not finite, a slice
@@ -149,13 +149,13 @@ SIGNALS = (signal.SIGTERM, signal.SIGINT)
 class Agreement:
     """What the processes agreed on in one step.
 
-    shares: (words, images) weights that turn this process's local means into its part of the global
-    means once DDP averages the gradients (1.0 for one process; 0.0 for a process with no readable
-    image in its slice). finite: every process's loss was finite. empty: no process had an image.
-    signal: a stop signal that any process received (SIGTERM before SIGINT), or None."""
+    share: the weight that turns this process's terms (sums over its captions divided by its real
+    words) into its part of the global batch's once DDP averages the gradients: its share of the
+    global batch's words times the number of processes (1.0 for one process; 0.0 for a process with
+    no readable image in its slice). finite: every process's loss was finite. empty: no process had
+    an image. signal: a stop signal that any process received (SIGTERM before SIGINT), or None."""
 
-
-    shares: tuple[float, float] = (1.0, 1.0)
+    share: float = 1.0
     finite: bool = True
     empty: bool = False
     signal: int | None = None
@@ -178,9 +178,9 @@ def agree(context: Distributed, *, words: float, images: float, loss: torch.Tens
     with collective(context, "the step's all-reduce"):
         dist.all_reduce(total, group=_control["group"])
     words_total, images_total, *signals, bad, unreadable_total, named_total = total.tolist()
-    shares = tuple(n * context.world_size / t if t else 0.0 for n, t in ((words, words_total), (images, images_total)))
+    share = words * context.world_size / words_total if words_total else 0.0
     stop = next((int(s) for s, count in zip(SIGNALS, signals) if count), None)
-    return Agreement(shares=shares, finite=bad == 0, empty=images_total == 0, signal=stop,
+    return Agreement(share=share, finite=bad == 0, empty=images_total == 0, signal=stop,
                      unreadable=int(unreadable_total), named=int(named_total))
 
 

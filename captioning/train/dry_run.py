@@ -5,7 +5,9 @@ The real config, with only its size cut: the first few images of each split that
 (data.max_images), the encoder on the images (no feature cache written), two optimizer steps, one
 validation batch with its metrics, and the checkpoint written and read back as `caption` and
 `eval.py` read it. A warm start (train.init_from) loads its checkpoint as the real run would.
-Everything goes to a temporary folder; train.out_dir is not touched.
+Self-critical training reads cached annotations only: its dry run caches the few images it uses,
+in the temporary folder, through a folder of links to the data. Everything goes to a temporary
+folder; train.out_dir and data.root are not touched.
 """
 
 from __future__ import annotations
@@ -21,7 +23,10 @@ import torch
 from captioning.config import Config, validate
 from captioning.train.checkpoint import captioner_from_checkpoint, load_checkpoint
 
-TRAIN_IMAGES, VAL_IMAGES, STEPS, MAX_BATCH = 8, 4, 2, 16
+# On a 2-core CPU the encoder on the fly is most of a dry run (a ResNet-101 forward at 448² takes about
+# 0.4 s an image in float32): a few captions a step and one overlay keep every COCO config's dry run
+# well under a minute there (docs/benchmarks.md, "Dry runs").
+TRAIN_IMAGES, VAL_IMAGES, STEPS, MAX_BATCH, OVERLAYS = 8, 2, 2, 4, 1
 SHAPES_COUNTS = {"train": TRAIN_IMAGES, "val": VAL_IMAGES, "test": VAL_IMAGES}
 
 
@@ -37,10 +42,13 @@ def miniature(config: Config, out_dir: Path) -> Config:
     """The config cut to a few images, steps and captions, writing under `out_dir`; the rest as it is."""
     trial = copy.deepcopy(config)
     trial.data.max_images = TRAIN_IMAGES
-    trial.data.feature_cache = False  # the encoder runs on the images: nothing cached for a dry run
+    if trial.train.objective == "scst" and Path(trial.data.root).is_dir():
+        trial.data.root = str(_linked(Path(trial.data.root), out_dir / "data"))  # its cache is written here
+    else:
+        trial.data.feature_cache = False  # the encoder runs on the images: nothing cached for a dry run
     t = trial.train
     t.out_dir, t.max_steps, t.epochs = str(out_dir / "run"), STEPS, STEPS  # an epoch may be one batch
-    t.batch_size, t.val_images = min(t.batch_size, MAX_BATCH), VAL_IMAGES
+    t.batch_size, t.val_images, t.log_images = min(t.batch_size, MAX_BATCH), VAL_IMAGES, min(t.log_images, OVERLAYS)
     t.num_workers, t.save_every_steps, t.eval_every_steps, t.log_every_steps = 0, None, None, 1
     if trial.data.dataset == "shapes" and not (Path(trial.data.root) / trial.data.split_file).exists():
         from captioning.data.shapes.scenes import make_shapes
@@ -48,6 +56,16 @@ def miniature(config: Config, out_dir: Path) -> Config:
         trial.data.root = str(out_dir / "shapes")  # not the full dataset: a few scenes, made here
         make_shapes(trial.data.root, SHAPES_COUNTS, image_size=trial.data.image_size)
     return validate(trial, "config (dry run)")
+
+
+def _linked(root: Path, into: Path) -> Path:
+    """`into`, holding a link to each entry of `root` but its feature caches: what is read comes from
+    `root`, what is written (a cache of the miniature's images) stays in `into`."""
+    into.mkdir(parents=True)
+    for entry in root.iterdir():
+        if entry.name != "features":
+            (into / entry.name).symlink_to(entry.resolve(), target_is_directory=entry.is_dir())
+    return into
 
 
 def dry_run(config: Config, *, device: str | torch.device = "cpu") -> DryRun:

@@ -232,18 +232,22 @@ class Run:
             return None
         progress = self.progress
         own = losses.pop("own", 1.0)
-        if losses.pop("skipped"):
+        skipped = losses.pop("skipped")
+        if skipped:
             progress.skipped_steps += 1
             progress.bad_steps_in_a_row += 1
             tqdm.write(f"warning: step {progress.step + 1}: loss {losses['loss']:.4g}, gradient norm "
-                       f"{losses['grad_norm']:.4g}: not finite, step skipped", file=sys.stderr)
+                       f"{losses['grad_norm']:.4g}: not finite (here or in another process), step skipped",
+                       file=sys.stderr)
             if progress.bad_steps_in_a_row >= self.config.train.max_bad_steps:
                 raise TrainingError(f"step {progress.step + 1}: the loss or its gradient was not finite "
                                     f"{progress.bad_steps_in_a_row} steps in a row ({progress.skipped_steps} skipped "
                                     "in all); stopping, the last good checkpoint is kept")
         else:
             progress.bad_steps_in_a_row = 0
-        return {**losses, "skipped_steps": float(progress.skipped_steps)} if own else None
+        # A skipped step's numbers are not finite or not applied: the warning above names them, the
+        # logs keep the steps that trained (and the count of those that did not).
+        return {**losses, "skipped_steps": float(progress.skipped_steps)} if own and not skipped else None
 
     def name_unreadable(self, reasons: list[str]) -> None:
         """Images the encoder on the fly could not read: each named once in the run, and the run
@@ -267,9 +271,9 @@ class Run:
         if self.scst is not None:
             losses = self.scst.step(self.model.decoder, batch.to(self.device), self.optimizer, grad_clip=t.grad_clip,
                                     step=self.progress.step, precision=self.hardware.precision,
-                                    scaler=self.scaler if self.scaler.is_enabled() else None)
-            if self.model.average is not None:
-                self.model.average.update(self.model.decoder)
+                                    scaler=self.scaler if self.scaler.is_enabled() else None,
+                                    hard_choice=hard_choice(self.config))
+            self.average(skipped=bool(losses["skipped"]))
             return losses
         new = [reason for reason in dict.fromkeys(batch.failures) if reason not in self.unreadable]
         own = batch.tokens.shape[0] > 0
@@ -293,18 +297,23 @@ class Run:
             self.agreement = agreement
             return agreement
 
-        losses = train_step(self.module, batch, self.optimizer, grad_clip=t.grad_clip, ds_weight=t.ds_weight,
+        losses = train_step(self.module, batch, self.optimizer, grad_clip=t.grad_clip, ds_lambda=t.ds_lambda,
                             ds_target=t.ds_target, precision=self.hardware.precision,
                             scaler=self.scaler if self.scaler.is_enabled() else None, agree=agree,
                             reinforce=self.reinforce, word_weights=self.word_weights, step=self.progress.step,
-                            draws=self.draws(rows=batch.tokens.shape[0]))
-        if self.model.average is not None:
-            self.model.average.update(self.model.decoder)
+                            draws=self.draws(rows=batch.tokens.shape[0], positions=batch.positions))
+        self.average(skipped=bool(losses["skipped"]))
         if self.context.enabled:  # the global batch's unreadable images, the same on every process
             self.progress.skipped_images += self.agreement.unreadable
             if self.agreement.named:
                 self.name_unreadable([reason for part in distributed.everyone(self.context, new) for reason in part])
         return {**losses, "own": float(own)}
+
+    def average(self, *, skipped: bool) -> None:
+        """The weights' average (train.ema_decay) moves after an applied step only: a skipped step
+        changed no weight, and counting it would pull the average towards weights it already holds."""
+        if self.model.average is not None and not skipped:
+            self.model.average.update(self.model.decoder)
 
     def stand_in(self) -> Batch:
         """What a process with an empty part of a global batch steps on (its terms get a share of 0)."""
@@ -312,16 +321,17 @@ class Run:
             return stand_in_batch(images=(3, self.config.data.image_size, self.config.data.image_size))
         return stand_in_batch(annotations=(self.model.grid[0] * self.model.grid[1], self.model.annotation_dim))
 
-    def draws(self, *, rows: int) -> torch.Tensor | None:
+    def draws(self, *, rows: int, positions: torch.Tensor | None = None) -> torch.Tensor | None:
         """Hard attention's uniform draws for this process's rows of the global batch now being
-        stepped (step.row_draws); None for soft attention, which samples nothing."""
+        stepped (step.row_draws); None for soft attention, which samples nothing. `positions`: where
+        each row sits in this process's part, when pairs with unreadable images were left out."""
         if self.reinforce is None:
             return None
         size = self.global_sizes[self.progress.batch_in_epoch]
         start, _ = self.context.shard(size)  # where this process's part of the batch begins
         return row_draws(seed=self.config.train.seed, step=self.progress.step, size=size, start=start,
-                         rows=rows, samples=self.reinforce.samples,
-                         width=self.config.data.max_caption_length + 2).to(self.device, non_blocking=True)
+                         rows=rows, samples=self.reinforce.samples, width=self.config.data.max_caption_length + 2,
+                         coin=self.config.model.hard.coin, positions=positions).to(self.device, non_blocking=True)
 
     def stop_signal(self) -> int | None:
         """The stop signal to act on: this process's own alone, the one the processes agreed on under torchrun."""
@@ -445,6 +455,8 @@ def fit(config: Config, *, resume: bool = False, device: str | torch.device = "c
     """
     t = config.train
     hardware = Hardware.setup(device, amp=t.amp, tf32=t.tf32, timeout=t.dist_timeout)
+    if t.amp and hardware.context.is_main:  # what train.amp turned into on this device, and why
+        tqdm.write(f"precision: {hardware.precision.reason}", file=sys.stderr)
     try:
         with run_folder(config.train.out_dir, enabled=hardware.context.is_main):  # one run per folder
             run = Run.start(config, resume=resume, hardware=hardware)

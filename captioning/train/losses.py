@@ -7,7 +7,9 @@ target words (including <end>) and 0 on padding; padding reaches no term.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -37,7 +39,13 @@ def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tenso
 
 
 def doubly_stochastic(alphas: torch.Tensor, mask: torch.Tensor, *, target: str = "one") -> torch.Tensor:
-    """sum_i (tau - sum_t alpha_ti)^2, summed over cells i, averaged over images (Eq. 14).
+    """sum_i (tau - sum_t alpha_ti)^2 of each caption (Eq. 14), summed over the captions and divided
+    by the number of real target words, as `cross_entropy` is. alphas [B, T, L], mask [B, T].
+
+    Eq. 14 adds lambda sum_i (1 - sum_t alpha_ti)^2 to each caption's -log p(y|a), a sum over its
+    words. The training objective divides both by the batch's real words (the learning rate and
+    clipping then do not depend on caption length), so `train.ds_lambda` is the paper's lambda: the
+    weight of the term against a caption's summed word costs.
 
     The paper's tau = 1 asks every cell to receive a total weight of 1 over the caption. A caption of
     T words carries a total weight of exactly T, so with T < L the paper's target cannot be met and
@@ -55,7 +63,7 @@ def doubly_stochastic(alphas: torch.Tensor, mask: torch.Tensor, *, target: str =
         tau = (mask.sum(dim=1, keepdim=True) / alphas.shape[2]).expand_as(totals)  # [B, L], T_b / L
     else:
         raise ValueError(f"unknown doubly stochastic target '{target}' (known: one, length)")
-    return ((tau - totals) ** 2).sum(dim=1).mean()
+    return ((tau - totals) ** 2).sum() / mask.sum()
 
 
 def caption_log_likelihood(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -71,6 +79,17 @@ def _alone(tensor: torch.Tensor) -> torch.Tensor:
     return tensor
 
 
+@dataclass(frozen=True)
+class ReinforceTerms:
+    """One batch's REINFORCE surrogate and statistics, and what its rewards would move the moving
+    average by; `Reinforce.move` moves it once the step is known to be applied."""
+
+    loss: torch.Tensor  # the surrogate, a scalar on the device
+    stats: dict[str, float]  # what a run logs
+    sampled: float  # captions of the global batch that sampled locations
+    reward: float  # their mean reward (0 when none did)
+
+
 class Reinforce:
     """The hard attention terms of the gradient of the variational bound L_s (Sec. 4.1, Eq. 12).
 
@@ -83,12 +102,15 @@ class Reinforce:
         -[lambda_r sum_n (r_n - b_n) sum_t m_nt log p(s_nt) + lambda_e sum_n sum_t m_nt H_nt] / sum m.
     The reward r_n = log p(y_n|s~_n, a) (`caption_log_likelihood`, detached) is computed per row, so
     it stays with that row's own samples whatever the padding. Captions whose image used the soft
-    expectation (location -1) sampled nothing and get neither term, and do not move the baseline.
+    expectation (location -1) sampled nothing and get neither term, and do not move the baseline;
+    their advantage is exactly 0, whatever their reward.
 
     Baselines b_n: "moving_average" (the paper: b <- decay b + (1 - decay) mean_n r_n over sampled
-    captions, starting from the first batch's mean); "leave_one_out" (with `samples` >= 2 replicas of
-    each caption in consecutive rows, b_n = the mean reward of its *other* sampled replicas, falling
-    back to the moving average when it has none); "none" (b = 0, for comparison).
+    captions, starting from the first batch's mean; moved by `move` after a step that was applied,
+    so that a skipped step, whose rewards may not be finite, leaves it as it was); "leave_one_out"
+    (with `samples` >= 2 replicas of each caption in consecutive rows, b_n = the mean reward of its
+    *other* sampled replicas, falling back to the moving average when it has none); "none" (b = 0,
+    for comparison).
 
     `warmup` > 0 (not in the paper): both terms are scaled by min(1, (step + 1) / warmup), `step`
     being the run's optimizer steps before this one, so they come in gradually. Early in training
@@ -143,7 +165,7 @@ class Reinforce:
             moving = torch.full_like(rewards, self.value)  # [B]
         if self.baseline == "moving_average":
             return moving
-        r = (rewards * sampled).view(-1, self.samples)  # [images, K]; rows are image-major replicas
+        r = torch.where(sampled, rewards, torch.zeros_like(rewards)).view(-1, self.samples)  # [images, K], by image
         s = sampled.to(rewards.dtype).view(-1, self.samples)  # [images, K]
         others = s.sum(dim=1, keepdim=True) - s  # [images, K], sampled replicas besides this one
         loo = (r.sum(dim=1, keepdim=True) - r) / others.clamp(min=1)  # [images, K]
@@ -155,9 +177,14 @@ class Reinforce:
         count, mean = floats(pooled[1], pooled[0] / pooled[1].clamp(min=1))
         self._move(count=count, mean=mean)
 
+    def move(self, terms: ReinforceTerms) -> None:
+        """The moving average moved by the rewards of a batch whose step was applied."""
+        self._move(count=terms.sampled, mean=terms.reward)
+
     def _move(self, *, count: float, mean: float) -> None:
-        """`update` once the number of captions that sampled and their mean reward are on the host."""
-        if count == 0:
+        """`update` once the number of captions that sampled and their mean reward are on the host.
+        A mean that is not finite never enters the average."""
+        if count == 0 or not math.isfinite(mean):
             return
         self.value = mean if self.value is None else self.decay * self.value + (1 - self.decay) * mean
 
@@ -166,30 +193,33 @@ class Reinforce:
         return min(1.0, (step + 1) / self.warmup) if self.warmup else 1.0
 
     def __call__(self, *, logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor, log_probs: torch.Tensor,
-                 entropies: torch.Tensor, locations: torch.Tensor,
-                 step: int = 0) -> tuple[torch.Tensor, dict[str, float]]:
-        """The surrogate loss and statistics; moves the baseline. log_probs/entropies/locations [B, T]
-        come from the decoder (DecoderOutput), logits [B, T, V], targets/mask [B, T]."""
+                 entropies: torch.Tensor, locations: torch.Tensor, step: int = 0) -> ReinforceTerms:
+        """The surrogate loss and statistics; the baseline is not moved (`move`, after the step).
+        log_probs/entropies/locations [B, T] come from the decoder (DecoderOutput), logits [B, T, V],
+        targets/mask [B, T]."""
         mask = mask.to(log_probs.dtype)
         rewards = caption_log_likelihood(logits.detach(), targets, mask)  # [B], r_n
         sampled = (locations >= 0).any(dim=1)  # [B]; the coin is per image, so per caption
         pooled = self.pooled(rewards, sampled)  # [2], over every process's part of the batch
-        advantage = (rewards - self.baselines(rewards, sampled, pooled)) * sampled  # [B], 0 where nothing sampled
+        baselines = self.baselines(rewards, sampled, pooled)  # [B]
+        # 0 where nothing was sampled, chosen rather than multiplied: 0 * NaN would be NaN.
+        advantage = torch.where(sampled, rewards - baselines, torch.zeros_like(rewards))  # [B]
         steps = mask * sampled[:, None]  # [B, T], real steps of captions that sampled
         score_function = (advantage[:, None] * log_probs * steps).sum()  # sum_n (r_n - b_n) log p(s~_n|a)
         entropy = (entropies * steps).sum()  # sum_n H[s~_n]
         scale = self.scale(step)
         loss = -scale * (self.weight * score_function + self.entropy_weight * entropy) / mask.sum()
-        # What the baseline's update and the statistics need, in one trip to the host (on a GPU each
+        # What the baseline's move and the statistics need, in one trip to the host (on a GPU each
         # trip waits for all the work queued before it).
-        loss_value, count, reward, share, entropy_value = floats(
+        loss_value, count, reward, share, entropy_value, compared = floats(
             loss, pooled[1], pooled[0] / pooled[1].clamp(min=1), sampled.float().mean(),
-            entropy / steps.sum().clamp(min=1))
-        self._move(count=count, mean=reward)
+            entropy / steps.sum().clamp(min=1),
+            torch.where(sampled, baselines, torch.zeros_like(baselines)).sum() / sampled.sum().clamp(min=1))
         stats = {"reinforce": loss_value, "reward": reward,  # of the global batch; 0 when no caption sampled
-                 "baseline": self.value if self.value is not None else 0.0,
+                 # the mean b_n the sampled captions were compared with (the moving average as it stands)
+                 "baseline": compared if share else (self.value or 0.0),
                  "sampled": share, "reinforce_scale": scale, "entropy": entropy_value}
-        return loss, stats
+        return ReinforceTerms(loss=loss, stats=stats, sampled=count, reward=reward)
 
     def state_dict(self) -> dict[str, Any]:
         """Plain data for checkpoints (the moving average must survive a resume; the warm-up reads the
@@ -197,4 +227,7 @@ class Reinforce:
         return {"baseline": self.value}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.value = None if state.get("baseline") is None else float(state["baseline"])
+        """A baseline that is not finite (a checkpoint written before skipped steps left it alone)
+        starts again from the next batch's mean, as at the start of a run."""
+        value = state.get("baseline")
+        self.value = float(value) if value is not None and math.isfinite(float(value)) else None

@@ -27,7 +27,7 @@ from torch.utils.data import Dataset
 from captioning.config import ScstConfig
 from captioning.data.mapped import by_reference
 from captioning.data.vocab import Vocabulary, tokenize
-from captioning.model.attention import set_training_step
+from captioning.model.attention import choosing, sample, set_training_step
 from captioning.model.decoder import AttentionDecoder
 from captioning.model.decoding import greedy
 from captioning.train.cider import CiderD
@@ -87,17 +87,25 @@ class SelfCritical:
     def sample(self, decoder: AttentionDecoder, annotations: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """K captions per image drawn from the decoder, with gradients: tokens [N, T] (<pad> after
         <end>) and each step's log-probability [N, T] (the word's, plus the sampled cell's under hard
-        attention; 0 after <end>)."""
+        attention; 0 after <end>).
+
+        Words are drawn from the vocabulary less <pad> and <start>, which no caption contains: a
+        sampled <pad> would leave the loss while its caption went on. Hard attention's coin is
+        flipped once per image in `prepare`, before its K rows are made, so they share it. A step whose
+        distribution is not finite draws its words uniformly (attention.sample) and its loss is not
+        finite: the step is skipped rather than the run stopped."""
         memory, state = decoder.prepare(annotations)
         rows = torch.arange(annotations.shape[0], device=annotations.device).repeat_interleave(self.samples)
         memory, state = memory.select(rows), state.select(rows)
         previous = torch.full((rows.shape[0],), Vocabulary.start_id, dtype=torch.long, device=annotations.device)
         finished = torch.zeros_like(previous, dtype=torch.bool)
+        never = torch.tensor([Vocabulary.pad_id, Vocabulary.start_id], device=annotations.device)
         tokens, log_probs = [], []
         for _ in range(self.max_length):
             logits, state, attended = decoder.step(memory, state, previous)
-            log_p = torch.log_softmax(logits.float(), dim=1)  # [N, V]
-            word = torch.multinomial(log_p.detach().exp(), 1)[:, 0].masked_fill(finished, Vocabulary.pad_id)
+            logits = logits.float().index_fill(1, never, float("-inf"))  # [N, V]
+            log_p = torch.log_softmax(logits, dim=1)  # [N, V]
+            word = sample(log_p.detach().exp()).masked_fill(finished, Vocabulary.pad_id)
             step = log_p.gather(1, word[:, None])[:, 0]  # [N]
             if attended.log_prob is not None:  # hard attention: the cell is an action too (0 for the expectation)
                 step = step + attended.log_prob.float()
@@ -113,15 +121,18 @@ class SelfCritical:
         """CIDEr-D of each row's caption against its image's references. tokens [R, T], images [R]."""
         return self.cider.scores([self.vocab.decode(row) for row in tokens.tolist()], images)
 
-    def loss(self, decoder: AttentionDecoder, batch: ImageBatch, *,
-             precision: Precision = FULL_PRECISION) -> tuple[torch.Tensor, dict[str, float]]:
+    def loss(self, decoder: AttentionDecoder, batch: ImageBatch, *, precision: Precision = FULL_PRECISION,
+             hard_choice: str | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+        """The self-critical loss of a batch of images and its statistics. `hard_choice`: how the
+        greedy baseline's hard attention picks its cell, as test-time decoding does (decode.hard_choice;
+        None for soft attention)."""
         images = batch.images.tolist()
         with precision.autocast():
             tokens, log_probs = self.sample(decoder, batch.annotations)
         sampled = self.rewards(tokens, [i for i in images for _ in range(self.samples)]).reshape(-1, self.samples)
         if self.baseline == "greedy":
             decoder.eval()  # the test-time caption: no dropout
-            with torch.no_grad(), precision.autocast():
+            with torch.no_grad(), precision.autocast(), choosing(decoder, hard_choice):
                 best = greedy(decoder, batch.annotations, max_length=self.max_length)
             decoder.train()
             baseline = self.rewards(best.tokens, images)[:, None].repeat(self.samples, axis=1)  # [B, K]
@@ -135,13 +146,13 @@ class SelfCritical:
 
     def step(self, decoder: AttentionDecoder, batch: ImageBatch, optimizer: torch.optim.Optimizer, *,
              grad_clip: float, step: int, precision: Precision = FULL_PRECISION,
-             scaler: torch.amp.GradScaler | None = None) -> dict[str, float]:
+             scaler: torch.amp.GradScaler | None = None, hard_choice: str | None = None) -> dict[str, float]:
         """One optimizer step of the self-critical loss (skipped where not finite: apply_gradients)."""
         from captioning.train.step import apply_gradients
 
         decoder.train()
         set_training_step(decoder, step)
-        loss, stats = self.loss(decoder, batch, precision=precision)
+        loss, stats = self.loss(decoder, batch, precision=precision, hard_choice=hard_choice)
         norm, skipped = apply_gradients(loss, loss, list(decoder.parameters()), optimizer, grad_clip=grad_clip,
                                         scaler=scaler)
         return {"loss": loss.item(), "grad_norm": norm.item(), **stats, "skipped": float(skipped)}

@@ -4,7 +4,7 @@ REINFORCE terms (Sec. 4.1 of the paper).
 
 Notation: B batch, T caption steps, L grid cells, D channels, S input side, V vocabulary.
 
-The run around it (checkpoints, logs, signals, validation, the epoch loop) is training.py.
+The run around it (checkpoints, logs, signals, validation, the epoch loop) is loop.py.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from torch import nn
 
 from captioning.data.dataset import Batch
 from captioning.data.vocab import Vocabulary
-from captioning.model.attention import set_training_step
+from captioning.model.attention import HardAttention, set_training_step, shared_coins
 from captioning.model.decoder import AttentionDecoder, DecoderOutput
 from captioning.model.encoder import Encoder
 from captioning.train.distributed import Agreement
@@ -61,28 +61,40 @@ def backward_and_clip(objective: torch.Tensor, parameters: list[torch.Tensor], o
 
 
 def step_unless_skipped(optimizer: torch.optim.Optimizer, *, skipped: bool,
-                        scaler: torch.amp.GradScaler | None = None, agreed: bool = False) -> None:
-    """The second half of apply_gradients: the optimizer step, or the gradients dropped when `skipped`.
-    `agreed`: skipped for a reason the gradients do not show (another process's loss), so the
-    scaler must not step either."""
-    if scaler is not None and not agreed:
-        scaler.step(optimizer)  # skips by itself when the unscaled gradients hold inf or NaN
+                        scaler: torch.amp.GradScaler | None = None) -> None:
+    """The second half of apply_gradients: the optimizer step, or the gradients dropped when `skipped`
+    (for any reason: this process's gradients, its loss, or what the processes agreed on).
+
+    A GradScaler's iteration always ends in `update()`, skipped or not: `unscale_` has already run,
+    and only `update()` clears its record of that (the next step's `unscale_` raises otherwise). The
+    scale then moves by the scaler's own rule on what `unscale_` found: backed off where the
+    gradients held inf or NaN, one more finite step towards growth where they did not."""
+    if not skipped:
+        if scaler is not None:
+            scaler.step(optimizer)  # the unscaled gradients are finite here: it steps
+        else:
+            optimizer.step()
+    if scaler is not None:
         scaler.update()
-    elif scaler is None and not skipped:
-        optimizer.step()
     if skipped:
         optimizer.zero_grad(set_to_none=True)
 
 
-def row_draws(*, seed: int, step: int, size: int, start: int, rows: int, samples: int, width: int) -> torch.Tensor:
-    """Hard attention's uniform draws for `rows` captions from row `start` of a global batch of
-    `size`, each caption's `samples` rows in a row: [rows * samples, 1 + width] (a coin, then one per
-    step: HardAttention.with_draws). Every process of a run draws the whole global batch's from the
-    same seed (train.seed, the step) and keeps its own rows, so the samples are those of one
-    process, however many share the batch."""
+def row_draws(*, seed: int, step: int, size: int, start: int, rows: int, samples: int, width: int,
+              coin: str = "image", positions: torch.Tensor | None = None) -> torch.Tensor:
+    """Hard attention's uniform draws for this process's `rows` captions, from row `start` of a
+    global batch of `size`, each caption's `samples` rows in a row: [rows * samples, 1 + width] (a
+    coin, then one per step: HardAttention.with_draws). Every process of a run draws the whole global
+    batch's from the same seed (train.seed, the step), shares its coins out (one per image, or one
+    for the global batch with `coin="batch"`: model.hard.coin) and keeps its own rows, so the samples
+    are those of one process, however many share the batch. `positions` [rows]: where each caption
+    sits in this process's part, when some of the part's pairs were left out (unreadable images):
+    each keeps its own draws."""
     generator = torch.Generator().manual_seed(seed * 1_000_003 + step)
     draws = torch.rand(max(size, start + rows) * samples, 1 + width, generator=generator)  # [rows of the batch, 1 + W]
-    return draws[start * samples:(start + rows) * samples]
+    draws = shared_coins(draws, group=samples, coin=coin)
+    captions = start + (torch.arange(rows) if positions is None else positions.long())  # [rows], in the global batch
+    return draws[(captions[:, None] * samples + torch.arange(samples)).flatten()]  # [rows * samples, 1 + W]
 
 
 def stand_in_batch(*, annotations: tuple[int, int] | None = None, images: tuple[int, int, int] | None = None) -> Batch:
@@ -117,23 +129,30 @@ class TrainingModel(nn.Module):
 
 
 def train_step(model: nn.Module, batch: Batch, optimizer: torch.optim.Optimizer, *, grad_clip: float,
-               ds_weight: float, ds_target: str, precision: Precision = FULL_PRECISION,
+               ds_lambda: float, ds_target: str, precision: Precision = FULL_PRECISION,
                scaler: torch.amp.GradScaler | None = None, agree: Callable[[torch.Tensor], Agreement] | None = None,
                reinforce: Reinforce | None = None, word_weights: torch.Tensor | None = None,
                step: int = 0, draws: torch.Tensor | None = None) -> dict[str, float]:
-    """One optimizer step of cross-entropy plus the doubly stochastic term, plus, when the decoder's
-    attention samples locations (hard attention), the REINFORCE terms of `reinforce` (Sec. 4.1).
+    """One optimizer step of Eq. 14 (cross-entropy plus lambda times the doubly stochastic term),
+    plus, when the decoder's attention samples locations (hard attention), the REINFORCE terms of
+    `reinforce` (Sec. 4.1). Every term is summed over the captions and divided by the batch's real
+    target words (losses.doubly_stochastic says why), so `ds_lambda` is the paper's lambda.
 
     `model(batch.source, inputs)` is a decoder (on annotations) or a TrainingModel (needed with
     `reinforce.samples` > 1: it copies each image after the encoder, so the CNN runs once per image).
     `agree(loss)` is called between the forward and the backward, under torchrun: what the processes
-    agreed on (captioning.train.distributed.agree); its shares weight the terms by this process's
-    share of the global batch's words and images, and no process updates unless every loss was
-    finite. The losses returned are this process's own. `word_weights`
+    agreed on (captioning.train.distributed.agree); its share weights the objective by this process's
+    share of the global batch's words, and no process updates unless every loss was finite. The
+    losses returned are this process's own. `word_weights`
     [V] weight each target word's cross-entropy (losses.cross_entropy; None: all 1). `step` is the
     run's optimizer steps so far: every warm-up (hard attention's coin, the REINFORCE terms) reads it.
-    `draws` [B*K, 1 + T] (hard attention): each row's uniform draws (HardAttention.with_draws)
-    instead of torch's RNG, so that the samples do not depend on how a run splits its batch.
+    `draws` [B*K, 1 + T] (hard attention): each row's uniform draws (HardAttention.with_draws; a run's
+    come from row_draws) instead of torch's RNG, so that the samples do not depend on how a run splits
+    its batch. Without them hard attention draws from torch's RNG: each row its own coin, or, with
+    `reinforce.samples` > 1, draws made here whose coins each image's rows share.
+
+    Nothing the step computes moves a running statistic (the REINFORCE baseline) unless the step is
+    applied: a skipped step's rewards may not be finite.
     """
     model.train()
     set_training_step(model, step)
@@ -141,6 +160,10 @@ def train_step(model: nn.Module, batch: Batch, optimizer: torch.optim.Optimizer,
     tokens = batch.tokens.repeat_interleave(samples, dim=0)  # [B*K, T]: K samples of locations per caption
     inputs, targets = tokens[:, :-1], tokens[:, 1:]  # [B, T-1]: predict word t+1 from word t
     mask = (targets != Vocabulary.pad_id).float()  # [B, T-1], padding reaches no term
+    hard = next((m for m in model.modules() if isinstance(m, HardAttention)), None)
+    if draws is None and hard is not None and samples > 1:  # an image's K rows share its coin
+        uniform = torch.rand(tokens.shape[0], inputs.shape[1] + 1, device=tokens.device)  # [B*K, 1 + T-1]
+        draws = shared_coins(uniform, group=samples, coin=hard.coin)
     repeats = {"repeats": samples} if samples > 1 else {}
     if draws is not None:
         repeats["draws"] = draws[:, : inputs.shape[1] + 1]  # [B*K, 1 + T-1]: the coin, then one per step
@@ -149,20 +172,24 @@ def train_step(model: nn.Module, batch: Batch, optimizer: torch.optim.Optimizer,
     logits = output.logits.float()  # [B, T-1, V]
     xe = cross_entropy(logits, targets, mask, word_weights=word_weights)
     ds = doubly_stochastic(output.alphas.float(), mask, target=ds_target)
-    surrogate, extra = torch.zeros((), device=xe.device), {}
+    surrogate, terms = torch.zeros((), device=xe.device), None
     if reinforce is not None and output.log_probs is not None:  # soft attention samples nothing
-        surrogate, extra = reinforce(logits=logits, targets=targets, mask=mask, log_probs=output.log_probs.float(),
-                                     entropies=output.entropies.float(), locations=output.locations, step=step)
-    loss = xe + ds_weight * ds + surrogate
+        terms = reinforce(logits=logits, targets=targets, mask=mask, log_probs=output.log_probs.float(),
+                          entropies=output.entropies.float(), locations=output.locations, step=step)
+        surrogate = terms.loss
+    loss = xe + ds_lambda * ds + surrogate
     agreement = Agreement() if agree is None else agree(loss)
-    words_share, images_share = agreement.shares
-    # The surrogate is normalized per real word, like the cross-entropy, so it takes the words' share.
-    objective = words_share * (xe + surrogate) + ds_weight * images_share * ds
+    # Every term is a sum over this process's captions divided by its real words: its share of the
+    # global batch's words makes DDP's average the one-process objective.
+    objective = agreement.share * loss
     # apply_gradients, with the losses brought to the host in the same trip as the finiteness check.
     norm = backward_and_clip(objective, list(model.parameters()), optimizer, grad_clip=grad_clip, scaler=scaler)
     loss_value, xe_value, ds_value, norm_value = floats(loss, xe, ds, norm)
-    agreed = not agreement.finite or agreement.empty
-    skipped = agreed or not (math.isfinite(norm_value) and math.isfinite(loss_value))
-    step_unless_skipped(optimizer, skipped=skipped, scaler=scaler, agreed=agreed)
+    skipped = (not agreement.finite or agreement.empty
+               or not (math.isfinite(norm_value) and math.isfinite(loss_value)))
+    step_unless_skipped(optimizer, skipped=skipped, scaler=scaler)
+    if terms is not None and not skipped:
+        reinforce.move(terms)
+    extra = {} if terms is None else terms.stats
     return {"loss": loss_value, "xe": xe_value, "ds": ds_value, "grad_norm": norm_value, **extra,
             "skipped": float(skipped)}

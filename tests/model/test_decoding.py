@@ -233,6 +233,22 @@ def test_length_normalization_divides_by_words_plus_one_and_alone_decides(long_f
         assert normalized.lengths.tolist() == [1] * B
 
 
+def test_length_normalization_of_a_beam_that_never_ended_divides_by_its_words_alone():
+    """decode.length_penalty divides a beam's score by the tokens it sums: words + 1 where <end> was
+    emitted, the words alone where max_length cut the beam first (its score has no <end> term).
+
+    "s <end>" scores S = log .5 + log .99 over 2 tokens; "l m n", cut at max_length 3, scores
+    G = log .3 + 2 log .99 over 3. G / 3 = -0.408 < S / 2 = -0.352: the short one wins. Dividing the
+    cut beam by words + 1 = 4 (G / 4 = -0.306) would pick it instead."""
+    short, first, second, third = 4, 5, 6, 7
+    decoder = markov_decoder({START: {short: 0.5, first: 0.3}, short: {END: 0.99},
+                              first: {second: 0.99}, second: {third: 0.99}, third: {END: 0.99}})
+    s, g = math.log(0.5) + math.log(0.99), math.log(0.3) + 2 * math.log(0.99)
+    assert g / 3 < s / 2 < g / 4  # the hand ranking above
+    normalized = beam_search(decoder, make_annotations(0), beam_size=2, max_length=3, length_penalty=1.0)
+    assert normalized.tokens[:, :2].tolist() == [[short, END]] * B
+
+
 @pytest.mark.parametrize("length_penalty", [0.0, 0.7, 2.0])
 def test_length_penalty_values_give_valid_captions(length_penalty):
     decoder, annotations = make_decoder(1), make_annotations(1)

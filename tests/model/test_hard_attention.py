@@ -8,7 +8,15 @@ import torch
 
 from captioning.config import ConfigError
 from captioning.data.vocab import Vocabulary
-from captioning.model.attention import HardAttention, SoftAttention, choosing, set_training_step
+from captioning.model.attention import (
+    HardAttention,
+    SoftAttention,
+    choosing,
+    inverse_cdf,
+    sample,
+    set_training_step,
+    shared_coins,
+)
 from captioning.model.decoder import AttentionDecoder
 from captioning.model.decoding import decode
 from captioning.model.scores import SCORES
@@ -83,25 +91,34 @@ def test_the_coin_is_one_per_image_for_the_whole_caption():
 
 
 def test_copies_of_a_caption_share_their_image_coin_through_the_length_sort():
-    """train.reinforce.samples = K puts K copies of each caption in consecutive rows (train_step): one image,
-    one coin, also when the decoder sorts the rows by length and drops finished ones."""
-    samples, images = 3, 120
-    attention = make(expectation_prob=0.5, group=samples)
+    """train.reinforce.samples = K puts K copies of each caption in consecutive rows (train_step), whose
+    draws share their image's coin (shared_coins): one image, one coin, also when the decoder sorts
+    the rows by length and drops finished ones, and for an odd number of images."""
+    samples, images = 3, 121
+    attention = make(expectation_prob=0.5)
     decoder = AttentionDecoder(vocab_size=V, annotation_dim=D, embed_dim=8, hidden_dim=H, attention=attention,
                                dropout=0.0).train()
     a, _ = inputs(batch=images)
     generator = torch.Generator().manual_seed(1)
     tokens = torch.randint(4, V, (images, 7), generator=generator)
     lengths = torch.randint(2, 8, (images,), generator=generator)  # captions of mixed length
-    torch.manual_seed(3)
+    draws = shared_coins(torch.rand(images * samples, 8, generator=generator), group=samples, coin="image")
     with torch.no_grad():
         out = decoder(a.repeat_interleave(samples, 0), tokens.repeat_interleave(samples, 0),
-                      lengths=lengths.repeat_interleave(samples))
+                      lengths=lengths.repeat_interleave(samples), draws=draws)
     expectation = (out.locations[:, 0] == -1).view(images, samples)  # [images, K]
     assert (expectation.all(1) | ~expectation.any(1)).all()  # the K copies agree
-    assert 0.3 < expectation[:, 0].float().mean() < 0.7  # 120 fair coins, one per image
-    with pytest.raises(ValueError, match="whole images"):
-        decoder(a[:4], tokens[:4])  # 4 rows are not whole images of 3
+    assert 0.3 < expectation[:, 0].float().mean() < 0.7  # 121 fair coins, one per image
+
+
+def test_shared_coins_give_each_image_its_first_rows_draw_or_the_batch_its_first():
+    draws = torch.tensor([[0.1, 0.7], [0.6, 0.8], [0.3, 0.9], [0.9, 0.2], [0.4, 0.5]])  # 5 rows: 2 + 2 + 1
+    by_image = shared_coins(draws, group=2, coin="image")
+    assert by_image[:, 0].tolist() == pytest.approx([0.1, 0.1, 0.3, 0.3, 0.4])
+    assert torch.equal(by_image[:, 1:], draws[:, 1:])  # the cells' draws are each row's own
+    by_batch = shared_coins(draws, group=2, coin="batch")
+    assert by_batch[:, 0].tolist() == pytest.approx([0.1] * 5) and torch.equal(by_batch[:, 1:], draws[:, 1:])
+    assert torch.equal(shared_coins(draws, group=1, coin="image"), draws)
 
 
 def test_samples_follow_alpha():
@@ -120,16 +137,17 @@ def test_samples_follow_alpha():
 
 def test_given_draws_pick_cells_with_alphas_probabilities_and_decide_the_coin():
     """HardAttention.with_draws: the cell whose cumulative alpha first passes the row's draw (inverse
-    CDF: frequencies equal alpha), and the coin from column 0, one per image of `group` rows."""
-    attention = make(expectation_prob=0.5, group=2).train()
+    CDF: frequencies equal alpha), and the coin from column 0, shared by each image's 2 rows."""
+    attention = make(expectation_prob=0.5).train()
     a, h = inputs(batch=1)
     count = 20000
     draws = torch.rand(count, 3, generator=torch.Generator().manual_seed(5))  # [rows, coin + 2 steps]
+    draws = shared_coins(draws, group=2, coin="image")
     with torch.no_grad():
         memory = attention.with_draws(attention.prepare(a.expand(count, L, D)), draws)
         out = attention(memory, h.expand(count, H))
     alpha = out.alpha[0]
-    expected = torch.searchsorted(alpha.cumsum(0), draws[:, 1].contiguous())  # by hand, the inverse CDF
+    expected = torch.searchsorted(alpha.cumsum(0), draws[:, 1].contiguous(), right=True)  # by hand
     chosen = torch.where(out.location >= 0, out.location, expected)
     assert torch.equal(chosen, expected.clamp(max=L - 1)) and memory.step == 1
     frequencies = torch.bincount(chosen, minlength=L).float() / count
@@ -147,7 +165,7 @@ def test_given_draws_decide_the_coin_per_image_or_once_for_the_batch(coin, expec
     attention = make(expectation_prob=0.5, coin=coin).train()
     a, _ = inputs(batch=4)
     draws = torch.tensor([[0.2, 0.5], [0.5, 0.5], [0.9, 0.5], [0.49, 0.5]])  # [rows, coin + 1 step]
-    memory = attention.with_draws(attention.prepare(a), draws)
+    memory = attention.with_draws(attention.prepare(a), shared_coins(draws, group=1, coin=coin))
     assert memory.expectation.tolist() == expected
 
 
@@ -221,8 +239,6 @@ def test_hard_options_are_checked():
     with pytest.raises(ValueError, match=r"^unknown hard attention choice 'mode' \(known: expectation, argmax, "
                                          r"sample\)$"):
         make(choice="mode")
-    with pytest.raises(ValueError, match=r"^group must be >= 1 rows per image, got 0$"):
-        make(group=0)
     assert make(warmup=10).current_expectation_prob() == 1.0  # a new module is at step 0 of its warm-up
 
 
@@ -317,3 +333,28 @@ def test_validation_decodes_hard_attention_as_the_config_says(kind, monkeypatch)
     assert seen["hard_choice"] == ("argmax" if kind == "hard" else None)
     with pytest.raises(ConfigError, match="decode.hard_choice=argmax applies to hard attention only"):
         load_config("configs/shapes_soft.yaml", ["decode.hard_choice=argmax"])
+
+
+def test_inverse_cdf_never_picks_a_cell_of_probability_zero():
+    """A draw of exactly 0 takes the first cell with probability, not a zero cell before it (a
+    cumulative sum that starts at 0 equals the draw there); a draw at or past the total (rounding)
+    takes the last cell with probability, not zero cells after it; in between, the cell whose
+    cumulative probability first exceeds the draw."""
+    alpha = torch.tensor([[0.0, 0.0, 0.25, 0.0, 0.75, 0.0]] * 5)
+    draws = torch.tensor([0.0, 0.2499, 0.25, 0.9999, 1.0])
+    assert inverse_cdf(alpha, draws).tolist() == [2, 2, 4, 4, 4]
+    # rounding: the cumulative sum stops short of the draw
+    short = torch.tensor([[0.3, 0.3, 0.3999, 0.0]])
+    assert inverse_cdf(short, torch.tensor([0.99995])).tolist() == [2]
+
+
+def test_sampling_a_row_that_is_not_a_distribution_does_not_stop_the_run():
+    """torch.multinomial raises on NaN, inf or an all-zero row; `sample` draws such a row uniformly
+    (its loss, not finite, is what skips the step) and the other rows from their own distribution."""
+    probabilities = torch.tensor([[0.0, 1.0, 0.0], [float("nan"), 0.5, 0.5], [0.0, 0.0, 0.0],
+                                  [float("inf"), 0.0, 0.0], [0.0, 0.0, 1.0]])
+    torch.manual_seed(0)
+    drawn = torch.stack([sample(probabilities) for _ in range(300)])  # [300, 5]
+    assert (drawn[:, 0] == 1).all() and (drawn[:, 4] == 2).all()
+    for row in (1, 2, 3):
+        assert set(drawn[:, row].tolist()) == {0, 1, 2}

@@ -43,8 +43,7 @@ def _model(overrides: list[str]):
     torch.manual_seed(0)
     config = load_config(None, ["model.embed_dim=8", "model.hidden_dim=16", "model.attention_dim=8",
                                 "model.dropout=0.1", *overrides])
-    samples = config.train.reinforce.samples
-    decoder = build_decoder(config.model, vocab_size=V, annotation_dim=D, grid=(3, 3), captions_per_image=samples)
+    decoder = build_decoder(config.model, vocab_size=V, annotation_dim=D, grid=(3, 3))
     hard = config.model.attention == "hard"
     reinforce = Reinforce.from_config(config.train.reinforce) if hard else None
     return decoder, reinforce
@@ -59,7 +58,7 @@ def test_training_and_decoding_make_no_tensor_off_their_inputs_device(name):
     choices = ["expectation", "argmax", "sample"] if reinforce is not None else [None]
     with torch.device("meta"):
         for step, batch in enumerate(batches):
-            losses = train_step(model, batch, optimizer, grad_clip=5.0, ds_weight=1.0, ds_target="length",
+            losses = train_step(model, batch, optimizer, grad_clip=5.0, ds_lambda=1.0, ds_target="length",
                                 reinforce=reinforce, step=step)
         decoder.eval()
         captions = [decode(decoder, batches[0].annotations, beam_size=beam, max_length=6, hard_choice=choice)

@@ -2,14 +2,18 @@
 process's own exit code and output; optionally with one fault planted in one process.
 
 Run as a module (`python -m tests.train.ranks ARGS`), it plants the fault that CAPTIONING_TEST_FAULT
-names, "KIND:RANK:STEP", in this process before training:
+names, "KIND:RANK:STEP" (RANK "all": every process), in this process before training:
     sigterm  the process sends itself SIGTERM before that step
     inf, nan that step's cross-entropy is +inf (NaN) in that process; its gradient stays finite, so
              only the processes' agreement can make the others skip the step too
+    nanbatch that step's annotations are NaN in that process: its logits, rewards and gradients are
+             NaN, and DDP's average carries the NaN gradients to every process
     empty    that step's batch of that process has no readable image
     slow     that process sleeps CAPTIONING_TEST_SLEEP seconds before validating at that step
-and at the end writes its decoder's weights and REINFORCE baseline to OUT_DIR/rank{RANK}.pt, so a
-test can check that the processes still hold one model.
+CAPTIONING_TEST_FP16=1 makes train.amp take a GPU's fp16 path with a GradScaler (on the CPU), where
+bf16 would be taken otherwise. At the end each process writes its decoder's weights, REINFORCE
+baseline and scaler state to OUT_DIR/rank{RANK}.pt, so a test can check that the processes still
+hold one model.
 """
 
 from __future__ import annotations
@@ -32,15 +36,17 @@ def free_port() -> int:
 
 
 def launch(processes: int, args: list[str], *, cwd: Path, fault: str = "", timeout: float = 300,
-           sleep: float = 0.0) -> list[subprocess.CompletedProcess]:
-    """Start `processes` ranks of `train.py args` and wait for all; one CompletedProcess per rank."""
+           sleep: float = 0.0, fp16: bool = False) -> list[subprocess.CompletedProcess]:
+    """Start `processes` ranks of `train.py args` and wait for all; one CompletedProcess per rank.
+    `fp16`: train.amp takes the fp16 path with a GradScaler (CAPTIONING_TEST_FP16)."""
     port = free_port()
     running = []
     for rank in range(processes):
         env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "RANK": str(rank),
                "LOCAL_RANK": str(rank), "WORLD_SIZE": str(processes), "LOCAL_WORLD_SIZE": str(processes),
                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "CAPTIONING_TEST_FAULT": fault,
-               "CAPTIONING_TEST_SLEEP": str(sleep), "CAPTIONING_QUIET": "1"}
+               "CAPTIONING_TEST_SLEEP": str(sleep), "CAPTIONING_QUIET": "1",
+               "CAPTIONING_TEST_FP16": "1" if fp16 else ""}
         command = [sys.executable, "-m", "tests.train.ranks", "--device", "cpu", *args]
         running.append(subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                         text=True))
@@ -57,25 +63,33 @@ def launch(processes: int, args: list[str], *, cwd: Path, fault: str = "", timeo
     return done
 
 
-def _plant(kind: str, where: int, step: int) -> None:
+def _plant(kind: str, where: int | None, step: int) -> None:
+    """`where` None: every process."""
     import torch
 
-    from captioning.train import loop, validation
+    from captioning.train import hardware, loop, validation
     from captioning.train import step as step_module
+    from captioning.train.precision import Precision
 
     rank = int(os.environ["RANK"])
     current = {"step": 0}
+    if os.environ.get("CAPTIONING_TEST_FP16"):
+        hardware.precision_for = lambda device, amp: (Precision(device.type, torch.float16, "fp16 with a scaler "
+                                                                "(CAPTIONING_TEST_FP16)") if amp else Precision())
 
     run_step = loop.Run.step
 
     def step_with_fault(self, batch):
         current["step"] = self.progress.step + 1
-        here = rank == where and current["step"] == step
+        here = where in (None, rank) and current["step"] == step
         if here and kind == "sigterm":
             os.kill(os.getpid(), signal.SIGTERM)
         if here and kind == "empty":
             batch = type(batch)(annotations=batch.annotations[:0], tokens=batch.tokens[:0], lengths=batch.lengths[:0],
                                 images=None if batch.images is None else batch.images[:0])
+        if here and kind == "nanbatch":
+            batch = type(batch)(annotations=batch.annotations * float("nan"), tokens=batch.tokens,
+                                lengths=batch.lengths)
         return run_step(self, batch)
 
     loop.Run.step = step_with_fault
@@ -84,7 +98,7 @@ def _plant(kind: str, where: int, step: int) -> None:
 
     def cross_entropy_with_fault(*args, **kwargs):
         xe = cross_entropy(*args, **kwargs)
-        if kind in ("inf", "nan") and rank == where and current["step"] == step:
+        if kind in ("inf", "nan") and where in (None, rank) and current["step"] == step:
             return xe + float(kind)  # the loss is not finite, its gradient is xe's: finite
         return xe
 
@@ -93,7 +107,7 @@ def _plant(kind: str, where: int, step: int) -> None:
     validate = validation.validate
 
     def slow_validate(*args, **kwargs):
-        if kind == "slow" and rank == where and current["step"] == step:
+        if kind == "slow" and where in (None, rank) and current["step"] == step:
             time.sleep(float(os.environ["CAPTIONING_TEST_SLEEP"]))
         return validate(*args, **kwargs)
 
@@ -104,7 +118,8 @@ def _plant(kind: str, where: int, step: int) -> None:
     def close_and_keep(self):
         state = {"decoder": self.model.decoder.state_dict(), "step": self.progress.step,
                  "skipped_steps": self.progress.skipped_steps,
-                 "baseline": self.reinforce.value if self.reinforce is not None else None}
+                 "baseline": self.reinforce.value if self.reinforce is not None else None,
+                 "scaler": self.scaler.state_dict()}
         torch.save(state, self.out / f"rank{rank}.pt")
         close(self)
 
@@ -114,7 +129,7 @@ def _plant(kind: str, where: int, step: int) -> None:
 if __name__ == "__main__":
     fault = os.environ.get("CAPTIONING_TEST_FAULT", "")
     kind, where, at = (fault.split(":") + ["", "-1", "-1"])[:3] if fault else ("", "-1", "-1")
-    _plant(kind, int(where), int(at))
+    _plant(kind, None if where == "all" else int(where), int(at))
     from captioning.cli import train_main
 
     raise SystemExit(train_main(sys.argv[1:]))

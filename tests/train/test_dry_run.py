@@ -56,6 +56,26 @@ def test_dry_run_of_a_coco_config_on_a_partial_download(partial_coco: Path, resn
         "dataset_coco.json", "train2014", "val2014"]  # no feature cache written
 
 
+def test_dry_run_of_the_self_critical_config_caches_its_few_images_in_its_temporary_folder(
+        partial_coco: Path, resnet18_file: Path, tmp_path: Path, capsys) -> None:
+    """Self-critical training reads cached annotations only (a dry run otherwise runs the encoder on
+    the fly): its dry run caches the few images it uses under its temporary folder, through links to
+    the data, and leaves data.root as it was."""
+    common = [f"data.root={partial_coco}", "encoder.name=resnet18", f"encoder.weights_path={resnet18_file}",
+              "data.image_size=64", "train.amp=false"]
+    first = tmp_path / "first"  # the cross-entropy stage it starts from
+    assert train_main(["--config", str(REPO / "configs" / "coco_vgg19_soft.yaml"), *common, f"train.out_dir={first}",
+                       "train.max_steps=1", "data.max_images=4", "data.feature_cache=false", "train.val_images=2",
+                       "train.batch_size=4", "train.num_workers=0"]) == 0
+    capsys.readouterr()
+    code = train_main(["--config", str(REPO / "configs" / "coco_vgg19_scst.yaml"), "--dry-run", *common,
+                       f"train.init_from={first / 'best.pt'}", f"train.out_dir={tmp_path / 'run'}"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "dry run passed" in captured.out and "validation CIDEr" in captured.out
+    assert sorted(p.name for p in partial_coco.iterdir()) == ["dataset_coco.json", "train2014", "val2014"]
+
+
 def test_dry_run_of_the_embedded_default_without_its_data(tmp_path: Path, capsys, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)  # data/shapes does not exist here
     assert train_main(["--dry-run", "model.hidden_dim=32", "model.embed_dim=16", "model.attention_dim=16"]) == 0

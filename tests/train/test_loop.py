@@ -217,7 +217,7 @@ def test_overfit_one_batch() -> None:
     decoder = _tiny_decoder()
     optimizer = torch.optim.Adam(decoder.parameters(), lr=1e-2)
     batch = _fixed_batch()
-    history = [train_step(decoder, batch, optimizer, grad_clip=5.0, ds_weight=0.0, ds_target="one")["xe"]
+    history = [train_step(decoder, batch, optimizer, grad_clip=5.0, ds_lambda=0.0, ds_target="one")["xe"]
                for _ in range(150)]
     assert history[0] > 1.5  # about log(11) at the start
     assert history[-1] < 0.3 * history[0], history[::10]
@@ -240,7 +240,7 @@ def test_word_weights_reach_the_step_and_name_unknown_words() -> None:
         torch.manual_seed(0)
         decoder = _tiny_decoder()
         optimizer = torch.optim.Adam(decoder.parameters(), lr=1e-2)
-        losses.append(train_step(decoder, _fixed_batch(), optimizer, grad_clip=5.0, ds_weight=0.0, ds_target="one",
+        losses.append(train_step(decoder, _fixed_batch(), optimizer, grad_clip=5.0, ds_lambda=0.0, ds_target="one",
                                  word_weights=word_weights)["xe"])
     assert losses[1] > losses[0]  # word 5's term counts three times
 
@@ -275,7 +275,7 @@ def test_the_samples_of_a_caption_share_one_pass_of_the_encoder() -> None:
     torch.manual_seed(0)
     model = ModelConfig(embed_dim=16, hidden_dim=16, attention_dim=16, attention="hard",
                         hard=HardConfig(expectation_prob=0.0), dropout=0.0)
-    decoder = build_decoder(model, vocab_size=11, annotation_dim=8, captions_per_image=3)
+    decoder = build_decoder(model, vocab_size=11, annotation_dim=8)
     seen = []
     decoder.register_forward_pre_hook(lambda module, args: seen.append(args[0].detach().clone()))
     model = TrainingModel(decoder=decoder, encoder=Encoder())
@@ -283,7 +283,7 @@ def test_the_samples_of_a_caption_share_one_pass_of_the_encoder() -> None:
     images = fixed.annotations.transpose(1, 2).reshape(2, 8, 3, 3)  # [B, 8, 3, 3]
     batch = Batch(annotations=None, images=images, tokens=fixed.tokens, lengths=fixed.lengths)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    train_step(model, batch, optimizer, grad_clip=5.0, ds_weight=0.0, ds_target="one",
+    train_step(model, batch, optimizer, grad_clip=5.0, ds_lambda=0.0, ds_target="one",
                reinforce=Reinforce(baseline="leave_one_out", samples=3))
     assert model.encoder.rows_seen == [2]  # once per image, not once per copy
     assert seen[0].shape == (6, 9, 8)
@@ -302,7 +302,7 @@ def test_a_non_finite_loss_skips_the_update() -> None:
     with torch.no_grad():
         decoder.out.bias[5] = float("nan")
     before = {name: value.clone() for name, value in decoder.state_dict().items()}
-    losses = train_step(decoder, _fixed_batch(), optimizer, grad_clip=5.0, ds_weight=0.0, ds_target="one")
+    losses = train_step(decoder, _fixed_batch(), optimizer, grad_clip=5.0, ds_lambda=0.0, ds_target="one")
     assert losses["skipped"] == 1.0 and not math.isfinite(losses["loss"])
     after = decoder.state_dict()
     assert all(torch.equal(before[n], after[n]) for n in before if n != "out.bias")
@@ -332,7 +332,10 @@ def test_an_isolated_non_finite_step_is_skipped_and_the_run_goes_on(tmp_path: Pa
     summary = fit(tiny_config(out, "train.max_steps=10", "train.log_every_steps=1", "train.max_bad_steps=2"))
     assert summary["steps"] == 10
     logged = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines() if '"loss"' in line]
-    assert [e["skipped_steps"] for e in logged] == [0, 0, 1, 1, 2, 2, 3, 3, 3, 3]
+    # the skipped steps' numbers are not logged (nor averaged into anything): the steps that trained are
+    assert [e["step"] for e in logged] == [1, 2, 4, 6, 8, 9, 10]
+    assert [e["skipped_steps"] for e in logged] == [0, 0, 1, 2, 3, 3, 3]
+    assert all(math.isfinite(e["loss"]) for e in logged)
     payload = load_checkpoint(out / "last.pt")
     assert payload["progress"]["skipped_steps"] == 3 and payload["progress"]["bad_steps_in_a_row"] == 0
     assert all(torch.isfinite(v).all() for v in payload["decoder"].values())
@@ -415,3 +418,60 @@ def test_soft_attention_ignores_the_reinforce_settings(tmp_path: Path, tiny_conf
     one, three = _state(tmp_path / "one" / "last.pt"), _state(tmp_path / "three" / "last.pt")
     assert all(torch.equal(one["decoder"][name], three["decoder"][name]) for name in one["decoder"])
     assert three["reinforce"] == {}
+
+
+def test_a_skipped_step_moves_neither_the_weights_nor_their_average(tmp_path: Path, tiny_config) -> None:
+    """train.ema_decay: the average follows applied steps only. A skipped step changed no weight;
+    counting it would pull the average towards weights it already partly holds."""
+    from dataclasses import replace
+
+    from captioning.train.hardware import Hardware
+    from captioning.train.loop import Run
+
+    run = Run.start(tiny_config(tmp_path / "run", "train.ema_decay=0.5"), resume=False,
+                    hardware=Hardware.setup("cpu", amp=False))
+    batches = iter(run.loader(run.epoch_batches()))
+    for _ in range(2):  # applied: the weights move, the average (a copy at first) half way after them
+        assert run.step(next(batches)) is not None
+    average = run.model.average.averaged
+    before = {name: value.clone() for name, value in average.state_dict().items()}
+    weights = {name: value.clone() for name, value in run.model.decoder.state_dict().items()}
+    assert any(not torch.equal(weights[name], before[f"module.{name}"]) for name in weights)
+    bad = next(batches)
+    assert run.step(replace(bad, annotations=bad.annotations * float("nan"))) is None  # skipped: nothing logged
+    assert run.progress.skipped_steps == 1
+    assert all(torch.equal(value, before[name]) for name, value in average.state_dict().items())
+    assert all(torch.equal(value, weights[name]) for name, value in run.model.decoder.state_dict().items())
+    run.close()
+
+
+def test_pairs_left_out_of_a_batch_leave_the_others_their_own_draws(tmp_path: Path, tiny_config,
+                                                                    monkeypatch) -> None:
+    """collate_images leaves out the pairs whose image could not be read and says where the others
+    sat; hard attention's draws are then picked by those positions (step.row_draws), so every kept
+    caption samples what it would have sampled in the whole batch."""
+    from dataclasses import replace
+
+    from captioning.data.dataset import collate_images
+    from captioning.train.hardware import Hardware
+    from captioning.train.loop import Run
+
+    pixels, tokens = torch.zeros(3, 8, 8), [1, 5, 2]
+    batch = collate_images([(pixels, tokens, None), (None, tokens, "b.jpg: broken"), (pixels, tokens, None),
+                            (None, tokens, "d.jpg: broken")])
+    assert batch.positions.tolist() == [0, 2] and batch.tokens.shape[0] == 2
+    assert collate_images([(pixels, tokens, None)]).positions is None  # nothing left out: no positions
+
+    run = Run.start(tiny_config(tmp_path / "run", "model.attention=hard", "data.max_bad_images=0.5"), resume=False,
+                    hardware=Hardware.setup("cpu", amp=False))
+    batches = run.epoch_batches()
+    whole = next(iter(run.loader(batches)))
+    seen = []
+    real = captioning.train.loop.row_draws
+    monkeypatch.setattr(captioning.train.loop, "row_draws", lambda **kw: seen.append(kw) or real(**kw))
+    kept = torch.tensor([1, 4, 5])
+    part = replace(whole, annotations=whole.annotations[kept], tokens=whole.tokens[kept], lengths=whole.lengths[kept],
+                   failures=("x.jpg: broken",), positions=kept)
+    run.step(part)
+    assert seen[0]["rows"] == 3 and torch.equal(seen[0]["positions"], kept) and seen[0]["coin"] == "image"
+    run.close()

@@ -195,3 +195,50 @@ def test_unreadable_images_met_by_one_process_are_counted_and_judged_by_both(tmp
     assert saved["progress"]["skipped_images"] > 0  # the global batches' count, not rank 0's alone
     named = [line for line in done[0].stderr.splitlines() if "skipping an unreadable image" in line]
     assert len(named) == len(set(named)) and not any("skipping" in line for line in done[1].stderr.splitlines())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fault, skipped, scale", [
+    ("nan:1:2", 1, 2.0**16),  # another process's loss: finite gradients, the scale keeps its rule (no back-off)
+    ("nanbatch:1:2", 1, 2.0**15),  # NaN gradients reach both through DDP: both scalers back off
+    ("empty:all:2", 0, 2.0**16),  # no process has an image: nothing to skip, nothing to step
+], ids=["loss", "gradients", "empty"])
+def test_fp16_with_a_scaler_goes_on_after_a_step_the_processes_skip(tmp_path: Path, tiny_run, fault: str,
+                                                                    skipped: int, scale: float) -> None:
+    """train.amp on a GPU without native bf16 (V100, T4) under torchrun: fp16 with a GradScaler (here
+    on the CPU). A step skipped because any process saw a non-finite value, or because the global
+    batch was empty, must still end the scaler's iteration: the step after it used to raise
+    "unscale_() has already been called on this optimizer since the last update()"."""
+    out = tmp_path / "run"
+    done = launch(2, [*tiny_run.overrides, f"train.out_dir={out}", *RUN, "train.amp=true"], cwd=tmp_path,
+                  fault=fault, fp16=True)
+    assert [d.returncode for d in done] == [0, 0], [d.stderr[-2000:] for d in done]
+    assert "precision: fp16 with a scaler" in done[0].stderr
+    states = _ranks(out)
+    _same_model(states)
+    assert states[0]["step"] == 6 and states[0]["skipped_steps"] == skipped
+    assert states[0]["scaler"] == states[1]["scaler"] and states[0]["scaler"]["scale"] == scale
+    saved = torch.load(out / "last.pt", map_location="cpu", weights_only=True)
+    assert saved["progress"]["step"] == 6 and saved["scaler"]["scale"] == scale
+    assert all(torch.isfinite(value).all() for value in saved["decoder"].values())
+
+
+@pytest.mark.slow
+def test_a_nan_batch_in_one_process_leaves_the_shared_baseline_as_it_was(tmp_path: Path, tiny_run) -> None:
+    """Hard attention under torchrun: one process's batch is NaN at step 4, so the global batch's
+    pooled reward is. Both processes skip the step, keep one baseline through it (it moves again on
+    the next good batch), write a checkpoint without a NaN, and a run resumed from it trains."""
+    from tests.train.test_reinforce import baseline_kept_through_the_skipped_step, finite_checkpoint
+
+    out = tmp_path / "run"
+    hard = [*tiny_run.overrides, f"train.out_dir={out}", *RUN, "model.attention=hard", "train.max_steps=7"]
+    done = launch(2, hard, cwd=tmp_path, fault="nanbatch:1:4")
+    assert [d.returncode for d in done] == [0, 0], [d.stderr[-2000:] for d in done]
+    states = _ranks(out)
+    _same_model(states)
+    assert states[0]["skipped_steps"] == 1 and states[0]["baseline"] == states[1]["baseline"]
+    baseline_kept_through_the_skipped_step(out / "log.jsonl", skipped=4)
+    finite_checkpoint(out / "last.pt")
+    resumed = launch(2, ["--resume", *hard, "train.max_steps=9"], cwd=tmp_path)
+    assert [d.returncode for d in resumed] == [0, 0], [d.stderr[-2000:] for d in resumed]
+    assert finite_checkpoint(out / "last.pt")["progress"]["step"] == 9

@@ -11,6 +11,9 @@
 from __future__ import annotations
 
 import itertools
+import json
+import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -71,8 +74,8 @@ def estimated_gradient(reinforce: Reinforce, *, chunks: int = 12, rows: int = 20
         inputs, targets = tokens[:, :-1].expand(rows, steps), tokens[:, 1:].expand(rows, steps)
         mask = torch.ones(rows, steps)
         output = decoder(annotations.expand(rows, L, D), inputs)
-        surrogate, _ = reinforce(logits=output.logits, targets=targets, mask=mask, log_probs=output.log_probs,
-                                 entropies=output.entropies, locations=output.locations)
+        surrogate = reinforce(logits=output.logits, targets=targets, mask=mask, log_probs=output.log_probs,
+                              entropies=output.entropies, locations=output.locations).loss
         loss = cross_entropy(output.logits, targets, mask) + surrogate
         # loss = -(1 / (rows * steps)) sum_n [log p(y|s_n) + lambda_r (r_n - b_n) log p(s_n)]: its gradient
         # times -steps is the mean over rows of the per-caption estimator of d L_s.
@@ -135,8 +138,8 @@ def reinforce_loss(order: list[int], extra_padding: int = 0) -> tuple[torch.Tens
     output = decoder(annotations, inputs)
     reinforce = Reinforce(weight=1.0, entropy_weight=0.1)
     reinforce.value = -6.0
-    surrogate, _ = reinforce(logits=output.logits, targets=targets, mask=mask, log_probs=output.log_probs,
-                             entropies=output.entropies, locations=output.locations)
+    surrogate = reinforce(logits=output.logits, targets=targets, mask=mask, log_probs=output.log_probs,
+                          entropies=output.entropies, locations=output.locations).loss
     rewards = caption_log_likelihood(output.logits, targets, mask)
     loss = cross_entropy(output.logits, targets, mask) + surrogate
     return loss * mask.sum(), rewards.detach(), list(decoder.parameters())
@@ -167,8 +170,9 @@ def test_the_batch_term_is_the_sum_of_each_caption_alone():
         output = decoder(annotations[image: image + 1], inputs)
         reinforce = Reinforce(weight=1.0, entropy_weight=0.1)
         reinforce.value = -6.0
-        surrogate, stats = reinforce(logits=output.logits, targets=targets, mask=mask, log_probs=output.log_probs,
-                                     entropies=output.entropies, locations=output.locations)
+        terms = reinforce(logits=output.logits, targets=targets, mask=mask, log_probs=output.log_probs,
+                          entropies=output.entropies, locations=output.locations)
+        surrogate, stats = terms.loss, terms.stats
         assert stats["reward"] == pytest.approx(float(rewards[image]), rel=1e-5)  # its own words only
         loss = (cross_entropy(output.logits, targets, mask) + surrogate) * mask.sum()
         for total, g in zip(alone_total, torch.autograd.grad(loss, list(decoder.parameters()))):
@@ -187,8 +191,8 @@ def test_surrogate_gradient_per_step_is_the_captions_own_advantage():
     locations = torch.tensor([[0, 1, 2, 0, 0], [1, 1, 1, 1, 1], [-1, -1, -1, -1, -1]])  # row 2: expectation
     reinforce = Reinforce(weight=0.7)
     reinforce.value = -10.0
-    loss, _ = reinforce(logits=logits, targets=targets, mask=mask, log_probs=log_probs,
-                        entropies=torch.zeros(3, 5), locations=locations)
+    loss = reinforce(logits=logits, targets=targets, mask=mask, log_probs=log_probs,
+                     entropies=torch.zeros(3, 5), locations=locations).loss
     (gradient,) = torch.autograd.grad(loss, log_probs)
     for n in range(3):
         words = int(mask[n].sum())
@@ -210,7 +214,9 @@ def test_the_warmup_brings_both_terms_in_linearly_by_the_runs_step():
              "locations": torch.zeros(2, 3, dtype=torch.long)}
 
     def surrogate(reinforce, step):
-        return float(reinforce(logits=logits, targets=targets, mask=mask, step=step, **terms)[0])
+        done = reinforce(logits=logits, targets=targets, mask=mask, step=step, **terms)
+        reinforce.move(done)  # the step applied: the baseline moves
+        return float(done.loss)
 
     full, ramped = Reinforce(entropy_weight=0.3), Reinforce(entropy_weight=0.3, warmup=4)
     for step in range(6):
@@ -220,7 +226,7 @@ def test_the_warmup_brings_both_terms_in_linearly_by_the_runs_step():
             resumed, reference = Reinforce(entropy_weight=0.3, warmup=4), Reinforce(entropy_weight=0.3)
             resumed.load_state_dict(ramped.state_dict())
             reference.load_state_dict(full.state_dict())
-            assert resumed.value == ramped.value
+            assert resumed.value == ramped.value and resumed.value is not None
             assert surrogate(resumed, 2) == pytest.approx(0.75 * surrogate(reference, 2), rel=1e-6)
     with pytest.raises(ValueError, match="warm-up"):
         Reinforce(warmup=-1)
@@ -261,8 +267,9 @@ def test_leave_one_out_uses_the_other_samples_of_the_same_caption():
 
 def test_the_statistics_say_what_the_batch_did_and_an_unsampled_batch_moves_nothing():
     """The statistics a run logs, each recomputed here by hand: the surrogate, the mean reward of the
-    captions that sampled, the baseline after its move, their share, the warm-up's scale at the
-    default step 0, and the mean entropy over their real steps. A batch where no caption sampled
+    captions that sampled, the baseline they were compared with, their share, the warm-up's scale at
+    the default step 0, and the mean entropy over their real steps. The baseline moves only when
+    told the step was applied (`move`), by the batch's mean reward. A batch where no caption sampled
     leaves the baseline as it was, also before the first move."""
     generator = torch.Generator().manual_seed(3)
     logits = torch.randn(3, 4, V, generator=generator)
@@ -273,8 +280,9 @@ def test_the_statistics_say_what_the_batch_did_and_an_unsampled_batch_moves_noth
     locations = torch.tensor([[0, 2, 1, 0], [-1, -1, -1, -1], [1, 1, 0, 0]])  # row 1: the expectation
     reinforce = Reinforce(weight=0.5, entropy_weight=0.3, warmup=4)
     reinforce.value = -10.0
-    loss, stats = reinforce(logits=logits, targets=targets, mask=mask, log_probs=log_probs,
-                            entropies=entropies, locations=locations)  # step left at its default, 0
+    terms = reinforce(logits=logits, targets=targets, mask=mask, log_probs=log_probs,
+                      entropies=entropies, locations=locations)  # step left at its default, 0
+    loss, stats = terms.loss, terms.stats
 
     def reward(n: int) -> float:
         return sum(float(torch.log_softmax(logits[n, t], 0)[targets[n, t]]) for t in range(4) if mask[n, t])
@@ -284,22 +292,29 @@ def test_the_statistics_say_what_the_batch_did_and_an_unsampled_batch_moves_noth
     assert set(stats) == {"reinforce", "reward", "baseline", "sampled", "reinforce_scale", "entropy"}
     assert stats["reinforce"] == pytest.approx(float(loss))
     assert stats["reward"] == pytest.approx(mean_reward, rel=1e-6)
-    assert stats["baseline"] == pytest.approx(0.9 * -10.0 + 0.1 * mean_reward, rel=1e-6)
+    assert stats["baseline"] == -10.0 and reinforce.value == -10.0  # compared with b; not moved yet
+    reinforce.move(terms)
+    assert reinforce.value == pytest.approx(0.9 * -10.0 + 0.1 * mean_reward, rel=1e-6)
+    assert (terms.sampled, terms.reward) == (2.0, stats["reward"])
     assert stats["sampled"] == pytest.approx(2 / 3)
     assert stats["reinforce_scale"] == 0.25  # min(1, (0 + 1) / 4)
     assert stats["entropy"] == pytest.approx(entropy, rel=1e-6)
 
     one_step = Reinforce()  # a single sampled real step: its entropy is the mean
-    _, stats = one_step(logits=logits[2:, :1], targets=torch.tensor([[END]]), mask=torch.ones(1, 1),
-                        log_probs=log_probs[2:, :1], entropies=entropies[2:, :1], locations=locations[2:, :1])
+    stats = one_step(logits=logits[2:, :1], targets=torch.tensor([[END]]), mask=torch.ones(1, 1),
+                     log_probs=log_probs[2:, :1], entropies=entropies[2:, :1], locations=locations[2:, :1]).stats
     assert stats["entropy"] == pytest.approx(float(entropies[2, 0]))
+    first = float(torch.log_softmax(logits[2, 0], 0)[END])
+    assert stats["baseline"] == pytest.approx(first, rel=1e-6)  # the first batch: its own mean reward
 
     nothing = torch.full((3, 4), -1)
     for before in (None, -10.0):
         unmoved = Reinforce()
         unmoved.value = before
-        _, stats = unmoved(logits=logits, targets=targets, mask=mask, log_probs=log_probs, entropies=entropies,
-                           locations=nothing)
+        terms = unmoved(logits=logits, targets=targets, mask=mask, log_probs=log_probs, entropies=entropies,
+                        locations=nothing)
+        unmoved.move(terms)
+        stats = terms.stats
         assert unmoved.value == before
         assert stats["baseline"] == (0.0 if before is None else before) and stats["sampled"] == 0.0
 
@@ -391,7 +406,7 @@ def test_processes_that_pool_their_rewards_move_one_baseline_the_one_process_bas
         locations[:4] = -1  # the first part's images took the expectation: it sampled nothing
         inputs = {"logits": logits, "targets": targets, "mask": mask, "log_probs": torch.randn(rows, steps),
                   "entropies": torch.rand(rows, steps), "locations": locations}
-        whole(**inputs)
+        whole.move(whole(**inputs))
         split = [slice(0, 4), slice(4, 12), slice(12, 12)]  # the third part is empty: a stand-in row instead
         stand_in = {name: value[:2] for name, value in inputs.items()}
         shares = [{name: value[part] for name, value in inputs.items()} for part in split[:2]] + [stand_in]
@@ -404,7 +419,89 @@ def test_processes_that_pool_their_rewards_move_one_baseline_the_one_process_bas
         total = torch.stack(sums).sum(0)
         for reinforce, share in zip(parts, shares):
             reinforce.across = lambda tensor, total=total: total  # what the all-reduce returns to every process
-            reinforce(**share)
+            reinforce.move(reinforce(**share))
         assert sums[2].abs().sum() == 0  # the stand-in counted nothing
         for reinforce in parts:
             assert reinforce.value == pytest.approx(whole.value, rel=1e-6)
+
+
+# a batch that is not finite --------------------------------------------------------------------------
+
+def baseline_kept_through_the_skipped_step(log: Path, skipped: int, decay: float = 0.9) -> None:
+    """From a run's log.jsonl (one line per step, rank 0's): step `skipped` is not logged, the
+    baseline the next step compared with is the one after the step before the skipped one (kept
+    through it), and the step after that compares with it moved by the next good batch's reward.
+    Each logged "baseline" is the moving average before that step's move, "reward" the mean reward
+    that moves it."""
+    entries = {entry["step"]: entry for entry in map(json.loads, log.read_text().splitlines()) if "loss" in entry}
+    before, after, next_after = entries[skipped - 1], entries[skipped + 1], entries[skipped + 2]
+    assert skipped not in entries
+    kept = decay * before["baseline"] + (1 - decay) * before["reward"]
+    assert after["baseline"] == pytest.approx(kept, rel=1e-6)  # logged in float32
+    assert next_after["baseline"] == pytest.approx(decay * kept + (1 - decay) * after["reward"], rel=1e-6)
+    assert next_after["baseline"] != pytest.approx(kept)  # it moves again
+    assert all(math.isfinite(entry[name]) for entry in entries.values() for name in ("loss", "baseline", "reward"))
+
+
+def finite_checkpoint(path: Path) -> dict:
+    """The checkpoint, after checking that every number in it is finite: weights, optimizer moments,
+    the baseline."""
+    payload = torch.load(path, map_location="cpu", weights_only=True)
+    assert all(torch.isfinite(value).all() for value in payload["decoder"].values())
+    moments = [value for state in payload["optimizer"]["state"].values() for value in state.values()
+               if isinstance(value, torch.Tensor)]
+    assert moments and all(torch.isfinite(value).all() for value in moments)
+    assert math.isfinite(payload["reinforce"]["baseline"])
+    return payload
+
+
+def test_a_nan_batch_leaves_hard_attentions_baseline_as_it_was_and_the_run_goes_on(tmp_path, tiny_config,
+                                                                                    monkeypatch):
+    """A batch whose annotations are NaN makes every reward NaN. Its step is skipped; the moving
+    average keeps its value through it (before, the NaN entered it and every later step was NaN,
+    even for captions that took the expectation: 0 x NaN), moves again on the next good batch, and
+    the checkpoint holds no NaN; a run resumed from it trains."""
+    from captioning.train import loop
+    from captioning.train.loop import fit
+
+    real_step = loop.Run.step
+
+    def step_with_a_nan_batch(self, batch):
+        if self.progress.step + 1 == 4:
+            batch = type(batch)(annotations=batch.annotations * float("nan"), tokens=batch.tokens,
+                                lengths=batch.lengths)
+        return real_step(self, batch)
+
+    monkeypatch.setattr(loop.Run, "step", step_with_a_nan_batch)
+    hard = ("model.attention=hard", "model.dropout=0", "train.log_every_steps=1")
+    out = tmp_path / "run"
+    summary = fit(tiny_config(out, "train.max_steps=7", *hard))
+    assert summary["steps"] == 7
+    baseline_kept_through_the_skipped_step(out / "log.jsonl", skipped=4)
+    assert finite_checkpoint(out / "last.pt")["progress"]["skipped_steps"] == 1
+    monkeypatch.setattr(loop.Run, "step", real_step)
+    fit(tiny_config(out, "train.max_steps=10", *hard), resume=True)
+    resumed = finite_checkpoint(out / "last.pt")
+    assert resumed["progress"]["step"] == 10 and resumed["progress"]["skipped_steps"] == 1
+
+
+@pytest.mark.parametrize("baseline", ["none", "moving_average", "leave_one_out"])
+def test_a_caption_that_sampled_nothing_carries_no_nan_into_the_terms(baseline):
+    """The advantage of a caption whose image took the expectation is exactly 0, whatever its reward:
+    a NaN there (0 x NaN) would make the whole surrogate NaN, and its reward enters neither the pooled
+    mean nor another replica's leave-one-out baseline (rows 0-2: one image's 3 samples)."""
+    generator = torch.Generator().manual_seed(4)
+    logits = torch.randn(6, 3, V, generator=generator)
+    logits[1] = float("nan")  # row 1: a reward that is not finite...
+    targets = torch.tensor([[4, 5, END], [4, 5, END], [4, 5, END], [9, END, PAD], [9, END, PAD], [9, END, PAD]])
+    mask = (targets != PAD).float()
+    locations = torch.tensor([[0, 1, 2], [-1, -1, -1], [2, 2, 1], [1, 0, 0], [0, 0, 0], [2, 1, 0]])  # ...sampled none
+    log_probs = -torch.rand(6, 3, generator=generator) * (locations >= 0)
+    reinforce = Reinforce(baseline=baseline, samples=3 if baseline == "leave_one_out" else 1)
+    reinforce.value = -5.0
+    terms = reinforce(logits=logits, targets=targets, mask=mask, log_probs=log_probs.requires_grad_(True),
+                      entropies=torch.rand(6, 3, generator=generator), locations=locations)
+    assert math.isfinite(float(terms.loss.detach())) and math.isfinite(terms.reward)
+    assert all(math.isfinite(value) for value in terms.stats.values())
+    (gradient,) = torch.autograd.grad(terms.loss, log_probs)
+    assert torch.isfinite(gradient).all() and (gradient[1] == 0).all() and (gradient[0] != 0).any()

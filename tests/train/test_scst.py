@@ -111,6 +111,88 @@ def test_hard_attention_adds_the_sampled_cells_log_probability() -> None:
     assert (cells <= 1e-6).all() and (cells < -1e-3).any()
 
 
+def test_samples_never_hold_pad_or_start() -> None:
+    """A sampled <pad> would leave the loss (the steps counted are the non-<pad> ones) while its
+    caption went on; <start> is never a word. Both are made impossible, and the log-probabilities
+    are of the distribution the words were drawn from (normalized without them)."""
+    decoder, critic = _decoder().train(), _critic(samples=64)
+    with torch.no_grad():  # every word equally likely, <pad> and <start> too, if they were allowed
+        decoder.out.weight.zero_()
+        decoder.out.bias.zero_()
+    torch.manual_seed(0)
+    tokens, log_probs = critic.sample(decoder, torch.randn(2, 4, 6))
+    running = torch.ones_like(tokens, dtype=torch.bool)
+    running[:, 1:] = (tokens[:, :-1] != Vocabulary.end_id).cumprod(dim=1).bool()  # the steps before <end>, and it
+    assert not (tokens[running] == Vocabulary.pad_id).any() and not (tokens == Vocabulary.start_id).any()
+    allowed = len(SPECIALS) + len(WORDS) - 2
+    torch.testing.assert_close(log_probs.detach()[running], torch.full_like(log_probs[running], -math.log(allowed)))
+
+
+def test_a_step_whose_distribution_is_not_finite_is_skipped_not_a_crash() -> None:
+    """NaN logits (an fp16 overflow, a bad batch) reach torch.multinomial as a NaN distribution,
+    which raises; the step must be skipped like any other whose loss is not finite."""
+    decoder, critic = _decoder().train(), _critic(samples=2)
+    before = {name: value.clone() for name, value in decoder.state_dict().items()}
+    annotations = torch.randn(2, 4, 6)
+    annotations[0] = float("nan")
+    optimizer = torch.optim.SGD(decoder.parameters(), lr=0.1)
+    losses = critic.step(decoder, ImageBatch(torch.tensor([0, 1]), annotations), optimizer, grad_clip=5.0, step=0)
+    assert losses["skipped"] == 1.0
+    assert all(torch.equal(value, before[name]) for name, value in decoder.state_dict().items())
+
+
+@pytest.mark.parametrize("images", [3, 4])
+def test_hard_attention_flips_one_coin_per_image_whatever_reinforce_samples_says(images: int) -> None:
+    """The coin is flipped for each image before its K samples are made (SelfCritical.sample), so the
+    K samples of an image share it: an odd number of images is fine, and train.reinforce.samples (the
+    cross-entropy objective's setting) has nothing to do with it."""
+    from captioning.config import load_config
+
+    config = load_config(None, ["model.attention=hard", "train.reinforce.samples=2"])
+    torch.manual_seed(0)
+    decoder = build_decoder(config.model, vocab_size=len(SPECIALS) + len(WORDS), annotation_dim=6,
+                            grid=(2, 2)).train()
+    critic = _critic(samples=3)
+    coins = []
+    for seed in range(20):
+        torch.manual_seed(seed)
+        expectation = []
+        original = decoder.attention.forward
+
+        def forward(memory, query, original=original, expectation=expectation):
+            expectation.append(memory.expectation.clone())
+            return original(memory, query)
+
+        decoder.attention.forward = forward
+        critic.sample(decoder, torch.randn(images, 4, 6))
+        del decoder.attention.forward
+        first = expectation[0].view(images, 3)  # [images, K]
+        assert (first == first[:, :1]).all()  # an image's samples share its coin
+        coins.append(first[:, 0])
+    coins = torch.cat(coins).float()
+    assert 0.3 < float(coins.mean()) < 0.7  # fair coins, one per image
+
+
+def test_the_greedy_baseline_decodes_hard_attention_as_test_time_does(monkeypatch) -> None:
+    """decode.hard_choice (argmax, sample) applies to the greedy caption the samples are compared
+    with, as it does to validation and evaluation."""
+    import captioning.train.scst as scst_module
+
+    decoder, critic = _decoder("attention=hard").train(), _critic(samples=2, baseline="greedy")
+    used = []
+    real = scst_module.greedy
+
+    def greedy(decoder, annotations, **options):
+        used.append(decoder.attention.choice)
+        return real(decoder, annotations, **options)
+
+    monkeypatch.setattr(scst_module, "greedy", greedy)
+    batch = ImageBatch(torch.tensor([0, 1]), torch.randn(2, 4, 6))
+    for choice in ("argmax", "sample", None):
+        critic.loss(decoder, batch, hard_choice=choice)
+    assert used == ["argmax", "sample", "expectation"] and decoder.attention.choice == "expectation"
+
+
 def test_image_batches_cover_every_image_once_per_epoch_in_a_seeded_order() -> None:
     first = image_batches(10, batch_size=4, seed=3, epoch=0)
     assert sorted(i for batch in first for i in batch) == list(range(10)) and [len(b) for b in first] == [4, 4, 2]
@@ -152,3 +234,13 @@ def test_the_scst_configs_start_from_their_cross_entropy_runs_best(name: str, st
     assert scst.train.objective == "scst" and xe.train.objective == "xe"
     assert scst.train.init_from == f"{xe.train.out_dir}/best.pt" and scst.train.out_dir != xe.train.out_dir
     assert scst.model == xe.model and scst.encoder == xe.encoder and scst.data == xe.data
+
+
+def test_a_self_critical_run_with_hard_attention_and_an_odd_batch_of_images(tiny_run, tiny_config,
+                                                                            tmp_path: Path) -> None:
+    """train.reinforce.samples (2 here) belongs to the cross-entropy objective; a self-critical run's
+    coins are one per image whatever it says, so a batch of 3 images trains (it used to raise)."""
+    config = tiny_config(tmp_path, f"train.init_from={tiny_run.checkpoint}", "train.objective=scst",
+                         "train.max_steps=3", "train.scst.samples=2", "train.batch_size=3", "model.attention=hard",
+                         "train.reinforce.samples=2", "decode.hard_choice=argmax")
+    assert fit(config)["steps"] == 3

@@ -1,8 +1,9 @@
 """The parameter update of one training step is the gradient of the documented objective.
 
 The reference is written here from the paper (Eq. 14, Sec. 4.1) with plain torch ops on the decoder's
-own outputs: word cross-entropy + lambda * doubly stochastic term + (hard attention) the REINFORCE
-surrogate. SGD with lr=1, no momentum and no effective clipping makes the update equal the gradient.
+own outputs: each caption's summed word costs + lambda * its doubly stochastic term + (hard attention)
+the REINFORCE surrogate, summed over the captions and divided by the batch's real words. SGD with
+lr=1, no momentum and no effective clipping makes the update equal the gradient.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from captioning.train.step import apply_gradients, row_draws, stand_in_batch, tr
 
 B, L, D, H, V = 4, 9, 8, 16, 12
 PAD, START, END = Vocabulary.pad_id, Vocabulary.start_id, Vocabulary.end_id
-DS_WEIGHT = 2.0  # not 1, so that a missing weight shows
+DS_LAMBDA = 2.0  # not 1, so that a missing weight shows
 REINFORCE_WEIGHT, ENTROPY_WEIGHT = 0.7, 0.3
 
 
@@ -56,10 +57,11 @@ def objective_by_hand(decoder: AttentionDecoder, batch: Batch, *, hard: bool) ->
     word_log_probs = torch.log_softmax(out.logits, dim=2).gather(2, targets[:, :, None])[:, :, 0]  # [B, T]
     words = mask.sum()
     xe = -(word_log_probs * mask).sum() / words
-    # Eq. 14 with tau = 1: sum over cells of (1 - sum over real steps of alpha)^2, mean over images
+    # Eq. 14 with tau = 1: per caption, sum over cells of (1 - sum over real steps of alpha)^2; like the
+    # word costs, summed over the captions and divided by the real words
     coverage = (out.alphas * mask[:, :, None]).sum(1)  # [B, L]
-    ds = ((1.0 - coverage) ** 2).sum(1).mean()
-    objective = xe + DS_WEIGHT * ds
+    ds = ((1.0 - coverage) ** 2).sum() / words
+    objective = xe + DS_LAMBDA * ds
     if hard:
         # Sec. 4.1: reward log p(y|s,a), baseline = the first batch's mean reward over sampled captions
         sampled = (out.locations >= 0).any(1).float()  # [B]
@@ -68,7 +70,7 @@ def objective_by_hand(decoder: AttentionDecoder, batch: Batch, *, hard: bool) ->
         score_function = ((reward - baseline) * sampled * (out.log_probs * mask).sum(1)).sum()
         entropy = (sampled * (out.entropies * mask).sum(1)).sum()
         objective = objective - (REINFORCE_WEIGHT * score_function + ENTROPY_WEIGHT * entropy) / words
-    return objective, DS_WEIGHT * ds, out.locations
+    return objective, DS_LAMBDA * ds, out.locations
 
 
 @pytest.mark.parametrize("kind", ["soft", "hard"])
@@ -81,7 +83,7 @@ def test_one_step_moves_the_weights_by_the_gradient_of_the_documented_objective(
     torch.manual_seed(11)  # the same coins and samples in both: the seed is reset before each forward
     optimizer = torch.optim.SGD(decoder.parameters(), lr=1.0)
     reinforce = Reinforce(weight=REINFORCE_WEIGHT, entropy_weight=ENTROPY_WEIGHT) if hard else None
-    result = train_step(decoder, batch, optimizer, grad_clip=1e9, ds_weight=DS_WEIGHT, ds_target="one",
+    result = train_step(decoder, batch, optimizer, grad_clip=1e9, ds_lambda=DS_LAMBDA, ds_target="one",
                         reinforce=reinforce)
 
     torch.manual_seed(11)
@@ -108,12 +110,13 @@ def test_one_step_moves_the_weights_by_the_gradient_of_the_documented_objective(
 def terms_by_hand(decoder: AttentionDecoder, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
     """(cross-entropy, doubly stochastic term) of soft attention, from objective_by_hand."""
     objective, ds_part, _ = objective_by_hand(decoder, batch, hard=False)
-    return objective - ds_part, ds_part / DS_WEIGHT
+    return objective - ds_part, ds_part / DS_LAMBDA
 
 
-def test_the_agreed_shares_weight_the_terms_and_the_returned_losses_stay_this_processs_own() -> None:
-    """Under torchrun the update is words_share * xe + lambda * images_share * ds; the losses
-    reported (and the one handed to `agree`) are the unweighted local ones."""
+def test_the_agreed_share_weights_every_term_and_the_returned_losses_stay_this_processs_own() -> None:
+    """Under torchrun the update is words_share * (xe + lambda * ds): both terms are sums over the
+    captions divided by the words; the losses reported (and the one handed to `agree`) are the
+    unweighted local ones."""
     decoder, batch = make_decoder("soft"), make_batch()
     reference = copy.deepcopy(decoder)
     before = {name: p.detach().clone() for name, p in decoder.named_parameters()}
@@ -121,19 +124,19 @@ def test_the_agreed_shares_weight_the_terms_and_the_returned_losses_stay_this_pr
 
     def agree(loss: torch.Tensor) -> Agreement:
         handed.append(float(loss.detach()))
-        return Agreement(shares=(0.5, 0.25))  # unequal, so that swapping them shows
+        return Agreement(share=0.5)
 
     optimizer = torch.optim.SGD(decoder.parameters(), lr=1.0)
-    result = train_step(decoder, batch, optimizer, grad_clip=1e9, ds_weight=DS_WEIGHT, ds_target="one", agree=agree)
+    result = train_step(decoder, batch, optimizer, grad_clip=1e9, ds_lambda=DS_LAMBDA, ds_target="one", agree=agree)
 
     xe, ds = terms_by_hand(reference, batch)
-    local = float((xe + DS_WEIGHT * ds).detach())
+    local = float((xe + DS_LAMBDA * ds).detach())
     assert handed == [pytest.approx(local, rel=1e-5)]
     assert result["loss"] == pytest.approx(local, rel=1e-5)
     assert result["xe"] == pytest.approx(float(xe.detach()), rel=1e-5)
     assert result["ds"] == pytest.approx(float(ds.detach()), rel=1e-5)
     assert result["skipped"] == 0.0
-    weighted = 0.5 * xe + DS_WEIGHT * 0.25 * ds
+    weighted = 0.5 * (xe + DS_LAMBDA * ds)
     gradients = torch.autograd.grad(weighted, list(reference.parameters()), allow_unused=True)
     for (name, param), gradient in zip(decoder.named_parameters(), gradients):
         expected = torch.zeros_like(param) if gradient is None else gradient
@@ -143,15 +146,17 @@ def test_the_agreed_shares_weight_the_terms_and_the_returned_losses_stay_this_pr
 @pytest.mark.parametrize("agreement", [Agreement(finite=False), Agreement(empty=True)],
                          ids=["another-process-not-finite", "no-process-has-an-image"])
 @pytest.mark.parametrize("scaled", [False, True])
-def test_an_agreed_skip_moves_no_weight_and_leaves_the_scaler_alone(agreement: Agreement, scaled: bool) -> None:
+def test_an_agreed_skip_moves_no_weight_and_leaves_the_run_steppable(agreement: Agreement, scaled: bool) -> None:
     """This process's own loss and gradients are finite, yet the processes agreed to skip: no update,
-    the gradients dropped, and a GradScaler neither steps nor updates its scale."""
+    the gradients dropped. A GradScaler (fp16 on a GPU without bf16, under torchrun) ends its
+    iteration all the same: `unscale_` ran, so without `update()` the next step's `unscale_` raises.
+    The scale moves by the scaler's own rule on the finite gradients it saw (growth_interval=1: it
+    doubles), and the next step trains."""
     decoder, batch = make_decoder("soft"), make_batch()
     before = {name: p.detach().clone() for name, p in decoder.named_parameters()}
     optimizer = torch.optim.SGD(decoder.parameters(), lr=1.0)
-    # growth_interval=1: an update after finite gradients would double the scale at once
     scaler = torch.amp.GradScaler("cpu", init_scale=4.0, growth_interval=1) if scaled else None
-    result = train_step(decoder, batch, optimizer, grad_clip=1e9, ds_weight=DS_WEIGHT, ds_target="one",
+    result = train_step(decoder, batch, optimizer, grad_clip=1e9, ds_lambda=DS_LAMBDA, ds_target="one",
                         scaler=scaler, agree=lambda loss: agreement)
     assert result["skipped"] == 1.0
     assert math.isfinite(result["loss"]) and math.isfinite(result["grad_norm"])
@@ -159,7 +164,25 @@ def test_an_agreed_skip_moves_no_weight_and_leaves_the_scaler_alone(agreement: A
         assert torch.equal(param.detach(), before[name]), name
         assert param.grad is None, name
     if scaled:
-        assert scaler.get_scale() == 4.0
+        assert scaler.get_scale() == 8.0
+    after = train_step(decoder, batch, optimizer, grad_clip=1e9, ds_lambda=DS_LAMBDA, ds_target="one",
+                       scaler=scaler, agree=lambda loss: Agreement())
+    assert after["skipped"] == 0.0
+    assert any(not torch.equal(param.detach(), before[name]) for name, param in decoder.named_parameters())
+    if scaled:
+        assert scaler.get_scale() == 16.0
+
+
+def test_an_agreed_skip_with_gradients_that_are_not_finite_backs_the_scale_off() -> None:
+    """Another process's non-finite loss reaches every process's gradients through DDP's average:
+    the scaler sees inf or NaN in what it unscaled and halves its scale, as its rule says."""
+    decoder, batch = make_decoder("soft"), make_batch()
+    batch.annotations[0, 0, 0] = float("nan")
+    optimizer = torch.optim.SGD(decoder.parameters(), lr=1.0)
+    scaler = torch.amp.GradScaler("cpu", init_scale=4.0, growth_interval=1)
+    result = train_step(decoder, batch, optimizer, grad_clip=1e9, ds_lambda=DS_LAMBDA, ds_target="one",
+                        scaler=scaler, agree=lambda loss: Agreement(finite=False))
+    assert result["skipped"] == 1.0 and scaler.get_scale() == 2.0
 
 
 def test_a_scaled_step_that_is_not_skipped_steps_and_updates_the_scaler() -> None:
@@ -170,12 +193,12 @@ def test_a_scaled_step_that_is_not_skipped_steps_and_updates_the_scaler() -> Non
     before = {name: p.detach().clone() for name, p in decoder.named_parameters()}
     optimizer = torch.optim.SGD(decoder.parameters(), lr=1.0)
     scaler = torch.amp.GradScaler("cpu", init_scale=4.0, growth_interval=1)
-    result = train_step(decoder, batch, optimizer, grad_clip=1e9, ds_weight=DS_WEIGHT, ds_target="one",
+    result = train_step(decoder, batch, optimizer, grad_clip=1e9, ds_lambda=DS_LAMBDA, ds_target="one",
                         scaler=scaler, agree=lambda loss: Agreement())
     assert result["skipped"] == 0.0
     assert scaler.get_scale() == 8.0
     xe, ds = terms_by_hand(reference, batch)
-    gradients = torch.autograd.grad(xe + DS_WEIGHT * ds, list(reference.parameters()), allow_unused=True)
+    gradients = torch.autograd.grad(xe + DS_LAMBDA * ds, list(reference.parameters()), allow_unused=True)
     for (name, param), gradient in zip(decoder.named_parameters(), gradients):
         expected = torch.zeros_like(param) if gradient is None else gradient
         torch.testing.assert_close(before[name] - param.detach(), expected, rtol=1e-4, atol=1e-6, msg=name)
@@ -210,6 +233,27 @@ def test_row_draws_do_not_depend_on_how_the_batch_is_split() -> None:
     assert beyond.shape == (2, 5)
     assert torch.equal(beyond, larger[10:])
     assert torch.equal(larger[:10], whole)
+
+
+def test_row_draws_share_the_coin_of_each_image_or_of_the_global_batch_in_every_part() -> None:
+    """model.hard.coin: an image's K rows share its first row's coin; with "batch" every row of every
+    process takes the global batch's first coin (not its own part's first: one coin per process)."""
+    whole = row_draws(seed=3, step=5, size=5, start=0, rows=5, samples=2, width=4)
+    assert torch.equal(whole[0::2, 0], whole[1::2, 0])  # the two samples of a caption: one coin
+    assert len(set(whole[0::2, 0].tolist())) == 5  # and each image its own
+    for start, rows in ((0, 2), (2, 3), (4, 1)):
+        part = row_draws(seed=3, step=5, size=5, start=start, rows=rows, samples=2, width=4, coin="batch")
+        assert (part[:, 0] == whole[0, 0]).all(), start
+        assert torch.equal(part[:, 1:], whole[start * 2:(start + rows) * 2, 1:])  # the cells' draws as before
+
+
+def test_row_draws_of_a_part_with_pairs_left_out_are_each_pairs_own() -> None:
+    """Pairs whose image could not be read leave a process's part (collate_images): the rows that stay
+    keep the draws of their place in the global batch, not the first rows' draws."""
+    whole = row_draws(seed=3, step=5, size=6, start=0, rows=6, samples=2, width=4)
+    kept = torch.tensor([0, 2])  # of the part that starts at pair 3: pairs 3 and 5, pair 4 unreadable
+    part = row_draws(seed=3, step=5, size=6, start=3, rows=2, samples=2, width=4, positions=kept)
+    assert torch.equal(part, whole[[6, 7, 10, 11]])
 
 
 def test_row_draws_change_with_the_step_and_the_seed_and_repeat_with_both() -> None:

@@ -48,7 +48,7 @@ def _setup(attention: str, score: str, samples: int) -> tuple[torch.nn.Module, R
     torch.manual_seed(0)
     config = load_config(None, [f"model.attention={attention}", f"model.score={score}", "model.embed_dim=8",
                                 "model.hidden_dim=16", "model.attention_dim=8"])
-    decoder = build_decoder(config.model, vocab_size=V, annotation_dim=D, grid=(3, 3), captions_per_image=samples)
+    decoder = build_decoder(config.model, vocab_size=V, annotation_dim=D, grid=(3, 3))
     if attention == "soft":
         return decoder, None
     baseline = "leave_one_out" if samples > 1 else "moving_average"
@@ -69,7 +69,7 @@ def test_a_training_step_reads_the_device_only_a_few_times(attention, score, sam
     for step in range(3):  # the first REINFORCE step starts the baseline from the batch's mean reward
         batch = _batch(step)
         with counting_syncs() as syncs:
-            losses = train_step(model, batch, optimizer, grad_clip=5.0, ds_weight=1.0, ds_target="one",
+            losses = train_step(model, batch, optimizer, grad_clip=5.0, ds_lambda=1.0, ds_target="one",
                                 reinforce=reinforce, step=step)
         where = ", ".join(f"{kind} at {line}" for (kind, line), n in sorted(syncs.sites.items()) for _ in range(n))
         assert syncs.total <= BOUNDS[attention], f"step {step}: {syncs.total} host syncs: {where}"
