@@ -57,8 +57,8 @@ STUDY_RUNS = {
     # The backbone's border padding: zeros (as trained) mark where the border is; these do not.
     "soft_reflect": ("model.attention=soft", "encoder.padding=reflect"),
     "soft_replicate": ("model.attention=soft", "encoder.padding=replicate"),
-    "soft_ds_one": ("model.attention=soft", "train.ds_weight=1.0", "train.ds_target=one"),
-    "soft_ds_length": ("model.attention=soft", "train.ds_weight=1.0", "train.ds_target=length"),
+    "soft_ds_one": ("model.attention=soft", "train.ds_lambda=1.0", "train.ds_target=one"),
+    "soft_ds_length": ("model.attention=soft", "train.ds_lambda=1.0", "train.ds_target=length"),
     "soft_position": ("model.attention=soft", "model.extras.position=learned"),
     "soft_position_2ep": ("model.attention=soft", "model.extras.position=learned", "train.epochs=2"),
     "soft_unit": ("model.attention=soft", "model.extras.unit_annotations=true"),
