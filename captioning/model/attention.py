@@ -220,6 +220,8 @@ def shared_coins(draws: torch.Tensor, *, group: int, coin: str) -> torch.Tensor:
     the rows come image by image, `group` rows each (an image's K samples of locations), and each
     takes its image's first row's draw; with `coin="batch"` (the authors' code) every row takes row
     0's, one coin for the whole batch. The one place where a run's coins are shared out."""
+    if coin not in HardAttention.COINS:
+        raise ValueError(f"unknown coin '{coin}' (known: {', '.join(HardAttention.COINS)})")
     rows = draws.shape[0]
     by_image = draws[::group, 0].repeat_interleave(group)[:rows]  # [R]
     coins = draws[:1, 0].expand(rows) if coin == "batch" else by_image  # [R]

@@ -79,7 +79,7 @@ def test_the_coin_is_one_per_image_for_the_whole_caption():
     assert (out.log_probs[expectation] == 0).all() and (out.log_probs[~expectation] < 0).all()
     assert 0.4 < expectation.float().mean() < 0.6  # 400 fair coins: 0.5 ± 0.025 (1 sd)
     # one coin per batch, as the authors' code did: every image the same
-    attention.coin = "batch"
+    decoder.attention = make(expectation_prob=0.5, coin="batch")
     draws = []
     for seed in range(12):
         torch.manual_seed(seed)
@@ -111,6 +111,13 @@ def test_copies_of_a_caption_share_their_image_coin_through_the_length_sort():
     assert 0.3 < expectation[:, 0].float().mean() < 0.7  # 121 fair coins, one per image
 
 
+def test_a_coin_of_exactly_the_expectations_chance_samples(monkeypatch):
+    """The expectation is taken where the coin u < p: with p = 0 (sampling only) even u = 0 samples."""
+    attention = make(expectation_prob=0.0).train()
+    monkeypatch.setattr(torch, "rand", lambda *size, **options: torch.zeros(*size, **options))
+    assert not attention.prepare(inputs(batch=3)[0]).expectation.any()
+
+
 def test_shared_coins_give_each_image_its_first_rows_draw_or_the_batch_its_first():
     draws = torch.tensor([[0.1, 0.7], [0.6, 0.8], [0.3, 0.9], [0.9, 0.2], [0.4, 0.5]])  # 5 rows: 2 + 2 + 1
     by_image = shared_coins(draws, group=2, coin="image")
@@ -119,6 +126,8 @@ def test_shared_coins_give_each_image_its_first_rows_draw_or_the_batch_its_first
     by_batch = shared_coins(draws, group=2, coin="batch")
     assert by_batch[:, 0].tolist() == pytest.approx([0.1] * 5) and torch.equal(by_batch[:, 1:], draws[:, 1:])
     assert torch.equal(shared_coins(draws, group=1, coin="image"), draws)
+    with pytest.raises(ValueError, match=r"^unknown coin 'images' \(known: image, batch\)$"):
+        shared_coins(draws, group=1, coin="images")
 
 
 def test_samples_follow_alpha():
@@ -343,9 +352,9 @@ def test_inverse_cdf_never_picks_a_cell_of_probability_zero():
     alpha = torch.tensor([[0.0, 0.0, 0.25, 0.0, 0.75, 0.0]] * 5)
     draws = torch.tensor([0.0, 0.2499, 0.25, 0.9999, 1.0])
     assert inverse_cdf(alpha, draws).tolist() == [2, 2, 4, 4, 4]
-    # rounding: the cumulative sum stops short of the draw
-    short = torch.tensor([[0.3, 0.3, 0.3999, 0.0]])
-    assert inverse_cdf(short, torch.tensor([0.99995])).tolist() == [2]
+    # rounding: the cumulative sum stops short of the draw; each row's own last cell with probability
+    short = torch.tensor([[0.3, 0.3, 0.3999, 0.0], [0.5, 0.4999, 0.0, 0.0], [0.2, 0.2, 0.2, 0.3999]])
+    assert inverse_cdf(short, torch.tensor([0.99995, 0.99995, 0.99995])).tolist() == [2, 1, 3]
 
 
 def test_sampling_a_row_that_is_not_a_distribution_does_not_stop_the_run():

@@ -418,8 +418,10 @@ def test_processes_that_pool_their_rewards_move_one_baseline_the_one_process_bas
             sums.append(reinforce.pooled(rewards, (share["locations"] >= 0).any(dim=1)))
         total = torch.stack(sums).sum(0)
         for reinforce, share in zip(parts, shares):
-            reinforce.across = lambda tensor, total=total: total  # what the all-reduce returns to every process
+            calls = []
+            reinforce.across = lambda tensor, total=total, calls=calls: calls.append(1) or total  # the all-reduce
             reinforce.move(reinforce(**share))
+            assert len(calls) == 1  # one all-reduce a step, also for the first batch's baseline
         assert sums[2].abs().sum() == 0  # the stand-in counted nothing
         for reinforce in parts:
             assert reinforce.value == pytest.approx(whole.value, rel=1e-6)
