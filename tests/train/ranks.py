@@ -1,8 +1,9 @@
 """Run train.py as N processes of one group, as torchrun would (gloo on the CPU), and see each
 process's own exit code and output; optionally with one fault planted in one process.
 
-Run as a module (`python -m tests.train.ranks ARGS`), it plants the fault that CAPTIONING_TEST_FAULT
-names, "KIND:RANK:STEP" (RANK "all": every process), in this process before training:
+Run as a module (`python -m tests.train.ranks ARGS`), it plants the faults that CAPTIONING_TEST_FAULT
+names, "KIND:RANK:STEP" (RANK "all": every process; several separated by commas), in this process
+before training:
     sigterm  the process sends itself SIGTERM before that step
     inf, nan that step's cross-entropy is +inf (NaN) in that process; its gradient stays finite, so
              only the processes' agreement can make the others skip the step too
@@ -63,8 +64,8 @@ def launch(processes: int, args: list[str], *, cwd: Path, fault: str = "", timeo
     return done
 
 
-def _plant(kind: str, where: int | None, step: int) -> None:
-    """`where` None: every process."""
+def _plant(faults: list[tuple[str, int | None, int]]) -> None:
+    """Each fault (kind, rank or None for every process, step) in this process."""
     import torch
 
     from captioning.train import hardware, loop, validation
@@ -77,17 +78,19 @@ def _plant(kind: str, where: int | None, step: int) -> None:
         hardware.precision_for = lambda device, amp: (Precision(device.type, torch.float16, "fp16 with a scaler "
                                                                 "(CAPTIONING_TEST_FP16)") if amp else Precision())
 
+    def now(kind: str) -> bool:
+        return any(k == kind and where in (None, rank) and current["step"] == step for k, where, step in faults)
+
     run_step = loop.Run.step
 
     def step_with_fault(self, batch):
         current["step"] = self.progress.step + 1
-        here = where in (None, rank) and current["step"] == step
-        if here and kind == "sigterm":
+        if now("sigterm"):
             os.kill(os.getpid(), signal.SIGTERM)
-        if here and kind == "empty":
+        if now("empty"):
             batch = type(batch)(annotations=batch.annotations[:0], tokens=batch.tokens[:0], lengths=batch.lengths[:0],
                                 images=None if batch.images is None else batch.images[:0])
-        if here and kind == "nanbatch":
+        if now("nanbatch"):
             batch = type(batch)(annotations=batch.annotations * float("nan"), tokens=batch.tokens,
                                 lengths=batch.lengths)
         return run_step(self, batch)
@@ -98,8 +101,9 @@ def _plant(kind: str, where: int | None, step: int) -> None:
 
     def cross_entropy_with_fault(*args, **kwargs):
         xe = cross_entropy(*args, **kwargs)
-        if kind in ("inf", "nan") and where in (None, rank) and current["step"] == step:
-            return xe + float(kind)  # the loss is not finite, its gradient is xe's: finite
+        for kind in ("inf", "nan"):
+            if now(kind):
+                return xe + float(kind)  # the loss is not finite, its gradient is xe's: finite
         return xe
 
     step_module.cross_entropy = cross_entropy_with_fault
@@ -107,7 +111,7 @@ def _plant(kind: str, where: int | None, step: int) -> None:
     validate = validation.validate
 
     def slow_validate(*args, **kwargs):
-        if kind == "slow" and where in (None, rank) and current["step"] == step:
+        if now("slow"):
             time.sleep(float(os.environ["CAPTIONING_TEST_SLEEP"]))
         return validate(*args, **kwargs)
 
@@ -127,9 +131,11 @@ def _plant(kind: str, where: int | None, step: int) -> None:
 
 
 if __name__ == "__main__":
-    fault = os.environ.get("CAPTIONING_TEST_FAULT", "")
-    kind, where, at = (fault.split(":") + ["", "-1", "-1"])[:3] if fault else ("", "-1", "-1")
-    _plant(kind, None if where == "all" else int(where), int(at))
+    planted = []
+    for fault in filter(None, os.environ.get("CAPTIONING_TEST_FAULT", "").split(",")):
+        kind, where, at = fault.split(":")
+        planted.append((kind, None if where == "all" else int(where), int(at)))
+    _plant(planted)
     from captioning.cli import train_main
 
     raise SystemExit(train_main(sys.argv[1:]))
