@@ -1,5 +1,5 @@
 """What bf16 autocast costs on a CPU, with and without bf16 instructions: why train.amp runs in
-float32 on a CPU that has none (captioning.train.precision).
+float32 on a CPU that has none (captioning.runtime.precision).
 
     python benchmarks/cpu_precision.py [--repeats N] [--isas default,AVX512_CORE,AVX2]
 
@@ -63,7 +63,7 @@ def main() -> None:
         return
     import torch
 
-    from captioning.train.precision import cpu_has_native_bf16
+    from captioning.runtime.precision import cpu_has_native_bf16
 
     print(f"# {cpu_name()}, {os.cpu_count()} cores, torch {torch.__version__}, "
           f"bf16 instructions: {'yes' if cpu_has_native_bf16() else 'no'}")

@@ -81,7 +81,7 @@ def main() -> None:
     parser.add_argument("--keep", help="make the data and weights here and keep them (default: a temporary folder)")
     args = parser.parse_args()
     from captioning.config import load_config
-    from captioning.train.precision import cpu_has_native_bf16
+    from captioning.runtime.precision import cpu_has_native_bf16
 
     folder = Path(args.keep or tempfile.mkdtemp(prefix="captioning-dry-runs-"))
     coco = folder / "coco"

@@ -27,7 +27,7 @@ from captioning.data.sampling import epoch_batches
 from captioning.data.shapes.scenes import SHAPES_DEFAULT_COUNTS, make_shapes
 from captioning.data.splits import load_splits
 from captioning.model.encoder import Encoder
-from captioning.train.hardware import Hardware
+from captioning.runtime.hardware import Hardware
 from captioning.train.loop import Run
 from captioning.train.signals import StopSignals
 

@@ -27,13 +27,17 @@ import numpy as np
 import torch
 from PIL import Image
 
+from captioning.checkpoint import config_of, load_checkpoint, model_of, refuse_hard_choice
 from captioning.config import Config, ConfigError, apply_overrides, validate
 from captioning.data.features import ImageFiles, collate_images
 from captioning.data.images import ImageReadError, load_image, to_tensor, upright_rgb
 from captioning.data.karpathy import ImageRecord
 from captioning.data.vocab import Vocabulary
+from captioning.eval.overlays import overlay, overlay_grid, save_overlays
 from captioning.model.captioner import CaptionModel
 from captioning.model.decoding import decode
+from captioning.progress import bar as progress_bar
+from captioning.runtime.hardware import default_device
 
 # What a checkpoint's config may change at inference: where the pretrained weights are, and how to
 # decode. Everything else (sizes, score, encoder, image size) is part of the trained model.
@@ -93,23 +97,17 @@ class Captioned:
 
     def overlay(self, word: int) -> Image.Image:
         """tokens[word]'s map over the image, with the word written on it (the paper's Fig. 2-3)."""
-        from captioning.eval.overlays import overlay
-
         if not -len(self.tokens) <= word < len(self.tokens):
             raise IndexError(f"word {word} of a {len(self.tokens)}-word caption")
         return overlay(self._drawable(), self.alphas[word], self.tokens[word], location=self._location(word))
 
     def grid(self, *, thumbnail: int = 224, columns: int = 5) -> Image.Image:
         """The image and every word's overlay, as thumbnails in rows of `columns`."""
-        from captioning.eval.overlays import overlay_grid
-
         return overlay_grid(self._drawable(), self.tokens, self.alphas, thumbnail=thumbnail, columns=columns,
                             locations=self.locations)
 
     def save_overlays(self, out_dir: str | Path, *, animation: bool = False) -> list[Path]:
         """image.jpg, one JPEG per word (NN_word.jpg), grid.jpg and, with `animation`, words.gif."""
-        from captioning.eval.overlays import save_overlays
-
         return save_overlays(self._drawable(), self.tokens, self.alphas, out_dir, locations=self.locations,
                              animation=animation)
 
@@ -150,8 +148,6 @@ class Captioner:
 
     def __init__(self, model: CaptionModel, vocab: Vocabulary, config: Config, *, device: str | torch.device = "cpu",
                  name: str = "model"):
-        from captioning.train.checkpoint import refuse_hard_choice
-
         self.device = torch.device(device)
         self.model = model.to(self.device).eval()
         if self.device.type == "cpu":  # see _encode
@@ -166,9 +162,6 @@ class Captioner:
         GPU if there is one). `overrides` ("key.sub=value") may change what inference may change
         (INFERENCE_KEYS: where the encoder's weights are, how to decode); anything that would change
         the model is refused with ConfigError."""
-        from captioning.train.checkpoint import config_of, load_checkpoint, model_of
-        from captioning.train.hardware import default_device
-
         payload = load_checkpoint(path)
         config = config_of(payload, path)
         for text in overrides:
@@ -213,8 +206,6 @@ class Captioner:
         """A result per path, in input order: Captioned, or Unreadable for a file that cannot be read.
         `num_workers` processes read and resize the files while the model works on the batch before;
         `progress` draws a tqdm bar on stderr (captioning.progress)."""
-        from captioning.train.checkpoint import refuse_hard_choice
-
         # Checked here, not at the first result: a wrong choice is the caller's error, before any file is read.
         refuse_hard_choice(self.model.decoder, hard_choice or self.config.decode.hard_choice, self.name)
         photos = image_files(paths, size=self.config.data.image_size, mean=self.model.encoder.mean,
@@ -226,8 +217,6 @@ class Captioner:
 
     def _stream(self, loader: torch.utils.data.DataLoader, sources: list[str], *, progress: bool,
                 **decoding: Any) -> Iterator[Captioned | Unreadable]:
-        from captioning.progress import bar as progress_bar
-
         with progress_bar(total=len(sources), show=progress, unit="image") as bar:
             for batch in loader:  # captioning.data.features.ImageBatch
                 captioned = {} if batch.pixels is None else dict(zip(batch.rows, self._decode(
@@ -257,8 +246,6 @@ class Captioner:
     def _decode(self, pixels: torch.Tensor, sources: list[str], *, beam_size: int | None, hard_choice: str | None,
                 max_length: int | None) -> list[Captioned]:
         """pixels [B, 3, S, S] -> a result per image."""
-        from captioning.train.checkpoint import refuse_hard_choice
-
         settings = self.config.decode
         choice = hard_choice or settings.hard_choice
         refuse_hard_choice(self.model.decoder, choice, self.name)

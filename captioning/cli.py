@@ -15,15 +15,15 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from captioning.checkpoint import CheckpointError
 from captioning.config import ConfigError
 from captioning.data.images import ImageReadError
 from captioning.data.karpathy import DatasetError
 from captioning.data.shapes.scenes import SHAPES_DEFAULT_COUNTS
 from captioning.model.encoder import EncoderWeightsError
 from captioning.progress import quiet
-from captioning.train.checkpoint import CheckpointError
-from captioning.train.distributed import DistributedError
-from captioning.train.hardware import default_device
+from captioning.runtime.distributed import DistributedError
+from captioning.runtime.hardware import default_device
 from captioning.train.step import TrainingError
 
 EXPECTED_ERRORS = (CheckpointError, ConfigError, DatasetError, DistributedError, EncoderWeightsError, ImageReadError,
@@ -304,7 +304,7 @@ def _write_coco_results(results: list, path: str) -> None:
 
 @_guarded
 def _inspect(args: argparse.Namespace) -> int:
-    from captioning.train.checkpoint import describe, load_checkpoint
+    from captioning.checkpoint import describe, load_checkpoint
 
     print("\n".join(describe(load_checkpoint(args.checkpoint), args.checkpoint)))
     return 0

@@ -18,9 +18,9 @@ from PIL import Image
 
 from captioning import Captioned, Captioner, Unreadable
 from captioning.api import coco_image_id, find_images, read_list, reading_workers
+from captioning.checkpoint import CheckpointError, captioner_from_checkpoint
 from captioning.config import ConfigError
 from captioning.data.images import ImageReadError, load_image, to_tensor
-from captioning.train.checkpoint import CheckpointError, captioner_from_checkpoint
 from tests.tiny import REPO
 
 

@@ -76,10 +76,10 @@ def test_caption_command_api_and_eval_give_the_same_captions(encoder: str, reque
     assert api == evaluated
     # The numbers of eval.py's path too: the same decoder on the cache the data pipeline wrote (fp16)
     # gives the API's scores and maps, so each image was normalized alike on both paths.
+    from captioning.checkpoint import decoder_from_checkpoint, load_checkpoint
     from captioning.config import apply_overrides, validate
     from captioning.data.splits import load_splits
     from captioning.model.decoding import decode
-    from captioning.train.checkpoint import decoder_from_checkpoint, load_checkpoint
 
     payload = load_checkpoint(checkpoint)
     config = validate(apply_overrides(captioner.config, [f"data.root={other_images}"]))

@@ -18,11 +18,11 @@ import torch
 from PIL import Image
 
 import captioning.train.loop as training
+from captioning.checkpoint import captioner_from_checkpoint
 from captioning.cli import _guarded, _split_overrides, eval_main, main, train_main
 from captioning.data.shapes.scenes import make_shapes
 from captioning.model.extras.glimpses import TwoGlimpses
 from captioning.model.extras.layout import LayoutSummary
-from captioning.train.checkpoint import captioner_from_checkpoint
 from tests.tiny import REPO
 
 
@@ -430,7 +430,7 @@ def test_overlay_page_references_only_files_that_exist(tiny_run, images, tmp_pat
 def test_an_expected_error_is_one_line_on_stderr_and_exit_2(quiet, monkeypatch, capsys) -> None:
     import argparse
 
-    from captioning.train.checkpoint import CheckpointError
+    from captioning.checkpoint import CheckpointError
 
     monkeypatch.setenv("CAPTIONING_QUIET", "0")
     seen = []

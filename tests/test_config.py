@@ -216,7 +216,8 @@ def test_every_encoder_stage_the_config_accepts_is_one_the_encoder_has(resnet18_
     """stage_names lists the stages without building the encoder; it must be the built encoder's."""
     import torchvision
 
-    from captioning.model.encoder import _cut, _vgg_stages, build_encoder, stage_names
+    from captioning.config.choices import stage_names
+    from captioning.model.encoder import _cut, _vgg_stages, build_encoder
 
     for name, layer, weights in (("efficientnet_lite0", "stride16", None), ("efficientnet_lite0", "stride32", None),
                                  ("resnet18", "stride16", resnet18_file), ("resnet18", "stride32", resnet18_file)):

@@ -8,7 +8,8 @@ import types
 import typing
 from typing import Any
 
-from captioning.config.schema import DATASETS, Config, ConfigError, CosineConfig, LocalConfig
+import captioning.config.choices as choices
+from captioning.config.schema import Config, ConfigError, CosineConfig, LocalConfig
 
 
 def _check_types(section: Any, where: str, prefix: str) -> None:
@@ -35,27 +36,20 @@ def _check_types(section: Any, where: str, prefix: str) -> None:
 
 
 def _choices(config: Config) -> dict[str, tuple[str, tuple[str, ...]]]:
-    from captioning.model.attention import HardAttention
-    from captioning.model.encoder import ENCODERS, PADDINGS
-    from captioning.model.scores import SCORES
-    from captioning.train.losses import BASELINES, DS_TARGETS
-
-    m, t = config.model, config.train
+    c, m, t = choices, config.model, config.train
     return {
-        "data.dataset": (config.data.dataset, DATASETS), "encoder.name": (config.encoder.name, ENCODERS),
-        "encoder.layer": (config.encoder.layer, ("stride16", "stride32")),
-        "encoder.padding": (config.encoder.padding, PADDINGS),
-        "model.attention": (m.attention, ("soft", "hard")), "model.score": (m.score, tuple(SCORES)),
-        "model.gate": (m.gate, ("scalar", "vector")), "model.deep_output": (m.deep_output, ("linear", "tanh")),
-        "model.hard.coin": (m.hard.coin, HardAttention.COINS),
-        "model.local.base": (m.local.base, tuple(s for s in SCORES if s != "local")),
-        "model.local.window": (m.local.window, ("gaussian", "learned")),
-        "model.extras.init": (m.extras.init, ("mean", "layout")),
-        "model.extras.position": (m.extras.position, ("none", "learned", "coordinates")),
-        "train.optimizer": (t.optimizer, ("adam", "rmsprop")), "train.ds_target": (t.ds_target, DS_TARGETS),
-        "train.reinforce.baseline": (t.reinforce.baseline, BASELINES),
-        "train.objective": (t.objective, ("xe", "scst")), "train.scst.baseline": (t.scst.baseline, ("greedy", "mean")),
-        "decode.hard_choice": (config.decode.hard_choice, HardAttention.CHOICES),
+        "data.dataset": (config.data.dataset, c.DATASETS), "encoder.name": (config.encoder.name, c.ENCODERS),
+        "encoder.layer": (config.encoder.layer, c.LAYERS), "encoder.padding": (config.encoder.padding, c.PADDINGS),
+        "model.attention": (m.attention, c.ATTENTIONS), "model.score": (m.score, c.SCORES),
+        "model.gate": (m.gate, c.GATES), "model.deep_output": (m.deep_output, c.DEEP_OUTPUTS),
+        "model.hard.coin": (m.hard.coin, c.COINS),
+        "model.local.base": (m.local.base, tuple(s for s in c.SCORES if s != "local")),
+        "model.local.window": (m.local.window, c.LOCAL_WINDOWS),
+        "model.extras.init": (m.extras.init, c.INITS), "model.extras.position": (m.extras.position, c.POSITIONS),
+        "train.optimizer": (t.optimizer, c.OPTIMIZERS), "train.ds_target": (t.ds_target, c.DS_TARGETS),
+        "train.reinforce.baseline": (t.reinforce.baseline, c.BASELINES),
+        "train.objective": (t.objective, c.OBJECTIVES), "train.scst.baseline": (t.scst.baseline, c.SCST_BASELINES),
+        "decode.hard_choice": (config.decode.hard_choice, c.HARD_CHOICES),
     }
 
 
@@ -102,13 +96,9 @@ def _ranges(config: Config) -> dict[str, tuple[Any, str, bool]]:
 
 def _combinations(config: Config) -> list[str]:
     """Settings that are each fine but that no run can use together."""
-    from captioning.data.shapes.grounding import METRICS as SHAPES_METRICS
-    from captioning.eval.metrics import VALIDATION_METRICS
-    from captioning.model.encoder import stage_names
-
     m, t, e = config.model, config.train, config.encoder
     problems = []
-    metrics = VALIDATION_METRICS + (SHAPES_METRICS if config.data.dataset == "shapes" else ())  # what validation scores
+    metrics = choices.VALIDATION_METRICS + (choices.SHAPES_METRICS if config.data.dataset == "shapes" else ())
     if t.val_metric not in metrics:
         problems.append(f"train.val_metric '{t.val_metric}' is not a metric that validation produces on "
                         f"data.dataset={config.data.dataset} (it produces {', '.join(metrics)})")
@@ -134,7 +124,7 @@ def _combinations(config: Config) -> list[str]:
     if config.data.augment and config.data.feature_cache and e.fine_tune_from is None:
         problems.append("data.augment needs the encoder on the fly (cached annotations are computed once per "
                         "image): set data.feature_cache=false or encoder.fine_tune_from")
-    stages = stage_names(e.name, e.layer)
+    stages = choices.stage_names(e.name, e.layer)
     if e.fine_tune_from is not None and e.fine_tune_from not in stages:
         problems.append(f"encoder.fine_tune_from '{e.fine_tune_from}' is not a stage of {e.name} cut at {e.layer} "
                         f"(stages: {', '.join(stages)})")

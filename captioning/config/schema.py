@@ -160,7 +160,7 @@ class TrainConfig:
     pin_memory: bool = True  # only used when training on a GPU
     tf32: bool = True  # TF32 matmuls and convolutions in fp32 on GPUs that have them (Ampere and later)
     # Under torchrun: how long (seconds) a process may wait for the others in one collective before
-    # the run stops, naming what each process was doing (train/distributed.py).
+    # the run stops, naming what each process was doing (runtime/distributed.py).
     dist_timeout: float = 3600.0
     save_every_steps: int | None = None  # also write last.pt every this many steps (resume after a kill)
     log_every_steps: int = 10  # losses to TensorBoard and log.jsonl
@@ -202,5 +202,3 @@ class Config:
 class ConfigError(ValueError):
     """A config file or override that does not fit the schema."""
 
-
-DATASETS = ("shapes", "coco", "flickr8k", "flickr30k", "karpathy", "coco_official")

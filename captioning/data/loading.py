@@ -19,7 +19,7 @@ from captioning.data.prepare import run_vocabulary
 from captioning.data.splits import Split, load_splits, missing_caches
 from captioning.data.vocab import Vocabulary
 from captioning.model.encoder import Encoder
-from captioning.train import distributed
+from captioning.runtime import distributed
 
 
 @dataclass

@@ -32,7 +32,7 @@ def rank_batches(batches: list[list[int]], *, rank: int, world_size: int) -> lis
     """This process's part of every global batch: contiguous, near-equal slices, one per global batch
     whatever the number of processes, so that a run resumes at the same global batch on more or fewer
     processes. A global batch with fewer items than processes leaves some slices empty; those
-    processes take part in the step with nothing of their own (captioning.train.distributed)."""
+    processes take part in the step with nothing of their own (captioning.runtime.distributed)."""
     if world_size == 1:
         return batches
     return [batch[len(batch) * rank // world_size: len(batch) * (rank + 1) // world_size] for batch in batches]

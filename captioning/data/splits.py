@@ -17,9 +17,7 @@ from captioning.data.features import cache_dir, load_or_compute
 from captioning.data.karpathy import DatasetError, ImageRecord, too_many_unreadable
 from captioning.data.mapped import by_reference
 from captioning.data.mirror import mirror_image
-from captioning.data.shapes.grounding import ShapesScorer
 from captioning.data.shapes.scenes import SHAPES_DEFAULT_COUNTS, Grounding, make_shapes, read_grounding
-from captioning.data.vocab import Vocabulary
 from captioning.model.encoder import Encoder, weights_identity
 
 
@@ -53,7 +51,7 @@ class Split:
     records: list[ImageRecord]
     annotations: np.ndarray | Rows | None  # [N, L, D] fp16, memory-mapped; None when the encoder runs on the fly
     grid: tuple[int, int] | None  # (Hg, Wg), L = Hg * Wg; known once annotations exist
-    grounding: list[Grounding] | None  # per image, for attention correctness
+    grounding: list[Grounding] | None  # per image, for attention correctness (captioning.eval.shapes)
     unreadable: int = 0  # images of the split skipped because they could not be read
     # the same images' annotations from their mirror images [N, L, D]: the train split, with data.mirror
     mirrored_annotations: np.ndarray | None = None
@@ -65,14 +63,6 @@ class Split:
     @property
     def references(self) -> list[tuple[str, ...]]:
         return [r.captions for r in self.records]
-
-    def scorer(self, vocab: Vocabulary, *, images: int | None = None, start: int = 0,
-               probe: bool = True) -> ShapesScorer | None:
-        """What the dataset adds to the caption metrics of images start .. `images` (all: None), or
-        None where it knows nothing more of its images (captioning.eval.evaluate)."""
-        if self.grounding is None:
-            return None
-        return ShapesScorer(self.grounding[start:images], vocab, probe=probe)
 
 
 def uses_feature_cache(config: Config) -> bool:

@@ -16,8 +16,7 @@ from pathlib import Path
 
 from nltk.tokenize import TreebankWordTokenizer
 
-PAD, START, END, UNK = "<pad>", "<start>", "<end>", "<unk>"
-SPECIALS = (PAD, START, END, UNK)
+from captioning.model.tokens import END_ID, PAD_ID, SPECIALS, START_ID, UNK_ID
 
 _TOKENIZER = TreebankWordTokenizer()
 # Typographic quotes as typed by people (and word processors): made straight, so "dog’s" is "dog's".
@@ -57,7 +56,7 @@ class Vocabulary:
         if len(self.index) != len(self.words):
             raise ValueError("a vocabulary cannot hold the same word twice")
 
-    pad_id, start_id, end_id, unk_id = 0, 1, 2, 3
+    pad_id, start_id, end_id, unk_id = PAD_ID, START_ID, END_ID, UNK_ID  # captioning.model.tokens
 
     @classmethod
     def build(cls, captions: Iterable[Sequence[str]], min_count: int = 1) -> Vocabulary:

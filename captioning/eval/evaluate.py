@@ -3,7 +3,7 @@
 Notation: N images, L grid cells, D channels, (Hg, Wg) the grid.
 
 The caption metrics (captioning.eval.metrics) apply to every dataset. A dataset that knows more of
-its images adds its own scores through `scorer` (the shapes data: captioning.data.shapes.grounding),
+its images adds its own scores through `scorer` (the shapes data: captioning.eval.shapes.grounding),
 called once per caption with its per-word maps and once per batch of images.
 """
 
@@ -19,16 +19,22 @@ import numpy as np
 import torch
 
 from captioning import progress
+from captioning.checkpoint import decoder_from_checkpoint, load_checkpoint, refuse_hard_choice
 from captioning.config import Config, apply_overrides, from_dict, validate
+from captioning.data.features import EncodedImages
+from captioning.data.karpathy import DatasetError, too_many_unreadable
+from captioning.data.splits import load_splits
 from captioning.data.vocab import Vocabulary
 from captioning.eval.metrics import caption_metrics
+from captioning.eval.shapes.grounding import scorer_for
 from captioning.model.attention import choosing
 from captioning.model.decoder import AttentionDecoder
 from captioning.model.decoding import decode
+from captioning.model.encoder import Encoder
 
 
 class Scorer(Protocol):
-    """A dataset's own scores of a split's captions (e.g. captioning.data.shapes.grounding.ShapesScorer)."""
+    """A dataset's own scores of a split's captions (e.g. captioning.eval.shapes.grounding.ShapesScorer)."""
 
     def caption(self, index: int, words: Sequence[str], alphas: np.ndarray) -> None:
         """Image `index`'s generated words and the map behind each, [n_words, Hg, Wg]."""
@@ -111,7 +117,6 @@ def decode_split(decoder: AttentionDecoder, annotations: Any, *, image_ids: Sequ
 
 def check_unreadable(paths: Sequence[str], total: int, *, limit: float) -> None:
     """Stop when more than `limit` (data.max_bad_images) of `total` decoded images could not be read."""
-    from captioning.data.karpathy import DatasetError, too_many_unreadable
 
     problem = too_many_unreadable("decoded images", list(paths), total, limit=limit) if paths else None
     if problem is not None:
@@ -145,10 +150,6 @@ def evaluate_checkpoint(checkpoint: str | Path, *, split: str = "test", override
     """Score a checkpoint's captions of a split, with the decoding its config names unless told
     otherwise. A fine-tuned encoder (its weights are in the checkpoint) runs on the images; a frozen
     one reads the feature cache."""
-    from captioning.data.features import EncodedImages
-    from captioning.data.splits import load_splits
-    from captioning.model.encoder import Encoder
-    from captioning.train.checkpoint import decoder_from_checkpoint, load_checkpoint, refuse_hard_choice
 
     payload = load_checkpoint(checkpoint)
     config = from_dict(payload["config"], where=f"{checkpoint}: config")
@@ -169,7 +170,7 @@ def evaluate_checkpoint(checkpoint: str | Path, *, split: str = "test", override
     beam_size = beam_size or config.decode.beam_size
     metrics, results = evaluate_split(
         decoder, annotations, image_ids=data.image_ids, references=data.references, vocab=vocab, grid=data.grid,
-        scorer=data.scorer(vocab), beam_size=beam_size, max_length=config.decode.max_length,
+        scorer=scorer_for(data, vocab), beam_size=beam_size, max_length=config.decode.max_length,
         length_penalty=config.decode.length_penalty, device=device, hard_choice=choice,
         max_bad_images=config.data.max_bad_images)
     return Evaluation(metrics, results, config, beam_size, choice)

@@ -3,7 +3,7 @@ a generated word that names an object, the share of its attention map, upsampled
 normalized, that falls inside that object's box. Its chance level is the same for a uniform map,
 i.e. the box's share of the image.
 
-Which words name which objects is the dataset's to say (captioning.data.shapes.grounding for the
+Which words name which objects is the dataset's to say (captioning.eval.shapes.grounding for the
 shapes data); this module holds the geometry.
 """
 

@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from captioning.data.vocab import normalize, tokenize
 
 JAVA_METRICS = ("METEOR", "the PTB tokenizer")
-# What validation during training scores (caption_metrics with full=False): Java-free and fast.
-VALIDATION_METRICS = ("Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4", "CIDEr")
+# What validation during training scores (caption_metrics with full=False), Java-free and fast, is
+# VALIDATION_METRICS: the config's list, which train.val_metric picks from.
 
 
 def java_available() -> bool:

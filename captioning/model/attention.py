@@ -27,6 +27,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from captioning.config.choices import COINS, HARD_CHOICES
+
 
 @dataclass
 class Memory:
@@ -138,8 +140,8 @@ class HardAttention(_Attention):
     `choosing` changes it for one decoding.
     """
 
-    CHOICES = ("expectation", "argmax", "sample")
-    COINS = ("image", "batch")
+    CHOICES = HARD_CHOICES
+    COINS = COINS
 
     def __init__(self, score: nn.Module, *, temperature: float = 1.0, inputs: tuple[nn.Module, ...] = (),
                  expectation_prob: float = 0.5, coin: str = "image", choice: str = "expectation", warmup: int = 0):

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 
 import torch
 
-from captioning.data.vocab import Vocabulary
 from captioning.model import fused
 from captioning.model.attention import choosing
 from captioning.model.decoder import AttentionDecoder, DecoderState
+from captioning.model.tokens import END_ID, PAD_ID, START_ID
 
 # One decoding step: (state, previous tokens [N]) -> logits [N, V], new state, alpha [N, L], chosen cell [N].
 Step = Callable[[DecoderState, torch.Tensor], tuple[torch.Tensor, DecoderState, torch.Tensor, torch.Tensor]]
@@ -73,7 +73,7 @@ def greedy(decoder: AttentionDecoder, annotations: torch.Tensor, *, max_length: 
     """The most likely word at every step. annotations [B, L, D]."""
     step, state = _stepper(decoder, annotations, 1)
     batch = annotations.shape[0]
-    previous = torch.full((batch,), Vocabulary.start_id, dtype=torch.long, device=annotations.device)
+    previous = torch.full((batch,), START_ID, dtype=torch.long, device=annotations.device)
     finished = torch.zeros(batch, dtype=torch.bool, device=annotations.device)
     scores = torch.zeros(batch, device=annotations.device)
     tokens, alphas, locations = [], [], []
@@ -81,17 +81,17 @@ def greedy(decoder: AttentionDecoder, annotations: torch.Tensor, *, max_length: 
         logits, state, alpha, location = step(state, previous)
         log_probs = torch.log_softmax(logits.float(), dim=1)  # [B, V]
         best, word = log_probs.max(dim=1)  # [B]
-        word = word.masked_fill(finished, Vocabulary.pad_id)
+        word = word.masked_fill(finished, PAD_ID)
         scores += best.masked_fill(finished, 0.0)
         tokens.append(word)
         alphas.append(alpha)
         locations.append(location)
-        finished |= word == Vocabulary.end_id
+        finished |= word == END_ID
         previous = word
         if finished.all():
             break
     tokens_t = torch.stack(tokens, 1)  # [B, T]
-    return Captions(tokens=tokens_t, alphas=torch.stack(alphas, 1), lengths=_lengths(tokens_t, Vocabulary.end_id),
+    return Captions(tokens=tokens_t, alphas=torch.stack(alphas, 1), lengths=_lengths(tokens_t, END_ID),
                     scores=scores, locations=torch.stack(locations, 1))
 
 
@@ -116,7 +116,7 @@ def beam_search(decoder: AttentionDecoder, annotations: torch.Tensor, *, beam_si
     step, state = _stepper(decoder, annotations, beam_size)
     scores = torch.full((batch, beam_size), float("-inf"), device=device)
     scores[:, 0] = 0.0  # all beams start identical: expand only the first
-    previous = torch.full((batch * beam_size,), Vocabulary.start_id, dtype=torch.long, device=device)
+    previous = torch.full((batch * beam_size,), START_ID, dtype=torch.long, device=device)
     finished = torch.zeros(batch, beam_size, dtype=torch.bool, device=device)
     words = torch.zeros(max_length, batch, beam_size, dtype=torch.long, device=device)  # [T, B, K]
     parents = torch.zeros(max_length, batch, beam_size, dtype=torch.long, device=device)  # [T, B, K]
@@ -130,10 +130,10 @@ def beam_search(decoder: AttentionDecoder, annotations: torch.Tensor, *, beam_si
         log_probs = torch.log_softmax(logits.float(), dim=1).view(batch, beam_size, -1)  # [B, K, V]
         vocab_size = log_probs.shape[2]
         if steps <= min_length:
-            log_probs[:, :, Vocabulary.end_id] = float("-inf")
+            log_probs[:, :, END_ID] = float("-inf")
         if frozen is None:
             frozen = torch.full_like(log_probs[0, 0], float("-inf"))
-            frozen[Vocabulary.pad_id] = 0.0
+            frozen[PAD_ID] = 0.0
         log_probs = torch.where(finished[:, :, None], frozen, log_probs)
         candidates = (scores[:, :, None] + log_probs).view(batch, -1)  # [B, K*V]
         scores, best = candidates.topk(beam_size, dim=1)  # [B, K]
@@ -142,7 +142,7 @@ def beam_search(decoder: AttentionDecoder, annotations: torch.Tensor, *, beam_si
         words[steps - 1], parents[steps - 1] = word, parent
         maps[steps - 1] = alpha.view(batch, beam_size, cells)
         chosen_cells[steps - 1] = location.view(batch, beam_size)
-        finished = finished.gather(1, parent) | (word == Vocabulary.end_id)
+        finished = finished.gather(1, parent) | (word == END_ID)
         previous = word.view(-1)
         if finished.all():
             break
@@ -152,8 +152,8 @@ def beam_search(decoder: AttentionDecoder, annotations: torch.Tensor, *, beam_si
     for t in reversed(range(steps)):
         history[:, :, t] = words[t].gather(1, beam)
         beam = parents[t].gather(1, beam)
-    lengths = _lengths(history, Vocabulary.end_id)  # [B, K]
-    scored = lengths + (history == Vocabulary.end_id).any(dim=2).long()  # [B, K], the words and <end> if emitted
+    lengths = _lengths(history, END_ID)  # [B, K]
+    scored = lengths + (history == END_ID).any(dim=2).long()  # [B, K], the words and <end> if emitted
     ranking = scores / scored.float() ** length_penalty if length_penalty > 0 else scores
     choice = ranking.argmax(dim=1)  # [B]
     pick = torch.arange(batch, device=device)

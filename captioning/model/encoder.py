@@ -26,43 +26,25 @@ import hashlib
 import os
 from collections import OrderedDict
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-if TYPE_CHECKING:
-    from captioning.config.schema import EncoderConfig  # the schema alone: config.checks imports this module
+from captioning.config.choices import (
+    EFFICIENTNET_LAST_BLOCK,
+    ENCODERS,
+    PADDINGS,
+    RESNET_LAST_STAGE,
+    RESNETS,
+    VGG_LAST_STAGE,
+)
+from captioning.config.schema import EncoderConfig
 
-# Stages of tf_efficientnet_lite0 (timm's `blocks`): 3 -> 80 channels and 4 -> 112 at stride 16,
-# 5 -> 192 and 6 -> 320 at stride 32. We take the last block of each stride.
-_EFFICIENTNET_LAYERS = {"stride16": (4, 112), "stride32": (6, 320)}
-_RESNET_LAYERS = {"stride16": "layer3", "stride32": "layer4"}
-_RESNETS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152")  # 18-50: small tests, ablations
-# VGG-19: conv5_4 after its ReLU is stride 16 (the paper's layer); adding the last pool gives stride 32.
-_VGG_LAYERS = {"stride16": "relu5_4", "stride32": "pool5"}
-ENCODERS = ("efficientnet_lite0", *_RESNETS, "vgg19")
-PADDINGS = ("zeros", "reflect", "replicate")
+# tf_efficientnet_lite0's channels after each stride's last block (config.choices names the block):
+# 112 at stride 16 (block 4), 320 at stride 32 (block 6).
+_EFFICIENTNET_CHANNELS = {"stride16": 112, "stride32": 320}
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
-
-
-def stage_names(name: str, layer: str) -> list[str]:
-    """The stages of encoder `name` cut at `layer`, in order, without building it (the names
-    encoder.fine_tune_from takes); [] for an unknown encoder or layer."""
-    if name == "efficientnet_lite0" and layer in _EFFICIENTNET_LAYERS:
-        return ["conv_stem", "bn1", *(f"block{i}" for i in range(_EFFICIENTNET_LAYERS[layer][0] + 1))]
-    if name in _RESNETS and layer in _RESNET_LAYERS:
-        stages = ["conv1", "bn1", "relu", "maxpool", "layer1", "layer2", "layer3", "layer4"]
-        return stages[: stages.index(_RESNET_LAYERS[layer]) + 1]
-    if name == "vgg19" and layer in _VGG_LAYERS:
-        stages = []
-        for block, convolutions in enumerate((2, 2, 4, 4, 4), start=1):  # VGG-19's configuration "E"
-            for index in range(1, convolutions + 1):
-                stages += [f"conv{block}_{index}", f"relu{block}_{index}"]
-            stages.append(f"pool{block}")
-        return stages[: stages.index(_VGG_LAYERS[layer]) + 1]
-    return []
 
 
 class EncoderWeightsError(RuntimeError):
@@ -261,8 +243,8 @@ def build_encoder(*, name: str = "efficientnet_lite0", layer: str = "stride16", 
                   fine_tune_from: str | None = None, padding: str = "zeros") -> Encoder:
     """A pretrained encoder cut at the chosen layer: frozen and in eval mode, but for the stages
     from `fine_tune_from` on; its convolutions pad by `padding` (zeros, reflect, replicate)."""
-    layers = {"efficientnet_lite0": _EFFICIENTNET_LAYERS, "vgg19": _VGG_LAYERS,
-              **{resnet: _RESNET_LAYERS for resnet in _RESNETS}}
+    layers = {"efficientnet_lite0": EFFICIENTNET_LAST_BLOCK, "vgg19": VGG_LAST_STAGE,
+              **{resnet: RESNET_LAST_STAGE for resnet in RESNETS}}
     if name not in layers:
         raise ValueError(f"unknown encoder '{name}' (known: {', '.join(ENCODERS)})")
     if layer not in layers[name]:
@@ -271,17 +253,17 @@ def build_encoder(*, name: str = "efficientnet_lite0", layer: str = "stride16", 
         raise ValueError(f"unknown encoder padding '{padding}' (known: {', '.join(PADDINGS)})")
     if name == "efficientnet_lite0":
         model = efficientnet_lite0_imagenet(weights_path=weights_path)
-        last, dim = _EFFICIENTNET_LAYERS[layer]
+        last, dim = EFFICIENTNET_LAST_BLOCK[layer], _EFFICIENTNET_CHANNELS[layer]
         stages = OrderedDict([("conv_stem", model.conv_stem), ("bn1", model.bn1)])
         stages.update((f"block{i}", block) for i, block in enumerate(model.blocks))
         encoder = Encoder(body=_cut(stages, f"block{last}"), dim=dim, mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5))
     elif name == "vgg19":
         model = _torchvision(name, weights_path=weights_path)
-        encoder = Encoder(body=_cut(_vgg_stages(model.features), _VGG_LAYERS[layer]), dim=512,
+        encoder = Encoder(body=_cut(_vgg_stages(model.features), VGG_LAST_STAGE[layer]), dim=512,
                           mean=IMAGENET_MEAN, std=IMAGENET_STD)
     else:
         model = _torchvision(name, weights_path=weights_path)
-        last = _RESNET_LAYERS[layer]
+        last = RESNET_LAST_STAGE[layer]
         stages = OrderedDict((s, getattr(model, s)) for s in
                              ("conv1", "bn1", "relu", "maxpool", "layer1", "layer2", "layer3", "layer4"))
         basic = name in ("resnet18", "resnet34")  # basic blocks: 4x fewer channels than bottlenecks

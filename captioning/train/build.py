@@ -16,7 +16,7 @@ from captioning.data.splits import uses_feature_cache
 from captioning.model.captioner import build_decoder
 from captioning.model.decoder import AttentionDecoder
 from captioning.model.encoder import Encoder
-from captioning.train import distributed
+from captioning.runtime import distributed
 from captioning.train.extras.averaging import WeightAverage
 
 

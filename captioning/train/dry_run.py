@@ -20,8 +20,10 @@ from pathlib import Path
 
 import torch
 
+from captioning.checkpoint import captioner_from_checkpoint, load_checkpoint
 from captioning.config import Config, validate
-from captioning.train.checkpoint import captioner_from_checkpoint, load_checkpoint
+from captioning.data.shapes.scenes import make_shapes
+from captioning.train.loop import fit
 
 # On a 2-core CPU the encoder on the fly is most of a dry run (a ResNet-101 forward at 448² takes about
 # 0.4 s an image in float32): a few captions a step and one overlay keep every COCO config's dry run
@@ -51,8 +53,6 @@ def miniature(config: Config, out_dir: Path) -> Config:
     t.batch_size, t.val_images, t.log_images = min(t.batch_size, MAX_BATCH), VAL_IMAGES, min(t.log_images, OVERLAYS)
     t.num_workers, t.save_every_steps, t.eval_every_steps, t.log_every_steps = 0, None, None, 1
     if trial.data.dataset == "shapes" and not (Path(trial.data.root) / trial.data.split_file).exists():
-        from captioning.data.shapes.scenes import make_shapes
-
         trial.data.root = str(out_dir / "shapes")  # not the full dataset: a few scenes, made here
         make_shapes(trial.data.root, SHAPES_COUNTS, image_size=trial.data.image_size)
     return validate(trial, "config (dry run)")
@@ -70,7 +70,6 @@ def _linked(root: Path, into: Path) -> Path:
 
 def dry_run(config: Config, *, device: str | torch.device = "cpu") -> DryRun:
     """Run the miniature; any problem raises (the CLI turns it into one line)."""
-    from captioning.train.loop import fit
 
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="captioning-dry-run-") as folder:

@@ -37,6 +37,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 from tqdm import tqdm
 
+from captioning.checkpoint import load_checkpoint, save_checkpoint
 from captioning.config import Config
 from captioning.data.dataset import Batch
 from captioning.data.karpathy import too_many_unreadable
@@ -45,11 +46,10 @@ from captioning.data.mirror import mirror_batches
 from captioning.data.sampling import epoch_batches, rank_batches
 from captioning.data.vocab import Vocabulary
 from captioning.progress import bar
-from captioning.train import distributed
+from captioning.runtime import distributed
+from captioning.runtime.hardware import Hardware
 from captioning.train.build import Model, build_encoder, build_model, build_optimizer
-from captioning.train.checkpoint import load_checkpoint, save_checkpoint
 from captioning.train.extras.word_weights import word_weight_vector
-from captioning.train.hardware import Hardware
 from captioning.train.lock import run_folder
 from captioning.train.logs import RunLog
 from captioning.train.losses import Reinforce

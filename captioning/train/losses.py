@@ -10,18 +10,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from captioning.train.host import floats
-
-if TYPE_CHECKING:
-    from captioning.config.schema import ReinforceConfig  # the schema alone: config.checks imports this module
-
-DS_TARGETS = ("one", "length")  # the doubly stochastic term's target per cell: 1 (the paper) or T/L
-BASELINES = ("none", "moving_average", "leave_one_out")  # REINFORCE's baselines (Reinforce)
+from captioning.config.choices import BASELINES
+from captioning.config.schema import ReinforceConfig
+from captioning.runtime.host import floats
 
 
 def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor, *,
@@ -135,7 +131,7 @@ class Reinforce:
         self.value: float | None = None  # the moving average b; None until the first sampled batch
         # Under torchrun the baseline moves by the mean reward of the *global* batch, so that every
         # process keeps the same b and it is the one-process b: `across` sums a tensor over the
-        # processes (captioning.train.distributed.summed); `counted` is False for a process's
+        # processes (captioning.runtime.distributed.summed); `counted` is False for a process's
         # stand-in step (an empty part of a batch), whose rewards must not count.
         self.across: Callable[[torch.Tensor], torch.Tensor] = _alone
         self.counted = True

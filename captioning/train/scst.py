@@ -30,8 +30,9 @@ from captioning.data.vocab import Vocabulary, tokenize
 from captioning.model.attention import choosing, sample, set_training_step
 from captioning.model.decoder import AttentionDecoder
 from captioning.model.decoding import greedy
+from captioning.runtime.precision import FULL_PRECISION, Precision
 from captioning.train.cider import CiderD
-from captioning.train.precision import FULL_PRECISION, Precision
+from captioning.train.step import apply_gradients
 
 
 @dataclass
@@ -148,8 +149,6 @@ class SelfCritical:
              grad_clip: float, step: int, precision: Precision = FULL_PRECISION,
              scaler: torch.amp.GradScaler | None = None, hard_choice: str | None = None) -> dict[str, float]:
         """One optimizer step of the self-critical loss (skipped where not finite: apply_gradients)."""
-        from captioning.train.step import apply_gradients
-
         decoder.train()
         set_training_step(decoder, step)
         loss, stats = self.loss(decoder, batch, precision=precision, hard_choice=hard_choice)

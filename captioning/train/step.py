@@ -20,10 +20,10 @@ from captioning.data.vocab import Vocabulary
 from captioning.model.attention import HardAttention, set_training_step, shared_coins
 from captioning.model.decoder import AttentionDecoder, DecoderOutput
 from captioning.model.encoder import Encoder
-from captioning.train.distributed import Agreement
-from captioning.train.host import floats
+from captioning.runtime.distributed import Agreement
+from captioning.runtime.host import floats
+from captioning.runtime.precision import FULL_PRECISION, Precision
 from captioning.train.losses import Reinforce, cross_entropy, doubly_stochastic
-from captioning.train.precision import FULL_PRECISION, Precision
 
 
 class TrainingError(RuntimeError):
@@ -100,7 +100,7 @@ def row_draws(*, seed: int, step: int, size: int, start: int, rows: int, samples
 def stand_in_batch(*, annotations: tuple[int, int] | None = None, images: tuple[int, int, int] | None = None) -> Batch:
     """One image of zeros, annotations [1, L, D] or pixels [1, 3, S, S], captioned "<start> <end>":
     what a process steps on when its part of a global batch is empty, so that it meets the other
-    processes' collectives (its terms get a share of 0: captioning.train.distributed.agree)."""
+    processes' collectives (its terms get a share of 0: captioning.runtime.distributed.agree)."""
     tokens = torch.tensor([[Vocabulary.start_id, Vocabulary.end_id]])  # [1, 2]
     return Batch(annotations=None if annotations is None else torch.zeros(1, *annotations), tokens=tokens,
                  lengths=torch.tensor([2]), images=None if images is None else torch.zeros(1, *images))
@@ -141,7 +141,7 @@ def train_step(model: nn.Module, batch: Batch, optimizer: torch.optim.Optimizer,
     `model(batch.source, inputs)` is a decoder (on annotations) or a TrainingModel (needed with
     `reinforce.samples` > 1: it copies each image after the encoder, so the CNN runs once per image).
     `agree(loss)` is called between the forward and the backward, under torchrun: what the processes
-    agreed on (captioning.train.distributed.agree); its share weights the objective by this process's
+    agreed on (captioning.runtime.distributed.agree); its share weights the objective by this process's
     share of the global batch's words, and no process updates unless every loss was finite. The
     losses returned are this process's own. `word_weights`
     [V] weight each target word's cross-entropy (losses.cross_entropy; None: all 1). `step` is the

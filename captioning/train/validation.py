@@ -19,10 +19,11 @@ from captioning.data.splits import Split
 from captioning.data.vocab import Vocabulary
 from captioning.eval.evaluate import check_unreadable, decode_split, score_split
 from captioning.eval.overlays import overlay_grid
+from captioning.eval.shapes.grounding import scorer_for
 from captioning.model.decoder import AttentionDecoder
 from captioning.model.decoding import decode
-from captioning.train import distributed
-from captioning.train.distributed import ONE_PROCESS, Distributed
+from captioning.runtime import distributed
+from captioning.runtime.distributed import ONE_PROCESS, Distributed
 
 
 def validate(decoder: AttentionDecoder, split: Split, vocab: Vocabulary, config: Config, *,
@@ -40,7 +41,7 @@ def validate(decoder: AttentionDecoder, split: Split, vocab: Vocabulary, config:
     start, stop = context.shard(count)
     # Images encoded on the fly stay on demand, a batch at a time: a slice would encode them all at once.
     part = annotations.part(start, stop) if hasattr(annotations, "part") else annotations[start:stop]
-    scorer = split.scorer(vocab, images=stop, start=start)
+    scorer = scorer_for(split, vocab, images=stop, start=start)
     decoded = decode_split(decoder, part, image_ids=split.image_ids[start:stop], vocab=vocab, grid=split.grid,
                            scorer=scorer, beam_size=1, max_length=config.decode.max_length, device=device,
                            hard_choice=hard_choice(config))

@@ -13,10 +13,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from captioning.checkpoint import CheckpointError, config_of
 from captioning.config import Config
 from captioning.data.prepare import vocabulary_path
 from captioning.data.vocab import Vocabulary
-from captioning.train.checkpoint import CheckpointError, config_of
 
 
 def warm_vocabulary(config: Config, source: dict[str, Any], path: str | Path) -> list[str]:

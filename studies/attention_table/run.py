@@ -22,12 +22,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from captioning.checkpoint import decoder_from_checkpoint, load_checkpoint
 from captioning.config import load_config
 from captioning.data.shapes.scenes import make_shapes
 from captioning.data.splits import load_splits
 from captioning.data.vocab import Vocabulary
 from captioning.eval.evaluate import evaluate_split
-from captioning.train.checkpoint import decoder_from_checkpoint, load_checkpoint
+from captioning.eval.shapes.grounding import scorer_for
 from captioning.train.loop import fit
 from studies.tables import REPO, study_parser, write_between
 
@@ -116,8 +117,8 @@ def run(name: str, overrides: tuple[str, ...], *, data: Path, out: Path, results
     for choice in choices:
         vocab = Vocabulary(payload["vocab"])
         metrics, _ = evaluate_split(decoder, test.annotations, image_ids=test.image_ids, references=test.references,
-                                    vocab=vocab, grid=test.grid, scorer=test.scorer(vocab), beam_size=1, full=False,
-                                    hard_choice=choice)
+                                    vocab=vocab, grid=test.grid, scorer=scorer_for(test, vocab), beam_size=1,
+                                    full=False, hard_choice=choice)
         result[choice] = metrics
     results.mkdir(parents=True, exist_ok=True)
     result_path.write_text(json.dumps(result, indent=2))

@@ -20,12 +20,13 @@ from pathlib import Path
 
 import torch
 
+from captioning.checkpoint import decoder_from_checkpoint, load_checkpoint
 from captioning.config import load_config
 from captioning.data.shapes.scenes import make_shapes
 from captioning.data.splits import load_splits
 from captioning.data.vocab import Vocabulary
 from captioning.eval.evaluate import evaluate_split
-from captioning.train.checkpoint import decoder_from_checkpoint, load_checkpoint
+from captioning.eval.shapes.grounding import scorer_for
 from captioning.train.loop import fit
 from studies.tables import REPO, study_parser, write_between
 
@@ -52,7 +53,7 @@ def run(variant: str, seed: int, *, data: Path, out: Path, results: Path) -> dic
     test = load_splits(config, ("test",))["test"]
     vocab = Vocabulary(payload["vocab"])
     metrics, _ = evaluate_split(decoder_from_checkpoint(payload, config), test.annotations, image_ids=test.image_ids,
-                                references=test.references, vocab=vocab, grid=test.grid, scorer=test.scorer(vocab),
+                                references=test.references, vocab=vocab, grid=test.grid, scorer=scorer_for(test, vocab),
                                 beam_size=1, full=False, hard_choice="argmax")
     result = {"name": name, "seed": seed, "overrides": [*BASE, *VARIANTS[variant]], **metrics,
               "ratio": metrics["attention_correctness"] / metrics["attention_correctness_chance"]}

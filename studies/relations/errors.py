@@ -7,7 +7,7 @@ Two things can make a relation hard on the shapes data. Its *axis* is the one al
 centres differ most (captioning.data.shapes.scenes.relation), so a pair near the diagonal, |dx| close to
 |dy|, needs positions read finely. And with three objects, the relation is said before B is named,
 so naming B must find the object that lies that way of A and not the third one. This splits the
-relation probe's answers (captioning.data.shapes.probe: whole captions "a A <relation> a B", B given) by the
+relation probe's answers (captioning.eval.shapes.probe: whole captions "a A <relation> a B", B given) by the
 pair's margin (|dx| - |dy|, as a share of the image side), by the image's object count, and by
 whether two of its objects share a shape (then naming one takes its colour too). In
 images of three objects it then feeds each reference caption "a A <relation> a B" and looks at the
@@ -16,7 +16,7 @@ the decoder rates likeliest. Where a reference caption's first object shares its
 (a red square beside a yellow square), it says where the map that predicts that shape sits, fed the
 colour: on the red square, or on its twin. With
 `--captions` (eval.py's COCO-format results for the same split) it also splits the verdicts of the
-relations the captions state (captioning.data.shapes.grounding.VERDICTS) by object count, and says why each
+relations the captions state (captioning.eval.shapes.grounding.VERDICTS) by object count, and says why each
 false one is false (CAUSES): no object lies that way of A, or one does and B named another, or a
 phrase names no object, and splits them by whether two objects of the image share a shape; and,
 teacher-forced on those captions, where the maps sit at the first stated relation's first word,
@@ -34,15 +34,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from captioning.checkpoint import decoder_from_checkpoint, load_checkpoint
 from captioning.config import apply_overrides, from_dict
-from captioning.data.shapes.grounding import VERDICTS, relation_verdict, stated_relations, word_objects
-from captioning.data.shapes.probe import relation_probe
 from captioning.data.shapes.scenes import RELATIONS, SHAPES, Grounding, ShapeObject, relation
 from captioning.data.splits import Split, load_splits
 from captioning.data.vocab import Vocabulary
 from captioning.eval.grounding import box_mass
+from captioning.eval.shapes.grounding import VERDICTS, relation_verdict, stated_relations, word_objects
+from captioning.eval.shapes.probe import relation_probe
 from captioning.model.extras.glimpses import TwoGlimpses
-from captioning.train.checkpoint import decoder_from_checkpoint, load_checkpoint
 
 MARGINS = (0.0, 0.05, 0.1, 0.2, 0.3, 1.0)  # bins of | |dx| - |dy| | as a share of the image side
 HORIZONTAL = np.array(["left" in stated or "right" in stated for stated in RELATIONS])  # [4]
@@ -266,7 +266,7 @@ CAUSES = ("no object that way", "another object that way", "A names none", "B na
 
 
 def verdict_causes(words: list[str], truth: Grounding) -> list[tuple[str, str | None]]:
-    """Per relation the words state: its verdict (captioning.data.shapes.grounding.VERDICTS) and, where it is
+    """Per relation the words state: its verdict (captioning.eval.shapes.grounding.VERDICTS) and, where it is
     not true, its cause (CAUSES)."""
     return [verdict_cause(a, stated, b, truth.objects) for a, stated, b in stated_relations(words, truth.objects)]
 

@@ -25,10 +25,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from captioning.data.shapes.grounding import word_objects
 from captioning.data.shapes.scenes import RELATIONS
 from captioning.eval.evaluate import evaluate_split
 from captioning.eval.grounding import box_mass, box_share
+from captioning.eval.shapes.grounding import scorer_for, word_objects
 from captioning.model.extras.glimpses import TwoGlimpses
 from studies.relations.errors import Run, load_run, teacher_forced
 
@@ -98,7 +98,7 @@ def correctness_by_glimpse(checkpoint: Path, *, data: str, split: str) -> dict[s
         try:
             metrics, _ = evaluate_split(decoder, part.annotations, image_ids=part.image_ids,
                                         references=part.references, vocab=vocab, grid=part.grid,
-                                        scorer=part.scorer(vocab, probe=False), beam_size=1, full=False)
+                                        scorer=scorer_for(part, vocab, probe=False), beam_size=1, full=False)
         finally:
             for hook in hooks:
                 hook.remove()

@@ -9,7 +9,7 @@ sits at chance there. These runs use the demo's budget instead: the default shap
 image, with the same validation and test images), `configs/shapes_soft.yaml` or `shapes_hard.yaml` as they are
 (8 epochs), one change each, one CPU thread per run. Each is scored on the 500 test images with beam
 3 (as the demo) and greedily: caption metrics, attention correctness, the relations the captions
-state, and the relation probe (captioning.data.shapes.probe). Results are kept per run in
+state, and the relation probe (captioning.eval.shapes.probe). Results are kept per run in
 RESULTS/<name>.json (default studies/relations/results/, committed); checkpoints in OUT/<name>/. A run whose
 OUT/<name>/best.pt exists is scored without training again; a kept result from before the probe
 scored the relation's own words (relation_probe_words) and the training images (train_probe) gets
@@ -30,13 +30,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from captioning.checkpoint import decoder_from_checkpoint, load_checkpoint
 from captioning.config import load_config
-from captioning.data.shapes.probe import probe_scores, relation_probe
 from captioning.data.shapes.scenes import SHAPES_DEFAULT_COUNTS, make_shapes
 from captioning.data.splits import load_splits
 from captioning.data.vocab import Vocabulary
 from captioning.eval.evaluate import evaluate_split
-from captioning.train.checkpoint import decoder_from_checkpoint, load_checkpoint
+from captioning.eval.shapes.grounding import scorer_for
+from captioning.eval.shapes.probe import probe_scores, relation_probe
 from captioning.train.loop import fit
 from studies.tables import REPO, study_parser, write_between
 
@@ -324,7 +325,7 @@ def _decodings(decoder, test, vocab: Vocabulary, *, probe: bool = True) -> dict[
         started = time.time()
         metrics, _ = evaluate_split(decoder, test.annotations, image_ids=test.image_ids, references=test.references,
                                     vocab=vocab, grid=test.grid, beam_size=beam, full=False,
-                                    scorer=test.scorer(vocab, probe=probe and label == "greedy"))
+                                    scorer=scorer_for(test, vocab, probe=probe and label == "greedy"))
         scored[label] = {**metrics, "seconds": time.time() - started}
     return scored
 

@@ -3,7 +3,7 @@
     python -m studies.relations.validation_time --checkpoint runs/shapes_soft/best.pt [--data data/shapes]
 
 Training validates after every epoch: greedy captions of train.val_images validation images, scored,
-and on the shapes data the relation probe (captioning.data.shapes.probe: four teacher-forced captions per
+and on the shapes data the relation probe (captioning.eval.shapes.probe: four teacher-forced captions per
 ordered pair of objects). The probe does not depend on the decoding; this prints the cost of a
 validation with and without it, alternated, medians of --rounds. Results: docs/results.md.
 """
@@ -17,11 +17,12 @@ from pathlib import Path
 
 import torch
 
+from captioning.checkpoint import decoder_from_checkpoint, load_checkpoint
 from captioning.config import apply_overrides, from_dict
 from captioning.data.splits import load_splits
 from captioning.data.vocab import Vocabulary
 from captioning.eval.evaluate import evaluate_split
-from captioning.train.checkpoint import decoder_from_checkpoint, load_checkpoint
+from captioning.eval.shapes.grounding import scorer_for
 
 
 def main() -> None:
@@ -44,7 +45,7 @@ def main() -> None:
             start = time.perf_counter()
             evaluate_split(decoder, val.annotations[:count], image_ids=val.image_ids[:count],
                            references=val.references[:count], vocab=vocab, grid=val.grid,
-                           scorer=val.scorer(vocab, images=count, probe=probe), beam_size=1,
+                           scorer=scorer_for(val, vocab, images=count, probe=probe), beam_size=1,
                            max_length=config.decode.max_length, full=False)
             seconds[probe].append(time.perf_counter() - start)
     with_probe, without = statistics.median(seconds[True]), statistics.median(seconds[False])

@@ -20,12 +20,12 @@ from pathlib import Path
 
 import torch
 
+from captioning.checkpoint import decoder_from_checkpoint, load_checkpoint
 from captioning.config import load_config
 from captioning.data.splits import load_splits
 from captioning.data.vocab import Vocabulary
 from captioning.eval.evaluate import evaluate_checkpoint
 from captioning.model.decoding import decode
-from captioning.train.checkpoint import decoder_from_checkpoint, load_checkpoint
 from captioning.train.loop import fit
 from studies.tables import REPO, study_parser, write_between
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from captioning.data.vocab import END, PAD, SPECIALS, START, UNK, Vocabulary, tokenize
+from captioning.data.vocab import SPECIALS, Vocabulary, tokenize
+from captioning.model.tokens import END, PAD, START, UNK
 
 
 @pytest.mark.parametrize("caption, tokens", [

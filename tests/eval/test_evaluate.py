@@ -13,10 +13,10 @@ import pytest
 import captioning.eval.metrics as evaluation
 from captioning.cli import eval_main
 from captioning.data.karpathy import read_split
-from captioning.data.shapes.grounding import grounding_scores, word_objects
 from captioning.data.shapes.scenes import Grounding, ShapeObject
 from captioning.eval.grounding import box_mass, box_share
 from captioning.eval.metrics import caption_metrics, java_available
+from captioning.eval.shapes.grounding import grounding_scores, scorer_for, word_objects
 
 SIDE, GRID = 224, 14
 CELL = SIDE / GRID  # 16 pixels
@@ -203,8 +203,8 @@ def test_a_fine_tuned_checkpoint_is_scored_on_its_own_encoders_annotations_witho
 
     import torch
 
+    from captioning.checkpoint import captioner_from_checkpoint
     from captioning.eval.evaluate import evaluate_checkpoint
-    from captioning.train.checkpoint import captioner_from_checkpoint
 
     root = tmp_path / "shapes"  # the tiny data without its feature cache
     root.mkdir()
@@ -302,11 +302,11 @@ def test_eval_main_bad_override_is_one_line_error(tiny_run, capsys) -> None:
 
 
 def test_evaluate_split_without_the_probe_scores_the_same_decoding(tiny_run) -> None:
+    from captioning.checkpoint import decoder_from_checkpoint, load_checkpoint
     from captioning.config import load_config
     from captioning.data.splits import load_splits
     from captioning.data.vocab import Vocabulary
     from captioning.eval.evaluate import evaluate_split
-    from captioning.train.checkpoint import decoder_from_checkpoint, load_checkpoint
 
     config = load_config(None, list(tiny_run.overrides))
     payload = load_checkpoint(tiny_run.checkpoint)
@@ -314,7 +314,7 @@ def test_evaluate_split_without_the_probe_scores_the_same_decoding(tiny_run) -> 
     vocab = Vocabulary(payload["vocab"])
     scored = [evaluate_split(decoder_from_checkpoint(payload, config), test.annotations, image_ids=test.image_ids,
                              references=test.references, vocab=vocab, grid=test.grid,
-                             scorer=test.scorer(vocab, probe=probe), beam_size=2, full=False)
+                             scorer=scorer_for(test, vocab, probe=probe), beam_size=2, full=False)
               for probe in (True, False)]
     (with_probe, results), (without, same_results) = scored
     assert results == same_results

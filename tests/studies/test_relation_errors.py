@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from captioning.data.shapes import probe
 from captioning.data.shapes.scenes import RELATIONS, Grounding, ShapeObject
+from captioning.eval.shapes import probe
 
 pytestmark = pytest.mark.study
 

@@ -68,9 +68,10 @@ def _plant(faults: list[tuple[str, int | None, int]]) -> None:
     """Each fault (kind, rank or None for every process, step) in this process."""
     import torch
 
-    from captioning.train import hardware, loop, validation
+    from captioning.runtime import hardware
+    from captioning.runtime.precision import Precision
+    from captioning.train import loop, validation
     from captioning.train import step as step_module
-    from captioning.train.precision import Precision
 
     rank = int(os.environ["RANK"])
     current = {"step": 0}

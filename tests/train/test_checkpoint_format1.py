@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from captioning.checkpoint import FORMAT_VERSION, decoder_from_checkpoint, load_checkpoint, migrate_v1
 from captioning.config import ConfigError, from_dict, load_config
 from captioning.model.decoding import decode
-from captioning.train.checkpoint import FORMAT_VERSION, decoder_from_checkpoint, load_checkpoint, migrate_v1
 from captioning.train.loop import Run, fit
 from tests.tiny import REPO, TINY
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from captioning.checkpoint import CheckpointError, describe
 from captioning.config import load_config
-from captioning.train.checkpoint import CheckpointError, describe
 
 
 def _payload(**extra) -> dict:
@@ -81,9 +81,9 @@ def test_what_is_missing_is_named_and_a_config_that_is_not_a_mapping_too() -> No
     (KeyError(), "KeyError"),  # no message: its kind
 ])
 def test_weights_that_do_not_fit_say_the_first_line_of_why(error, said, monkeypatch) -> None:
+    from captioning.checkpoint import model_of
     from captioning.config import from_dict
     from captioning.model.decoder import AttentionDecoder
-    from captioning.train.checkpoint import model_of
 
     def refusing(self, state, *args, **kwargs):
         raise error

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from captioning.model.captioner import build_decoder
-from captioning.train.hardware import Hardware
+from captioning.runtime.hardware import Hardware
 from captioning.train.loop import Run, fit
 from tests.tiny import REPO
 
@@ -69,7 +69,7 @@ def test_fine_tuned_batch_norm_is_synchronized_under_ddp_on_gpus_only() -> None:
     from torch import nn
 
     from captioning.model.encoder import build_encoder
-    from captioning.train.distributed import Distributed, sync_batch_norm
+    from captioning.runtime.distributed import Distributed, sync_batch_norm
 
     encoder = build_encoder(fine_tune_from="block4")
     trained = {name: p for name, p in encoder.named_parameters() if p.requires_grad}

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 import torch
 
-from captioning.train.checkpoint import load_checkpoint
+from captioning.checkpoint import load_checkpoint
 from tests.tiny import REPO
 
 KILLS_CACHE = int(os.environ.get("KILLS_CACHE", "2"))

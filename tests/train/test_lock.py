@@ -53,7 +53,7 @@ def test_a_checkpoint_that_does_not_fit_on_disk_leaves_the_previous_one_intact(t
     before = hashlib.sha256(target.read_bytes()).hexdigest()
     script = ("import resource, signal, sys\n"
               "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails instead of killing\n"
-              "from captioning.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint\n"
+              "from captioning.checkpoint import CheckpointError, load_checkpoint, save_checkpoint\n"
               "payload = load_checkpoint(sys.argv[1])\n"
               "resource.setrlimit(resource.RLIMIT_FSIZE, (20000, 20000))\n"
               "try:\n    save_checkpoint(sys.argv[1], payload)\n"

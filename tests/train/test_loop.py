@@ -10,15 +10,15 @@ from pathlib import Path
 import pytest
 import torch
 
-import captioning.train.checkpoint as checkpoint_module
+import captioning.checkpoint as checkpoint_module
 import captioning.train.loop
 import captioning.train.step as training_step
+from captioning.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from captioning.config import ConfigError, HardConfig, ModelConfig, from_dict
 from captioning.data.dataset import Batch
 from captioning.data.karpathy import read_split
 from captioning.data.vocab import SPECIALS, Vocabulary
 from captioning.model.captioner import build_decoder
-from captioning.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from captioning.train.extras.word_weights import word_weight_vector
 from captioning.train.loop import fit
 from captioning.train.step import TrainingError, train_step
@@ -425,7 +425,7 @@ def test_a_skipped_step_moves_neither_the_weights_nor_their_average(tmp_path: Pa
     counting it would pull the average towards weights it already partly holds."""
     from dataclasses import replace
 
-    from captioning.train.hardware import Hardware
+    from captioning.runtime.hardware import Hardware
     from captioning.train.loop import Run
 
     run = Run.start(tiny_config(tmp_path / "run", "train.ema_decay=0.5"), resume=False,
@@ -453,7 +453,7 @@ def test_pairs_left_out_of_a_batch_leave_the_others_their_own_draws(tmp_path: Pa
     from dataclasses import replace
 
     from captioning.data.dataset import collate_images
-    from captioning.train.hardware import Hardware
+    from captioning.runtime.hardware import Hardware
     from captioning.train.loop import Run
 
     pixels, tokens = torch.zeros(3, 8, 8), [1, 5, 2]

@@ -19,7 +19,7 @@ from captioning.data.vocab import Vocabulary
 from captioning.model.attention import HardAttention, SoftAttention, set_training_step
 from captioning.model.decoder import AttentionDecoder
 from captioning.model.scores import AdditiveScore
-from captioning.train.distributed import Agreement
+from captioning.runtime.distributed import Agreement
 from captioning.train.losses import Reinforce
 from captioning.train.step import apply_gradients, row_draws, stand_in_batch, train_step
 

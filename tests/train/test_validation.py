@@ -7,12 +7,12 @@ import math
 
 import pytest
 
+from captioning.checkpoint import decoder_from_checkpoint, load_checkpoint
 from captioning.config import from_dict
 from captioning.data.splits import load_splits
 from captioning.data.vocab import Vocabulary
+from captioning.runtime.distributed import Distributed
 from captioning.train import validation
-from captioning.train.checkpoint import decoder_from_checkpoint, load_checkpoint
-from captioning.train.distributed import Distributed
 
 
 def _equal(metrics: dict[str, float], expected: dict[str, float]) -> None:

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from captioning.checkpoint import CheckpointError
 from captioning.config import load_config
-from captioning.train.checkpoint import CheckpointError
-from captioning.train.hardware import Hardware
+from captioning.runtime.hardware import Hardware
 from captioning.train.loop import Run, fit
 from tests.tiny import REPO
 

@@ -1,2 +1,2 @@
-"""The synthetic "shapes" dataset of the embedded default: its scenes and captions (scenes.py), what
-its known object boxes let us score (grounding.py), and the relation probe (probe.py)."""
+"""The synthetic "shapes" dataset of the embedded default: its scenes, captions and object boxes
+(scenes.py). What the boxes let evaluation score is captioning.eval.shapes."""

@@ -21,14 +21,14 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from captioning.data.shapes.probe import ProbeAnswer, probe_scores, relation_probe
 from captioning.data.shapes.scenes import COLOURS, RELATIONS, SHAPES, SIZES, Grounding, ShapeObject, relation
+from captioning.data.splits import Split
 from captioning.data.vocab import Vocabulary
 from captioning.eval.grounding import box_mass, box_share
+from captioning.eval.shapes.probe import ProbeAnswer, probe_scores, relation_probe
 
-# The scores a checkpoint can be picked by (train.val_metric): higher is better.
-METRICS = ("attention_correctness", "relation_accuracy", "relation_probe_accuracy", "relation_probe_axis",
-           "relation_probe_direction", "relation_probe_words")
+# The scores a checkpoint can be picked by (train.val_metric; higher is better) are the config's
+# SHAPES_METRICS: ShapesScorer.metrics gives each of them (tests/test_layers.py).
 
 
 _PHRASE = rf"(?:({'|'.join(SIZES)}) )?({'|'.join(COLOURS)}) ({'|'.join(SHAPES)})"
@@ -144,3 +144,13 @@ class ShapesScorer:
         if self.probe:
             metrics.update(probe_scores(self.answers))
         return metrics
+
+
+def scorer_for(split: Split, vocab: Vocabulary, *, images: int | None = None, start: int = 0,
+               probe: bool = True) -> ShapesScorer | None:
+    """What the split's dataset adds to the caption metrics of its images start .. `images` (all:
+    None): the shapes scores where it has object boxes, None where it knows nothing more of its
+    images (captioning.eval.evaluate's `scorer`)."""
+    if split.grounding is None:
+        return None
+    return ShapesScorer(split.grounding[start:images], vocab, probe=probe)

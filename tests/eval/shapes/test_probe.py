@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from captioning.config import ExtrasConfig, ModelConfig
-from captioning.data.shapes import probe
-from captioning.data.shapes.probe import probe_scores, relation_log_likelihoods, relation_probe
 from captioning.data.shapes.scenes import RELATIONS, Grounding, ShapeObject
 from captioning.data.vocab import SPECIALS, Vocabulary
+from captioning.eval.shapes import probe
+from captioning.eval.shapes.probe import probe_scores, relation_log_likelihoods, relation_probe
 from captioning.model.attention import choosing
 from captioning.model.captioner import build_decoder
 from captioning.model.decoder import AttentionDecoder

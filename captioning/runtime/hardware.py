@@ -1,8 +1,8 @@
 """Where a run computes, decided in one place: its device, its process among several, its precision.
 
 Under torchrun (WORLD_SIZE > 1) each process joins the group and takes GPU LOCAL_RANK
-(captioning.train.distributed); precision is bf16 autocast where the device computes it natively,
-fp16 with a gradient scaler otherwise, or float32 without train.amp (captioning.train.precision).
+(captioning.runtime.distributed); precision is bf16 autocast where the device computes it natively,
+fp16 with a gradient scaler otherwise, or float32 without train.amp (captioning.runtime.precision).
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import torch
 
-from captioning.train import distributed
-from captioning.train.precision import Precision, allow_tf32, precision_for
+from captioning.runtime import distributed
+from captioning.runtime.precision import Precision, allow_tf32, precision_for
 
 
 def default_device(name: str | None = None) -> torch.device:

@@ -16,7 +16,7 @@ The captions share their beginnings, so they are scored as a tree, each shared p
 a <A>" once per image and first object, each relation's words (and the "a" after them) once per
 first object, and only "<colour B> <shape B> <end>" once per pair and relation. That is about half
 the decoder steps of scoring the captions one by one, and the attention keys are computed once per
-image; the log-likelihoods are the same (tests/data/shapes/test_probe.py).
+image; the log-likelihoods are the same (tests/eval/shapes/test_probe.py).
 """
 
 from __future__ import annotations

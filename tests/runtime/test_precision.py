@@ -10,9 +10,9 @@ import torch
 
 from captioning.data.dataset import Batch
 from captioning.model.captioner import build_decoder
-from captioning.train import hardware, precision
+from captioning.runtime import hardware, precision
+from captioning.runtime.precision import Precision, allow_tf32, precision_for
 from captioning.train.loop import fit
-from captioning.train.precision import Precision, allow_tf32, precision_for
 from captioning.train.step import train_step
 
 

@@ -1,0 +1,67 @@
+"""The choices every setting takes, owned by the config: it checks a value against them without
+importing the code that implements them (the config is the lowest layer, docs/architecture.md).
+
+The code takes its own lists from here (HardAttention's coins and choices, REINFORCE's baselines,
+the encoders' stages); where the code keeps a registry of its own (the score classes, the metrics
+validation computes), tests/test_layers.py holds it to the names listed here.
+"""
+
+from __future__ import annotations
+
+DATASETS = ("shapes", "coco", "flickr8k", "flickr30k", "karpathy", "coco_official")
+
+# Encoders, the layer they are cut at, how their convolutions pad, and the stages fine-tuning can
+# start from (captioning.model.encoder builds them from these names).
+RESNETS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152")  # 18-50: small tests, ablations
+ENCODERS = ("efficientnet_lite0", *RESNETS, "vgg19")
+LAYERS = ("stride16", "stride32")
+PADDINGS = ("zeros", "reflect", "replicate")
+# tf_efficientnet_lite0's last block (timm's `blocks`) at each stride: 4 (112 channels) at stride 16,
+# 6 (320) at stride 32; a ResNet's last stage; VGG-19's conv5_4 after its ReLU (the paper's layer),
+# or the pool after it.
+EFFICIENTNET_LAST_BLOCK = {"stride16": 4, "stride32": 6}
+RESNET_LAST_STAGE = {"stride16": "layer3", "stride32": "layer4"}
+VGG_LAST_STAGE = {"stride16": "relu5_4", "stride32": "pool5"}
+
+
+def stage_names(name: str, layer: str) -> list[str]:
+    """The stages of encoder `name` cut at `layer`, in order (the names encoder.fine_tune_from
+    takes); [] for an unknown encoder or layer."""
+    if name == "efficientnet_lite0" and layer in EFFICIENTNET_LAST_BLOCK:
+        return ["conv_stem", "bn1", *(f"block{i}" for i in range(EFFICIENTNET_LAST_BLOCK[layer] + 1))]
+    if name in RESNETS and layer in RESNET_LAST_STAGE:
+        stages = ["conv1", "bn1", "relu", "maxpool", "layer1", "layer2", "layer3", "layer4"]
+        return stages[: stages.index(RESNET_LAST_STAGE[layer]) + 1]
+    if name == "vgg19" and layer in VGG_LAST_STAGE:
+        stages = []
+        for block, convolutions in enumerate((2, 2, 4, 4, 4), start=1):  # VGG-19's configuration "E"
+            for index in range(1, convolutions + 1):
+                stages += [f"conv{block}_{index}", f"relu{block}_{index}"]
+            stages.append(f"pool{block}")
+        return stages[: stages.index(VGG_LAST_STAGE[layer]) + 1]
+    return []
+
+
+# The model.
+ATTENTIONS = ("soft", "hard")  # how the weights are used (Sec. 4.2, Sec. 4.1)
+SCORES = ("additive", "concat", "general", "dot", "scaled_dot", "cosine", "location", "local")  # model.scores.SCORES
+GATES = ("scalar", "vector")
+DEEP_OUTPUTS = ("linear", "tanh")
+COINS = ("image", "batch")  # hard attention's coin: one per image (the paper) or per batch (the authors' code)
+HARD_CHOICES = ("expectation", "argmax", "sample")  # how hard attention picks its cell at test time
+LOCAL_WINDOWS = ("gaussian", "learned")
+INITS = ("mean", "layout")
+POSITIONS = ("none", "learned", "coordinates")
+
+# Training.
+OPTIMIZERS = ("adam", "rmsprop")
+DS_TARGETS = ("one", "length")  # the doubly stochastic term's target per cell: 1 (the paper) or T/L
+BASELINES = ("none", "moving_average", "leave_one_out")  # REINFORCE's baselines
+OBJECTIVES = ("xe", "scst")
+SCST_BASELINES = ("greedy", "mean")
+
+# What validation scores, which train.val_metric can pick (captioning.eval.metrics and, on the shapes
+# data, captioning.eval.shapes.grounding compute them).
+VALIDATION_METRICS = ("Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4", "CIDEr")
+SHAPES_METRICS = ("attention_correctness", "relation_accuracy", "relation_probe_accuracy", "relation_probe_axis",
+                  "relation_probe_direction", "relation_probe_words")

@@ -1,0 +1,173 @@
+"""The package is layers (docs/architecture.md): every module imports only its own folder and the
+layers below it, at the top of a file or inside a function alike, so there is no import circle to
+dodge; and the config's choice lists (captioning.config.choices) are the ones the code implements."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+import torch
+
+from captioning.config import choices, load_config
+from tests.tiny import REPO
+
+PACKAGE = REPO / "captioning"
+# Bottom to top; a part imports only its own folder and the parts of lower layers.
+LAYERS = (
+    ("config", "runtime", "progress"),  # what a run is; where and how a process computes; progress bars
+    ("model",),  # the paper's model: encoder, scores, attention, decoder, decoding
+    ("data",),  # images, captions, vocabulary, splits, the feature cache, batches
+    ("checkpoint",),  # a trained model on disk, and the model built from it
+    ("eval",),  # captions scored, maps scored and drawn
+    ("train",),  # a run: the objective's steps, validation, checkpoints, several processes
+    ("api",),  # captioning from Python
+    ("cli", "__init__"),  # the commands, and the package's face
+)
+
+
+def part(module: str) -> str:
+    """captioning.train.loop -> train; captioning.api -> api; captioning -> __init__."""
+    names = module.split(".")
+    return names[1] if len(names) > 1 else "__init__"
+
+
+def layer(name: str) -> int:
+    return next(i for i, parts in enumerate(LAYERS) if name in parts)
+
+
+def module_name(path: Path) -> str:
+    names = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(names[:-1] if names[-1] == "__init__" else names)
+
+
+def _imported(nodes) -> list[tuple[str, int]]:
+    """(imported captioning module, line) for each import among `nodes`; `from captioning import
+    progress` is captioning.progress."""
+    found = []
+    for node in nodes:
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "captioning":
+            if node.module == "captioning":
+                found += [(f"captioning.{alias.name}", node.lineno) for alias in node.names]
+            else:
+                found.append((node.module, node.lineno))
+        elif isinstance(node, ast.Import):
+            found += [(alias.name, node.lineno) for alias in node.names if alias.name.split(".")[0] == "captioning"]
+    return found
+
+
+def imports(path: Path) -> list[tuple[str, int]]:
+    """Every import in the file: top level, inside functions, under TYPE_CHECKING alike."""
+    return _imported(ast.walk(ast.parse(path.read_text())))
+
+
+def test_every_import_goes_to_its_own_folder_or_a_lower_layer() -> None:
+    wrong = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        source = part(module_name(path))
+        for target, line in imports(path):
+            to = part(target)
+            if to != source and layer(to) >= layer(source):
+                wrong.append(f"{path.relative_to(REPO)}:{line} imports {target} ({to} is not below {source})")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_every_part_of_the_package_has_a_layer() -> None:
+    parts = {part(module_name(path)) for path in PACKAGE.rglob("*.py")}
+    assert parts == {name for names in LAYERS for name in names}
+
+
+def test_no_import_circle_inside_a_folder() -> None:
+    """Within a layer's folder modules may import each other, top-level imports only in one direction."""
+    graph = {module_name(path): {target for target, _ in _imported(ast.parse(path.read_text()).body)}
+             for path in PACKAGE.rglob("*.py")}
+
+    def visit(module: str, trail: tuple[str, ...]) -> None:
+        for target in graph.get(module, ()):
+            if target in trail:
+                raise AssertionError(f"import circle: {' -> '.join((*trail[trail.index(target):], target))}")
+            visit(target, (*trail, target))
+
+    for module in graph:
+        visit(module, (module,))
+
+
+def test_the_layers_in_the_design_document_are_these() -> None:
+    """docs/architecture.md states each layer in a line; it names every part listed here, in order."""
+    text = (REPO / "docs" / "architecture.md").read_text()
+    table = text[text.index("<!-- layers:start -->"):text.index("<!-- layers:end -->")]
+    rows = [line for line in table.splitlines() if line.startswith("| ") and not line.startswith("| layer")
+            and not line.startswith("|---")]
+    assert len(rows) == len(LAYERS)
+    for row, parts in zip(rows, reversed(LAYERS)):  # the table reads from the top down
+        for name in parts:
+            assert f"`{name}" in row, (name, row)
+
+
+# The config's choice lists against the code's registries ------------------------------------------
+
+def test_the_scores_the_config_lists_are_the_model_s_registry() -> None:
+    from captioning.model.scores import SCORES
+
+    assert tuple(SCORES) == choices.SCORES
+
+
+def test_hard_attention_and_reinforce_take_the_config_s_lists() -> None:
+    from captioning.model.attention import HardAttention
+    from captioning.train.losses import Reinforce
+
+    assert HardAttention.COINS == choices.COINS and HardAttention.CHOICES == choices.HARD_CHOICES
+    for baseline in choices.BASELINES:
+        Reinforce(baseline=baseline, samples=2)  # each one the config accepts, the estimator takes
+    with pytest.raises(ValueError):
+        Reinforce(baseline="critic")
+
+
+def test_every_model_choice_the_config_accepts_builds_a_decoder() -> None:
+    """Each value of each model choice list, alone on the defaults (with what it needs), gives a
+    decoder that runs a step: no value the config accepts is one the model does not know."""
+    from captioning.model.captioner import build_decoder
+
+    needs = {"model.attention=hard": (), "model.score=local": (), "model.local.window=learned": ("model.score=local",),
+             "model.extras.glimpses=2": ()}
+    overrides = [f"model.attention={v}" for v in choices.ATTENTIONS] + [f"model.score={v}" for v in choices.SCORES] \
+        + [f"model.gate={v}" for v in choices.GATES] + [f"model.deep_output={v}" for v in choices.DEEP_OUTPUTS] \
+        + [f"model.hard.coin={v}" for v in choices.COINS] + [f"model.local.window={v}" for v in choices.LOCAL_WINDOWS] \
+        + [f"model.extras.init={v}" for v in choices.INITS] + [f"model.extras.position={v}" for v in choices.POSITIONS]
+    for override in overrides:
+        model = load_config(None, ["model.embed_dim=8", "model.hidden_dim=8", "model.attention_dim=8",
+                                   *needs.get(override, ()), override]).model
+        decoder = build_decoder(model, vocab_size=7, annotation_dim=6, grid=(2, 2)).eval()
+        memory, state = decoder.prepare(torch.randn(1, 4, 6))
+        logits, _, _ = decoder.step(memory, state, torch.tensor([1]))
+        assert logits.shape == (1, 7), override
+
+
+def test_the_doubly_stochastic_targets_are_the_loss_s() -> None:
+    from captioning.train.losses import doubly_stochastic
+
+    alphas, mask = torch.full((1, 2, 3), 1 / 3), torch.ones(1, 2)
+    for target in choices.DS_TARGETS:
+        doubly_stochastic(alphas, mask, target=target)
+    with pytest.raises(ValueError):
+        doubly_stochastic(alphas, mask, target="quadratic")
+
+
+def test_the_metrics_validation_may_pick_are_those_it_computes(tiny_run) -> None:
+    """train.val_metric picks from VALIDATION_METRICS (and SHAPES_METRICS on the shapes data):
+    validation's caption metrics and the shapes scorer give every one of them."""
+    from captioning.checkpoint import decoder_from_checkpoint, load_checkpoint
+    from captioning.data.splits import load_splits
+    from captioning.data.vocab import Vocabulary
+    from captioning.eval.evaluate import evaluate_split
+    from captioning.eval.shapes.grounding import scorer_for
+
+    payload = load_checkpoint(tiny_run.checkpoint)
+    config = load_config(None, list(tiny_run.overrides))
+    val = load_splits(config, ("val",))["val"]
+    vocab = Vocabulary(payload["vocab"])
+    metrics, _ = evaluate_split(decoder_from_checkpoint(payload, config), val.annotations, image_ids=val.image_ids,
+                                references=val.references, vocab=vocab, grid=val.grid, scorer=scorer_for(val, vocab),
+                                full=False)
+    assert set(choices.VALIDATION_METRICS) | set(choices.SHAPES_METRICS) <= set(metrics)
