@@ -118,7 +118,11 @@ class Reinforce:
     BASELINES = BASELINES
 
     def __init__(self, *, weight: float = 1.0, entropy_weight: float = 0.0, baseline: str = "moving_average",
-                 baseline_decay: float = 0.9, samples: int = 1, warmup: int = 0):
+                 baseline_decay: float = 0.9, samples: int = 1, warmup: int = 0,
+                 across: Callable[[torch.Tensor], torch.Tensor] = _alone):
+        """`across` sums a tensor over the processes of a run (captioning.runtime.distributed.summed;
+        itself for one process): the baseline then moves by the *global* batch's mean reward, so that
+        every process keeps the same b, the one-process b."""
         if baseline not in self.BASELINES:
             raise ValueError(f"unknown baseline '{baseline}' (known: {', '.join(self.BASELINES)})")
         if samples < 1 or (baseline == "leave_one_out" and samples < 2):
@@ -129,24 +133,22 @@ class Reinforce:
         self.weight, self.entropy_weight = weight, entropy_weight
         self.baseline, self.decay, self.samples, self.warmup = baseline, baseline_decay, samples, warmup
         self.value: float | None = None  # the moving average b; None until the first sampled batch
-        # Under torchrun the baseline moves by the mean reward of the *global* batch, so that every
-        # process keeps the same b and it is the one-process b: `across` sums a tensor over the
-        # processes (captioning.runtime.distributed.summed); `counted` is False for a process's
-        # stand-in step (an empty part of a batch), whose rewards must not count.
-        self.across: Callable[[torch.Tensor], torch.Tensor] = _alone
-        self.counted = True
+        self.across = across
 
     @classmethod
-    def from_config(cls, reinforce: ReinforceConfig) -> Reinforce:
+    def from_config(cls, reinforce: ReinforceConfig, *,
+                    across: Callable[[torch.Tensor], torch.Tensor] = _alone) -> Reinforce:
         return cls(weight=reinforce.weight, entropy_weight=reinforce.entropy_weight, baseline=reinforce.baseline,
-                   baseline_decay=reinforce.baseline_decay, samples=reinforce.samples, warmup=reinforce.warmup)
+                   baseline_decay=reinforce.baseline_decay, samples=reinforce.samples, warmup=reinforce.warmup,
+                   across=across)
 
-    def pooled(self, rewards: torch.Tensor, sampled: torch.Tensor) -> torch.Tensor:
+    def pooled(self, rewards: torch.Tensor, sampled: torch.Tensor, *, counted: bool = True) -> torch.Tensor:
         """[2]: the sum of the rewards of the captions that sampled and their number, over every
-        process's part of the batch (`across`); on the device."""
+        process's part of the batch (`across`); on the device. `counted` False: this process's part
+        is a stand-in (an empty part of a global batch), whose rewards must not count."""
         local = torch.stack([torch.where(sampled, rewards, torch.zeros_like(rewards)).sum(),
                              sampled.sum().to(rewards.dtype)])
-        return self.across(local * float(self.counted))
+        return self.across(local * float(counted))
 
     def baselines(self, rewards: torch.Tensor, sampled: torch.Tensor,
                   pooled: torch.Tensor | None = None) -> torch.Tensor:
@@ -189,14 +191,15 @@ class Reinforce:
         return min(1.0, (step + 1) / self.warmup) if self.warmup else 1.0
 
     def __call__(self, *, logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor, log_probs: torch.Tensor,
-                 entropies: torch.Tensor, locations: torch.Tensor, step: int = 0) -> ReinforceTerms:
+                 entropies: torch.Tensor, locations: torch.Tensor, step: int = 0,
+                 counted: bool = True) -> ReinforceTerms:
         """The surrogate loss and statistics; the baseline is not moved (`move`, after the step).
         log_probs/entropies/locations [B, T] come from the decoder (DecoderOutput), logits [B, T, V],
-        targets/mask [B, T]."""
+        targets/mask [B, T]. `counted`: as in `pooled`."""
         mask = mask.to(log_probs.dtype)
         rewards = caption_log_likelihood(logits.detach(), targets, mask)  # [B], r_n
         sampled = (locations >= 0).any(dim=1)  # [B]; the coin is per image, so per caption
-        pooled = self.pooled(rewards, sampled)  # [2], over every process's part of the batch
+        pooled = self.pooled(rewards, sampled, counted=counted)  # [2], over every process's part of the batch
         baselines = self.baselines(rewards, sampled, pooled)  # [B]
         # 0 where nothing was sampled, chosen rather than multiplied: 0 * NaN would be NaN.
         advantage = torch.where(sampled, rewards - baselines, torch.zeros_like(rewards))  # [B]

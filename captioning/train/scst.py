@@ -19,19 +19,25 @@ Notation: B images, K samples per image, N = B*K rows, T steps, L cells, D chann
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from captioning.config import ScstConfig
+from captioning.config import Config, ScstConfig
+from captioning.data.loading import RunData
 from captioning.data.mapped import by_reference
 from captioning.data.vocab import Vocabulary, tokenize
 from captioning.model.attention import choosing, sample, set_training_step
 from captioning.model.decoder import AttentionDecoder
 from captioning.model.decoding import greedy
+from captioning.runtime.distributed import Agreement
+from captioning.runtime.hardware import Hardware
 from captioning.runtime.precision import FULL_PRECISION, Precision
+from captioning.train.build import Model
 from captioning.train.cider import CiderD
+from captioning.train.objective import StepResult
 from captioning.train.step import apply_gradients
 
 
@@ -147,11 +153,44 @@ class SelfCritical:
 
     def step(self, decoder: AttentionDecoder, batch: ImageBatch, optimizer: torch.optim.Optimizer, *,
              grad_clip: float, step: int, precision: Precision = FULL_PRECISION,
-             scaler: torch.amp.GradScaler | None = None, hard_choice: str | None = None) -> dict[str, float]:
+             scaler: torch.amp.GradScaler | None = None, hard_choice: str | None = None) -> StepResult:
         """One optimizer step of the self-critical loss (skipped where not finite: apply_gradients)."""
         decoder.train()
         set_training_step(decoder, step)
         loss, stats = self.loss(decoder, batch, precision=precision, hard_choice=hard_choice)
         norm, skipped = apply_gradients(loss, loss, list(decoder.parameters()), optimizer, grad_clip=grad_clip,
                                         scaler=scaler)
-        return {"loss": loss.item(), "grad_norm": norm.item(), **stats, "skipped": float(skipped)}
+        return StepResult({"loss": loss.item(), "grad_norm": norm.item(), **stats}, skipped=skipped)
+
+
+class SelfCriticalObjective:
+    """train.objective: scst as a run's objective: batches of training images (their cached
+    annotations), each stepped by SelfCritical, in one process (a run refuses it under torchrun)."""
+
+    def __init__(self, config: Config, *, data: RunData, model: Model, module: torch.nn.Module,
+                 optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler, hardware: Hardware):
+        """As CrossEntropy's; it steps the decoder itself (`module` is the one DDP would wrap)."""
+        self.config, self.decoder, self.optimizer, self.hardware = config, model.decoder, optimizer, hardware
+        self.scaler = scaler if scaler.is_enabled() else None
+        self.critic = SelfCritical.from_config(config.train.scst, records=data.train.records, vocab=data.vocab,
+                                               max_length=config.decode.max_length)
+        self.items, self.collate = TrainingImages(data.train.annotations), collate_images
+        self.images = len(data.train.records)
+        # how hard attention picks its cell for the greedy baseline: as test-time decoding does
+        self.hard_choice = config.decode.hard_choice if config.model.attention == "hard" else None
+
+    def batches(self, epoch: int) -> list[list[int]]:
+        t = self.config.train
+        return image_batches(self.images, batch_size=t.batch_size, seed=t.seed, epoch=epoch)
+
+    def step(self, batch: ImageBatch, *, step: int, size: int, received: int | None) -> StepResult:
+        result = self.critic.step(self.decoder, batch.to(self.hardware.device), self.optimizer,
+                                  grad_clip=self.config.train.grad_clip, step=step, precision=self.hardware.precision,
+                                  scaler=self.scaler, hard_choice=self.hard_choice)
+        return StepResult(result.losses, skipped=result.skipped, agreement=Agreement(signal=received))
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass

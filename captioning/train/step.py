@@ -24,6 +24,7 @@ from captioning.runtime.distributed import Agreement
 from captioning.runtime.host import floats
 from captioning.runtime.precision import FULL_PRECISION, Precision
 from captioning.train.losses import Reinforce, cross_entropy, doubly_stochastic
+from captioning.train.objective import StepResult
 
 
 class TrainingError(RuntimeError):
@@ -132,7 +133,7 @@ def train_step(model: nn.Module, batch: Batch, optimizer: torch.optim.Optimizer,
                ds_lambda: float, ds_target: str, precision: Precision = FULL_PRECISION,
                scaler: torch.amp.GradScaler | None = None, agree: Callable[[torch.Tensor], Agreement] | None = None,
                reinforce: Reinforce | None = None, word_weights: torch.Tensor | None = None,
-               step: int = 0, draws: torch.Tensor | None = None) -> dict[str, float]:
+               step: int = 0, draws: torch.Tensor | None = None, stand_in: bool = False) -> StepResult:
     """One optimizer step of Eq. 14 (cross-entropy plus lambda times the doubly stochastic term),
     plus, when the decoder's attention samples locations (hard attention), the REINFORCE terms of
     `reinforce` (Sec. 4.1). Every term is summed over the captions and divided by the batch's real
@@ -149,7 +150,9 @@ def train_step(model: nn.Module, batch: Batch, optimizer: torch.optim.Optimizer,
     `draws` [B*K, 1 + T] (hard attention): each row's uniform draws (HardAttention.with_draws; a run's
     come from row_draws) instead of torch's RNG, so that the samples do not depend on how a run splits
     its batch. Without them hard attention draws from torch's RNG: each row its own coin, or, with
-    `reinforce.samples` > 1, draws made here whose coins each image's rows share.
+    `reinforce.samples` > 1, draws made here whose coins each image's rows share. `stand_in`: the
+    batch stands in for this process's empty part of a global batch (stand_in_batch), so its rewards
+    do not move the baseline either.
 
     Nothing the step computes moves a running statistic (the REINFORCE baseline) unless the step is
     applied: a skipped step's rewards may not be finite.
@@ -175,7 +178,8 @@ def train_step(model: nn.Module, batch: Batch, optimizer: torch.optim.Optimizer,
     surrogate, terms = torch.zeros((), device=xe.device), None
     if reinforce is not None and output.log_probs is not None:  # soft attention samples nothing
         terms = reinforce(logits=logits, targets=targets, mask=mask, log_probs=output.log_probs.float(),
-                          entropies=output.entropies.float(), locations=output.locations, step=step)
+                          entropies=output.entropies.float(), locations=output.locations, step=step,
+                          counted=not stand_in)
         surrogate = terms.loss
     loss = xe + ds_lambda * ds + surrogate
     agreement = Agreement() if agree is None else agree(loss)
@@ -191,5 +195,5 @@ def train_step(model: nn.Module, batch: Batch, optimizer: torch.optim.Optimizer,
     if terms is not None and not skipped:
         reinforce.move(terms)
     extra = {} if terms is None else terms.stats
-    return {"loss": loss_value, "xe": xe_value, "ds": ds_value, "grad_norm": norm_value, **extra,
-            "skipped": float(skipped)}
+    return StepResult({"loss": loss_value, "xe": xe_value, "ds": ds_value, "grad_norm": norm_value, **extra},
+                      skipped=skipped, agreement=agreement)

@@ -12,9 +12,11 @@ from typing import Any
 import numpy as np
 import torch
 from torch.utils.tensorboard import SummaryWriter
+from tqdm import tqdm
 
 from captioning.config import Config
 from captioning.data.images import ImageReadError, load_image
+from captioning.data.loading import RunData
 from captioning.data.splits import Split
 from captioning.data.vocab import Vocabulary
 from captioning.eval.evaluate import check_unreadable, decode_split, score_split
@@ -24,6 +26,7 @@ from captioning.model.decoder import AttentionDecoder
 from captioning.model.decoding import decode
 from captioning.runtime import distributed
 from captioning.runtime.distributed import ONE_PROCESS, Distributed
+from captioning.train.logs import RunLog
 
 
 def validate(decoder: AttentionDecoder, split: Split, vocab: Vocabulary, config: Config, *,
@@ -90,3 +93,14 @@ def log_overlays(writer: SummaryWriter, decoder: AttentionDecoder, split: Split,
         writer.add_text(f"val_captions/{row}", " ".join(words) or "(empty)", step)
         written += 1
     return written
+
+
+def report(log: RunLog, metrics: dict[str, float], *, improved: bool, step: int, epoch: int,
+           decoder: AttentionDecoder, data: RunData, config: Config, device: str | torch.device) -> None:
+    """A validation's metrics and overlays to the logs, and one line to the terminal."""
+    log.validation(step=step, epoch=epoch, metrics=metrics)
+    log_overlays(log.writer, decoder, data.val, data.val_annotations, data.vocab, count=config.train.log_images,
+                 max_length=config.decode.max_length, step=step, device=device, hard_choice=hard_choice(config))
+    shown = ("Bleu_4", "CIDEr", "attention_correctness")
+    summary = ", ".join(f"{k} {metrics[k]:.3f}" for k in shown if k in metrics)
+    tqdm.write(f"step {step} epoch {epoch}: {summary}{' (best)' if improved else ''}")

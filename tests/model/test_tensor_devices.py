@@ -63,7 +63,7 @@ def test_training_and_decoding_make_no_tensor_off_their_inputs_device(name):
         decoder.eval()
         captions = [decode(decoder, batches[0].annotations, beam_size=beam, max_length=6, hard_choice=choice)
                     for beam in (1, 3) for choice in choices]
-    assert all(value == value for value in losses.values())  # numbers, not NaN
+    assert all(value == value for value in losses.losses.values())  # numbers, not NaN
     for result in captions:
         for tensor in (result.tokens, result.alphas, result.lengths, result.scores, result.locations):
             assert tensor.device.type == "cpu"

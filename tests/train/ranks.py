@@ -84,7 +84,7 @@ def _plant(faults: list[tuple[str, int | None, int]]) -> None:
 
     run_step = loop.Run.step
 
-    def step_with_fault(self, batch):
+    def step_with_fault(self, batch, *, size):
         current["step"] = self.progress.step + 1
         if now("sigterm"):
             os.kill(os.getpid(), signal.SIGTERM)
@@ -94,7 +94,7 @@ def _plant(faults: list[tuple[str, int | None, int]]) -> None:
         if now("nanbatch"):
             batch = type(batch)(annotations=batch.annotations * float("nan"), tokens=batch.tokens,
                                 lengths=batch.lengths)
-        return run_step(self, batch)
+        return run_step(self, batch, size=size)
 
     loop.Run.step = step_with_fault
 
@@ -123,7 +123,7 @@ def _plant(faults: list[tuple[str, int | None, int]]) -> None:
     def close_and_keep(self):
         state = {"decoder": self.model.decoder.state_dict(), "step": self.progress.step,
                  "skipped_steps": self.progress.skipped_steps,
-                 "baseline": self.reinforce.value if self.reinforce is not None else None,
+                 "baseline": self.objective.state_dict().get("baseline"),
                  "scaler": self.scaler.state_dict()}
         torch.save(state, self.out / f"rank{rank}.pt")
         close(self)

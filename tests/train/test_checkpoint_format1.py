@@ -13,7 +13,8 @@ import torch
 from captioning.checkpoint import FORMAT_VERSION, decoder_from_checkpoint, load_checkpoint, migrate_v1
 from captioning.config import ConfigError, from_dict, load_config
 from captioning.model.decoding import decode
-from captioning.train.loop import Run, fit
+from captioning.train.cross_entropy import CrossEntropy
+from captioning.train.loop import fit
 from tests.tiny import REPO, TINY
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "format1"
@@ -76,10 +77,10 @@ def test_training_resumes_from_a_format1_checkpoint_as_the_old_code_did(name, tm
     (hard attention's coin and the REINFORCE terms) carry over.
 
     The old code's hard attention sampled from torch's RNG; a run today gives every row its own
-    draws (Run.draws, HardAttention.with_draws), so that its samples do not depend on how processes
+    draws (CrossEntropy.draws, HardAttention.with_draws), so that its samples do not depend on how processes
     split a batch. Without draws the decoder still samples as the old code did: that path is what the
     fixture's losses can check."""
-    monkeypatch.setattr(Run, "draws", lambda self, *, rows, positions=None: None)
+    monkeypatch.setattr(CrossEntropy, "draws", lambda self, *, step, size, rows, positions=None: None)
     config_file, extra = RUNS[name]
     out = tmp_path / name
     out.mkdir()

@@ -102,7 +102,7 @@ def test_dry_run_says_what_is_wrong_in_one_line(override: str, said: str | None,
 
 
 def test_dry_run_reports_an_unexpected_failure_in_one_line(tmp_path: Path, capsys, monkeypatch) -> None:
-    import captioning.train.loop as loop
+    import captioning.train.cross_entropy as loop
 
     def broken(*args, **kwargs):
         raise RuntimeError("mat1 and mat2 shapes cannot be multiplied (8x512 and 256x10)\nmore detail")

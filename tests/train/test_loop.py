@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import captioning.checkpoint as checkpoint_module
+import captioning.train.cross_entropy as cross_entropy
 import captioning.train.loop
 import captioning.train.step as training_step
 from captioning.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
@@ -217,7 +218,7 @@ def test_overfit_one_batch() -> None:
     decoder = _tiny_decoder()
     optimizer = torch.optim.Adam(decoder.parameters(), lr=1e-2)
     batch = _fixed_batch()
-    history = [train_step(decoder, batch, optimizer, grad_clip=5.0, ds_lambda=0.0, ds_target="one")["xe"]
+    history = [train_step(decoder, batch, optimizer, grad_clip=5.0, ds_lambda=0.0, ds_target="one").losses["xe"]
                for _ in range(150)]
     assert history[0] > 1.5  # about log(11) at the start
     assert history[-1] < 0.3 * history[0], history[::10]
@@ -241,7 +242,7 @@ def test_word_weights_reach_the_step_and_name_unknown_words() -> None:
         decoder = _tiny_decoder()
         optimizer = torch.optim.Adam(decoder.parameters(), lr=1e-2)
         losses.append(train_step(decoder, _fixed_batch(), optimizer, grad_clip=5.0, ds_lambda=0.0, ds_target="one",
-                                 word_weights=word_weights)["xe"])
+                                 word_weights=word_weights).losses["xe"])
     assert losses[1] > losses[0]  # word 5's term counts three times
 
 
@@ -303,7 +304,7 @@ def test_a_non_finite_loss_skips_the_update() -> None:
         decoder.out.bias[5] = float("nan")
     before = {name: value.clone() for name, value in decoder.state_dict().items()}
     losses = train_step(decoder, _fixed_batch(), optimizer, grad_clip=5.0, ds_lambda=0.0, ds_target="one")
-    assert losses["skipped"] == 1.0 and not math.isfinite(losses["loss"])
+    assert losses.skipped and not math.isfinite(losses.losses["loss"])
     after = decoder.state_dict()
     assert all(torch.equal(before[n], after[n]) for n in before if n != "out.bias")
     assert not optimizer.state  # the optimizer never stepped: no NaN in its moments either
@@ -430,15 +431,16 @@ def test_a_skipped_step_moves_neither_the_weights_nor_their_average(tmp_path: Pa
 
     run = Run.start(tiny_config(tmp_path / "run", "train.ema_decay=0.5"), resume=False,
                     hardware=Hardware.setup("cpu", amp=False))
-    batches = iter(run.loader(run.epoch_batches()))
+    global_batches = run.objective.batches(0)
+    batches = iter(run.loader(global_batches))
     for _ in range(2):  # applied: the weights move, the average (a copy at first) half way after them
-        assert run.step(next(batches)) is not None
+        assert run.step(next(batches), size=16) is not None
     average = run.model.average.averaged
     before = {name: value.clone() for name, value in average.state_dict().items()}
     weights = {name: value.clone() for name, value in run.model.decoder.state_dict().items()}
     assert any(not torch.equal(weights[name], before[f"module.{name}"]) for name in weights)
     bad = next(batches)
-    assert run.step(replace(bad, annotations=bad.annotations * float("nan"))) is None  # skipped: nothing logged
+    assert run.step(replace(bad, annotations=bad.annotations * float("nan")), size=16) is None  # skipped: not logged
     assert run.progress.skipped_steps == 1
     assert all(torch.equal(value, before[name]) for name, value in average.state_dict().items())
     assert all(torch.equal(value, weights[name]) for name, value in run.model.decoder.state_dict().items())
@@ -464,14 +466,13 @@ def test_pairs_left_out_of_a_batch_leave_the_others_their_own_draws(tmp_path: Pa
 
     run = Run.start(tiny_config(tmp_path / "run", "model.attention=hard", "data.max_bad_images=0.5"), resume=False,
                     hardware=Hardware.setup("cpu", amp=False))
-    batches = run.epoch_batches()
-    whole = next(iter(run.loader(batches)))
+    whole = next(iter(run.loader(run.objective.batches(0))))
     seen = []
-    real = captioning.train.loop.row_draws
-    monkeypatch.setattr(captioning.train.loop, "row_draws", lambda **kw: seen.append(kw) or real(**kw))
+    real = cross_entropy.row_draws
+    monkeypatch.setattr(cross_entropy, "row_draws", lambda **kw: seen.append(kw) or real(**kw))
     kept = torch.tensor([1, 4, 5])
     part = replace(whole, annotations=whole.annotations[kept], tokens=whole.tokens[kept], lengths=whole.lengths[kept],
                    failures=("x.jpg: broken",), positions=kept)
-    run.step(part)
+    run.step(part, size=16)
     assert seen[0]["rows"] == 3 and torch.equal(seen[0]["positions"], kept) and seen[0]["coin"] == "image"
     run.close()

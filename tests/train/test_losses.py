@@ -196,7 +196,7 @@ def test_the_end_to_end_computation_is_what_train_step_does():
     optimizer = torch.optim.SGD(decoder.parameters(), lr=0.0)
     batch = Batch(annotations=annotations, tokens=tokens, lengths=torch.tensor([7, 4]))
     result = train_step(decoder, batch, optimizer, grad_clip=1e9, ds_lambda=1.0, ds_target="one")
-    assert result["loss"] == pytest.approx(float(expected), rel=1e-6)
+    assert result.losses["loss"] == pytest.approx(float(expected), rel=1e-6)
 
 
 def test_doubly_stochastic_targets_one_and_length_differ_by_a_constant_so_train_alike():

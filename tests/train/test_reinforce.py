@@ -324,9 +324,10 @@ def test_from_config_passes_every_setting():
 
     settings = {"weight": 0.7, "entropy_weight": 0.2, "baseline": "leave_one_out", "baseline_decay": 0.5,
                 "samples": 3, "warmup": 5}
-    reinforce = Reinforce.from_config(ReinforceConfig(**settings))
+    reinforce = Reinforce.from_config(ReinforceConfig(**settings), across=torch.neg)
     assert (reinforce.weight, reinforce.entropy_weight, reinforce.baseline, reinforce.decay, reinforce.samples,
             reinforce.warmup) == tuple(settings.values())
+    assert reinforce.across is torch.neg and Reinforce.from_config(ReinforceConfig()).across(torch.ones(1)) == 1
 
 
 def test_the_moving_average_baseline_ignores_the_other_samples_of_a_caption():
@@ -392,7 +393,7 @@ def test_hard_attention_training_keeps_the_baseline_in_checkpoints_and_resumes_e
 def test_processes_that_pool_their_rewards_move_one_baseline_the_one_process_baseline(baseline: str) -> None:
     """Under torchrun each process holds a part of the batch; `across` sums over the processes, so
     every part's Reinforce moves the baseline by the global batch's mean reward, as one process does.
-    A stand-in part (`counted` False) adds nothing."""
+    A stand-in part (`counted` False) adds nothing, however its rows sampled."""
     generator = torch.Generator().manual_seed(0)
     whole = Reinforce(baseline=baseline, samples=2, baseline_decay=0.5)
     parts = [Reinforce(baseline=baseline, samples=2, baseline_decay=0.5) for _ in range(3)]
@@ -408,19 +409,19 @@ def test_processes_that_pool_their_rewards_move_one_baseline_the_one_process_bas
                   "entropies": torch.rand(rows, steps), "locations": locations}
         whole.move(whole(**inputs))
         split = [slice(0, 4), slice(4, 12), slice(12, 12)]  # the third part is empty: a stand-in row instead
-        stand_in = {name: value[:2] for name, value in inputs.items()}
+        stand_in = {name: value[4:6] for name, value in inputs.items()}  # rows that did sample: only counted=False
         shares = [{name: value[part] for name, value in inputs.items()} for part in split[:2]] + [stand_in]
+        counts = (True, True, False)
         sums = []
-        for reinforce, share, counted in zip(parts, shares, (True, True, False)):
-            reinforce.counted = counted
+        for reinforce, share, counted in zip(parts, shares, counts):
             reinforce.across = lambda tensor: tensor  # first pass: each part's own sums
             rewards = caption_log_likelihood(share["logits"], share["targets"], share["mask"])
-            sums.append(reinforce.pooled(rewards, (share["locations"] >= 0).any(dim=1)))
+            sums.append(reinforce.pooled(rewards, (share["locations"] >= 0).any(dim=1), counted=counted))
         total = torch.stack(sums).sum(0)
-        for reinforce, share in zip(parts, shares):
+        for reinforce, share, counted in zip(parts, shares, counts):
             calls = []
             reinforce.across = lambda tensor, total=total, calls=calls: calls.append(1) or total  # the all-reduce
-            reinforce.move(reinforce(**share))
+            reinforce.move(reinforce(**share, counted=counted))
             assert len(calls) == 1  # one all-reduce a step, also for the first batch's baseline
         assert sums[2].abs().sum() == 0  # the stand-in counted nothing
         for reinforce in parts:
@@ -468,11 +469,11 @@ def test_a_nan_batch_leaves_hard_attentions_baseline_as_it_was_and_the_run_goes_
 
     real_step = loop.Run.step
 
-    def step_with_a_nan_batch(self, batch):
+    def step_with_a_nan_batch(self, batch, *, size):
         if self.progress.step + 1 == 4:
             batch = type(batch)(annotations=batch.annotations * float("nan"), tokens=batch.tokens,
                                 lengths=batch.lengths)
-        return real_step(self, batch)
+        return real_step(self, batch, size=size)
 
     monkeypatch.setattr(loop.Run, "step", step_with_a_nan_batch)
     hard = ("model.attention=hard", "model.dropout=0", "train.log_every_steps=1")

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-import captioning.train.loop as training
+import captioning.train.cross_entropy as cross_entropy
 from captioning.cli import train_main
 from captioning.data.sampling import epoch_batches, rank_batches
 from captioning.train.loop import fit
@@ -93,7 +93,7 @@ def test_sigterm_saves_exits_cleanly_and_resumes_exactly(tmp_path: Path, tiny_ru
                                                          monkeypatch, capsys) -> None:
     out = tmp_path / "terminated"
     args = ["--device", "cpu", *tiny_run.overrides, f"train.out_dir={out}", *RUN]
-    real, calls = training.train_step, []
+    real, calls = cross_entropy.train_step, []
 
     def terminated_at_step_5(*a, **k):
         calls.append(1)
@@ -101,12 +101,12 @@ def test_sigterm_saves_exits_cleanly_and_resumes_exactly(tmp_path: Path, tiny_ru
             os.kill(os.getpid(), signal.SIGTERM)  # what a cluster sends before preempting the job
         return real(*a, **k)
 
-    monkeypatch.setattr(training, "train_step", terminated_at_step_5)
+    monkeypatch.setattr(cross_entropy, "train_step", terminated_at_step_5)
     assert train_main(args) == 128 + signal.SIGTERM
     assert "stopped by SIGTERM after 5 steps" in capsys.readouterr().err
     assert torch.load(out / "last.pt", map_location="cpu", weights_only=True)["progress"]["step"] == 5
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the handler is gone again
-    monkeypatch.setattr(training, "train_step", real)
+    monkeypatch.setattr(cross_entropy, "train_step", real)
     assert train_main(["--resume", *args]) == 0
     _assert_same_run(uninterrupted, out)
 

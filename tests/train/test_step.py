@@ -95,7 +95,7 @@ def test_one_step_moves_the_weights_by_the_gradient_of_the_documented_objective(
     if hard:  # the case is only a test of the sampled-rows mask if the coin went both ways
         sampled = (locations >= 0).any(1)
         assert 0 < int(sampled.sum()) < B, locations
-    assert result["loss"] == pytest.approx(float(objective.detach()), rel=1e-5)
+    assert result.losses["loss"] == pytest.approx(float(objective.detach()), rel=1e-5)
     moved = 0.0
     for name, gradient, ds_gradient in zip(names, gradients, ds_gradients):
         param = dict(decoder.named_parameters())[name]
@@ -132,10 +132,10 @@ def test_the_agreed_share_weights_every_term_and_the_returned_losses_stay_this_p
     xe, ds = terms_by_hand(reference, batch)
     local = float((xe + DS_LAMBDA * ds).detach())
     assert handed == [pytest.approx(local, rel=1e-5)]
-    assert result["loss"] == pytest.approx(local, rel=1e-5)
-    assert result["xe"] == pytest.approx(float(xe.detach()), rel=1e-5)
-    assert result["ds"] == pytest.approx(float(ds.detach()), rel=1e-5)
-    assert result["skipped"] == 0.0
+    assert result.losses["loss"] == pytest.approx(local, rel=1e-5)
+    assert result.losses["xe"] == pytest.approx(float(xe.detach()), rel=1e-5)
+    assert result.losses["ds"] == pytest.approx(float(ds.detach()), rel=1e-5)
+    assert not result.skipped
     weighted = 0.5 * (xe + DS_LAMBDA * ds)
     gradients = torch.autograd.grad(weighted, list(reference.parameters()), allow_unused=True)
     for (name, param), gradient in zip(decoder.named_parameters(), gradients):
@@ -158,8 +158,8 @@ def test_an_agreed_skip_moves_no_weight_and_leaves_the_run_steppable(agreement: 
     scaler = torch.amp.GradScaler("cpu", init_scale=4.0, growth_interval=1) if scaled else None
     result = train_step(decoder, batch, optimizer, grad_clip=1e9, ds_lambda=DS_LAMBDA, ds_target="one",
                         scaler=scaler, agree=lambda loss: agreement)
-    assert result["skipped"] == 1.0
-    assert math.isfinite(result["loss"]) and math.isfinite(result["grad_norm"])
+    assert result.skipped
+    assert math.isfinite(result.losses["loss"]) and math.isfinite(result.losses["grad_norm"])
     for name, param in decoder.named_parameters():
         assert torch.equal(param.detach(), before[name]), name
         assert param.grad is None, name
@@ -167,7 +167,7 @@ def test_an_agreed_skip_moves_no_weight_and_leaves_the_run_steppable(agreement: 
         assert scaler.get_scale() == 8.0
     after = train_step(decoder, batch, optimizer, grad_clip=1e9, ds_lambda=DS_LAMBDA, ds_target="one",
                        scaler=scaler, agree=lambda loss: Agreement())
-    assert after["skipped"] == 0.0
+    assert not after.skipped
     assert any(not torch.equal(param.detach(), before[name]) for name, param in decoder.named_parameters())
     if scaled:
         assert scaler.get_scale() == 16.0
@@ -182,7 +182,7 @@ def test_an_agreed_skip_with_gradients_that_are_not_finite_backs_the_scale_off()
     scaler = torch.amp.GradScaler("cpu", init_scale=4.0, growth_interval=1)
     result = train_step(decoder, batch, optimizer, grad_clip=1e9, ds_lambda=DS_LAMBDA, ds_target="one",
                         scaler=scaler, agree=lambda loss: Agreement(finite=False))
-    assert result["skipped"] == 1.0 and scaler.get_scale() == 2.0
+    assert result.skipped and scaler.get_scale() == 2.0
 
 
 def test_a_scaled_step_that_is_not_skipped_steps_and_updates_the_scaler() -> None:
@@ -195,13 +195,27 @@ def test_a_scaled_step_that_is_not_skipped_steps_and_updates_the_scaler() -> Non
     scaler = torch.amp.GradScaler("cpu", init_scale=4.0, growth_interval=1)
     result = train_step(decoder, batch, optimizer, grad_clip=1e9, ds_lambda=DS_LAMBDA, ds_target="one",
                         scaler=scaler, agree=lambda loss: Agreement())
-    assert result["skipped"] == 0.0
+    assert not result.skipped
     assert scaler.get_scale() == 8.0
     xe, ds = terms_by_hand(reference, batch)
     gradients = torch.autograd.grad(xe + DS_LAMBDA * ds, list(reference.parameters()), allow_unused=True)
     for (name, param), gradient in zip(decoder.named_parameters(), gradients):
         expected = torch.zeros_like(param) if gradient is None else gradient
         torch.testing.assert_close(before[name] - param.detach(), expected, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_a_stand_in_batch_moves_no_baseline_of_any_process() -> None:
+    """A process whose part of a global batch is empty steps on a stand-in (its terms weigh nothing);
+    its captions' rewards must not enter the pooled mean that moves every process's baseline."""
+    pooled = []
+    reinforce = Reinforce(across=lambda tensor: pooled.append(tensor.clone()) or tensor)
+    torch.manual_seed(0)
+    decoder = make_decoder("hard")
+    decoder.attention.expectation_prob = 0.0  # every caption samples: its reward would count
+    for stand_in in (False, True):
+        train_step(decoder, make_batch(), torch.optim.SGD(decoder.parameters(), lr=0.0), grad_clip=1e9,
+                   ds_lambda=0.0, ds_target="one", reinforce=reinforce, stand_in=stand_in)
+    assert pooled[0][1] == B and pooled[1].abs().sum() == 0  # [sum of rewards, captions that sampled]
 
 
 def test_the_stand_in_batch_is_one_blank_image_captioned_start_end() -> None:

@@ -1,0 +1,110 @@
+"""What a checkpoint keeps of a run, and a run going on from it exactly.
+
+A checkpoint is state dicts plus plain data (captioning/checkpoint.py writes and reads it): the
+config, the vocabulary, the decoder (the weights' average where there is one, beside the trained
+weights), a fine-tuned encoder, the optimizer, the schedule, the gradient scaler, the progress, this
+process's random states and the objective's own state (hard attention's baseline).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from captioning.config import Config
+from captioning.data.vocab import Vocabulary
+from captioning.runtime.distributed import Distributed
+from captioning.train.build import Model
+from captioning.train.objective import StepResult
+from captioning.train.step import TrainingError
+
+
+@dataclass
+class Progress:
+    """Where training stands; saved in every checkpoint so that a resumed run continues exactly."""
+
+    step: int = 0
+    epoch: int = 0
+    batch_in_epoch: int = 0  # batches of `epoch` already done (this process's list, see data.sampling)
+    best_metric: float = -math.inf
+    stale_evaluations: int = 0  # evaluations since the best one, for early stopping
+    history: list[dict[str, float]] = field(default_factory=list)
+    skipped_images: int = 0  # training pairs left out because their image could not be read
+    skipped_steps: int = 0  # steps not applied because their loss or gradient was not finite
+    bad_steps_in_a_row: int = 0
+    seconds: float = 0.0  # wall-clock seconds trained up to this point, summed over resumed runs
+
+    def count(self, result: StepResult, *, max_bad_steps: int) -> bool:
+        """A step's place in the progress: the global batch's unreadable images, and a skipped step
+        (train.max_bad_steps of them in a row stop the run). True when the step was applied."""
+        self.skipped_images += result.agreement.unreadable
+        if result.agreement.empty:  # no process had an image: nothing was stepped, nothing skipped
+            return False
+        if not result.skipped:
+            self.bad_steps_in_a_row = 0
+            return True
+        self.skipped_steps += 1
+        self.bad_steps_in_a_row += 1
+        losses = result.losses
+        tqdm.write(f"warning: step {self.step + 1}: loss {losses.get('loss', math.nan):.4g}, gradient norm "
+                   f"{losses.get('grad_norm', math.nan):.4g}: not finite (here or in another process), step skipped",
+                   file=sys.stderr)
+        if self.bad_steps_in_a_row >= max_bad_steps:
+            raise TrainingError(f"step {self.step + 1}: the loss or its gradient was not finite "
+                                f"{self.bad_steps_in_a_row} steps in a row ({self.skipped_steps} skipped in all); "
+                                "stopping, the last good checkpoint is kept")
+        return False
+
+
+def run_payload(*, config: Config, vocab: Vocabulary, model: Model, optimizer: torch.optim.Optimizer, scheduler: Any,
+                scaler: torch.amp.GradScaler, progress: Progress, objective_state: dict[str, Any],
+                device: torch.device) -> dict[str, Any]:
+    """A checkpoint's contents (captioning.checkpoint.save_checkpoint adds the format version)."""
+    rng = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    if device.type == "cuda":  # this process's GPU only: a run may resume on fewer or more GPUs
+        rng["cuda"] = torch.cuda.get_rng_state(device)
+    payload = {
+        "config": config.to_dict(), "vocab": vocab.words, "grid": list(model.grid),
+        "annotation_dim": model.annotation_dim, "decoder": model.validated.state_dict(),
+        "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+        "scaler": scaler.state_dict(), "progress": vars(progress).copy(), "rng": rng,
+        "reinforce": objective_state,  # hard attention's baseline (train/cross_entropy.py)
+    }
+    if model.average is not None:  # "decoder" is the average; resuming needs the trained weights too
+        payload["training_decoder"] = model.decoder.state_dict()
+    if model.encoder is not None and model.encoder.trainable:
+        payload["encoder"] = model.encoder.state_dict()
+    return payload
+
+
+def restore_run(checkpoint: dict[str, Any], *, model: Model, optimizer: torch.optim.Optimizer, scheduler: Any,
+                scaler: torch.amp.GradScaler, context: Distributed, device: torch.device, seed: int) -> Progress:
+    """Go on exactly where the checkpoint stopped: weights, optimizer, schedule, scaler, RNG; returns
+    the progress. The objective's own state is its own to restore (Objective.load_state_dict)."""
+    model.decoder.load_state_dict(checkpoint.get("training_decoder", checkpoint["decoder"]))
+    if model.average is not None and "training_decoder" in checkpoint:
+        model.average.load_state_dict(checkpoint["decoder"])
+    if "encoder" in checkpoint and model.encoder is not None:
+        model.encoder.load_state_dict(checkpoint["encoder"])
+    optimizer.load_state_dict(checkpoint["optimizer"])
+    scheduler.load_state_dict(checkpoint["scheduler"])
+    if checkpoint.get("scaler"):
+        scaler.load_state_dict(checkpoint["scaler"])
+    progress = Progress(**checkpoint["progress"])
+    if context.rank == 0:  # rank 0's stream; the others start theirs anew (docs/coco.md)
+        torch.set_rng_state(checkpoint["rng"]["torch"])
+        random.setstate(checkpoint["rng"]["python"])
+        cuda = checkpoint["rng"].get("cuda")
+        if isinstance(cuda, list):  # written by older versions: every GPU's state; the first was rank 0's
+            cuda = cuda[0] if cuda else None
+        if cuda is not None and device.type == "cuda":
+            torch.cuda.set_rng_state(cuda, device)
+    else:
+        torch.manual_seed(seed + 1000 * context.rank + progress.step)
+    return progress
