@@ -27,13 +27,14 @@ import numpy as np
 import torch
 from PIL import Image
 
-from captioning.checkpoint import config_of, load_checkpoint, model_of, refuse_hard_choice
+from captioning.checkpoint import config_of, load_checkpoint, model_of
 from captioning.config import Config, ConfigError, apply_overrides, validate
-from captioning.data.features import ImageFiles, collate_images
+from captioning.data.features import ImageFiles, collate_pixels
 from captioning.data.images import ImageReadError, load_image, to_tensor, upright_rgb
 from captioning.data.karpathy import ImageRecord
 from captioning.data.vocab import Vocabulary
 from captioning.eval.overlays import overlay, overlay_grid, save_overlays
+from captioning.model.attention import refuse_hard_choice
 from captioning.model.captioner import CaptionModel
 from captioning.model.decoding import decode
 from captioning.progress import bar as progress_bar
@@ -211,14 +212,14 @@ class Captioner:
         photos = image_files(paths, size=self.config.data.image_size, mean=self.model.encoder.mean,
                              std=self.model.encoder.std)
         loader = torch.utils.data.DataLoader(photos, batch_size=batch_size, num_workers=num_workers,
-                                             collate_fn=collate_images, pin_memory=self.device.type == "cuda")
+                                             collate_fn=collate_pixels, pin_memory=self.device.type == "cuda")
         return self._stream(loader, [str(path) for path in paths], beam_size=beam_size, hard_choice=hard_choice,
                             max_length=max_length, progress=progress)
 
     def _stream(self, loader: torch.utils.data.DataLoader, sources: list[str], *, progress: bool,
                 **decoding: Any) -> Iterator[Captioned | Unreadable]:
         with progress_bar(total=len(sources), show=progress, unit="image") as bar:
-            for batch in loader:  # captioning.data.features.ImageBatch
+            for batch in loader:  # captioning.data.features.PixelBatch
                 captioned = {} if batch.pixels is None else dict(zip(batch.rows, self._decode(
                     batch.pixels, [sources[row] for row in batch.rows], **decoding)))
                 errors = dict(batch.failures)

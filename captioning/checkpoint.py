@@ -19,9 +19,8 @@ from typing import Any
 
 import torch
 
-from captioning.config import Config, ConfigError, from_dict, migrate
+from captioning.config import Config, from_dict, migrate
 from captioning.data.vocab import Vocabulary
-from captioning.model.attention import HardAttention
 from captioning.model.captioner import CaptionModel, build_decoder
 
 FORMAT_VERSION = 2
@@ -127,14 +126,6 @@ def decoder_from_checkpoint(payload: dict[str, Any], config: Config) -> torch.nn
                             annotation_dim=int(payload["annotation_dim"]), grid=tuple(payload["grid"]))
     decoder.load_state_dict(payload["decoder"])
     return decoder.eval()
-
-
-def refuse_hard_choice(decoder: torch.nn.Module, choice: str, checkpoint: str | Path) -> None:
-    """Soft attention *is* the expectation: asking a soft model for argmax or sampling is an error,
-    not silently ignored."""
-
-    if choice != "expectation" and not any(isinstance(m, HardAttention) for m in decoder.modules()):
-        raise ConfigError(f"hard choice {choice}: {checkpoint} uses soft attention (only expectation applies)")
 
 
 def describe(payload: dict[str, Any], path: str | Path) -> list[str]:

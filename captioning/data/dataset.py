@@ -138,7 +138,7 @@ def collate(items: list[tuple[torch.Tensor, list[int]]]) -> Batch:
     return Batch(annotations=torch.stack([a for a, _ in items]), tokens=tokens, lengths=lengths)
 
 
-def collate_images(items: list[tuple[torch.Tensor | None, list[int], str | None]]) -> Batch:
+def collate_image_pairs(items: list[tuple[torch.Tensor | None, list[int], str | None]]) -> Batch:
     """Pairs whose image could not be read are left out, with the reason and the positions of those
     kept; the batch may end up empty."""
     kept = [row for row, (pixels, _, _) in enumerate(items) if pixels is not None]

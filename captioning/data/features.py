@@ -74,15 +74,15 @@ class ImageFiles(Dataset):
         return row, to_tensor(image, size=self.size, mean=self.mean, std=self.std), None
 
 
-class ImageBatch(NamedTuple):
+class PixelBatch(NamedTuple):
     rows: list[int]  # the readable images' positions in the record list
     pixels: torch.Tensor | None  # [b, 3, S, S], None when no image of the batch could be read
     failures: list[tuple[int, str]]  # (row, reason) of each unreadable image
 
 
-def collate_images(items: list[tuple[int, torch.Tensor | None, str | None]]) -> ImageBatch:
+def collate_pixels(items: list[tuple[int, torch.Tensor | None, str | None]]) -> PixelBatch:
     readable = [(row, pixels) for row, pixels, _ in items if pixels is not None]
-    return ImageBatch(rows=[row for row, _ in readable],
+    return PixelBatch(rows=[row for row, _ in readable],
                       pixels=torch.stack([p for _, p in readable]) if readable else None,
                       failures=[(row, error) for row, _, error in items if error is not None])
 
@@ -208,7 +208,7 @@ def _write_cache(directory: Path, split: str, records: list[ImageRecord], *, enc
     grid: tuple[int, int] = tuple(progress["grid"]) if progress is not None else (0, 0)
     encoder = encoder.to(device).eval()
     images = ImageFiles(records, size=image_size, mean=encoder.mean, std=encoder.std, first=done, transform=transform)
-    loader = DataLoader(images, batch_size=batch_size, num_workers=num_workers, collate_fn=collate_images,
+    loader = DataLoader(images, batch_size=batch_size, num_workers=num_workers, collate_fn=collate_pixels,
                         pin_memory=torch.device(device).type == "cuda")
     for batch in progress_bar(loader, desc=f"{split} features", unit="batch", leave=False):
         unreadable += [row for row, _ in batch.failures]  # named once, when the split is loaded
@@ -279,7 +279,7 @@ def refresh_changed(directory: Path, split: str, records: list[ImageRecord], *, 
     unreadable = set(meta["unreadable"])
     images = ImageFiles([records[row] for row in changed], size=image_size, mean=encoder.mean, std=encoder.std,
                         transform=transform)
-    for batch in DataLoader(images, batch_size=batch_size, collate_fn=collate_images):
+    for batch in DataLoader(images, batch_size=batch_size, collate_fn=collate_pixels):
         for index, reason in batch.failures:
             warn_unreadable(reason)
             out[changed[index]] = 0
@@ -357,7 +357,7 @@ class EncodedImages:
         if not isinstance(key, slice):
             raise TypeError("EncodedImages takes slices, e.g. encoded[0:100]")
         images = ImageFiles(self.records[key], size=self.image_size, mean=self.encoder.mean, std=self.encoder.std)
-        batch = collate_images([images[i] for i in range(len(images))])
+        batch = collate_pixels([images[i] for i in range(len(images))])
         first = self.offset + (key.start or 0)
         for row, reason in batch.failures:
             if first + row not in self.named:

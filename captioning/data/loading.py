@@ -11,7 +11,7 @@ import torch
 from torch.utils.data import Dataset
 
 from captioning.config import Config
-from captioning.data.dataset import Batch, CaptionPairs, ImageCaptionPairs, collate, collate_images
+from captioning.data.dataset import Batch, CaptionPairs, ImageCaptionPairs, collate, collate_image_pairs
 from captioning.data.features import EncodedImages
 from captioning.data.karpathy import DatasetError
 from captioning.data.mirror import MirroredPairs, mirror_image, mirror_words
@@ -54,7 +54,7 @@ def load_run_data(config: Config, *, vocab_words: list[str] | None, encoder: Enc
         return RunData(train, val, vocab, training_pairs(config, train, vocab), collate, val.annotations)
     pairs = training_pairs(config, train, vocab, encoder=encoder)
     encoded = EncodedImages(encoder, val.records, image_size=config.data.image_size, device=device)
-    return RunData(train, val, vocab, pairs, collate_images, encoded)
+    return RunData(train, val, vocab, pairs, collate_image_pairs, encoded)
 
 
 def training_pairs(config: Config, train: Split, vocab: Vocabulary, *, encoder: Encoder | None = None) -> Dataset:

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from captioning import progress
-from captioning.checkpoint import decoder_from_checkpoint, load_checkpoint, refuse_hard_choice
+from captioning.checkpoint import decoder_from_checkpoint, load_checkpoint
 from captioning.config import Config, apply_overrides, from_dict, validate
 from captioning.data.features import EncodedImages
 from captioning.data.karpathy import DatasetError, too_many_unreadable
@@ -27,7 +27,7 @@ from captioning.data.splits import load_splits
 from captioning.data.vocab import Vocabulary
 from captioning.eval.metrics import caption_metrics
 from captioning.eval.shapes.grounding import scorer_for
-from captioning.model.attention import choosing
+from captioning.model.attention import choosing, refuse_hard_choice
 from captioning.model.decoder import AttentionDecoder
 from captioning.model.decoding import decode
 from captioning.model.encoder import Encoder

@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from captioning.config.choices import COINS, HARD_CHOICES
+from captioning.config.schema import ConfigError
 
 
 @dataclass
@@ -280,19 +281,28 @@ def set_training_step(module: nn.Module, step: int) -> None:
             attention.step = step
 
 
+def refuse_hard_choice(module: nn.Module, choice: str | None, name: str = "this model") -> None:
+    """The one check of how a model is asked to pick hard attention's cell at test time: a choice
+    that exists, and argmax or sampling only of a model with hard attention. Soft attention *is* the
+    expectation, so asking a soft model for argmax or sampling is an error rather than silently
+    ignored. `name` names the model in the message (a checkpoint's path); None asks nothing."""
+    if choice is None:
+        return
+    if choice not in HardAttention.CHOICES:
+        raise ConfigError(f"unknown hard attention choice '{choice}' (known: {', '.join(HardAttention.CHOICES)})")
+    if choice != "expectation" and not any(isinstance(m, HardAttention) for m in module.modules()):
+        raise ConfigError(f"hard choice {choice}: {name} uses soft attention (only expectation applies)")
+
+
 @contextmanager
 def choosing(module: nn.Module, choice: str | None) -> Iterator[None]:
     """Within the block, every HardAttention inside `module` picks its cell by `choice` in eval mode
-    ("expectation", "argmax", "sample"); None changes nothing. Soft attention *is* the expectation,
-    so asking a soft model for argmax or sampling is an error rather than silently ignored."""
+    ("expectation", "argmax", "sample"; refuse_hard_choice checks it); None changes nothing."""
+    refuse_hard_choice(module, choice)
     if choice is None:
         yield
         return
-    if choice not in HardAttention.CHOICES:
-        raise ValueError(f"unknown hard attention choice '{choice}' (known: {', '.join(HardAttention.CHOICES)})")
     found = [m for m in module.modules() if isinstance(m, HardAttention)]
-    if not found and choice != "expectation":
-        raise ValueError(f"'{choice}' applies to hard attention only; this model uses soft attention")
     saved = [m.choice for m in found]
     for m in found:
         m.choice = choice

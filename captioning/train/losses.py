@@ -71,6 +71,18 @@ def caption_log_likelihood(logits: torch.Tensor, targets: torch.Tensor, mask: to
     return (words * mask).sum(dim=1)
 
 
+def leave_one_out(rewards: torch.Tensor, counted: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each sample's baseline: the mean reward of the *other* counted samples of its group (hard
+    attention's replicas of a caption; self-critical training's samples of an image). rewards [G, K],
+    counted [G, K] bool (None: all). Returns the baselines [G, K] (0 where no other sample counts) and
+    how many other samples each has [G, K]. An uncounted reward enters no sum, whatever it is."""
+    counted = torch.ones_like(rewards, dtype=torch.bool) if counted is None else counted
+    r = torch.where(counted, rewards, torch.zeros_like(rewards))  # [G, K]
+    c = counted.to(rewards.dtype)  # [G, K]
+    others = c.sum(dim=1, keepdim=True) - c  # [G, K], counted samples besides this one
+    return (r.sum(dim=1, keepdim=True) - r) / others.clamp(min=1), others
+
+
 def _alone(tensor: torch.Tensor) -> torch.Tensor:
     return tensor
 
@@ -163,10 +175,7 @@ class Reinforce:
             moving = torch.full_like(rewards, self.value)  # [B]
         if self.baseline == "moving_average":
             return moving
-        r = torch.where(sampled, rewards, torch.zeros_like(rewards)).view(-1, self.samples)  # [images, K], by image
-        s = sampled.to(rewards.dtype).view(-1, self.samples)  # [images, K]
-        others = s.sum(dim=1, keepdim=True) - s  # [images, K], sampled replicas besides this one
-        loo = (r.sum(dim=1, keepdim=True) - r) / others.clamp(min=1)  # [images, K]
+        loo, others = leave_one_out(rewards.view(-1, self.samples), sampled.view(-1, self.samples))  # [images, K]
         return torch.where(others > 0, loo, moving.reshape(loo.shape)).view(-1)
 
     def update(self, rewards: torch.Tensor, sampled: torch.Tensor) -> None:

@@ -37,18 +37,21 @@ from captioning.runtime.hardware import Hardware
 from captioning.runtime.precision import FULL_PRECISION, Precision
 from captioning.train.build import Model
 from captioning.train.cider import CiderD
+from captioning.train.losses import leave_one_out
 from captioning.train.objective import StepResult
 from captioning.train.step import apply_gradients
 
 
 @dataclass
-class ImageBatch:
+class ImageRows:
+    """A batch of training images, by their rows in the split, with their cached annotations."""
+
     images: torch.Tensor  # [B] long: rows of the training split
     annotations: torch.Tensor  # [B, L, D]
 
-    def to(self, device: torch.device, non_blocking: bool = False) -> ImageBatch:
+    def to(self, device: torch.device, non_blocking: bool = False) -> ImageRows:
         # The cache's fp16 rows are widened after the move: half the bytes pinned and copied.
-        return ImageBatch(self.images, self.annotations.to(device, non_blocking=non_blocking).float())
+        return ImageRows(self.images, self.annotations.to(device, non_blocking=non_blocking).float())
 
 
 class TrainingImages(Dataset):
@@ -67,8 +70,8 @@ class TrainingImages(Dataset):
         return row, np.array(self.annotations[row])  # in the cache's dtype (fp16): widened on the device
 
 
-def collate_images(items: list[tuple[int, np.ndarray]]) -> ImageBatch:
-    return ImageBatch(torch.tensor([row for row, _ in items]), torch.from_numpy(np.stack([a for _, a in items])))
+def collate_image_rows(items: list[tuple[int, np.ndarray]]) -> ImageRows:
+    return ImageRows(torch.tensor([row for row, _ in items]), torch.from_numpy(np.stack([a for _, a in items])))
 
 
 def image_batches(count: int, *, batch_size: int, seed: int, epoch: int) -> list[list[int]]:
@@ -128,7 +131,7 @@ class SelfCritical:
         """CIDEr-D of each row's caption against its image's references. tokens [R, T], images [R]."""
         return self.cider.scores([self.vocab.decode(row) for row in tokens.tolist()], images)
 
-    def loss(self, decoder: AttentionDecoder, batch: ImageBatch, *, precision: Precision = FULL_PRECISION,
+    def loss(self, decoder: AttentionDecoder, batch: ImageRows, *, precision: Precision = FULL_PRECISION,
              hard_choice: str | None = None) -> tuple[torch.Tensor, dict[str, float]]:
         """The self-critical loss of a batch of images and its statistics. `hard_choice`: how the
         greedy baseline's hard attention picks its cell, as test-time decoding does (decode.hard_choice;
@@ -143,15 +146,15 @@ class SelfCritical:
                 best = greedy(decoder, batch.annotations, max_length=self.max_length)
             decoder.train()
             baseline = self.rewards(best.tokens, images)[:, None].repeat(self.samples, axis=1)  # [B, K]
-        else:  # the mean of the image's other samples
-            baseline = (sampled.sum(axis=1, keepdims=True) - sampled) / (self.samples - 1)
+        else:  # the mean of the image's other samples (Luo, 2020)
+            baseline = leave_one_out(torch.as_tensor(sampled))[0].numpy()  # [B, K]
         advantage = torch.as_tensor(sampled - baseline, dtype=torch.float32, device=log_probs.device).reshape(-1)
         steps = (tokens != Vocabulary.pad_id).float()  # [N, T]: the words sampled, <end> included
         loss = -(advantage[:, None] * log_probs * steps).sum() / steps.sum().clamp(min=1.0)
         return loss, {"reward": float(sampled.mean()), "baseline": float(baseline.mean()),
                       "ended": float((tokens == Vocabulary.end_id).any(dim=1).float().mean())}
 
-    def step(self, decoder: AttentionDecoder, batch: ImageBatch, optimizer: torch.optim.Optimizer, *,
+    def step(self, decoder: AttentionDecoder, batch: ImageRows, optimizer: torch.optim.Optimizer, *,
              grad_clip: float, step: int, precision: Precision = FULL_PRECISION,
              scaler: torch.amp.GradScaler | None = None, hard_choice: str | None = None) -> StepResult:
         """One optimizer step of the self-critical loss (skipped where not finite: apply_gradients)."""
@@ -174,7 +177,7 @@ class SelfCriticalObjective:
         self.scaler = scaler if scaler.is_enabled() else None
         self.critic = SelfCritical.from_config(config.train.scst, records=data.train.records, vocab=data.vocab,
                                                max_length=config.decode.max_length)
-        self.items, self.collate = TrainingImages(data.train.annotations), collate_images
+        self.items, self.collate = TrainingImages(data.train.annotations), collate_image_rows
         self.images = len(data.train.records)
         # how hard attention picks its cell for the greedy baseline: as test-time decoding does
         self.hard_choice = config.decode.hard_choice if config.model.attention == "hard" else None
@@ -183,7 +186,7 @@ class SelfCriticalObjective:
         t = self.config.train
         return image_batches(self.images, batch_size=t.batch_size, seed=t.seed, epoch=epoch)
 
-    def step(self, batch: ImageBatch, *, step: int, size: int, received: int | None) -> StepResult:
+    def step(self, batch: ImageRows, *, step: int, size: int, received: int | None) -> StepResult:
         result = self.critic.step(self.decoder, batch.to(self.hardware.device), self.optimizer,
                                   grad_clip=self.config.train.grad_clip, step=step, precision=self.hardware.precision,
                                   scaler=self.scaler, hard_choice=self.hard_choice)

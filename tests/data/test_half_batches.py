@@ -45,10 +45,10 @@ def test_a_batch_of_images_moves_as_it_is():
 
 
 def test_scst_image_batches_stay_fp16_until_the_device(pairs):
-    from captioning.train.scst import TrainingImages, collate_images
+    from captioning.train.scst import TrainingImages, collate_image_rows
 
     images = TrainingImages(pairs.annotations)
-    batch = collate_images([images[i] for i in (2, 0)])
+    batch = collate_image_rows([images[i] for i in (2, 0)])
     assert batch.annotations.dtype == torch.float16 and batch.images.tolist() == [2, 0]
     moved = batch.to(torch.device("cpu"))
     assert moved.annotations.dtype == torch.float32

@@ -17,7 +17,7 @@ from captioning.data.mapped import MappedFile
 from captioning.data.mirror import MirroredPairs, mirror_words
 from captioning.data.splits import Rows
 from captioning.data.vocab import Vocabulary, tokenize
-from captioning.train.scst import TrainingImages, collate_images
+from captioning.train.scst import TrainingImages, collate_image_rows
 
 N, L, D = 64, 49, 640  # [N, L, D] fp16: 4 MB, far more than any pickled dataset below may weigh
 SMALL = 8 * 1024  # bytes: the pairs' token ids and the file's name, not the annotations
@@ -101,7 +101,7 @@ def test_spawned_workers_yield_exactly_what_the_main_process_reads(cache):
     generator = torch.Generator().manual_seed(0)
     pair_batches = torch.randperm(len(pairs), generator=generator)[:40].view(5, 8).tolist()
     image_batches = torch.randperm(len(images), generator=generator)[:24].view(3, 8).tolist()
-    for dataset, batches, collate_fn in ((pairs, pair_batches, collate), (images, image_batches, collate_images)):
+    for dataset, batches, collate_fn in ((pairs, pair_batches, collate), (images, image_batches, collate_image_rows)):
         inline = _items(DataLoader(dataset, batch_sampler=batches, collate_fn=collate_fn, num_workers=0))
         spawned = _items(DataLoader(dataset, batch_sampler=batches, collate_fn=collate_fn, num_workers=2,
                                     multiprocessing_context="spawn"))

@@ -449,20 +449,20 @@ def test_a_skipped_step_moves_neither_the_weights_nor_their_average(tmp_path: Pa
 
 def test_pairs_left_out_of_a_batch_leave_the_others_their_own_draws(tmp_path: Path, tiny_config,
                                                                     monkeypatch) -> None:
-    """collate_images leaves out the pairs whose image could not be read and says where the others
+    """collate_image_pairs leaves out the pairs whose image could not be read and says where the others
     sat; hard attention's draws are then picked by those positions (step.row_draws), so every kept
     caption samples what it would have sampled in the whole batch."""
     from dataclasses import replace
 
-    from captioning.data.dataset import collate_images
+    from captioning.data.dataset import collate_image_pairs
     from captioning.runtime.hardware import Hardware
     from captioning.train.loop import Run
 
     pixels, tokens = torch.zeros(3, 8, 8), [1, 5, 2]
-    batch = collate_images([(pixels, tokens, None), (None, tokens, "b.jpg: broken"), (pixels, tokens, None),
+    batch = collate_image_pairs([(pixels, tokens, None), (None, tokens, "b.jpg: broken"), (pixels, tokens, None),
                             (None, tokens, "d.jpg: broken")])
     assert batch.positions.tolist() == [0, 2] and batch.tokens.shape[0] == 2
-    assert collate_images([(pixels, tokens, None)]).positions is None  # nothing left out: no positions
+    assert collate_image_pairs([(pixels, tokens, None)]).positions is None  # nothing left out: no positions
 
     run = Run.start(tiny_config(tmp_path / "run", "model.attention=hard", "data.max_bad_images=0.5"), resume=False,
                     hardware=Hardware.setup("cpu", amp=False))

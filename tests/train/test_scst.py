@@ -14,7 +14,7 @@ from captioning.config import ConfigError, ScstConfig
 from captioning.data.vocab import SPECIALS, Vocabulary
 from captioning.model.captioner import build_decoder
 from captioning.train.loop import fit
-from captioning.train.scst import ImageBatch, SelfCritical, image_batches
+from captioning.train.scst import ImageRows, SelfCritical, image_batches
 from tests.model.sizes import model_section
 
 WORDS = ["a", "red", "green", "square", "circle"]
@@ -55,7 +55,7 @@ def _advantages(critic: SelfCritical, decoder, rewards: np.ndarray, monkeypatch)
     monkeypatch.setattr(critic, "sample", lambda decoder, annotations: (tokens, log_probs))
     monkeypatch.setattr(critic, "rewards", lambda tokens, images: rewards if len(images) == rows
                         else np.array([2.0, 1.0]))  # the greedy captions' rewards, per image
-    loss, _ = critic.loss(decoder, ImageBatch(torch.tensor([0, 1]), torch.randn(2, 4, 6)))
+    loss, _ = critic.loss(decoder, ImageRows(torch.tensor([0, 1]), torch.randn(2, 4, 6)))
     loss.backward()
     return -(log_probs.grad[:, 0] * rows).numpy()
 
@@ -72,7 +72,7 @@ def test_each_baseline_gives_the_advantages_of_its_paper(monkeypatch) -> None:
 def test_equal_rewards_give_no_gradient(monkeypatch) -> None:
     decoder, critic = _decoder().train(), _critic(samples=3)
     monkeypatch.setattr(critic, "rewards", lambda tokens, images: np.full(len(images), 0.7))
-    loss, _ = critic.loss(decoder, ImageBatch(torch.tensor([0, 1]), torch.randn(2, 4, 6)))
+    loss, _ = critic.loss(decoder, ImageRows(torch.tensor([0, 1]), torch.randn(2, 4, 6)))
     assert abs(loss.item()) < 1e-9
 
 
@@ -95,7 +95,7 @@ def test_the_gradient_moves_towards_the_rewarded_word(baseline: str, monkeypatch
     optimizer = torch.optim.Adam(decoder.parameters(), lr=0.05)
     torch.manual_seed(1)
     for step in range(15):
-        critic.step(decoder, ImageBatch(torch.tensor([0, 1]), annotations), optimizer, grad_clip=5.0, step=step)
+        critic.step(decoder, ImageRows(torch.tensor([0, 1]), annotations), optimizer, grad_clip=5.0, step=step)
     assert p_red() > before + 0.2
 
 
@@ -136,7 +136,7 @@ def test_a_step_whose_distribution_is_not_finite_is_skipped_not_a_crash() -> Non
     annotations = torch.randn(2, 4, 6)
     annotations[0] = float("nan")
     optimizer = torch.optim.SGD(decoder.parameters(), lr=0.1)
-    losses = critic.step(decoder, ImageBatch(torch.tensor([0, 1]), annotations), optimizer, grad_clip=5.0, step=0)
+    losses = critic.step(decoder, ImageRows(torch.tensor([0, 1]), annotations), optimizer, grad_clip=5.0, step=0)
     assert losses.skipped
     assert all(torch.equal(value, before[name]) for name, value in decoder.state_dict().items())
 
@@ -187,7 +187,7 @@ def test_the_greedy_baseline_decodes_hard_attention_as_test_time_does(monkeypatc
         return real(decoder, annotations, **options)
 
     monkeypatch.setattr(scst_module, "greedy", greedy)
-    batch = ImageBatch(torch.tensor([0, 1]), torch.randn(2, 4, 6))
+    batch = ImageRows(torch.tensor([0, 1]), torch.randn(2, 4, 6))
     for choice in ("argmax", "sample", None):
         critic.loss(decoder, batch, hard_choice=choice)
     assert used == ["argmax", "sample", "expectation"] and decoder.attention.choice == "expectation"

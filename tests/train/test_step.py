@@ -262,7 +262,7 @@ def test_row_draws_share_the_coin_of_each_image_or_of_the_global_batch_in_every_
 
 
 def test_row_draws_of_a_part_with_pairs_left_out_are_each_pairs_own() -> None:
-    """Pairs whose image could not be read leave a process's part (collate_images): the rows that stay
+    """Pairs whose image could not be read leave a process's part (collate_image_pairs): the rows that stay
     keep the draws of their place in the global batch, not the first rows' draws."""
     whole = row_draws(seed=3, step=5, size=6, start=0, rows=6, samples=2, width=4)
     kept = torch.tensor([0, 2])  # of the part that starts at pair 3: pairs 3 and 5, pair 4 unreadable
