@@ -171,3 +171,9 @@ def test_the_metrics_validation_may_pick_are_those_it_computes(tiny_run) -> None
                                 references=val.references, vocab=vocab, grid=val.grid, scorer=scorer_for(val, vocab),
                                 full=False)
     assert set(choices.VALIDATION_METRICS) | set(choices.SHAPES_METRICS) <= set(metrics)
+
+
+def test_the_objectives_the_config_lists_are_the_run_s() -> None:
+    from captioning.train.loop import OBJECTIVES
+
+    assert tuple(OBJECTIVES) == choices.OBJECTIVES
