@@ -40,10 +40,10 @@ class Memory:
     # Hard attention while training: True where this image uses the soft expectation instead of a
     # sample for its whole caption (Sec. 4.1: "with probability 0.5"). None otherwise.
     expectation: torch.Tensor | None = None  # [B] bool
-    # Hard attention while training, where the run gives them (HardAttention.with_draws): each row's
-    # uniform draws for its cells, one column per step, and the step reached. None: torch's RNG.
+    # Hard attention while training, where the step hands them in (Draws.cells): each row's uniform
+    # draws for its cells, one column per step. None: torch's RNG.
     draws: torch.Tensor | None = None  # [B, T]
-    step: int = 0
+    step: int = 0  # the caption steps taken with this memory so far: the column of `draws` read next
 
     def select(self, index: torch.Tensor) -> Memory:
         """Rows of the batch, e.g. each image repeated once per beam."""
@@ -80,6 +80,37 @@ class AttentionOutput:
         return torch.where((self.location >= 0)[:, None], one_hot, self.alpha)
 
 
+@dataclass
+class Draws:
+    """Hard attention's randomness for one training forward, as the training step hands it in (Sec. 4.1).
+
+    `chance`: the chance that a caption uses the soft expectation instead of samples, at this point
+    of the run (the paper's 0.5; the training step owns its warm-up:
+    captioning.train.step.expectation_chance). `coins`: each row's uniform draw that decides it (a
+    row uses the expectation where coin < chance), already shared out one per image or per batch
+    (shared_coins); None: `prepare` flips them with torch's RNG. `cells`: each row's uniform draws
+    that pick its cell at every step by inverse CDF, so that a run's samples do not depend on how it
+    splits or orders its batch; None: torch's RNG samples them.
+    """
+
+    chance: float
+    coins: torch.Tensor | None = None  # [B], uniform in [0, 1)
+    cells: torch.Tensor | None = None  # [B, T], uniform in [0, 1)
+
+    @classmethod
+    def from_uniform(cls, uniform: torch.Tensor, *, chance: float) -> Draws:
+        """From uniform draws [B, 1 + T]: column 0 each row's coin, then one column per step."""
+        return cls(chance=chance, coins=uniform[:, 0], cells=uniform[:, 1:])
+
+    def select(self, index: torch.Tensor) -> Draws:
+        """Rows of the batch (the decoder sorts them by caption length)."""
+
+        def pick(tensor: torch.Tensor | None) -> torch.Tensor | None:
+            return None if tensor is None else tensor.index_select(0, index)
+
+        return Draws(self.chance, pick(self.coins), pick(self.cells))
+
+
 class _Attention(nn.Module):
     """What soft and hard attention share: the per-image work and the weights alpha_t.
 
@@ -99,7 +130,9 @@ class _Attention(nn.Module):
         """The width of z_t for annotations of `annotation_dim` channels."""
         return annotation_dim + sum(getattr(module, "channels", 0) for module in self.inputs)
 
-    def prepare(self, annotations: torch.Tensor) -> Memory:
+    def prepare(self, annotations: torch.Tensor, draws: Draws | None = None) -> Memory:
+        """The per-image work for annotations [B, L, D]. `draws`: hard attention's randomness while
+        training (soft attention samples nothing and ignores them)."""
         annotations = self.inputs(annotations)  # [B, L, D]
         return Memory(annotations=annotations, keys=self.score.prepare(annotations))
 
@@ -126,15 +159,11 @@ class HardAttention(_Attention):
     expectation sampled nothing: their log_prob is exactly 0, so the REINFORCE term
     (captioning.train.losses) gets nothing from them, and their location is -1.
 
-    `warmup` > 0 (not in the paper): the chance of the expectation falls linearly from 1 to
-    `expectation_prob` over the run's first `warmup` optimizer steps, so attention first learns
-    where objects are the soft way. The schedule reads `step`, the run's step count, which the
-    training step sets (captioning.train.step); it is the same count that the REINFORCE terms'
-    warm-up reads and that checkpoints keep.
-
-    Each row of the annotations `prepare` is given is one image with its own coin. A training run
-    hands in its draws instead (`with_draws`), whose coins `shared_coins` has already made one per
-    image (the K rows of an image's K samples of locations) or one per global batch.
+    The module holds no training schedule. Without `draws`, `prepare` flips each row's coin at
+    `expectation_prob` (each row one image). A training step hands its `Draws` in: the chance of the
+    expectation where the run warms it up (model.hard.warmup: captioning.train.step.expectation_chance),
+    and a run's own coins, shared out one per image (the K rows of an image's K samples of
+    locations) or one per global batch (`shared_coins`), with the draws for its cells.
 
     Test time (eval mode): `choice` says how the cell is picked: "expectation" (the default, the
     paper's: it behaves like soft attention), "argmax" (the most likely cell) or "sample".
@@ -145,7 +174,7 @@ class HardAttention(_Attention):
     COINS = COINS
 
     def __init__(self, score: nn.Module, *, temperature: float = 1.0, inputs: tuple[nn.Module, ...] = (),
-                 expectation_prob: float = 0.5, coin: str = "image", choice: str = "expectation", warmup: int = 0):
+                 expectation_prob: float = 0.5, coin: str = "image", choice: str = "expectation"):
         super().__init__(score, temperature=temperature, inputs=inputs)
         if not 0.0 <= expectation_prob <= 1.0:
             raise ValueError(f"expectation_prob must lie in [0, 1], got {expectation_prob}")
@@ -153,38 +182,19 @@ class HardAttention(_Attention):
             raise ValueError(f"unknown coin '{coin}' (known: {', '.join(self.COINS)})")
         if choice not in self.CHOICES:
             raise ValueError(f"unknown hard attention choice '{choice}' (known: {', '.join(self.CHOICES)})")
-        if warmup < 0:
-            raise ValueError(f"warmup must be >= 0 steps, got {warmup}")
         self.expectation_prob = expectation_prob
         self.coin = coin
         self.choice = choice
-        self.warmup = warmup
-        self.step = 0  # the run's optimizer steps so far, set by the training step
 
-    def current_expectation_prob(self) -> float:
-        """The chance of the expectation now: expectation_prob, or on the way there during warm-up."""
-        if self.warmup == 0:
-            return self.expectation_prob
-        done = min(1.0, self.step / self.warmup)
-        return 1.0 - (1.0 - self.expectation_prob) * done
-
-    def prepare(self, annotations: torch.Tensor) -> Memory:
+    def prepare(self, annotations: torch.Tensor, draws: Draws | None = None) -> Memory:
         memory = super().prepare(annotations)
         if self.training:
-            batch, device = annotations.shape[0], annotations.device
-            coins = torch.rand(1 if self.coin == "batch" else batch, device=device).expand(batch)  # [B], Sec. 4.1
-            memory.expectation = coins < self.current_expectation_prob()  # [B]
-        return memory
-
-    def with_draws(self, memory: Memory, draws: torch.Tensor) -> Memory:
-        """`memory` (prepared while training) with its randomness taken from `draws` [B, 1 + T]
-        instead of torch's RNG: column 0 is each row's coin, column t + 1 picks the cell of step t by
-        inverse CDF. A run gives every row of the global batch its own draws, the coins already
-        shared by each image's rows (`shared_coins`; captioning.train.step.row_draws), so that the
-        samples do not depend on how the batch is split between processes, nor on how the decoder
-        orders its rows."""
-        memory.expectation = draws[:, 0] < self.current_expectation_prob()  # [B], Sec. 4.1
-        memory.draws, memory.step = draws[:, 1:], 0
+            draws = draws if draws is not None else Draws(chance=self.expectation_prob)  # the paper's mixture
+            coins = draws.coins
+            if coins is None:  # each row an image with its own coin (or one for all: coin="batch")
+                uniform = torch.rand(annotations.shape[0], 1, device=annotations.device)  # [B, 1]
+                coins = shared_coins(uniform, group=1, coin=self.coin)[:, 0]  # [B]
+            memory.expectation, memory.draws = coins < draws.chance, draws.cells  # [B] (Sec. 4.1), [B, T]
         return memory
 
     def _choose(self, alpha: torch.Tensor, memory: Memory) -> tuple[torch.Tensor, torch.Tensor]:
@@ -219,7 +229,7 @@ class HardAttention(_Attention):
 
 
 def shared_coins(draws: torch.Tensor, *, group: int, coin: str) -> torch.Tensor:
-    """`draws` [R, 1 + T] (HardAttention.with_draws) with column 0 made the coin of each row's image:
+    """`draws` [R, 1 + T] (Draws.from_uniform) with column 0 made the coin of each row's image:
     the rows come image by image, `group` rows each (an image's K samples of locations), and each
     takes its image's first row's draw; with `coin="batch"` (the authors' code) every row takes row
     0's, one coin for the whole batch. The one place where a run's coins are shared out."""
@@ -262,23 +272,17 @@ class GivenLocations(HardAttention):
 
     def __init__(self, score: nn.Module, sequences: torch.Tensor):
         super().__init__(score, expectation_prob=0.0)
-        self.sequences, self.t = sequences, 0  # [B, T] long
-
-    def prepare(self, annotations: torch.Tensor) -> Memory:
-        self.t = 0
-        return super().prepare(annotations)
+        self.sequences = sequences  # [B, T] long
 
     def _choose(self, alpha: torch.Tensor, memory: Memory) -> tuple[torch.Tensor, torch.Tensor]:
-        cell = self.sequences[:, self.t]  # [B]
-        self.t += 1
+        cell = self.sequences[:, memory.step]  # [B]
+        memory.step += 1
         return cell, torch.zeros_like(cell, dtype=torch.bool)
 
 
-def set_training_step(module: nn.Module, step: int) -> None:
-    """Tell every HardAttention inside `module` the run's optimizer step count (its warm-up reads it)."""
-    for attention in module.modules():
-        if isinstance(attention, HardAttention):
-            attention.step = step
+def hard_attention(module: nn.Module) -> HardAttention | None:
+    """The hard attention inside `module`, or None where it attends softly."""
+    return next((m for m in module.modules() if isinstance(m, HardAttention)), None)
 
 
 def refuse_hard_choice(module: nn.Module, choice: str | None, name: str = "this model") -> None:
@@ -290,7 +294,7 @@ def refuse_hard_choice(module: nn.Module, choice: str | None, name: str = "this 
         return
     if choice not in HardAttention.CHOICES:
         raise ConfigError(f"unknown hard attention choice '{choice}' (known: {', '.join(HardAttention.CHOICES)})")
-    if choice != "expectation" and not any(isinstance(m, HardAttention) for m in module.modules()):
+    if choice != "expectation" and hard_attention(module) is None:
         raise ConfigError(f"hard choice {choice}: {name} uses soft attention (only expectation applies)")
 
 

@@ -18,7 +18,7 @@ from torch import nn
 
 from captioning.config import Config, ModelConfig
 from captioning.model.attention import HardAttention, SoftAttention
-from captioning.model.decoder import AttentionDecoder, MeanAnnotation, PreviousState
+from captioning.model.decoder import AttentionDecoder, MeanAnnotation
 from captioning.model.decoding import Captions, decode
 from captioning.model.encoder import Encoder
 from captioning.model.extras.glimpses import TwoGlimpses
@@ -27,6 +27,7 @@ from captioning.model.extras.position import GridCoordinates, GridPosition
 from captioning.model.extras.query_word import WordInQuery
 from captioning.model.extras.unit_annotations import UnitAnnotations
 from captioning.model.extras.window import LearnedWindowScore
+from captioning.model.query import PreviousState
 from captioning.model.scores import SCORES, LocalScore
 
 
@@ -66,8 +67,7 @@ def build_attention(model: ModelConfig, *, annotation_dim: int, query_dim: int, 
     shared = {"temperature": model.extras.temperature, "inputs": inputs}
     if (kind or model.attention) == "hard":
         hard = model.hard
-        return HardAttention(score, **shared, expectation_prob=hard.expectation_prob, coin=hard.coin,
-                             warmup=hard.warmup)
+        return HardAttention(score, **shared, expectation_prob=hard.expectation_prob, coin=hard.coin)
     return SoftAttention(score, **shared)
 
 

@@ -17,9 +17,10 @@ of z_t instead (gate="vector").
 
 Three seams take the options that are not in the paper (captioning/model/extras), each a module
 handed in by captioning.model.captioner: `summary`, what the initial state is computed from (the
-paper: MeanAnnotation); `query`, what attention is queried with (the paper: PreviousState); and
-`attention` itself (soft or hard, any score; TwoGlimpses wraps two). This module never asks which
-one it holds.
+paper: MeanAnnotation); `query`, what attention is queried with (the paper: PreviousState,
+captioning.model.query); and `attention` itself (soft or hard, any score; TwoGlimpses wraps two).
+This module never asks which one it holds: the fused recurrence says which decoders it computes
+(captioning.model.fused.supports).
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ import torch
 from torch import nn
 
 from captioning.model import fused
-from captioning.model.attention import AttentionOutput, Memory
+from captioning.model.attention import AttentionOutput, Draws, Memory
+from captioning.model.query import PreviousState
 
 
 class MeanAnnotation(nn.Module):
@@ -45,15 +47,62 @@ class MeanAnnotation(nn.Module):
         return annotations.mean(dim=1)  # [B, D]
 
 
-class PreviousState(nn.Module):
-    """The paper's attention query: q_t = h_{t-1} (Eq. 4)."""
+@dataclass
+class Packing:
+    """A teacher-forced batch's real positions, packed: rows sorted by caption length, longest first,
+    so that the rows still running at step t are a prefix of the batch (a view, never a copy), and
+    the positions taken time-major, p = (step t, sorted row r < n_t), like a PackedSequence.
+    `pack_by_length` makes it; `unpack` puts packed values back in their [B, T] places."""
 
-    @staticmethod
-    def dim(*, hidden_dim: int, embed_dim: int) -> int:
-        return hidden_dim
+    order: torch.Tensor  # [B], the sorted rows' places in the batch
+    in_order: bool  # whether the batch came sorted already (order is then 0 .. B-1)
+    batch_sizes: list[int]  # n_t, the rows still running at step t, while any is
+    step_of: torch.Tensor  # [N], each packed position's step t
+    row_of: torch.Tensor  # [N], its sorted row r
+    places: torch.Tensor  # [N], its place in the batch's own rows, flattened: row * T + t
+    steps: int  # T
 
-    def forward(self, h: torch.Tensor, embedded: torch.Tensor) -> torch.Tensor:
-        return h  # [B, H]
+    def sort(self, rows: torch.Tensor) -> torch.Tensor:
+        """Rows [B, ...] in the packing's order."""
+        return rows if self.in_order else rows[self.order]
+
+    def positions(self, sorted_rows: torch.Tensor) -> torch.Tensor:
+        """The real positions of sorted [B, T, ...] values, packed: [N, ...]."""
+        return sorted_rows[self.row_of, self.step_of]
+
+    def unpack(self, packed: torch.Tensor | None, fill: float = 0) -> torch.Tensor | None:
+        """[N, ...] -> [B, T, ...] in the batch's own row order, `fill` at padding (the loss masks it)."""
+        if packed is None:
+            return None
+        batch = self.order.shape[0]
+        flat = packed.new_full((batch * self.steps, *packed.shape[1:]), fill).index_copy(0, self.places, packed)
+        return flat.view(batch, self.steps, *packed.shape[1:])
+
+
+def pack_by_length(lengths: torch.Tensor | None, *, batch: int, steps: int, device: torch.device) -> Packing:
+    """The packing of a batch of `batch` rows whose real steps are `lengths` [B] (None: all `steps`)."""
+    if lengths is None:
+        lengths = torch.full((batch,), steps, dtype=torch.long, device=device)
+    lengths = lengths.to(device=device, dtype=torch.long)
+    if lengths.shape != (batch,):
+        raise ValueError(f"lengths must be [B] = [{batch}] integers in 1..{steps}")
+    order = torch.argsort(lengths, descending=True, stable=True)  # [B]
+    running = (lengths[order][None, :] > torch.arange(steps, device=device)[:, None]).sum(1)  # [T], n_t
+    invalid = ((lengths < 1) | (lengths > steps)).any()
+    in_order = (order == torch.arange(batch, device=device)).all()
+    # The recurrence needs n_t on the host: one trip there brings the lengths' check and whether the
+    # rows are sorted already with it (on a GPU, each trip waits for all the work queued before it).
+    invalid, in_order, *running_host = torch.cat([torch.stack([invalid, in_order]).long(), running]).tolist()
+    if invalid:
+        raise ValueError(f"lengths must be [B] = [{batch}] integers in 1..{steps}")
+    batch_sizes = [n for n in running_host if n > 0]
+    # Made on the device from n_t there (output_size: repeat_interleave need not read the total back).
+    total, running = sum(batch_sizes), running[:len(batch_sizes)]  # N, [T']
+    step_of = torch.repeat_interleave(torch.arange(len(batch_sizes), device=device), running,
+                                      output_size=total)  # [N]
+    row_of = torch.arange(total, device=device) - (torch.cumsum(running, 0) - running)[step_of]  # [N]
+    return Packing(order=order, in_order=bool(in_order), batch_sizes=batch_sizes, step_of=step_of, row_of=row_of,
+                   places=order[row_of] * steps + step_of, steps=steps)
 
 
 @dataclass
@@ -101,17 +150,17 @@ class AttentionDecoder(nn.Module):
         self.deep = nn.Tanh() if deep_output == "tanh" else nn.Identity()  # before L_o (Eq. 7)
         self.dropout = nn.Dropout(dropout)
 
-    def prepare(self, annotations: torch.Tensor) -> tuple[Memory, DecoderState]:
-        """The per-image work: attention keys and the initial state, from annotations [B, L, D]."""
+    def prepare(self, annotations: torch.Tensor, draws: Draws | None = None) -> tuple[Memory, DecoderState]:
+        """The per-image work: attention keys and the initial state, from annotations [B, L, D].
+        `draws`: hard attention's randomness while training, handed in by the training step."""
         summary = self.summary(annotations)  # [B, D] for the paper's mean
         state = DecoderState(h=torch.tanh(self.init_h(summary)), c=self.init_c(summary))
-        return self.attention.prepare(annotations), state
+        return self.attention.prepare(annotations, draws=draws), state
 
     @property
     def fusable(self) -> bool:
-        """Whether the fused recurrence (captioning.model.fused) computes this decoder's steps: the
-        paper's query and the attention that path implements."""
-        return type(self.query) is PreviousState and fused.supports(self.attention)
+        """Whether the fused recurrence computes this decoder's steps (captioning.model.fused.supports)."""
+        return fused.supports(self)
 
     def _advance(self, memory: Memory, state: DecoderState,
                  embedded: torch.Tensor) -> tuple[DecoderState, torch.Tensor, AttentionOutput]:
@@ -134,74 +183,39 @@ class AttentionDecoder(nn.Module):
         return self._output(embedded, state.h, z), state, attended
 
     def forward(self, annotations: torch.Tensor, inputs: torch.Tensor, *,
-                lengths: torch.Tensor | None = None, draws: torch.Tensor | None = None) -> DecoderOutput:
+                lengths: torch.Tensor | None = None, draws: Draws | None = None) -> DecoderOutput:
         """Teacher forcing: annotations [B, L, D], input tokens [B, T] (<start> w1 .. w_{T-1}).
 
         lengths [B] (optional): the real steps of each row (targets that are not padding). Steps at or
         past a row's length are then not computed at all, and their logits and alphas come back as
         zeros (the loss masks them anyway); without it every step of every row is computed.
 
-        draws [B, 1 + T] (optional, hard attention while training): each row's uniform draws for its
-        coin and its cells (HardAttention.with_draws), instead of torch's RNG.
+        draws (optional, hard attention while training): each row's coin and the uniform draws for
+        its cells (captioning.model.attention.Draws), handed in by the training step.
 
-        Rows are sorted by length, longest first, so that the rows still running at step t are a
-        prefix of the batch (a view, never a copy), and the recurrence shrinks as captions end. Only
-        the recurrence runs step by step: the output layer (Eq. 7), the largest product, runs once
-        over the real positions, packed. Soft attention with the additive score (the paper's default)
-        takes the fused path of captioning.model.fused; any other attention runs `_advance` step by step.
+        Only the recurrence runs step by step, on the rows still running (`Packing`): the output
+        layer (Eq. 7), the largest product, runs once over the real positions. Soft attention with the
+        additive score (the paper's default) takes the fused path of captioning.model.fused; any other
+        attention runs `_advance` step by step.
         """
-        batch, steps = inputs.shape
-        device = inputs.device
-        if lengths is None:
-            lengths = torch.full((batch,), steps, dtype=torch.long, device=device)
-        lengths = lengths.to(device=device, dtype=torch.long)
-        if lengths.shape != (batch,):
-            raise ValueError(f"lengths must be [B] = [{batch}] integers in 1..{steps}")
-        order = torch.argsort(lengths, descending=True, stable=True)  # [B]
-        running = (lengths[order][None, :] > torch.arange(steps, device=device)[:, None]).sum(1)  # [T], n_t
-        invalid = ((lengths < 1) | (lengths > steps)).any()
-        in_order = (order == torch.arange(batch, device=device)).all()
-        # The loop below needs n_t on the host: one trip there brings the lengths' check and whether the
-        # rows are sorted already with it (on a GPU, each trip waits for all the work queued before it).
-        invalid, in_order, *running_host = torch.cat([torch.stack([invalid, in_order]).long(), running]).tolist()
-        if invalid:
-            raise ValueError(f"lengths must be [B] = [{batch}] integers in 1..{steps}")
-        batch_sizes = [n for n in running_host if n > 0]  # n_t, rows still running at step t (then 0s)
-        if not in_order:
-            annotations, inputs = annotations[order], inputs[order]
-            draws = None if draws is None else draws[order]
-        # Packed position p = (step t, sorted row r < n_t), time-major like a PackedSequence; made on
-        # the device from n_t there (output_size: repeat_interleave need not read the total back).
-        total, running = sum(batch_sizes), running[:len(batch_sizes)]  # N, [T']
-        step_of = torch.repeat_interleave(torch.arange(len(batch_sizes), device=device), running,
-                                          output_size=total)  # [N]
-        row_of = torch.arange(total, device=device) - (torch.cumsum(running, 0) - running)[step_of]  # [N]
-        embedded = self.embed(inputs[row_of, step_of])  # [N, E], the real positions only
-        memory, state = self.prepare(annotations)
-        if draws is not None and self.training and hasattr(self.attention, "with_draws"):
-            memory = self.attention.with_draws(memory, draws)
-        if self.fusable:
-            hs, zs, alphas = self._fused_recurrence(memory, state, embedded, batch_sizes)
+        packing = pack_by_length(lengths, batch=inputs.shape[0], steps=inputs.shape[1], device=inputs.device)
+        annotations, inputs = packing.sort(annotations), packing.sort(inputs)
+        if draws is not None and not packing.in_order:
+            draws = draws.select(packing.order)
+        embedded = self.embed(packing.positions(inputs))  # [N, E], E y_{t-1} at the real positions only
+        memory, state = self.prepare(annotations, draws=draws)
+        if fused.supports(self):
+            hs, zs, alphas = fused.recurrence(self, memory, state, embedded, packing.batch_sizes)
             hard: dict[str, torch.Tensor | None] = {"log_prob": None, "entropy": None, "location": None}
         else:
-            hs, zs, alphas, hard = self._stepwise_recurrence(memory, state, embedded, batch_sizes)
+            hs, zs, alphas, hard = self._stepwise_recurrence(memory, state, embedded, packing.batch_sizes)
         logits = self._output(embedded, hs, zs)  # [N, V], Eq. 7 once over all real positions
-
-        where = order[row_of] * steps + step_of  # [N], packed position -> flat index into [B, T]
-
-        def unpack(packed: torch.Tensor | None, fill: float = 0) -> torch.Tensor | None:
-            """[N, ...] -> [B, T, ...], `fill` at padding (the loss masks it anyway)."""
-            if packed is None:
-                return None
-            flat = packed.new_full((batch * steps, *packed.shape[1:]), fill).index_copy(0, where, packed)
-            return flat.view(batch, steps, *packed.shape[1:])
-
         return DecoderOutput(
-            logits=unpack(logits),  # [B, T, V]
-            alphas=unpack(alphas),  # [B, T, L]
-            log_probs=unpack(hard["log_prob"]),  # [B, T], hard attention only
-            entropies=unpack(hard["entropy"]),  # [B, T]
-            locations=unpack(hard["location"], fill=-1),  # [B, T], -1: no cell chosen
+            logits=packing.unpack(logits),  # [B, T, V]
+            alphas=packing.unpack(alphas),  # [B, T, L]
+            log_probs=packing.unpack(hard["log_prob"]),  # [B, T], hard attention only
+            entropies=packing.unpack(hard["entropy"]),  # [B, T]
+            locations=packing.unpack(hard["location"], fill=-1),  # [B, T], -1: no cell chosen
         )
 
     def _stepwise_recurrence(self, memory: Memory, state: DecoderState, embedded: torch.Tensor, batch_sizes: list[int]
@@ -229,17 +243,3 @@ class AttentionDecoder(nn.Module):
 
         hard = {name: packed(name) for name in ("log_prob", "entropy", "location")}
         return torch.cat(hs), torch.cat(zs), packed("alpha"), hard
-
-    def _fused_recurrence(self, memory: Memory, state: DecoderState, embedded: torch.Tensor,
-                          batch_sizes: list[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Soft attention with the additive score: the same recurrence, fused. embedded [N, E], packed."""
-        dtype = self.lstm.weight_ih.dtype
-        # Under autocast the recurrence runs in the parameters' dtype (float32); the output layer after it
-        # still runs in the autocast dtype.
-        with torch.autocast(embedded.device.type, enabled=False):
-            gates_x = fused.word_gates(self, embedded.to(dtype))  # [N, 4H], the word part for all steps at once
-            embed_dim = embedded.shape[1]
-            return fused.FusedRecurrence.apply(
-                memory.keys.to(dtype), memory.annotations.to(dtype), gates_x, state.h.to(dtype), state.c.to(dtype),
-                fused.hidden_weights(self), self.gate.bias, self.attention.score.v.weight.view(-1),
-                self.lstm.weight_ih[:, embed_dim:], batch_sizes, torch.is_grad_enabled())

@@ -28,16 +28,35 @@ import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
 from captioning.model.attention import SoftAttention
+from captioning.model.query import PreviousState
 from captioning.model.scores import AdditiveScore
 
 
-def supports(attention: torch.nn.Module) -> bool:
-    """Whether `attention` is exactly what this path implements: soft attention with the additive
-    score at temperature 1 (the fused softmax has none). What attention sees of the annotations does
-    not matter: `prepare` runs before the recurrence either way. (The decoder adds its own
-    condition: the paper's query, h_{t-1}.)"""
-    return (type(attention) is SoftAttention and type(attention.score) is AdditiveScore
-            and attention.temperature == 1.0)
+def supports(decoder: torch.nn.Module) -> bool:
+    """Whether `decoder` is exactly what this path implements: the paper's query h_{t-1}, and soft
+    attention with the additive score at temperature 1 (the fused softmax has none). What attention
+    sees of the annotations does not matter: `prepare` runs before the recurrence either way. This
+    path asks, so that the decoder need not ask which seams it holds."""
+    attention = decoder.attention
+    return (type(decoder.query) is PreviousState and type(attention) is SoftAttention
+            and type(attention.score) is AdditiveScore and attention.temperature == 1.0)
+
+
+def recurrence(decoder: torch.nn.Module, memory, state, embedded: torch.Tensor,
+               batch_sizes: list[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The decoder's teacher-forced recurrence over packed positions (AttentionDecoder.forward):
+    memory and the initial state (h, c) [B, H] of rows sorted by length, embedded [N, E] packed, n_t
+    in `batch_sizes` -> h [N, H], z [N, D], alpha [N, L]."""
+    dtype = decoder.lstm.weight_ih.dtype
+    # Under autocast the recurrence runs in the parameters' dtype (float32); the output layer after it
+    # still runs in the autocast dtype.
+    with torch.autocast(embedded.device.type, enabled=False):
+        gates_x = word_gates(decoder, embedded.to(dtype))  # [N, 4H], the word part for all steps at once
+        embed_dim = embedded.shape[1]
+        return FusedRecurrence.apply(
+            memory.keys.to(dtype), memory.annotations.to(dtype), gates_x, state.h.to(dtype), state.c.to(dtype),
+            hidden_weights(decoder), decoder.gate.bias, decoder.attention.score.v.weight.view(-1),
+            decoder.lstm.weight_ih[:, embed_dim:], batch_sizes, torch.is_grad_enabled())
 
 
 def hidden_weights(decoder: torch.nn.Module) -> torch.Tensor:

@@ -29,7 +29,7 @@ from captioning.config import Config, ScstConfig
 from captioning.data.loading import RunData
 from captioning.data.mapped import by_reference
 from captioning.data.vocab import Vocabulary, tokenize
-from captioning.model.attention import choosing, sample, set_training_step
+from captioning.model.attention import Draws, choosing, hard_attention, sample
 from captioning.model.decoder import AttentionDecoder
 from captioning.model.decoding import greedy
 from captioning.runtime.distributed import Agreement
@@ -39,7 +39,7 @@ from captioning.train.build import Model
 from captioning.train.cider import CiderD
 from captioning.train.losses import leave_one_out
 from captioning.train.objective import StepResult
-from captioning.train.step import apply_gradients
+from captioning.train.step import apply_gradients, expectation_chance
 
 
 @dataclass
@@ -94,17 +94,19 @@ class SelfCritical:
         return cls(config, references=[[tokenize(c) for c in r.captions] for r in records], vocab=vocab,
                    max_length=max_length)
 
-    def sample(self, decoder: AttentionDecoder, annotations: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def sample(self, decoder: AttentionDecoder, annotations: torch.Tensor,
+               draws: Draws | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """K captions per image drawn from the decoder, with gradients: tokens [N, T] (<pad> after
         <end>) and each step's log-probability [N, T] (the word's, plus the sampled cell's under hard
         attention; 0 after <end>).
 
         Words are drawn from the vocabulary less <pad> and <start>, which no caption contains: a
         sampled <pad> would leave the loss while its caption went on. Hard attention's coin is
-        flipped once per image in `prepare`, before its K rows are made, so they share it. A step whose
+        flipped once per image in `prepare` (at `draws.chance`), before its K rows are made, so they
+        share it. A step whose
         distribution is not finite draws its words uniformly (attention.sample) and its loss is not
         finite: the step is skipped rather than the run stopped."""
-        memory, state = decoder.prepare(annotations)
+        memory, state = decoder.prepare(annotations, draws=draws)
         rows = torch.arange(annotations.shape[0], device=annotations.device).repeat_interleave(self.samples)
         memory, state = memory.select(rows), state.select(rows)
         previous = torch.full((rows.shape[0],), Vocabulary.start_id, dtype=torch.long, device=annotations.device)
@@ -132,13 +134,13 @@ class SelfCritical:
         return self.cider.scores([self.vocab.decode(row) for row in tokens.tolist()], images)
 
     def loss(self, decoder: AttentionDecoder, batch: ImageRows, *, precision: Precision = FULL_PRECISION,
-             hard_choice: str | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+             hard_choice: str | None = None, draws: Draws | None = None) -> tuple[torch.Tensor, dict[str, float]]:
         """The self-critical loss of a batch of images and its statistics. `hard_choice`: how the
         greedy baseline's hard attention picks its cell, as test-time decoding does (decode.hard_choice;
-        None for soft attention)."""
+        None for soft attention). `draws`: hard attention's chance of the expectation (`sample`)."""
         images = batch.images.tolist()
         with precision.autocast():
-            tokens, log_probs = self.sample(decoder, batch.annotations)
+            tokens, log_probs = self.sample(decoder, batch.annotations, draws=draws)
         sampled = self.rewards(tokens, [i for i in images for _ in range(self.samples)]).reshape(-1, self.samples)
         if self.baseline == "greedy":
             decoder.eval()  # the test-time caption: no dropout
@@ -156,11 +158,16 @@ class SelfCritical:
 
     def step(self, decoder: AttentionDecoder, batch: ImageRows, optimizer: torch.optim.Optimizer, *,
              grad_clip: float, step: int, precision: Precision = FULL_PRECISION,
-             scaler: torch.amp.GradScaler | None = None, hard_choice: str | None = None) -> StepResult:
-        """One optimizer step of the self-critical loss (skipped where not finite: apply_gradients)."""
+             scaler: torch.amp.GradScaler | None = None, hard_choice: str | None = None,
+             coin_warmup: int = 0) -> StepResult:
+        """One optimizer step of the self-critical loss (skipped where not finite: apply_gradients).
+        Hard attention's coins are flipped at the run's chance of the expectation at `step`, which
+        warms up over `coin_warmup` steps (captioning.train.step.expectation_chance)."""
         decoder.train()
-        set_training_step(decoder, step)
-        loss, stats = self.loss(decoder, batch, precision=precision, hard_choice=hard_choice)
+        hard = hard_attention(decoder)
+        draws = None if hard is None else Draws(chance=expectation_chance(step, final=hard.expectation_prob,
+                                                                          warmup=coin_warmup))
+        loss, stats = self.loss(decoder, batch, precision=precision, hard_choice=hard_choice, draws=draws)
         norm, skipped = apply_gradients(loss, loss, list(decoder.parameters()), optimizer, grad_clip=grad_clip,
                                         scaler=scaler)
         return StepResult({"loss": loss.item(), "grad_norm": norm.item(), **stats}, skipped=skipped)
@@ -189,7 +196,8 @@ class SelfCriticalObjective:
     def step(self, batch: ImageRows, *, step: int, size: int, received: int | None) -> StepResult:
         result = self.critic.step(self.decoder, batch.to(self.hardware.device), self.optimizer,
                                   grad_clip=self.config.train.grad_clip, step=step, precision=self.hardware.precision,
-                                  scaler=self.scaler, hard_choice=self.hard_choice)
+                                  scaler=self.scaler, hard_choice=self.hard_choice,
+                                  coin_warmup=self.config.model.hard.warmup)
         return StepResult(result.losses, skipped=result.skipped, agreement=Agreement(signal=received))
 
     def state_dict(self) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from torch import nn
 
 from captioning.data.dataset import Batch
 from captioning.data.vocab import Vocabulary
-from captioning.model.attention import HardAttention, set_training_step, shared_coins
+from captioning.model.attention import Draws, hard_attention, shared_coins
 from captioning.model.decoder import AttentionDecoder, DecoderOutput
 from captioning.model.encoder import Encoder
 from captioning.runtime.distributed import Agreement
@@ -81,11 +81,23 @@ def step_unless_skipped(optimizer: torch.optim.Optimizer, *, skipped: bool,
         optimizer.zero_grad(set_to_none=True)
 
 
+def expectation_chance(step: int, *, final: float, warmup: int) -> float:
+    """Hard attention's chance of using the expectation for a caption at the run's optimizer step
+    `step`: the paper's `final` (expectation_prob, 0.5; Sec. 4.1) after a warm-up (model.hard.warmup,
+    not in the paper) in which it falls linearly from 1, so that attention first learns where objects
+    are the soft way. The schedule belongs to the run, not the model: the step reads it and hands
+    the coins in (Draws)."""
+    if warmup == 0:
+        return final
+    done = min(1.0, step / warmup)
+    return 1.0 - (1.0 - final) * done
+
+
 def row_draws(*, seed: int, step: int, size: int, start: int, rows: int, samples: int, width: int,
               coin: str = "image", positions: torch.Tensor | None = None) -> torch.Tensor:
     """Hard attention's uniform draws for this process's `rows` captions, from row `start` of a
     global batch of `size`, each caption's `samples` rows in a row: [rows * samples, 1 + width] (a
-    coin, then one per step: HardAttention.with_draws). Every process of a run draws the whole global
+    coin, then one per step: Draws.from_uniform). Every process of a run draws the whole global
     batch's from the same seed (train.seed, the step), shares its coins out (one per image, or one
     for the global batch with `coin="batch"`: model.hard.coin) and keeps its own rows, so the samples
     are those of one process, however many share the batch. `positions` [rows]: where each caption
@@ -119,7 +131,7 @@ class TrainingModel(nn.Module):
         self.encoder = encoder
 
     def forward(self, source: torch.Tensor, inputs: torch.Tensor, *, lengths: torch.Tensor | None = None,
-                repeats: int = 1, draws: torch.Tensor | None = None) -> DecoderOutput:
+                repeats: int = 1, draws: Draws | None = None) -> DecoderOutput:
         """source: annotations [B, L, D], or images [B, 3, S, S] when there is an encoder; inputs
         [B*repeats, T] (each caption `repeats` times in a row: train.samples); lengths [B*repeats] the
         real steps of each row (see AttentionDecoder.forward). The encoder sees each image once."""
@@ -133,7 +145,8 @@ def train_step(model: nn.Module, batch: Batch, optimizer: torch.optim.Optimizer,
                ds_lambda: float, ds_target: str, precision: Precision = FULL_PRECISION,
                scaler: torch.amp.GradScaler | None = None, agree: Callable[[torch.Tensor], Agreement] | None = None,
                reinforce: Reinforce | None = None, word_weights: torch.Tensor | None = None,
-               step: int = 0, draws: torch.Tensor | None = None, stand_in: bool = False) -> StepResult:
+               step: int = 0, draws: torch.Tensor | None = None, coin_warmup: int = 0,
+               stand_in: bool = False) -> StepResult:
     """One optimizer step of Eq. 14 (cross-entropy plus lambda times the doubly stochastic term),
     plus, when the decoder's attention samples locations (hard attention), the REINFORCE terms of
     `reinforce` (Sec. 4.1). Every term is summed over the captions and divided by the batch's real
@@ -146,11 +159,12 @@ def train_step(model: nn.Module, batch: Batch, optimizer: torch.optim.Optimizer,
     share of the global batch's words, and no process updates unless every loss was finite. The
     losses returned are this process's own. `word_weights`
     [V] weight each target word's cross-entropy (losses.cross_entropy; None: all 1). `step` is the
-    run's optimizer steps so far: every warm-up (hard attention's coin, the REINFORCE terms) reads it.
-    `draws` [B*K, 1 + T] (hard attention): each row's uniform draws (HardAttention.with_draws; a run's
-    come from row_draws) instead of torch's RNG, so that the samples do not depend on how a run splits
-    its batch. Without them hard attention draws from torch's RNG: each row its own coin, or, with
-    `reinforce.samples` > 1, draws made here whose coins each image's rows share. `stand_in`: the
+    run's optimizer steps so far: every warm-up (hard attention's coin over `coin_warmup` steps:
+    expectation_chance; the REINFORCE terms) reads it. `draws` [B*K, 1 + T] (hard attention): each
+    row's uniform draws (Draws.from_uniform; a run's come from row_draws) instead of torch's RNG, so
+    that the samples do not depend on how a run splits its batch. Without them hard attention draws
+    from torch's RNG: each row its own coin, or, with `reinforce.samples` > 1, draws made here whose
+    coins each image's rows share. `stand_in`: the
     batch stands in for this process's empty part of a global batch (stand_in_batch), so its rewards
     do not move the baseline either.
 
@@ -158,18 +172,19 @@ def train_step(model: nn.Module, batch: Batch, optimizer: torch.optim.Optimizer,
     applied: a skipped step's rewards may not be finite.
     """
     model.train()
-    set_training_step(model, step)
     samples = reinforce.samples if reinforce is not None else 1
     tokens = batch.tokens.repeat_interleave(samples, dim=0)  # [B*K, T]: K samples of locations per caption
     inputs, targets = tokens[:, :-1], tokens[:, 1:]  # [B, T-1]: predict word t+1 from word t
     mask = (targets != Vocabulary.pad_id).float()  # [B, T-1], padding reaches no term
-    hard = next((m for m in model.modules() if isinstance(m, HardAttention)), None)
-    if draws is None and hard is not None and samples > 1:  # an image's K rows share its coin
-        uniform = torch.rand(tokens.shape[0], inputs.shape[1] + 1, device=tokens.device)  # [B*K, 1 + T-1]
-        draws = shared_coins(uniform, group=samples, coin=hard.coin)
     repeats = {"repeats": samples} if samples > 1 else {}
-    if draws is not None:
-        repeats["draws"] = draws[:, : inputs.shape[1] + 1]  # [B*K, 1 + T-1]: the coin, then one per step
+    hard = hard_attention(model)
+    if hard is not None:  # the coins, flipped at this step's chance of the expectation (Sec. 4.1)
+        chance = expectation_chance(step, final=hard.expectation_prob, warmup=coin_warmup)
+        if draws is None and samples > 1:  # an image's K rows share its coin
+            uniform = torch.rand(tokens.shape[0], inputs.shape[1] + 1, device=tokens.device)  # [B*K, 1 + T-1]
+            draws = shared_coins(uniform, group=samples, coin=hard.coin)
+        repeats["draws"] = (Draws(chance=chance) if draws is None else  # coins from torch's RNG
+                            Draws.from_uniform(draws[:, : inputs.shape[1] + 1], chance=chance))  # [B*K, 1 + T-1]
     with precision.autocast():
         output = model(batch.source, inputs, lengths=mask.sum(1).long(), **repeats)  # padded steps not computed
     logits = output.logits.float()  # [B, T-1, V]

@@ -57,7 +57,7 @@ def loss_of(output, targets, mask):
 
 
 def test_the_default_decoder_takes_the_fused_path_and_others_do_not():
-    assert make_decoder().fusable and fused.supports(make_decoder().attention)
+    assert make_decoder().fusable and fused.supports(make_decoder())
     assert not make_decoder(plain=True).fusable
     assert type(make_decoder().attention.score) is AdditiveScore
 

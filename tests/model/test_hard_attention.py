@@ -9,12 +9,12 @@ import torch
 from captioning.config import ConfigError
 from captioning.data.vocab import Vocabulary
 from captioning.model.attention import (
+    Draws,
     HardAttention,
     SoftAttention,
     choosing,
     inverse_cdf,
     sample,
-    set_training_step,
     shared_coins,
 )
 from captioning.model.decoder import AttentionDecoder
@@ -102,7 +102,8 @@ def test_copies_of_a_caption_share_their_image_coin_through_the_length_sort():
     generator = torch.Generator().manual_seed(1)
     tokens = torch.randint(4, V, (images, 7), generator=generator)
     lengths = torch.randint(2, 8, (images,), generator=generator)  # captions of mixed length
-    draws = shared_coins(torch.rand(images * samples, 8, generator=generator), group=samples, coin="image")
+    uniform = shared_coins(torch.rand(images * samples, 8, generator=generator), group=samples, coin="image")
+    draws = Draws.from_uniform(uniform, chance=0.5)
     with torch.no_grad():
         out = decoder(a.repeat_interleave(samples, 0), tokens.repeat_interleave(samples, 0),
                       lengths=lengths.repeat_interleave(samples), draws=draws)
@@ -145,7 +146,7 @@ def test_samples_follow_alpha():
 
 
 def test_given_draws_pick_cells_with_alphas_probabilities_and_decide_the_coin():
-    """HardAttention.with_draws: the cell whose cumulative alpha first passes the row's draw (inverse
+    """Draws handed to `prepare`: the cell whose cumulative alpha first passes the row's draw (inverse
     CDF: frequencies equal alpha), and the coin from column 0, shared by each image's 2 rows."""
     attention = make(expectation_prob=0.5).train()
     a, h = inputs(batch=1)
@@ -153,7 +154,7 @@ def test_given_draws_pick_cells_with_alphas_probabilities_and_decide_the_coin():
     draws = torch.rand(count, 3, generator=torch.Generator().manual_seed(5))  # [rows, coin + 2 steps]
     draws = shared_coins(draws, group=2, coin="image")
     with torch.no_grad():
-        memory = attention.with_draws(attention.prepare(a.expand(count, L, D)), draws)
+        memory = attention.prepare(a.expand(count, L, D), draws=Draws.from_uniform(draws, chance=0.5))
         out = attention(memory, h.expand(count, H))
     alpha = out.alpha[0]
     expected = torch.searchsorted(alpha.cumsum(0), draws[:, 1].contiguous(), right=True)  # by hand
@@ -174,7 +175,7 @@ def test_given_draws_decide_the_coin_per_image_or_once_for_the_batch(coin, expec
     attention = make(expectation_prob=0.5, coin=coin).train()
     a, _ = inputs(batch=4)
     draws = torch.tensor([[0.2, 0.5], [0.5, 0.5], [0.9, 0.5], [0.49, 0.5]])  # [rows, coin + 1 step]
-    memory = attention.with_draws(attention.prepare(a), shared_coins(draws, group=1, coin=coin))
+    memory = attention.prepare(a, draws=Draws.from_uniform(shared_coins(draws, group=1, coin=coin), chance=0.5))
     assert memory.expectation.tolist() == expected
 
 
@@ -185,7 +186,7 @@ def test_each_step_takes_its_own_column_of_draws_and_a_draw_past_the_last_bounda
     a, h = inputs(batch=1)
     draws = torch.tensor([[0.9, 1e-6, 0.999999, 0.5, 2.0]])  # [1, coin + 4 steps]
     with torch.no_grad():
-        memory = attention.with_draws(attention.prepare(a), draws)
+        memory = attention.prepare(a, draws=Draws.from_uniform(draws, chance=0.0))
         cells = [int(attention(memory, h).location) for _ in range(4)]
         alpha = attention(attention.prepare(a), h).alpha[0]  # the same map at every step (same h)
     cumulative = alpha.cumsum(0)
@@ -204,12 +205,16 @@ def test_given_draws_give_a_caption_the_same_samples_in_any_batch_order_or_split
     generator = torch.Generator().manual_seed(2)
     tokens = torch.randint(4, V, (rows, 7), generator=generator)
     lengths = torch.randint(2, 8, (rows,), generator=generator)
-    draws = torch.rand(rows, 8, generator=generator)
+    uniform = torch.rand(rows, 8, generator=generator)
+
+    def draws(part) -> Draws:
+        return Draws.from_uniform(uniform[part], chance=0.3)
+
     with torch.no_grad():
-        whole = decoder(a, tokens, lengths=lengths, draws=draws)
+        whole = decoder(a, tokens, lengths=lengths, draws=draws(slice(None)))
         order = torch.randperm(rows, generator=generator)
-        shuffled = decoder(a[order], tokens[order], lengths=lengths[order], draws=draws[order])
-        halves = [decoder(a[part], tokens[part], lengths=lengths[part], draws=draws[part])
+        shuffled = decoder(a[order], tokens[order], lengths=lengths[order], draws=draws(order))
+        halves = [decoder(a[part], tokens[part], lengths=lengths[part], draws=draws(part))
                   for part in (slice(0, 3), slice(3, rows))]
     assert (whole.locations >= 0).any() and (whole.locations[:, 0] == -1).any()  # both kinds of rows
     assert torch.equal(shuffled.locations, whole.locations[order])
@@ -248,7 +253,6 @@ def test_hard_options_are_checked():
     with pytest.raises(ValueError, match=r"^unknown hard attention choice 'mode' \(known: expectation, argmax, "
                                          r"sample\)$"):
         make(choice="mode")
-    assert make(warmup=10).current_expectation_prob() == 1.0  # a new module is at step 0 of its warm-up
 
 
 def test_hard_attentions_map_is_soft_attentions_at_the_same_temperature():
@@ -295,28 +299,16 @@ def test_argmax_decoding_beam_one_equals_greedy_and_teacher_forcing():
     assert torch.equal(forced.locations, greedy.locations)
 
 
-def test_warmup_goes_from_the_expectation_to_the_papers_mixture_by_the_runs_step():
-    """The coin's chance reads the run's step count (set by the training step, kept in checkpoints with
-    the run's progress): a module told step 2, as a resumed run's is, is where the schedule was."""
-    attention = make(expectation_prob=0.5, warmup=4).train()
-    a, _ = inputs(batch=200)
-    shares = []
+def test_without_draws_each_image_flips_its_own_coin_at_the_papers_chance():
+    """The module holds no schedule: unless a training step hands coins in, `prepare` flips one per
+    row at expectation_prob (the paper's 0.5), and none outside training."""
+    attention = make(expectation_prob=0.5).train()
+    a, _ = inputs(batch=400)
     torch.manual_seed(0)
-    for step in range(6):
-        set_training_step(attention, step)
-        shares.append(float(attention.prepare(a).expectation.float().mean()))
-    assert shares[0] == 1.0  # step 0: soft only
-    assert [round(attention.current_expectation_prob(), 3)] == [0.5]
-    assert 0.55 < shares[2] < 0.85 and all(0.35 < s < 0.65 for s in shares[4:])  # 0.75, then 0.5
+    share = float(attention.prepare(a).expectation.float().mean())
+    assert 0.42 < share < 0.58
     assert all(name.startswith("score.") for name in attention.state_dict())  # no counter of its own
-    resumed = make(expectation_prob=0.5, warmup=4)
-    set_training_step(resumed, 2)
-    assert resumed.current_expectation_prob() == 0.75
-    attention.eval()
-    attention.prepare(a)
-    assert attention.step == 5  # decoding does not advance the schedule
-    with pytest.raises(ValueError, match="warmup"):
-        make(warmup=-1)
+    assert attention.eval().prepare(a).expectation is None
 
 
 @pytest.mark.parametrize("kind", ["soft", "hard"])

@@ -52,7 +52,7 @@ def _advantages(critic: SelfCritical, decoder, rewards: np.ndarray, monkeypatch)
     rows = len(rewards)
     log_probs = torch.zeros(rows, 1, requires_grad=True)
     tokens = torch.full((rows, 1), Vocabulary.end_id)
-    monkeypatch.setattr(critic, "sample", lambda decoder, annotations: (tokens, log_probs))
+    monkeypatch.setattr(critic, "sample", lambda decoder, annotations, draws=None: (tokens, log_probs))
     monkeypatch.setattr(critic, "rewards", lambda tokens, images: rewards if len(images) == rows
                         else np.array([2.0, 1.0]))  # the greedy captions' rewards, per image
     loss, _ = critic.loss(decoder, ImageRows(torch.tensor([0, 1]), torch.randn(2, 4, 6)))
@@ -244,3 +244,26 @@ def test_a_self_critical_run_with_hard_attention_and_an_odd_batch_of_images(tiny
                          "train.max_steps=3", "train.scst.samples=2", "train.batch_size=3", "model.attention=hard",
                          "train.reinforce.samples=2", "decode.hard_choice=argmax")
     assert fit(config)["steps"] == 3
+
+
+@pytest.mark.parametrize(("step", "low", "high"), [(0, 1.0, 1.0), (9, 0.35, 0.65)])
+def test_self_critical_steps_flip_each_images_coin_at_the_chance_of_the_runs_step(step, low, high,
+                                                                                monkeypatch) -> None:
+    """Hard attention under SCST warms up as under cross-entropy (model.hard.warmup): the step hands
+    `prepare` one coin per image at expectation_chance(step), which the image's K samples share."""
+    decoder, critic = _decoder("attention=hard", "hard.expectation_prob=0.5"), _critic(samples=2)
+    seen, prepare = [], decoder.attention.prepare
+
+    def spy(annotations, draws=None):
+        memory = prepare(annotations, draws=draws)
+        seen.append(memory.expectation)
+        return memory
+
+    monkeypatch.setattr(decoder.attention, "prepare", spy)
+    monkeypatch.setattr(critic, "rewards", lambda tokens, images: np.zeros(len(images)))
+    optimizer = torch.optim.SGD(decoder.parameters(), lr=0.0)
+    torch.manual_seed(0)
+    critic.step(decoder, ImageRows(torch.arange(200) % 2, torch.randn(200, 4, 6)), optimizer, grad_clip=1.0,
+                step=step, coin_warmup=4)
+    coins = seen[0]  # the samples' forward; the greedy baseline's is in eval mode
+    assert coins.shape == (200,) and low <= float(coins.float().mean()) <= high

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 import torch
 from torch import nn
 
-from captioning.model.attention import AttentionOutput, Memory
+from captioning.model.attention import AttentionOutput, Draws, Memory
 
 
 @dataclass
@@ -50,8 +50,9 @@ class TwoGlimpses(nn.Module):
     def context_dim(self, annotation_dim: int) -> int:
         return self.first.context_dim(annotation_dim) + self.second.context_dim(annotation_dim)
 
-    def prepare(self, annotations: torch.Tensor) -> GlimpsesMemory:
-        return GlimpsesMemory(self.first.prepare(annotations), self.second.prepare(annotations))
+    def prepare(self, annotations: torch.Tensor, draws: Draws | None = None) -> GlimpsesMemory:
+        """`draws` (hard attention while training) go to the first glimpse: the second is soft."""
+        return GlimpsesMemory(self.first.prepare(annotations, draws=draws), self.second.prepare(annotations))
 
     def forward(self, memory: GlimpsesMemory, query: torch.Tensor) -> AttentionOutput:
         first = self.first(memory.first, query)
