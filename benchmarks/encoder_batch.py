@@ -4,7 +4,7 @@
 
 EfficientNet-Lite0 at 224² (the embedded default), frozen, random input; for each batch size, the
 default (NCHW) layout and channels-last. Each cell runs for --seconds after two warm-up batches.
-The caption command (captioning.api.Captioner._encode) encodes a few images at a time in
+The caption command (captioning.model.captioner.EncoderDecoder.encode) encodes a few images at a time in
 channels-last on a CPU because of what this prints on the machines we have.
 """
 

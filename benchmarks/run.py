@@ -275,13 +275,13 @@ def caption_case(args: argparse.Namespace) -> dict[str, object]:
     from captioning.config import load_config
     from captioning.data.images import load_image, to_tensor
     from captioning.data.vocab import SPECIALS
-    from captioning.model.captioner import CaptionModel
+    from captioning.model.captioner import EncoderDecoder
     from captioning.model.decoding import decode
 
     config = load_config(None, [f"decode.max_length={args.caption_words}"])  # the embedded default
     torch.manual_seed(0)
     vocab = Vocabulary([*SPECIALS, *(f"w{i}" for i in range(VOCAB - len(SPECIALS)))])
-    model = CaptionModel.from_config(config, vocab_size=len(vocab), grid=(14, 14))
+    model = EncoderDecoder.from_config(config, vocab_size=len(vocab), grid=(14, 14))
     with torch.no_grad():  # no special token: every caption has max_length words, the same work for every image
         model.decoder.out.bias[[Vocabulary.pad_id, Vocabulary.start_id, Vocabulary.end_id]] = -1e4
     before = copy.deepcopy(model).to(args.device).eval()  # as the command ran before: default layout, whole batches
@@ -301,7 +301,9 @@ def caption_case(args: argparse.Namespace) -> dict[str, object]:
     def previous_command(path: Path) -> list[str]:  # the loop `captioning caption` ran before captioning.api
         image = load_image(path)
         pixels = to_tensor(image, size=config.data.image_size, mean=before.encoder.mean, std=before.encoder.std)
-        captions, _ = before.generate(pixels[None].to(args.device), beam_size=3, max_length=config.decode.max_length)
+        with torch.no_grad():
+            annotations, _ = before.encoder(pixels[None].to(args.device))
+        captions = decode(before.decoder, annotations, beam_size=3, max_length=config.decode.max_length)
         return vocab.decode(captions.tokens[0].tolist())
 
     captioner.caption(paths[:2], beam_size=3)  # warm-up
@@ -330,7 +332,7 @@ def caption_case(args: argparse.Namespace) -> dict[str, object]:
     with torch.no_grad():
         for first in range(0, len(pixels), batch):
             start = time.perf_counter()
-            annotations, _ = captioner._encode(torch.stack(pixels[first:first + batch]).to(args.device))
+            annotations, _ = captioner.model.encode(torch.stack(pixels[first:first + batch]).to(args.device))
             encoding += time.perf_counter() - start
             start = time.perf_counter()
             decode(model.decoder, annotations, beam_size=3, max_length=config.decode.max_length)

@@ -15,7 +15,6 @@ line (`captioning caption`) is a thin layer over these two.
 
 from __future__ import annotations
 
-import copy
 import os
 import re
 from collections.abc import Iterator, Sequence
@@ -27,16 +26,15 @@ import numpy as np
 import torch
 from PIL import Image
 
-from captioning.checkpoint import config_of, load_checkpoint, model_of
-from captioning.config import Config, ConfigError, apply_overrides, validate
+from captioning.checkpoint import load_trained
+from captioning.config import Config
 from captioning.data.features import ImageFiles, collate_pixels
 from captioning.data.images import ImageReadError, load_image, to_tensor, upright_rgb
 from captioning.data.karpathy import ImageRecord
 from captioning.data.vocab import Vocabulary
 from captioning.eval.overlays import overlay, overlay_grid, save_overlays
 from captioning.model.attention import refuse_hard_choice
-from captioning.model.captioner import CaptionModel
-from captioning.model.decoding import decode
+from captioning.model.captioner import EncoderDecoder
 from captioning.progress import bar as progress_bar
 from captioning.runtime.hardware import default_device
 
@@ -47,9 +45,6 @@ INFERENCE_KEYS = ("encoder.weights_path", "decode.beam_size", "decode.max_length
 
 # COCO file names: COCO_val2014_000000391895.jpg (2014) or 000000391895.jpg (2017).
 _COCO_NAME = re.compile(r"^(?:COCO_[a-z]+\d{4}_)?(\d{6,12})$")
-
-# On a CPU the encoder runs this many images at a time (see Captioner._encode).
-CPU_ENCODER_CHUNK = 4
 
 # Overlays of a 12-megapixel photo need not be 12 megapixels: they are drawn on a copy this long at most.
 OVERLAY_SIDE = 1024
@@ -145,14 +140,12 @@ def reading_workers() -> int:
 
 class Captioner:
     """A trained model with its vocabulary and config, ready to caption images. On a CPU the
-    encoder is switched to channels-last layout (see _encode): the same numbers, faster."""
+    encoder is switched to channels-last layout (EncoderDecoder.encode): the same numbers, faster."""
 
-    def __init__(self, model: CaptionModel, vocab: Vocabulary, config: Config, *, device: str | torch.device = "cpu",
-                 name: str = "model"):
+    def __init__(self, model: EncoderDecoder, vocab: Vocabulary, config: Config, *,
+                 device: str | torch.device = "cpu", name: str = "model"):
         self.device = torch.device(device)
-        self.model = model.to(self.device).eval()
-        if self.device.type == "cpu":  # see _encode
-            self.model.encoder.to(memory_format=torch.channels_last)
+        self.model = model.placed(self.device)
         self.vocab, self.config, self.name = vocab, config, name
         refuse_hard_choice(self.model.decoder, config.decode.hard_choice, name)
 
@@ -163,16 +156,8 @@ class Captioner:
         GPU if there is one). `overrides` ("key.sub=value") may change what inference may change
         (INFERENCE_KEYS: where the encoder's weights are, how to decode); anything that would change
         the model is refused with ConfigError."""
-        payload = load_checkpoint(path)
-        config = config_of(payload, path)
-        for text in overrides:
-            apply_overrides(copy.deepcopy(config), [text])  # an unknown key or a malformed override says so first
-            key = text.split("=", 1)[0].strip()
-            if key not in INFERENCE_KEYS:
-                raise ConfigError(f"override '{text}': {key} cannot change at inference, it is part of the "
-                                  f"trained model (these can: {', '.join(INFERENCE_KEYS)})")
-        validate(apply_overrides(config, overrides), f"{path}: config with overrides")
-        return cls(model_of(payload, config, path), Vocabulary(payload["vocab"]), config,
+        trained = load_trained(path, overrides=overrides, may_change=INFERENCE_KEYS)
+        return cls(trained.model(), trained.vocab, trained.config,
                    device=default_device(None if device is None else str(device)), name=str(path))
 
     # One image or a list ---------------------------------------------------------------------------
@@ -229,17 +214,6 @@ class Captioner:
 
     # Shared ----------------------------------------------------------------------------------------
 
-    @torch.no_grad()
-    def _encode(self, pixels: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int]]:
-        """pixels [B, 3, S, S] -> annotations [B, L, D] and the grid. On a CPU a few images at a time
-        in channels-last layout: measured on 2 cores, that encodes twice as many images per second as
-        one batch of 16 in the default layout (docs/benchmarks.md, "Captioning a folder")."""
-        if self.device.type != "cpu":
-            return self.model.encoder(pixels)
-        pixels = pixels.contiguous(memory_format=torch.channels_last)
-        parts = [self.model.encoder(pixels[i:i + CPU_ENCODER_CHUNK]) for i in range(0, len(pixels), CPU_ENCODER_CHUNK)]
-        return torch.cat([annotations for annotations, _ in parts]), parts[0][1]
-
     def _pixels(self, image: Image.Image) -> torch.Tensor:
         encoder = self.model.encoder
         return to_tensor(image, size=self.config.data.image_size, mean=encoder.mean, std=encoder.std)  # [3, S, S]
@@ -250,10 +224,9 @@ class Captioner:
         settings = self.config.decode
         choice = hard_choice or settings.hard_choice
         refuse_hard_choice(self.model.decoder, choice, self.name)
-        annotations, grid = self._encode(pixels.to(self.device))
-        captions = decode(self.model.decoder, annotations, beam_size=beam_size or settings.beam_size,
-                          max_length=max_length or settings.max_length, length_penalty=settings.length_penalty,
-                          hard_choice=choice)
+        captions, grid = self.model.caption(pixels.to(self.device), beam_size=beam_size or settings.beam_size,
+                                            max_length=max_length or settings.max_length,
+                                            length_penalty=settings.length_penalty, hard_choice=choice)
         alphas = captions.alphas.float().cpu().numpy()  # [B, T, L]
         chosen = captions.locations.cpu().tolist() if captions.locations is not None else None
         results = []

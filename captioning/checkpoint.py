@@ -13,15 +13,21 @@ and the decoder's parameters that moved get their new names; the numbers are unt
 
 from __future__ import annotations
 
+import copy
 import os
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from captioning.config import Config, from_dict, migrate
+from captioning.config import Config, ConfigError, apply_overrides, from_dict, migrate, validate
 from captioning.data.vocab import Vocabulary
-from captioning.model.captioner import CaptionModel, build_decoder
+from captioning.model.attention import refuse_hard_choice
+from captioning.model.captioner import EncoderDecoder, build_decoder
+from captioning.model.decoder import AttentionDecoder
+from captioning.model.encoder import Encoder
 
 FORMAT_VERSION = 2
 
@@ -91,12 +97,79 @@ def migrate_v1(payload: dict[str, Any]) -> dict[str, Any]:
     return payload
 
 
-def captioner_from_checkpoint(path: str | Path, *,
-                               device: str | torch.device = "cpu") -> tuple[CaptionModel, Vocabulary, Config]:
-    """The model, vocabulary and config of a checkpoint, in eval mode on `device`."""
+@dataclass
+class Trained:
+    """A checkpoint read for inference, by captioning (captioning.api) and evaluation alike: its
+    config (with the overrides given), vocabulary, the grid of its annotations and its decoder, in
+    eval mode on `device`. The encoder is built only when asked for: work on a feature cache never
+    needs its weights."""
+
+    path: str
+    config: Config
+    vocab: Vocabulary
+    decoder: AttentionDecoder
+    grid: tuple[int, int]
+    device: torch.device
+    encoder_weights: dict[str, Any] | None = None  # a fine-tuned encoder's own (encoder.fine_tune_from)
+
+    @property
+    def fine_tuned(self) -> bool:
+        """Whether the encoder's weights are the checkpoint's own: its annotations then differ from a
+        cache of the pretrained encoder's."""
+        return self.encoder_weights is not None
+
+    def encoder(self) -> Encoder:
+        """The encoder the decoder was trained on, in eval mode on `device`: the checkpoint's
+        fine-tuned weights, or the pretrained ones its config names."""
+        encoder = Encoder.from_config(self.config.encoder)
+        if self.encoder_weights is not None:
+            _load_weights(encoder, self.encoder_weights, self.path)
+        return encoder.to(self.device).eval()
+
+    def model(self) -> EncoderDecoder:
+        """Pixels in, captions out: the encoder, then the decoder."""
+        return EncoderDecoder(encoder=self.encoder(), decoder=self.decoder).eval()
+
+
+def load_trained(path: str | Path, *, overrides: Sequence[str] = (), may_change: Sequence[str] | None = None,
+                 device: str | torch.device = "cpu") -> Trained:
+    """The one loader of a checkpoint for inference. `overrides` ("key.sub=value") change its config;
+    `may_change` names the only keys they may touch (None: any), so that inference can refuse what
+    would change the trained model. Each problem is one line naming the file."""
     payload = load_checkpoint(path)
     config = config_of(payload, path)
-    return model_of(payload, config, path).to(device).eval(), Vocabulary(payload["vocab"]), config
+    for text in overrides:
+        apply_overrides(copy.deepcopy(config), [text])  # an unknown key or a malformed override says so first
+        key = text.split("=", 1)[0].strip()
+        if may_change is not None and key not in may_change:
+            raise ConfigError(f"override '{text}': {key} cannot change at inference, it is part of the "
+                              f"trained model (these can: {', '.join(may_change)})")
+    validate(apply_overrides(config, overrides), f"{path}: config with overrides")
+    grid = tuple(payload["grid"])
+    annotation_dim = payload.get("annotation_dim") or Encoder.from_config(config.encoder).dim  # recorded since format 1
+    decoder = build_decoder(config.model, vocab_size=len(payload["vocab"]), annotation_dim=int(annotation_dim),
+                            grid=grid)
+    _load_weights(decoder, payload["decoder"], path)
+    refuse_hard_choice(decoder, config.decode.hard_choice, str(path))
+    device = torch.device(device)
+    return Trained(path=str(path), config=config, vocab=Vocabulary(payload["vocab"]), decoder=decoder.to(device).eval(),
+                   grid=grid, device=device, encoder_weights=payload.get("encoder"))
+
+
+def _load_weights(module: torch.nn.Module, state: dict[str, Any], path: str | Path) -> None:
+    try:
+        module.load_state_dict(state)
+    except (KeyError, RuntimeError) as error:  # weights of another model under our format's name
+        first = str(error).strip().splitlines()[0] if str(error).strip() else error.__class__.__name__
+        raise CheckpointError(f"{path}: its weights do not fit the model its config describes ({first})") from error
+
+
+def captioner_from_checkpoint(path: str | Path, *,
+                               device: str | torch.device = "cpu") -> tuple[EncoderDecoder, Vocabulary, Config]:
+    """The model, vocabulary and config of a checkpoint, in eval mode on `device` (load_trained's, as
+    it was named before)."""
+    trained = load_trained(path, device=device)
+    return trained.model(), trained.vocab, trained.config
 
 
 def config_of(payload: dict[str, Any], path: str | Path) -> Config:
@@ -105,19 +178,6 @@ def config_of(payload: dict[str, Any], path: str | Path) -> Config:
     if missing or not isinstance(payload["config"], dict):
         raise CheckpointError(f"{path}: not a captioning checkpoint (it has no {', '.join(missing) or 'config'})")
     return from_dict(payload["config"], where=f"{path}: config")
-
-
-def model_of(payload: dict[str, Any], config: Config, path: str | Path) -> CaptionModel:
-    """The encoder and decoder that `config` describes, with the checkpoint's weights (on the CPU)."""
-    model = CaptionModel.from_config(config, vocab_size=len(payload["vocab"]), grid=tuple(payload["grid"]))
-    try:
-        model.decoder.load_state_dict(payload["decoder"])
-        if "encoder" in payload:  # fine-tuned (encoder.fine_tune_from): its own weights, not the pretrained ones
-            model.encoder.load_state_dict(payload["encoder"])
-    except (KeyError, RuntimeError) as error:  # weights of another model under our format's name
-        first = str(error).strip().splitlines()[0] if str(error).strip() else error.__class__.__name__
-        raise CheckpointError(f"{path}: its weights do not fit the model its config describes ({first})") from error
-    return model
 
 
 def decoder_from_checkpoint(payload: dict[str, Any], config: Config) -> torch.nn.Module:

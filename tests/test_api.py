@@ -18,9 +18,10 @@ from PIL import Image
 
 from captioning import Captioned, Captioner, Unreadable
 from captioning.api import coco_image_id, find_images, read_list, reading_workers
-from captioning.checkpoint import CheckpointError, captioner_from_checkpoint
+from captioning.checkpoint import CheckpointError, captioner_from_checkpoint, load_trained
 from captioning.config import ConfigError
 from captioning.data.images import ImageReadError, load_image, to_tensor
+from captioning.model.decoding import decode
 from tests.tiny import REPO
 
 
@@ -46,34 +47,46 @@ def captioner(tiny_run) -> Captioner:
 
 def _by_hand(checkpoint: Path, path: Path, *, beam_size: int) -> tuple[list[str], np.ndarray]:
     """One image through encoder and decoder without the API: (words, alphas [T, L])."""
-    model, vocab, config = captioner_from_checkpoint(checkpoint)
-    pixels = to_tensor(load_image(path), size=config.data.image_size, mean=model.encoder.mean, std=model.encoder.std)
-    captions, _ = model.generate(pixels[None], beam_size=beam_size, max_length=config.decode.max_length)
+    trained = load_trained(checkpoint)
+    encoder, vocab, config = trained.encoder(), trained.vocab, trained.config
+    pixels = to_tensor(load_image(path), size=config.data.image_size, mean=encoder.mean, std=encoder.std)
+    with torch.no_grad():
+        annotations, _ = encoder(pixels[None])  # one batch, the default layout
+    captions = decode(trained.decoder, annotations, beam_size=beam_size, max_length=config.decode.max_length)
     words = vocab.decode(captions.tokens[0].tolist())
     return words, captions.alphas[0, : len(words)].numpy()
 
 
-def test_captioner_from_checkpoint_puts_the_model_on_the_device_it_is_given(tiny_run) -> None:
-    model, _, _ = captioner_from_checkpoint(tiny_run.checkpoint, device="meta")  # no memory, any machine
+def test_load_trained_puts_the_model_on_the_device_it_is_given(tiny_run) -> None:
+    model = load_trained(tiny_run.checkpoint, device="meta").model()  # no memory, any machine
     assert {p.device.type for p in model.parameters()} == {"meta"} and not model.training
 
 
+def test_the_old_name_of_the_loader_gives_the_model_vocabulary_and_config(tiny_run) -> None:
+    model, vocab, config = captioner_from_checkpoint(tiny_run.checkpoint, device="meta")
+    trained = load_trained(tiny_run.checkpoint)
+    assert {p.device.type for p in model.parameters()} == {"meta"} and not model.training
+    assert vocab.words == trained.vocab.words and config == trained.config
+    assert model.caption == model.generate  # its method's name before
+
+
 def test_a_fine_tuned_checkpoint_brings_its_own_encoder_weights(tiny_run, tmp_path: Path) -> None:
-    model, _, _ = captioner_from_checkpoint(tiny_run.checkpoint)
+    model = load_trained(tiny_run.checkpoint).model()
     tuned = {name: value + 0.5 if value.is_floating_point() else value
              for name, value in model.encoder.state_dict().items()}
     payload = torch.load(tiny_run.checkpoint, map_location="cpu", weights_only=True)
     payload["encoder"] = tuned
     path = tmp_path / "tuned.pt"
     torch.save(payload, path)
-    loaded, _, _ = captioner_from_checkpoint(path)
-    for name, value in loaded.encoder.state_dict().items():
+    loaded = load_trained(path)
+    assert loaded.fine_tuned
+    for name, value in loaded.encoder().state_dict().items():
         torch.testing.assert_close(value, tuned[name], msg=name)
 
 
 @pytest.mark.parametrize("damage", ["config", "weights"])
-def test_captioner_from_checkpoint_names_the_file_whose_config_or_weights_are_wrong(tiny_run, tmp_path: Path,
-                                                                                     damage: str) -> None:
+def test_load_trained_names_the_file_whose_config_or_weights_are_wrong(tiny_run, tmp_path: Path,
+                                                                     damage: str) -> None:
     payload = torch.load(tiny_run.checkpoint, map_location="cpu", weights_only=True)
     if damage == "config":
         payload["config"]["model"]["hidden_dim"] = -1
@@ -82,7 +95,7 @@ def test_captioner_from_checkpoint_names_the_file_whose_config_or_weights_are_wr
     path = tmp_path / f"bad_{damage}.pt"
     torch.save(payload, path)
     with pytest.raises(CheckpointError if damage == "weights" else ConfigError, match=rf"^{re.escape(str(path))}: "):
-        captioner_from_checkpoint(path)
+        load_trained(path)
 
 
 @pytest.mark.parametrize("beam_size", [1, 3])
@@ -191,15 +204,15 @@ def test_both_calls_decode_in_batches_with_the_settings_they_are_given(captioner
 
 def test_the_checkpoints_decoding_settings_and_their_overrides_reach_the_search(tiny_run, photos,
                                                                                 monkeypatch) -> None:
-    import captioning.api as api
+    import captioning.model.captioner as captioner_module
 
-    calls, search = [], api.decode
+    calls, search = [], captioner_module.decode
 
     def recording(decoder, annotations, **settings):
         calls.append(settings)
         return search(decoder, annotations, **settings)
 
-    monkeypatch.setattr(api, "decode", recording)
+    monkeypatch.setattr(captioner_module, "decode", recording)
     captioner = Captioner.from_checkpoint(tiny_run.checkpoint, overrides=["decode.length_penalty=0.7",
                                                                           "decode.max_length=5"])
     captioner.caption(photos[0])
@@ -213,22 +226,23 @@ def test_a_result_carries_the_chosen_cells_only_where_a_cell_was_chosen(captione
                                                                         expected) -> None:
     """locations: None where every word used the expectation (-1: soft attention, hard's expectation);
     else the cell of each word, cell 0 included."""
-    import captioning.api as api
+    import captioning.model.captioner as captioner_module
 
-    search = api.decode
+    search = captioner_module.decode
 
     def choosing(decoder, annotations, **settings):
         captions = search(decoder, annotations, **settings)
         captions.locations = torch.full_like(captions.tokens, cell)
         return captions
 
-    monkeypatch.setattr(api, "decode", choosing)
+    monkeypatch.setattr(captioner_module, "decode", choosing)
     result = captioner.caption(photos[0])
     assert result.locations == (None if expected is None else [expected] * len(result.tokens))
 
 
 def test_a_captioner_built_by_hand_is_on_the_cpu_and_named_model(tiny_run, photos) -> None:
-    model, vocab, config = captioner_from_checkpoint(tiny_run.checkpoint)
+    trained = load_trained(tiny_run.checkpoint)
+    model, vocab, config = trained.model(), trained.vocab, trained.config
     captioner = Captioner(model, vocab, config)
     assert captioner.device == torch.device("cpu")
     kernels = [p for p in captioner.model.encoder.parameters() if p.dim() == 4 and min(p.shape[1:]) > 1]

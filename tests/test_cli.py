@@ -18,7 +18,7 @@ import torch
 from PIL import Image
 
 import captioning.train.loop as training
-from captioning.checkpoint import captioner_from_checkpoint
+from captioning.checkpoint import load_trained
 from captioning.cli import _guarded, _split_overrides, eval_main, main, train_main
 from captioning.data.shapes.scenes import make_shapes
 from captioning.model.extras.glimpses import TwoGlimpses
@@ -615,7 +615,7 @@ def test_the_options_off_by_default_survive_the_checkpoint_and_caption(tiny_conf
     assert payload["config"]["encoder"]["padding"] == "reflect"
     assert any(name.startswith("summary.layout.") for name in payload["decoder"])
     capsys.readouterr()  # training's own output
-    model, _, _ = captioner_from_checkpoint(tmp_path / "best.pt")
+    model = load_trained(tmp_path / "best.pt").model()
     assert model.decoder.deep_output == "tanh" and isinstance(model.decoder.summary, LayoutSummary)
     assert isinstance(model.decoder.attention, TwoGlimpses)
     assert any(name.startswith("attention.second.") for name in payload["decoder"])

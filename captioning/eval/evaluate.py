@@ -19,8 +19,8 @@ import numpy as np
 import torch
 
 from captioning import progress
-from captioning.checkpoint import decoder_from_checkpoint, load_checkpoint
-from captioning.config import Config, apply_overrides, from_dict, validate
+from captioning.checkpoint import load_trained
+from captioning.config import Config
 from captioning.data.features import EncodedImages
 from captioning.data.karpathy import DatasetError, too_many_unreadable
 from captioning.data.splits import load_splits
@@ -30,7 +30,6 @@ from captioning.eval.shapes.grounding import scorer_for
 from captioning.model.attention import choosing, refuse_hard_choice
 from captioning.model.decoder import AttentionDecoder
 from captioning.model.decoding import decode
-from captioning.model.encoder import Encoder
 
 
 class Scorer(Protocol):
@@ -151,22 +150,15 @@ def evaluate_checkpoint(checkpoint: str | Path, *, split: str = "test", override
     otherwise. A fine-tuned encoder (its weights are in the checkpoint) runs on the images; a frozen
     one reads the feature cache."""
 
-    payload = load_checkpoint(checkpoint)
-    config = from_dict(payload["config"], where=f"{checkpoint}: config")
-    validate(apply_overrides(config, overrides), f"{checkpoint}: config with overrides")
-    decoder = decoder_from_checkpoint(payload, config).to(device)
+    trained = load_trained(checkpoint, overrides=overrides, device=device)
+    config, decoder, vocab = trained.config, trained.decoder, trained.vocab
     choice = hard_choice or config.decode.hard_choice
     refuse_hard_choice(decoder, choice, checkpoint)
-    fine_tuned = "encoder" in payload  # its annotations differ from the pretrained encoder's cache
-    data = load_splits(config, (split,), device=device, features=not fine_tuned)[split]
+    data = load_splits(config, (split,), device=device, features=not trained.fine_tuned)[split]
     annotations = data.annotations
-    if fine_tuned:
-        encoder = Encoder.from_config(config.encoder)
-        encoder.load_state_dict(payload["encoder"])
-        annotations = EncodedImages(encoder.to(device).eval(), data.records, image_size=config.data.image_size,
-                                    device=device)
-        data.grid = tuple(payload["grid"])
-    vocab = Vocabulary(payload["vocab"])
+    if trained.fine_tuned:  # its annotations differ from a cache of the pretrained encoder's
+        annotations = EncodedImages(trained.encoder(), data.records, image_size=config.data.image_size, device=device)
+        data.grid = trained.grid
     beam_size = beam_size or config.decode.beam_size
     metrics, results = evaluate_split(
         decoder, annotations, image_ids=data.image_ids, references=data.references, vocab=vocab, grid=data.grid,

@@ -21,8 +21,10 @@ from captioning.train.extras.averaging import WeightAverage
 
 
 @dataclass
-class Model:
-    """What a run trains, and what it validates and keeps."""
+class RunModel:
+    """What a run holds of its model: the decoder and (where it runs on the fly) the encoder that it
+    trains (as one EncoderDecoder: captioning.train.loop), the weights' average that it validates and
+    keeps, and the grid and width of the annotations."""
 
     decoder: AttentionDecoder
     encoder: Encoder | None  # runs on the fly: fine-tuned, or the cache is off
@@ -44,7 +46,7 @@ def build_encoder(config: Config, device: torch.device, context: distributed.Dis
     return distributed.sync_batch_norm(Encoder.from_config(config.encoder).to(device), context, device=device)
 
 
-def build_model(config: Config, data: RunData, encoder: Encoder | None, device: torch.device) -> Model:
+def build_model(config: Config, data: RunData, encoder: Encoder | None, device: torch.device) -> RunModel:
     """The decoder for the data's annotations (their grid and width), and the weights' average."""
     t = config.train
     if encoder is not None:  # the grid the encoder gives at this input size
@@ -59,10 +61,10 @@ def build_model(config: Config, data: RunData, encoder: Encoder | None, device: 
     decoder = build_decoder(config.model, vocab_size=len(data.vocab), annotation_dim=annotation_dim,
                             grid=grid).to(device)
     average = WeightAverage(decoder, decay=t.ema_decay) if t.ema_decay else None
-    return Model(decoder, encoder, average, grid, annotation_dim)
+    return RunModel(decoder, encoder, average, grid, annotation_dim)
 
 
-def build_optimizer(config: Config, model: Model) -> tuple[torch.optim.Optimizer, Any]:
+def build_optimizer(config: Config, model: RunModel) -> tuple[torch.optim.Optimizer, Any]:
     """The optimizer (the encoder's trained stages at their own rate) and the plateau schedule."""
     t = config.train
     groups = [{"params": list(model.decoder.parameters()), "lr": t.lr}]

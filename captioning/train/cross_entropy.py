@@ -25,7 +25,7 @@ from captioning.data.sampling import epoch_batches
 from captioning.data.vocab import Vocabulary
 from captioning.runtime import distributed
 from captioning.runtime.hardware import Hardware
-from captioning.train.build import Model
+from captioning.train.build import RunModel
 from captioning.train.extras.word_weights import word_weight_vector
 from captioning.train.losses import Reinforce
 from captioning.train.objective import StepResult
@@ -35,9 +35,9 @@ from captioning.train.step import TrainingError, row_draws, stand_in_batch, trai
 class CrossEntropy:
     """Eq. 14 (and Sec. 4.1's terms for hard attention) on the run's training pairs."""
 
-    def __init__(self, config: Config, *, data: RunData, model: Model, module: nn.Module,
+    def __init__(self, config: Config, *, data: RunData, model: RunModel, module: nn.Module,
                  optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler, hardware: Hardware):
-        """`module`: the trained graph (a TrainingModel, wrapped in DDP under torchrun)."""
+        """`module`: the trained graph (an EncoderDecoder, wrapped in DDP under torchrun)."""
         self.config, self.data, self.model, self.module = config, data, model, module
         self.optimizer, self.hardware, self.context = optimizer, hardware, hardware.context
         self.scaler = scaler if scaler.is_enabled() else None

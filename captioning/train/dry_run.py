@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from captioning.checkpoint import captioner_from_checkpoint, load_checkpoint
+from captioning.checkpoint import load_checkpoint, load_trained
 from captioning.config import Config, validate
 from captioning.data.shapes.scenes import make_shapes
 from captioning.train.loop import fit
@@ -77,6 +77,6 @@ def dry_run(config: Config, *, device: str | torch.device = "cpu") -> DryRun:
         summary = fit(trial, device=device)
         last = Path(trial.train.out_dir) / "last.pt"
         load_checkpoint(last)
-        captioner_from_checkpoint(last)  # the model that caption and eval.py build from it
+        load_trained(last).model()  # the model that caption and eval.py build from it
     return DryRun(steps=summary["steps"], metric=summary["metric"], value=summary["best_metric"],
                   seconds=time.perf_counter() - start)

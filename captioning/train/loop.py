@@ -41,10 +41,11 @@ from captioning.checkpoint import load_checkpoint, save_checkpoint
 from captioning.config import Config
 from captioning.data.loading import RunData, load_run_data
 from captioning.data.sampling import rank_batches
+from captioning.model.captioner import EncoderDecoder
 from captioning.progress import bar
 from captioning.runtime import distributed
 from captioning.runtime.hardware import Hardware
-from captioning.train.build import Model, build_encoder, build_model, build_optimizer
+from captioning.train.build import RunModel, build_encoder, build_model, build_optimizer
 from captioning.train.cross_entropy import CrossEntropy
 from captioning.train.lock import run_folder
 from captioning.train.logs import RunLog
@@ -52,7 +53,7 @@ from captioning.train.objective import Objective
 from captioning.train.resume import Progress, restore_run, run_payload
 from captioning.train.scst import SelfCriticalObjective
 from captioning.train.signals import StopSignals
-from captioning.train.step import TrainingError, TrainingModel
+from captioning.train.step import TrainingError
 from captioning.train.validation import report, validate
 from captioning.train.warm_start import warm_start, warm_vocabulary
 
@@ -62,7 +63,7 @@ OBJECTIVES = {"xe": CrossEntropy, "scst": SelfCriticalObjective}  # train.object
 class Run:
     """One training run: its data, model, optimizer, progress and logs, and what it does with them."""
 
-    def __init__(self, config: Config, *, hardware: Hardware, data: RunData, model: Model,
+    def __init__(self, config: Config, *, hardware: Hardware, data: RunData, model: RunModel,
                  optimizer: torch.optim.Optimizer, scheduler: Any):
         t = config.train
         self.config, self.hardware, self.data, self.model = config, hardware, data, model
@@ -104,7 +105,7 @@ class Run:
             warm_start(model, source, t.init_from)
         if checkpoint is None and hardware.context.rank:  # other processes: other dropout masks, from the seed
             torch.manual_seed(t.seed + 1000 * hardware.context.rank)
-        run.module = run.wrap(TrainingModel(decoder=model.decoder, encoder=model.encoder))
+        run.module = run.wrap(EncoderDecoder(decoder=model.decoder, encoder=model.encoder))
         run.objective = OBJECTIVES[t.objective](config, data=data, model=model, module=run.module,
                                                 optimizer=optimizer, scaler=run.scaler, hardware=hardware)
         if checkpoint is not None:  # hard attention's baseline (the REINFORCE state of its objective)

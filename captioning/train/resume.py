@@ -20,7 +20,7 @@ from tqdm import tqdm
 from captioning.config import Config
 from captioning.data.vocab import Vocabulary
 from captioning.runtime.distributed import Distributed
-from captioning.train.build import Model
+from captioning.train.build import RunModel
 from captioning.train.objective import StepResult
 from captioning.train.step import TrainingError
 
@@ -62,7 +62,7 @@ class Progress:
         return False
 
 
-def run_payload(*, config: Config, vocab: Vocabulary, model: Model, optimizer: torch.optim.Optimizer, scheduler: Any,
+def run_payload(*, config: Config, vocab: Vocabulary, model: RunModel, optimizer: torch.optim.Optimizer, scheduler: Any,
                 scaler: torch.amp.GradScaler, progress: Progress, objective_state: dict[str, Any],
                 device: torch.device) -> dict[str, Any]:
     """A checkpoint's contents (captioning.checkpoint.save_checkpoint adds the format version)."""
@@ -83,7 +83,7 @@ def run_payload(*, config: Config, vocab: Vocabulary, model: Model, optimizer: t
     return payload
 
 
-def restore_run(checkpoint: dict[str, Any], *, model: Model, optimizer: torch.optim.Optimizer, scheduler: Any,
+def restore_run(checkpoint: dict[str, Any], *, model: RunModel, optimizer: torch.optim.Optimizer, scheduler: Any,
                 scaler: torch.amp.GradScaler, context: Distributed, device: torch.device, seed: int) -> Progress:
     """Go on exactly where the checkpoint stopped: weights, optimizer, schedule, scaler, RNG; returns
     the progress. The objective's own state is its own to restore (Objective.load_state_dict)."""

@@ -35,7 +35,7 @@ from captioning.model.decoding import greedy
 from captioning.runtime.distributed import Agreement
 from captioning.runtime.hardware import Hardware
 from captioning.runtime.precision import FULL_PRECISION, Precision
-from captioning.train.build import Model
+from captioning.train.build import RunModel
 from captioning.train.cider import CiderD
 from captioning.train.losses import leave_one_out
 from captioning.train.objective import StepResult
@@ -177,7 +177,7 @@ class SelfCriticalObjective:
     """train.objective: scst as a run's objective: batches of training images (their cached
     annotations), each stepped by SelfCritical, in one process (a run refuses it under torchrun)."""
 
-    def __init__(self, config: Config, *, data: RunData, model: Model, module: torch.nn.Module,
+    def __init__(self, config: Config, *, data: RunData, model: RunModel, module: torch.nn.Module,
                  optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler, hardware: Hardware):
         """As CrossEntropy's; it steps the decoder itself (`module` is the one DDP would wrap)."""
         self.config, self.decoder, self.optimizer, self.hardware = config, model.decoder, optimizer, hardware

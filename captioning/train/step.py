@@ -1,6 +1,5 @@
-"""One training step: what it trains (the decoder, after the encoder when that is fine-tuned) and
-the optimizer step of cross-entropy, the doubly stochastic term and, for hard attention, the
-REINFORCE terms (Sec. 4.1 of the paper).
+"""One training step: the optimizer step of cross-entropy, the doubly stochastic term and, for hard
+attention, the REINFORCE terms (Sec. 4.1 of the paper).
 
 Notation: B batch, T caption steps, L grid cells, D channels, S input side, V vocabulary.
 
@@ -18,8 +17,6 @@ from torch import nn
 from captioning.data.dataset import Batch
 from captioning.data.vocab import Vocabulary
 from captioning.model.attention import Draws, hard_attention, shared_coins
-from captioning.model.decoder import AttentionDecoder, DecoderOutput
-from captioning.model.encoder import Encoder
 from captioning.runtime.distributed import Agreement
 from captioning.runtime.host import floats
 from captioning.runtime.precision import FULL_PRECISION, Precision
@@ -119,28 +116,6 @@ def stand_in_batch(*, annotations: tuple[int, int] | None = None, images: tuple[
                  lengths=torch.tensor([2]), images=None if images is None else torch.zeros(1, *images))
 
 
-class TrainingModel(nn.Module):
-    """What a step trains: the decoder, after the encoder when that runs on the fly (fine-tuning).
-
-    One module, so that DistributedDataParallel wraps the whole trained graph.
-    """
-
-    def __init__(self, *, decoder: AttentionDecoder, encoder: Encoder | None = None):
-        super().__init__()
-        self.decoder = decoder
-        self.encoder = encoder
-
-    def forward(self, source: torch.Tensor, inputs: torch.Tensor, *, lengths: torch.Tensor | None = None,
-                repeats: int = 1, draws: Draws | None = None) -> DecoderOutput:
-        """source: annotations [B, L, D], or images [B, 3, S, S] when there is an encoder; inputs
-        [B*repeats, T] (each caption `repeats` times in a row: train.samples); lengths [B*repeats] the
-        real steps of each row (see AttentionDecoder.forward). The encoder sees each image once."""
-        annotations = source if self.encoder is None else self.encoder(source)[0]  # [B, L, D]
-        if repeats > 1:
-            annotations = annotations.repeat_interleave(repeats, dim=0)  # [B*repeats, L, D]
-        return self.decoder(annotations, inputs, lengths=lengths, draws=draws)
-
-
 def train_step(model: nn.Module, batch: Batch, optimizer: torch.optim.Optimizer, *, grad_clip: float,
                ds_lambda: float, ds_target: str, precision: Precision = FULL_PRECISION,
                scaler: torch.amp.GradScaler | None = None, agree: Callable[[torch.Tensor], Agreement] | None = None,
@@ -152,7 +127,7 @@ def train_step(model: nn.Module, batch: Batch, optimizer: torch.optim.Optimizer,
     `reinforce` (Sec. 4.1). Every term is summed over the captions and divided by the batch's real
     target words (losses.doubly_stochastic says why), so `ds_lambda` is the paper's lambda.
 
-    `model(batch.source, inputs)` is a decoder (on annotations) or a TrainingModel (needed with
+    `model(batch.source, inputs)` is a decoder (on annotations) or an EncoderDecoder (needed with
     `reinforce.samples` > 1: it copies each image after the encoder, so the CNN runs once per image).
     `agree(loss)` is called between the forward and the backward, under torchrun: what the processes
     agreed on (captioning.runtime.distributed.agree); its share weights the objective by this process's

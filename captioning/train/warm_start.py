@@ -34,7 +34,7 @@ def warm_vocabulary(config: Config, source: dict[str, Any], path: str | Path) ->
 
 
 def warm_start(model: Any, source: dict[str, Any], path: str | Path) -> None:
-    """Load the checkpoint's weights into a run's freshly built model (captioning.train.build.Model)."""
+    """Load the checkpoint's weights into a run's freshly built model (captioning.train.build.RunModel)."""
     if "encoder" in source and model.encoder is None:
         raise CheckpointError(f"{path}: its encoder was fine-tuned, but this run reads the pretrained encoder's "
                               "cached annotations; set encoder.fine_tune_from to go on fine-tuning it")

@@ -203,7 +203,7 @@ def test_a_fine_tuned_checkpoint_is_scored_on_its_own_encoders_annotations_witho
 
     import torch
 
-    from captioning.checkpoint import captioner_from_checkpoint
+    from captioning.checkpoint import load_trained
     from captioning.eval.evaluate import evaluate_checkpoint
 
     root = tmp_path / "shapes"  # the tiny data without its feature cache
@@ -211,7 +211,7 @@ def test_a_fine_tuned_checkpoint_is_scored_on_its_own_encoders_annotations_witho
     for item in tiny_run.data_root.iterdir():
         if item.name != "features":
             (root / item.name).symlink_to(item)
-    model, _, _ = captioner_from_checkpoint(tiny_run.checkpoint)
+    model = load_trained(tiny_run.checkpoint).model()
     payload = torch.load(tiny_run.checkpoint, map_location="cpu", weights_only=True)
     payload["encoder"] = {name: torch.zeros_like(value) if value.is_floating_point() else value
                           for name, value in model.encoder.state_dict().items()}

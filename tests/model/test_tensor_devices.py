@@ -14,10 +14,10 @@ import pytest
 import torch
 
 from captioning.config import load_config
-from captioning.model.captioner import build_decoder
+from captioning.model.captioner import EncoderDecoder, build_decoder
 from captioning.model.decoding import decode
 from captioning.train.losses import Reinforce
-from captioning.train.step import TrainingModel, train_step
+from captioning.train.step import train_step
 from tests.train.test_syncs import D, V, _batch
 
 MODELS = {  # model.* overrides: the paper's decoder, then every attention and every seam of model/extras
@@ -52,7 +52,7 @@ def _model(overrides: list[str]):
 @pytest.mark.parametrize("name", list(MODELS))
 def test_training_and_decoding_make_no_tensor_off_their_inputs_device(name):
     decoder, reinforce = _model(MODELS[name])
-    model = TrainingModel(decoder=decoder) if reinforce is not None else decoder
+    model = EncoderDecoder(encoder=None, decoder=decoder) if reinforce is not None else decoder
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     batches = [_batch(seed) for seed in range(2)]  # two steps: the REINFORCE baseline starts, then moves
     choices = ["expectation", "argmax", "sample"] if reinforce is not None else [None]

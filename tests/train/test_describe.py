@@ -80,16 +80,15 @@ def test_what_is_missing_is_named_and_a_config_that_is_not_a_mapping_too() -> No
      "Error(s) in loading state_dict for AttentionDecoder:"),
     (KeyError(), "KeyError"),  # no message: its kind
 ])
-def test_weights_that_do_not_fit_say_the_first_line_of_why(error, said, monkeypatch) -> None:
-    from captioning.checkpoint import model_of
-    from captioning.config import from_dict
+def test_weights_that_do_not_fit_say_the_first_line_of_why(error, said, monkeypatch, tmp_path) -> None:
+    from captioning.checkpoint import load_trained
     from captioning.model.decoder import AttentionDecoder
 
     def refusing(self, state, *args, **kwargs):
         raise error
 
     monkeypatch.setattr(AttentionDecoder, "load_state_dict", refusing)
-    payload = _payload()
+    torch.save(_payload(annotation_dim=512), tmp_path / "x.pt")
     with pytest.raises(CheckpointError) as refused:
-        model_of(payload, from_dict(payload["config"]), "x.pt")
-    assert str(refused.value) == f"x.pt: its weights do not fit the model its config describes ({said})"
+        load_trained(tmp_path / "x.pt")
+    assert str(refused.value) == f"{tmp_path / 'x.pt'}: its weights do not fit the model its config describes ({said})"

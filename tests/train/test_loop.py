@@ -260,8 +260,8 @@ def test_a_run_with_word_weights_trains_resumes_from_its_config_and_rejects_unkn
 def test_the_samples_of_a_caption_share_one_pass_of_the_encoder() -> None:
     """train.reinforce.samples = K copies of each caption for leave-one-out: the CNN still sees each image once,
     and the decoder gets each image's annotations K times, in the rows of that caption's copies."""
+    from captioning.model.captioner import EncoderDecoder
     from captioning.train.losses import Reinforce
-    from captioning.train.step import TrainingModel
 
     class Encoder(torch.nn.Module):  # stands in for a fine-tuned CNN: images [B, 8, 3, 3] -> [B, 9, 8]
         def __init__(self):
@@ -279,7 +279,7 @@ def test_the_samples_of_a_caption_share_one_pass_of_the_encoder() -> None:
     decoder = build_decoder(model, vocab_size=11, annotation_dim=8)
     seen = []
     decoder.register_forward_pre_hook(lambda module, args: seen.append(args[0].detach().clone()))
-    model = TrainingModel(decoder=decoder, encoder=Encoder())
+    model = EncoderDecoder(decoder=decoder, encoder=Encoder())
     fixed = _fixed_batch()
     images = fixed.annotations.transpose(1, 2).reshape(2, 8, 3, 3)  # [B, 8, 3, 3]
     batch = Batch(annotations=None, images=images, tokens=fixed.tokens, lengths=fixed.lengths)

@@ -24,9 +24,9 @@ import torch
 from captioning.config import load_config
 from captioning.data.dataset import Batch
 from captioning.data.vocab import Vocabulary
-from captioning.model.captioner import build_decoder
+from captioning.model.captioner import EncoderDecoder, build_decoder
 from captioning.train.losses import Reinforce
-from captioning.train.step import TrainingModel, train_step
+from captioning.train.step import train_step
 from tests.syncs import counting_syncs
 
 V, L, D = 11, 9, 8
@@ -52,7 +52,8 @@ def _setup(attention: str, score: str, samples: int) -> tuple[torch.nn.Module, R
     if attention == "soft":
         return decoder, None
     baseline = "leave_one_out" if samples > 1 else "moving_average"
-    return TrainingModel(decoder=decoder), Reinforce(baseline=baseline, samples=samples, entropy_weight=0.01)
+    reinforce = Reinforce(baseline=baseline, samples=samples, entropy_weight=0.01)
+    return EncoderDecoder(encoder=None, decoder=decoder), reinforce
 
 
 @pytest.mark.parametrize("attention, score, samples", [
