@@ -1,6 +1,9 @@
 """Caption generation: greedy decoding and batched beam search, both returning attention maps.
 
-Notation: B images, K beams, T steps, L grid cells, V vocabulary size.
+Notation: B images, K beams (or samples), N = B*K rows, T steps, L grid cells, V vocabulary size.
+
+Greedy decoding and self-critical training's sampling (captioning.train.scst) are one loop, `unroll`,
+that picks each row's next word from its log-probabilities (the most likely one, or a sample).
 
 Beam search runs all images and all beams as one [B*K] batch: one decoder step per word for the
 whole batch, never a loop over images; the image-side work is done once per image, not per beam.
@@ -17,12 +20,24 @@ from dataclasses import dataclass
 import torch
 
 from captioning.model import fused
-from captioning.model.attention import choosing
+from captioning.model.attention import Draws, choosing
 from captioning.model.decoder import AttentionDecoder, DecoderState
 from captioning.model.tokens import END_ID, PAD_ID, START_ID
 
-# One decoding step: (state, previous tokens [N]) -> logits [N, V], new state, alpha [N, L], chosen cell [N].
-Step = Callable[[DecoderState, torch.Tensor], tuple[torch.Tensor, DecoderState, torch.Tensor, torch.Tensor]]
+
+@dataclass
+class StepOutput:
+    """One word's step for N rows."""
+
+    logits: torch.Tensor  # [N, V]
+    state: DecoderState
+    alpha: torch.Tensor  # [N, L]
+    location: torch.Tensor  # [N] long: hard attention's chosen cell, -1 where none was chosen
+    cell_log_prob: torch.Tensor | None = None  # [N], hard attention's log alpha_t[s_t] (0 for the expectation)
+
+
+# One decoding step: (state, previous tokens [N]) -> StepOutput.
+Step = Callable[[DecoderState, torch.Tensor], StepOutput]
 
 
 @dataclass
@@ -41,58 +56,91 @@ def _lengths(tokens: torch.Tensor, end_id: int) -> torch.Tensor:
     return first
 
 
-def _stepper(decoder: AttentionDecoder, annotations: torch.Tensor, group: int) -> tuple[Step, DecoderState]:
-    """One decoding step for `group` hypotheses per image, and the initial state [B*group, H].
+def stepper(decoder: AttentionDecoder, annotations: torch.Tensor, group: int, *, draws: Draws | None = None,
+            differentiable: bool = False) -> tuple[Step, DecoderState]:
+    """One decoding step for `group` rows per image (beams, or samples), and the initial state [B*group, H].
 
     The image-side work (keys, h_0, c_0) is done once per image. Soft attention with the additive
-    score shares each image's memory among its hypotheses (captioning.model.fused.GroupedStep); any other
-    attention gets the memory rows repeated once per hypothesis. Soft attention chooses no cell:
-    its locations are -1.
+    score shares each image's memory among its rows (captioning.model.fused.GroupedStep), unless the
+    step must keep its graph (`differentiable`: self-critical training); any other attention gets
+    the memory rows repeated once per row. `draws`: hard attention's randomness while training
+    (its chance of the expectation; each image's coin is flipped before its rows are made, so they
+    share it). Soft attention chooses no cell: its locations are -1.
     """
-    memory, state = decoder.prepare(annotations)
+    memory, state = decoder.prepare(annotations, draws=draws)
     rows = torch.arange(annotations.shape[0], device=annotations.device).repeat_interleave(group)  # [B*group]
     state = state.select(rows)
     none = torch.full((rows.shape[0],), -1, dtype=torch.long, device=annotations.device)  # [B*group]
-    if decoder.fusable:
+    if decoder.fusable and not differentiable:
         grouped = fused.GroupedStep(decoder, keys=memory.keys, annotations=memory.annotations, group=group)
 
-        def step(state: DecoderState, tokens: torch.Tensor):
+        def step(state: DecoderState, tokens: torch.Tensor) -> StepOutput:
             logits, h, c, alpha = grouped(state.h, state.c, tokens)
-            return logits, DecoderState(h, c), alpha, none
+            return StepOutput(logits, DecoderState(h, c), alpha, none)
     else:
         repeated = memory.select(rows) if group > 1 else memory
 
-        def step(state: DecoderState, tokens: torch.Tensor):
+        def step(state: DecoderState, tokens: torch.Tensor) -> StepOutput:
             logits, state, attended = decoder.step(repeated, state, tokens)
-            return logits, state, attended.alpha, attended.location if attended.location is not None else none
+            location = attended.location if attended.location is not None else none
+            return StepOutput(logits, state, attended.alpha, location, attended.log_prob)
     return step, state
+
+
+@dataclass
+class Unrolled:
+    """What `unroll` generated for N rows."""
+
+    tokens: torch.Tensor  # [N, T], <end> included where emitted, then <pad>
+    log_probs: torch.Tensor  # [N, T], each word's log-probability (with the graph, if the step kept one); 0 after <end>
+    alphas: torch.Tensor  # [N, T, L]
+    locations: torch.Tensor  # [N, T], -1 where no cell was chosen
+    cell_log_probs: torch.Tensor | None  # [N, T], hard attention's log alpha_t[s_t], 0 after <end>; None for soft
+
+
+def unroll(step: Step, state: DecoderState, *, max_length: int, pick: Callable[[torch.Tensor], torch.Tensor],
+           never: torch.Tensor | None = None) -> Unrolled:
+    """The autoregressive loop: from <start>, each row's next word is `pick(log_probs [N, V])` [N],
+    until every row has emitted <end> or `max_length` words. `never` [k]: token ids no row may pick
+    (their probability is 0 before the softmax: self-critical sampling must not draw <pad> or <start>,
+    which no caption contains). Rows that have ended take <pad> at no cost."""
+    rows, device = state.h.shape[0], state.h.device
+    previous = torch.full((rows,), START_ID, dtype=torch.long, device=device)
+    finished = torch.zeros(rows, dtype=torch.bool, device=device)
+    tokens, log_probs, alphas, locations, cells = [], [], [], [], []
+    for _ in range(max_length):
+        out = step(state, previous)
+        state, logits = out.state, out.logits.float()
+        if never is not None:
+            logits = logits.index_fill(1, never, float("-inf"))
+        log_p = torch.log_softmax(logits, dim=1)  # [N, V]
+        word = pick(log_p).masked_fill(finished, PAD_ID)  # [N]
+        log_probs.append(log_p.gather(1, word[:, None])[:, 0].masked_fill(finished, 0.0))
+        if out.cell_log_prob is not None:
+            cells.append(out.cell_log_prob.float().masked_fill(finished, 0.0))
+        tokens.append(word)
+        alphas.append(out.alpha)
+        locations.append(out.location)
+        finished = finished | (word == END_ID)
+        previous = word
+        if finished.all():
+            break
+    return Unrolled(tokens=torch.stack(tokens, 1), log_probs=torch.stack(log_probs, 1), alphas=torch.stack(alphas, 1),
+                    locations=torch.stack(locations, 1), cell_log_probs=torch.stack(cells, 1) if cells else None)
+
+
+def most_likely(log_probs: torch.Tensor) -> torch.Tensor:
+    """Greedy decoding's pick: each row's most likely word [N]."""
+    return log_probs.max(dim=1).indices
 
 
 @torch.no_grad()
 def greedy(decoder: AttentionDecoder, annotations: torch.Tensor, *, max_length: int = 20) -> Captions:
     """The most likely word at every step. annotations [B, L, D]."""
-    step, state = _stepper(decoder, annotations, 1)
-    batch = annotations.shape[0]
-    previous = torch.full((batch,), START_ID, dtype=torch.long, device=annotations.device)
-    finished = torch.zeros(batch, dtype=torch.bool, device=annotations.device)
-    scores = torch.zeros(batch, device=annotations.device)
-    tokens, alphas, locations = [], [], []
-    for _ in range(max_length):
-        logits, state, alpha, location = step(state, previous)
-        log_probs = torch.log_softmax(logits.float(), dim=1)  # [B, V]
-        best, word = log_probs.max(dim=1)  # [B]
-        word = word.masked_fill(finished, PAD_ID)
-        scores += best.masked_fill(finished, 0.0)
-        tokens.append(word)
-        alphas.append(alpha)
-        locations.append(location)
-        finished |= word == END_ID
-        previous = word
-        if finished.all():
-            break
-    tokens_t = torch.stack(tokens, 1)  # [B, T]
-    return Captions(tokens=tokens_t, alphas=torch.stack(alphas, 1), lengths=_lengths(tokens_t, END_ID),
-                    scores=scores, locations=torch.stack(locations, 1))
+    step, state = stepper(decoder, annotations, 1)
+    out = unroll(step, state, max_length=max_length, pick=most_likely)
+    return Captions(tokens=out.tokens, alphas=out.alphas, lengths=_lengths(out.tokens, END_ID),
+                    scores=out.log_probs.sum(1), locations=out.locations)
 
 
 @torch.no_grad()
@@ -113,7 +161,7 @@ def beam_search(decoder: AttentionDecoder, annotations: torch.Tensor, *, beam_si
     """
     batch, cells = annotations.shape[0], annotations.shape[1]
     device = annotations.device
-    step, state = _stepper(decoder, annotations, beam_size)
+    step, state = stepper(decoder, annotations, beam_size)
     scores = torch.full((batch, beam_size), float("-inf"), device=device)
     scores[:, 0] = 0.0  # all beams start identical: expand only the first
     previous = torch.full((batch * beam_size,), START_ID, dtype=torch.long, device=device)
@@ -126,8 +174,9 @@ def beam_search(decoder: AttentionDecoder, annotations: torch.Tensor, *, beam_si
     frozen = None
     steps = 0
     for steps in range(1, max_length + 1):
-        logits, state, alpha, location = step(state, previous)
-        log_probs = torch.log_softmax(logits.float(), dim=1).view(batch, beam_size, -1)  # [B, K, V]
+        out = step(state, previous)
+        state, alpha, location = out.state, out.alpha, out.location
+        log_probs = torch.log_softmax(out.logits.float(), dim=1).view(batch, beam_size, -1)  # [B, K, V]
         vocab_size = log_probs.shape[2]
         if steps <= min_length:
             log_probs[:, :, END_ID] = float("-inf")

@@ -31,7 +31,7 @@ from captioning.data.mapped import by_reference
 from captioning.data.vocab import Vocabulary, tokenize
 from captioning.model.attention import Draws, choosing, hard_attention, sample
 from captioning.model.decoder import AttentionDecoder
-from captioning.model.decoding import greedy
+from captioning.model.decoding import greedy, stepper, unroll
 from captioning.runtime.distributed import Agreement
 from captioning.runtime.hardware import Hardware
 from captioning.runtime.precision import FULL_PRECISION, Precision
@@ -100,34 +100,20 @@ class SelfCritical:
         <end>) and each step's log-probability [N, T] (the word's, plus the sampled cell's under hard
         attention; 0 after <end>).
 
-        Words are drawn from the vocabulary less <pad> and <start>, which no caption contains: a
-        sampled <pad> would leave the loss while its caption went on. Hard attention's coin is
-        flipped once per image in `prepare` (at `draws.chance`), before its K rows are made, so they
-        share it. A step whose
-        distribution is not finite draws its words uniformly (attention.sample) and its loss is not
-        finite: the step is skipped rather than the run stopped."""
-        memory, state = decoder.prepare(annotations, draws=draws)
-        rows = torch.arange(annotations.shape[0], device=annotations.device).repeat_interleave(self.samples)
-        memory, state = memory.select(rows), state.select(rows)
-        previous = torch.full((rows.shape[0],), Vocabulary.start_id, dtype=torch.long, device=annotations.device)
-        finished = torch.zeros_like(previous, dtype=torch.bool)
+        The loop is greedy decoding's (captioning.model.decoding.unroll), sampling instead of taking
+        the most likely word. Words are drawn from the vocabulary less <pad> and <start>, which no
+        caption contains: a sampled <pad> would leave the loss while its caption went on. Hard
+        attention's coin is flipped once per image in `prepare` (at `draws.chance`), before its K
+        rows are made, so they share it. A step whose distribution is not finite draws its words
+        uniformly (attention.sample) and its loss is not finite: the step is skipped rather than the
+        run stopped."""
+        step, state = stepper(decoder, annotations, self.samples, draws=draws, differentiable=True)
         never = torch.tensor([Vocabulary.pad_id, Vocabulary.start_id], device=annotations.device)
-        tokens, log_probs = [], []
-        for _ in range(self.max_length):
-            logits, state, attended = decoder.step(memory, state, previous)
-            logits = logits.float().index_fill(1, never, float("-inf"))  # [N, V]
-            log_p = torch.log_softmax(logits, dim=1)  # [N, V]
-            word = sample(log_p.detach().exp()).masked_fill(finished, Vocabulary.pad_id)
-            step = log_p.gather(1, word[:, None])[:, 0]  # [N]
-            if attended.log_prob is not None:  # hard attention: the cell is an action too (0 for the expectation)
-                step = step + attended.log_prob.float()
-            log_probs.append(step.masked_fill(finished, 0.0))
-            tokens.append(word)
-            finished = finished | (word == Vocabulary.end_id)
-            previous = word
-            if finished.all():
-                break
-        return torch.stack(tokens, 1), torch.stack(log_probs, 1)
+        out = unroll(step, state, max_length=self.max_length, pick=lambda log_p: sample(log_p.detach().exp()),
+                     never=never)
+        if out.cell_log_probs is None:
+            return out.tokens, out.log_probs
+        return out.tokens, out.log_probs + out.cell_log_probs  # hard attention: the cell is an action too
 
     def rewards(self, tokens: torch.Tensor, images: list[int]) -> np.ndarray:
         """CIDEr-D of each row's caption against its image's references. tokens [R, T], images [R]."""
