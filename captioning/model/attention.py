@@ -43,7 +43,7 @@ class Memory:
     # Hard attention while training, where the step hands them in (Draws.cells): each row's uniform
     # draws for its cells, one column per step. None: torch's RNG.
     draws: torch.Tensor | None = None  # [B, T]
-    step: int = 0  # the caption steps taken with this memory so far: the column of `draws` read next
+    t: int = 0  # the caption's time steps taken with this memory so far: the column of `draws` read next
 
     def select(self, index: torch.Tensor) -> Memory:
         """Rows of the batch, e.g. each image repeated once per beam."""
@@ -51,7 +51,7 @@ class Memory:
         def pick(tensor: torch.Tensor | None) -> torch.Tensor | None:
             return None if tensor is None else tensor.index_select(0, index)
 
-        return Memory(pick(self.annotations), pick(self.keys), pick(self.expectation), pick(self.draws), self.step)
+        return Memory(pick(self.annotations), pick(self.keys), pick(self.expectation), pick(self.draws), self.t)
 
     def prefix(self, rows: int) -> Memory:
         """The first `rows` images, as views (no copy): the rows still running when sorted by length."""
@@ -59,7 +59,7 @@ class Memory:
         def first(tensor: torch.Tensor | None) -> torch.Tensor | None:
             return None if tensor is None else tensor[:rows]
 
-        return Memory(first(self.annotations), first(self.keys), first(self.expectation), first(self.draws), self.step)
+        return Memory(first(self.annotations), first(self.keys), first(self.expectation), first(self.draws), self.t)
 
 
 @dataclass
@@ -204,8 +204,8 @@ class HardAttention(_Attention):
         if self.training:
             expectation = memory.expectation if memory.expectation is not None else none
             if memory.draws is not None:
-                draws = memory.draws[:, memory.step].to(alpha.dtype)  # [B]
-                memory.step += 1
+                draws = memory.draws[:, memory.t].to(alpha.dtype)  # [B]
+                memory.t += 1
                 return inverse_cdf(alpha.detach(), draws), expectation
             return sample(alpha.detach()), expectation
         if self.choice == "sample":
@@ -275,8 +275,8 @@ class GivenLocations(HardAttention):
         self.sequences = sequences  # [B, T] long
 
     def _choose(self, alpha: torch.Tensor, memory: Memory) -> tuple[torch.Tensor, torch.Tensor]:
-        cell = self.sequences[:, memory.step]  # [B]
-        memory.step += 1
+        cell = self.sequences[:, memory.t]  # [B]
+        memory.t += 1
         return cell, torch.zeros_like(cell, dtype=torch.bool)
 
 

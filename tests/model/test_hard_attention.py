@@ -159,7 +159,7 @@ def test_given_draws_pick_cells_with_alphas_probabilities_and_decide_the_coin():
     alpha = out.alpha[0]
     expected = torch.searchsorted(alpha.cumsum(0), draws[:, 1].contiguous(), right=True)  # by hand
     chosen = torch.where(out.location >= 0, out.location, expected)
-    assert torch.equal(chosen, expected.clamp(max=L - 1)) and memory.step == 1
+    assert torch.equal(chosen, expected.clamp(max=L - 1)) and memory.t == 1
     frequencies = torch.bincount(chosen, minlength=L).float() / count
     tolerance = 4 * (alpha * (1 - alpha) / count).sqrt() + 1e-3
     assert ((frequencies - alpha).abs() <= tolerance).all()
@@ -191,7 +191,7 @@ def test_each_step_takes_its_own_column_of_draws_and_a_draw_past_the_last_bounda
         alpha = attention(attention.prepare(a), h).alpha[0]  # the same map at every step (same h)
     cumulative = alpha.cumsum(0)
     middle = int((cumulative < 0.5).sum())  # by hand: how many cells the draw passes
-    assert cells == [0, L - 1, middle, L - 1] and memory.step == 4
+    assert cells == [0, L - 1, middle, L - 1] and memory.t == 4
 
 
 def test_given_draws_give_a_caption_the_same_samples_in_any_batch_order_or_split():
