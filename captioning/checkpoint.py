@@ -24,7 +24,6 @@ import torch
 
 from captioning.config import Config, ConfigError, apply_overrides, from_dict, migrate, validate
 from captioning.data.vocab import Vocabulary
-from captioning.model.attention import refuse_hard_choice
 from captioning.model.captioner import EncoderDecoder, build_decoder
 from captioning.model.decoder import AttentionDecoder
 from captioning.model.encoder import Encoder
@@ -135,7 +134,9 @@ def load_trained(path: str | Path, *, overrides: Sequence[str] = (), may_change:
                  device: str | torch.device = "cpu") -> Trained:
     """The one loader of a checkpoint for inference. `overrides` ("key.sub=value") change its config;
     `may_change` names the only keys they may touch (None: any), so that inference can refuse what
-    would change the trained model. Each problem is one line naming the file."""
+    would change the trained model. Each problem is one line naming the file. How hard attention
+    picks its cell is checked where it is used (captioning.api, captioning.eval.evaluate:
+    refuse_hard_choice), since both may be asked for another choice than the config's."""
     payload = load_checkpoint(path)
     config = config_of(payload, path)
     for text in overrides:
@@ -145,15 +146,10 @@ def load_trained(path: str | Path, *, overrides: Sequence[str] = (), may_change:
             raise ConfigError(f"override '{text}': {key} cannot change at inference, it is part of the "
                               f"trained model (these can: {', '.join(may_change)})")
     validate(apply_overrides(config, overrides), f"{path}: config with overrides")
-    grid = tuple(payload["grid"])
-    annotation_dim = payload.get("annotation_dim") or Encoder.from_config(config.encoder).dim  # recorded since format 1
-    decoder = build_decoder(config.model, vocab_size=len(payload["vocab"]), annotation_dim=int(annotation_dim),
-                            grid=grid)
-    _load_weights(decoder, payload["decoder"], path)
-    refuse_hard_choice(decoder, config.decode.hard_choice, str(path))
     device = torch.device(device)
-    return Trained(path=str(path), config=config, vocab=Vocabulary(payload["vocab"]), decoder=decoder.to(device).eval(),
-                   grid=grid, device=device, encoder_weights=payload.get("encoder"))
+    return Trained(path=str(path), config=config, vocab=Vocabulary(payload["vocab"]),
+                   decoder=decoder_from_checkpoint(payload, config, path).to(device), grid=tuple(payload["grid"]),
+                   device=device, encoder_weights=payload.get("encoder"))
 
 
 def _load_weights(module: torch.nn.Module, state: dict[str, Any], path: str | Path) -> None:
@@ -180,11 +176,13 @@ def config_of(payload: dict[str, Any], path: str | Path) -> Config:
     return from_dict(payload["config"], where=f"{path}: config")
 
 
-def decoder_from_checkpoint(payload: dict[str, Any], config: Config) -> torch.nn.Module:
-    """The decoder alone, for work on cached annotations."""
+def decoder_from_checkpoint(payload: dict[str, Any], config: Config,
+                            path: str | Path = "the checkpoint") -> AttentionDecoder:
+    """The decoder alone, in eval mode on the CPU, for work on cached annotations; weights that do not
+    fit the model the config describes are one line naming `path`."""
     decoder = build_decoder(config.model, vocab_size=len(payload["vocab"]),
                             annotation_dim=int(payload["annotation_dim"]), grid=tuple(payload["grid"]))
-    decoder.load_state_dict(payload["decoder"])
+    _load_weights(decoder, payload["decoder"], path)
     return decoder.eval()
 
 

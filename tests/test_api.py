@@ -18,7 +18,7 @@ from PIL import Image
 
 from captioning import Captioned, Captioner, Unreadable
 from captioning.api import coco_image_id, find_images, read_list, reading_workers
-from captioning.checkpoint import CheckpointError, captioner_from_checkpoint, load_trained
+from captioning.checkpoint import CheckpointError, captioner_from_checkpoint, decoder_from_checkpoint, load_trained
 from captioning.config import ConfigError
 from captioning.data.images import ImageReadError, load_image, to_tensor
 from captioning.model.decoding import decode
@@ -63,11 +63,23 @@ def test_load_trained_puts_the_model_on_the_device_it_is_given(tiny_run) -> None
 
 
 def test_the_old_name_of_the_loader_gives_the_model_vocabulary_and_config(tiny_run) -> None:
-    model, vocab, config = captioner_from_checkpoint(tiny_run.checkpoint, device="meta")
+    model, vocab, config = captioner_from_checkpoint(tiny_run.checkpoint)
     trained = load_trained(tiny_run.checkpoint)
-    assert {p.device.type for p in model.parameters()} == {"meta"} and not model.training
+    assert {p.device.type for p in model.parameters()} == {"cpu"} and not model.training
     assert vocab.words == trained.vocab.words and config == trained.config
     assert model.caption == model.generate  # its method's name before
+    model, _, _ = captioner_from_checkpoint(tiny_run.checkpoint, device="meta")
+    assert {p.device.type for p in model.parameters()} == {"meta"}
+
+
+def test_a_decoder_whose_weights_do_not_fit_is_one_line_naming_the_checkpoint(tiny_run) -> None:
+    payload = torch.load(tiny_run.checkpoint, map_location="cpu", weights_only=True)
+    del payload["decoder"]["embed.weight"]
+    config = load_trained(tiny_run.checkpoint).config
+    with pytest.raises(CheckpointError, match=r"^the checkpoint: its weights do not fit .*\(Error"):
+        decoder_from_checkpoint(payload, config)
+    with pytest.raises(CheckpointError, match=r"^runs/x/best\.pt: its weights do not fit"):
+        decoder_from_checkpoint(payload, config, "runs/x/best.pt")
 
 
 def test_a_fine_tuned_checkpoint_brings_its_own_encoder_weights(tiny_run, tmp_path: Path) -> None:
@@ -82,6 +94,10 @@ def test_a_fine_tuned_checkpoint_brings_its_own_encoder_weights(tiny_run, tmp_pa
     assert loaded.fine_tuned
     for name, value in loaded.encoder().state_dict().items():
         torch.testing.assert_close(value, tuned[name], msg=name)
+    del payload["encoder"][next(name for name in tuned if name.endswith(".weight"))]  # weights that do not fit
+    torch.save(payload, path)
+    with pytest.raises(CheckpointError, match=rf"^{re.escape(str(path))}: its weights do not fit"):
+        load_trained(path).model()
 
 
 @pytest.mark.parametrize("damage", ["config", "weights"])

@@ -29,6 +29,7 @@ import hashlib
 import json
 import os
 import random
+import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -180,6 +181,21 @@ def write_cache(directory: Path, split: str, records: list[ImageRecord], **optio
                            "stopped") from error
 
 
+def check_free_space(directory: Path, split: str, *, images: int, cells: int, channels: int) -> None:
+    """Refuse, before any image is encoded, a cache that the disk under `directory` cannot hold: one
+    line with the size it needs (images x cells x channels x 2 bytes, fp16) and the space free."""
+    need = images * cells * channels * 2
+    free = shutil.disk_usage(directory).free
+    if need > free:
+        raise DatasetError(f"{directory}: the {split} feature cache needs {_size(need)} ({images} images x {cells} "
+                           f"cells x {channels} channels x 2 bytes) and {_size(free)} is free there; free some "
+                           "space, or give data.root a disk with room")
+
+
+def _size(count: int) -> str:
+    return f"{count / 1e9:.1f} GB" if count >= 1e9 else f"{count / 1e6:.1f} MB"
+
+
 def _reserve(path: Path) -> None:
     """Allocate the whole file now, so that a disk too small says so here, not later as a crash
     when a memory-mapped page cannot be written back."""
@@ -207,6 +223,9 @@ def _write_cache(directory: Path, split: str, records: list[ImageRecord], *, enc
     unreadable: list[int] = progress["unreadable"] if progress is not None else []
     grid: tuple[int, int] = tuple(progress["grid"]) if progress is not None else (0, 0)
     encoder = encoder.to(device).eval()
+    if out is None:  # a fresh cache: its size, from one blank image, before any image is read
+        blank, _ = encoder(torch.zeros(1, 3, image_size, image_size, device=device))  # [1, L, D]
+        check_free_space(directory, split, images=len(records), cells=blank.shape[1], channels=blank.shape[2])
     images = ImageFiles(records, size=image_size, mean=encoder.mean, std=encoder.std, first=done, transform=transform)
     loader = DataLoader(images, batch_size=batch_size, num_workers=num_workers, collate_fn=collate_pixels,
                         pin_memory=torch.device(device).type == "cuda")

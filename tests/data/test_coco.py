@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -282,7 +283,7 @@ def test_an_interrupted_cache_resumes_where_it_stopped(fake_coco: Path, tmp_path
 
     def dying_forward(images):
         seen.append(images.shape[0])
-        if len(seen) == 3:
+        if len(seen) == 4:  # the first call sizes the cache on a blank image, then two batches
             raise KeyboardInterrupt("killed")
         return real_forward(images)
 
@@ -307,6 +308,29 @@ def test_an_interrupted_cache_resumes_where_it_stopped(fake_coco: Path, tmp_path
     assert sorted(p.name for p in (tmp_path / "cut").iterdir()) == ["train.json", "train.npy"]
 
 
+def test_a_cache_the_disk_cannot_hold_is_refused_in_one_line_before_any_image_is_read(
+        fake_coco: Path, tmp_path: Path, resnet18_file: Path, monkeypatch) -> None:
+    from captioning.data import features
+
+    config = _coco_config(fake_coco, tmp_path, resnet18_file)
+    records = read_records(config.data, "train")
+    encoder = Encoder.from_config(config.encoder)
+    blank, _ = encoder.eval()(torch.zeros(1, 3, 64, 64))  # [1, L, D]
+    need = len(records) * blank.shape[1] * blank.shape[2] * 2  # fp16
+    monkeypatch.setattr(features.shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(10**12, 10**12 - need + 1,
+                                                                                          need - 1))
+    monkeypatch.setattr(features.ImageFiles, "__getitem__", lambda self, index: pytest.fail("an image was read"))
+    with pytest.raises(DatasetError) as refused:
+        write_cache(tmp_path / "small", "train", records, encoder=encoder, image_size=64, batch_size=2)
+    assert str(refused.value) == (f"{tmp_path / 'small'}: the train feature cache needs {need / 1e6:.1f} MB "
+                                  f"({len(records)} images x {blank.shape[1]} cells x {blank.shape[2]} channels x 2 "
+                                  f"bytes) and {(need - 1) / 1e6:.1f} MB is free there; free some space, or give "
+                                  "data.root a disk with room")
+    assert list((tmp_path / "small").iterdir()) == []  # nothing written
+    monkeypatch.undo()  # the disk as it is: the cache is written
+    assert write_cache(tmp_path / "small", "train", records, encoder=encoder, image_size=64, batch_size=2).grid
+
+
 def test_an_interrupted_cache_of_another_image_list_starts_over(fake_coco: Path, tmp_path: Path,
                                                                 resnet18_file: Path) -> None:
     """The rows written before an interruption belong to their list of images: a run over another
@@ -328,7 +352,8 @@ def test_an_interrupted_cache_of_another_image_list_starts_over(fake_coco: Path,
         write_cache(tmp_path / "cut", "train", records, encoder=encoder, image_size=64, batch_size=2)
     encoder.forward, counted = lambda images: counted.append(images.shape[0]) or real_forward(images), []
     other = write_cache(tmp_path / "cut", "train", records[1:], encoder=encoder, image_size=64, batch_size=2)
-    assert sum(counted) == len(records) - 1 - 1 and other.unreadable == [4]  # all of it; one image is corrupt
+    # a fresh cache: the blank image that sizes it, then all of it (one image is corrupt)
+    assert sum(counted) == 1 + len(records) - 1 - 1 and other.unreadable == [4]
     expected = np.asarray(whole.annotations, dtype=np.float32)[1:]  # batched otherwise: float16 rounding apart
     np.testing.assert_allclose(np.asarray(other.annotations, dtype=np.float32), expected, rtol=2e-3, atol=2e-3)
 

@@ -88,7 +88,9 @@ def test_weights_that_do_not_fit_say_the_first_line_of_why(error, said, monkeypa
         raise error
 
     monkeypatch.setattr(AttentionDecoder, "load_state_dict", refusing)
-    torch.save(_payload(annotation_dim=512), tmp_path / "x.pt")
+    payload = _payload(annotation_dim=512)
+    payload["vocab"] = ["<pad>", "<start>", "<end>", "<unk>", "a"]
+    torch.save(payload, tmp_path / "x.pt")
     with pytest.raises(CheckpointError) as refused:
         load_trained(tmp_path / "x.pt")
     assert str(refused.value) == f"{tmp_path / 'x.pt'}: its weights do not fit the model its config describes ({said})"

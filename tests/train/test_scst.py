@@ -16,6 +16,7 @@ from captioning.model.captioner import build_decoder
 from captioning.train.loop import fit
 from captioning.train.scst import ImageRows, SelfCritical, image_batches
 from tests.model.sizes import model_section
+from tests.train.test_step import handed_coins
 
 WORDS = ["a", "red", "green", "square", "circle"]
 
@@ -252,14 +253,7 @@ def test_self_critical_steps_flip_each_images_coin_at_the_chance_of_the_runs_ste
     """Hard attention under SCST warms up as under cross-entropy (model.hard.warmup): the step hands
     `prepare` one coin per image at expectation_chance(step), which the image's K samples share."""
     decoder, critic = _decoder("attention=hard", "hard.expectation_prob=0.5"), _critic(samples=2)
-    seen, prepare = [], decoder.attention.prepare
-
-    def spy(annotations, draws=None):
-        memory = prepare(annotations, draws=draws)
-        seen.append(memory.expectation)
-        return memory
-
-    monkeypatch.setattr(decoder.attention, "prepare", spy)
+    seen = handed_coins(monkeypatch, decoder)
     monkeypatch.setattr(critic, "rewards", lambda tokens, images: np.zeros(len(images)))
     optimizer = torch.optim.SGD(decoder.parameters(), lr=0.0)
     torch.manual_seed(0)
