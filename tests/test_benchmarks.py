@@ -12,7 +12,8 @@ import pytest
 
 from tests.tiny import REPO
 
-SCRIPTS = ("run", "ab", "flops", "feature_cache", "encoder_batch", "cache_check", "cpu_precision")
+SCRIPTS = ("run", "ab", "flops", "feature_cache", "encoder_batch", "cache_check", "cpu_precision", "cache_sizes",
+           "scale", "dry_runs")
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
@@ -42,3 +43,20 @@ def test_the_caption_case_runs_through_the_api(monkeypatch, capsys, tmp_path):
     assert result["images"] == 3 and result["same_captions"] is True
     assert set(result["stage_seconds"]) == {"read", "encode", "decode", "overlays", "batched_total"}
     assert len(list((tmp_path / "captioning_benchmark_photos").glob("*.jpg"))) == 3
+
+
+def test_the_scale_stand_in_has_cocos_splits_and_reads_as_a_coco_split_file(monkeypatch, tmp_path):
+    """benchmarks/scale.py at 1 000 images: Karpathy's splits in COCO's proportions, five to seven
+    captions an image, and files the project's own reader finds."""
+    from captioning.config import load_config
+    from captioning.data.coco import read_records
+
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    scale = importlib.import_module("scale")
+    assert scale.split_counts(123_287) == scale.FULL  # COCO's own counts at full size
+    assert scale.split_counts(1_000) == {"train": 673, "restval": 247, "val": 40, "test": 40}
+    scale.write(tmp_path, 1_000)
+    data = load_config(REPO / "configs" / "coco_vgg19_soft.yaml", [f"data.root={tmp_path}"]).data
+    train, test = read_records(data, "train"), read_records(data, "test")
+    assert (len(train), len(test)) == (673 + 247, 40)  # restval trains
+    assert all(5 <= len(record.captions) <= 7 for record in train) and all(r.path.is_file() for r in test)
