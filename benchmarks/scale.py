@@ -2,6 +2,7 @@
 
     python benchmarks/scale.py write --root /tmp/scale            # the three corpora (a few minutes)
     python benchmarks/scale.py prepare --root /tmp/scale          # `captioning prepare` on each
+    python benchmarks/scale.py scst --root /tmp/scale             # SCST's CIDEr-D set-up and rewards (after prepare)
 
 The corpus has COCO's Karpathy counts at full size (113 287 training images, restval included,
 5 000 validation, 5 000 test; five captions each, a few with six or seven: 616 767 captions) and
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import resource
 import subprocess
 import sys
@@ -96,18 +98,80 @@ def prepare(root: Path) -> None:
           f"memory x^{math.log(rows['full'][1] / rows['10k'][1]) / growth:.2f}")
 
 
+def scst_child(data: Path, out: Path) -> None:
+    """In its own process: SCST's reward set-up on the training split (document frequencies of its
+    references: SelfCritical.from_config), the reward of one batch (64 images x 5 samples, each
+    image's references seen for the first time), then a reward for every training image once, as an
+    epoch leaves the store of reference vectors. Prints the times as JSON."""
+    from captioning.config import load_config
+    from captioning.data.coco import read_records
+    from captioning.data.vocab import Vocabulary, tokenize
+    from captioning.train.scst import SelfCritical
+
+    def resident() -> float:  # GB now
+        return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e9
+
+    config = load_config(REPO / "configs" / "coco_vgg19_scst.yaml", [f"data.root={data}"])
+    records = read_records(config.data, "train")
+    vocab = Vocabulary.load(out / "vocab.json")
+    candidates = [tokenize(record.captions[0]) for record in records]
+    before = resident()
+    start = time.perf_counter()
+    critic = SelfCritical.from_config(config.train.scst, records=records, vocab=vocab,
+                                      max_length=config.decode.max_length)
+    setup, after_setup = time.perf_counter() - start, resident()
+    start = time.perf_counter()
+    batch = [i for i in range(64) for _ in range(5)]
+    critic.cider.scores([candidates[i] for i in batch], batch)
+    one_batch = time.perf_counter() - start
+    start = time.perf_counter()
+    for first in range(0, len(records), 64):  # a batch of images a step, as training calls it
+        rows = list(range(first, min(first + 64, len(records))))
+        critic.cider.scores([candidates[i] for i in rows], rows)
+    epoch = time.perf_counter() - start
+    print(json.dumps({"setup_s": setup, "batch_s": one_batch, "every_image_s": epoch,
+                      "store_after_setup_gb": after_setup - before, "store_after_epoch_gb": resident() - before}))
+
+
+def scst(root: Path) -> None:
+    rows = {}
+    for label, images in SIZES.items():
+        command = [sys.executable, str(Path(__file__).resolve()), "scst-child", "--root", str(root / label),
+                   "--out", str(root / "runs" / label)]
+        start = time.perf_counter()
+        before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        done = subprocess.run(command, cwd=REPO, check=True, capture_output=True, text=True)
+        wall = time.perf_counter() - start
+        peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        peak = peak / 1e6 if peak > before else float("nan")
+        times = json.loads(done.stdout.strip().splitlines()[-1])
+        rows[label] = (times["setup_s"], peak)
+        print(f"{label:>5} ({images:,} images): set-up {times['setup_s']:.1f} s, one batch of 64 x 5 rewards "
+              f"{times['batch_s']:.2f} s, every image once {times['every_image_s']:.1f} s; reward store "
+              f"{times['store_after_setup_gb']:.2f} GB after set-up, {times['store_after_epoch_gb']:.2f} GB after "
+              f"every image; process {wall:.1f} s, peak {peak:.2f} GB", flush=True)
+    growth = math.log(SIZES["full"] / SIZES["10k"])
+    print(f"growth 10k -> full: set-up x^{math.log(rows['full'][0] / rows['10k'][0]) / growth:.2f}, "
+          f"memory x^{math.log(rows['full'][1] / rows['10k'][1]) / growth:.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("stage", choices=("write", "prepare"))
+    parser.add_argument("stage", choices=("write", "prepare", "scst", "scst-child"))
     parser.add_argument("--root", type=Path, required=True)
+    parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.stage == "write":
         for label, images in SIZES.items():
             start = time.perf_counter()
             write(args.root / label, images)
             print(f"{label}: {images:,} images in {time.perf_counter() - start:.0f} s", flush=True)
-    else:
+    elif args.stage == "prepare":
         prepare(args.root)
+    elif args.stage == "scst":
+        scst(args.root)
+    else:
+        scst_child(args.root, args.out)
 
 
 if __name__ == "__main__":

@@ -3,10 +3,12 @@
 The same numbers as pycocoevalcap's Cider (which is CIDEr-D: clipped term frequencies, a Gaussian
 length penalty with sigma 6, times 10), with one difference of purpose: the document frequencies
 come from a fixed corpus, the training references, counted once, instead of from the captions being
-scored, so that a sample's reward does not depend on the other samples of its batch. Each image's
-reference vectors are computed once and kept; a candidate costs one tf-idf vector and a sparse
-product per reference. Given the same corpus as pycocoevalcap's (the references being scored),
-`scores` equals its per-image CIDEr (tests/train/test_cider.py).
+scored, so that a sample's reward does not depend on the other samples of its batch. An image's
+reference vectors are computed once per call of `scores` (its K samples share them) and not kept:
+kept for every image an epoch touches, they grew to 2.8 GB on COCO's training split (docs/scale.md),
+while computing them again costs a few milliseconds a batch. A candidate costs one tf-idf vector and
+a sparse product per reference. Given the same corpus as pycocoevalcap's (the references being
+scored), `scores` equals its per-image CIDEr (tests/train/test_cider.py).
 
 Captions are lists of tokens. As in pycocoevalcap, a caption's "length" for the penalty is its
 number of bigrams.
@@ -39,7 +41,6 @@ class CiderD:
             frequency.update({gram for ref in refs for gram in ngram_counts(ref, n)})
         self.log_df = {gram: math.log(count) for gram, count in frequency.items()}
         self.log_docs = math.log(float(len(references)))
-        self._cached: dict[int, list[Vector]] = {}
 
     def vector(self, tokens: Tokens) -> Vector:
         vec: list[dict[tuple[str, ...], float]] = [{} for _ in range(self.n)]
@@ -54,14 +55,13 @@ class CiderD:
                 length += count  # bigrams, as pycocoevalcap counts a caption's length
         return vec, [math.sqrt(x) for x in norms], length
 
-    def _reference_vectors(self, image: int) -> list[Vector]:
-        if image not in self._cached:
-            self._cached[image] = [self.vector(ref) for ref in self.references[image]]
-        return self._cached[image]
+    def reference_vectors(self, image: int) -> list[Vector]:
+        return [self.vector(ref) for ref in self.references[image]]
 
-    def score(self, candidate: Tokens, image: int) -> float:
+    def score(self, candidate: Tokens, image: int, refs: list[Vector] | None = None) -> float:
+        """CIDEr-D of one candidate against image `image`'s references (`refs`: their vectors, if at hand)."""
         vec, norms, length = self.vector(candidate)
-        refs = self._reference_vectors(image)
+        refs = refs if refs is not None else self.reference_vectors(image)
         total = 0.0
         for ref_vec, ref_norms, ref_length in refs:
             penalty = math.exp(-((length - ref_length) ** 2) / (2 * self.sigma ** 2))
@@ -74,5 +74,10 @@ class CiderD:
         return total / self.n / len(refs) * 10.0
 
     def scores(self, candidates: Sequence[Tokens], images: Sequence[int]) -> np.ndarray:
-        """CIDEr-D of candidates[i] against the references of images[i]: [N]."""
-        return np.array([self.score(c, i) for c, i in zip(candidates, images)], dtype=np.float64)
+        """CIDEr-D of candidates[i] against the references of images[i]: [N]. Each image's reference
+        vectors are computed once here, for all of its candidates."""
+        vectors: dict[int, list[Vector]] = {}
+        for image in images:
+            if image not in vectors:
+                vectors[image] = self.reference_vectors(image)
+        return np.array([self.score(c, i, vectors[i]) for c, i in zip(candidates, images)], dtype=np.float64)
