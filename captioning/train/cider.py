@@ -4,10 +4,10 @@ The same numbers as pycocoevalcap's Cider (which is CIDEr-D: clipped term freque
 length penalty with sigma 6, times 10), with one difference of purpose: the document frequencies
 come from a fixed corpus, the training references, counted once, instead of from the captions being
 scored, so that a sample's reward does not depend on the other samples of its batch. An image's
-reference vectors are computed once per call of `scores` (its K samples share them) and not kept:
-kept for every image an epoch touches, they grew to 2.8 GB on COCO's training split (docs/scale.md),
-while computing them again costs a few milliseconds a batch. A candidate costs one tf-idf vector and
-a sparse product per reference. Given the same corpus as pycocoevalcap's (the references being
+reference vectors are computed once for a batch (its K samples and its greedy caption share them:
+the last call's are kept for the next) and no longer: kept for every image an epoch touches, they
+grew to 2.8 GB on COCO's training split (docs/scale.md). A candidate costs one tf-idf vector and a
+sparse product per reference. Given the same corpus as pycocoevalcap's (the references being
 scored), `scores` equals its per-image CIDEr (tests/train/test_cider.py).
 
 Captions are lists of tokens. As in pycocoevalcap, a caption's "length" for the penalty is its
@@ -41,6 +41,7 @@ class CiderD:
             frequency.update({gram for ref in refs for gram in ngram_counts(ref, n)})
         self.log_df = {gram: math.log(count) for gram, count in frequency.items()}
         self.log_docs = math.log(float(len(references)))
+        self._recent: dict[int, list[Vector]] = {}  # the reference vectors of the last call's images
 
     def vector(self, tokens: Tokens) -> Vector:
         vec: list[dict[tuple[str, ...], float]] = [{} for _ in range(self.n)]
@@ -75,9 +76,8 @@ class CiderD:
 
     def scores(self, candidates: Sequence[Tokens], images: Sequence[int]) -> np.ndarray:
         """CIDEr-D of candidates[i] against the references of images[i]: [N]. Each image's reference
-        vectors are computed once here, for all of its candidates."""
-        vectors: dict[int, list[Vector]] = {}
-        for image in images:
-            if image not in vectors:
-                vectors[image] = self.reference_vectors(image)
-        return np.array([self.score(c, i, vectors[i]) for c, i in zip(candidates, images)], dtype=np.float64)
+        vectors are computed once for all of its candidates, or taken from the call before (the same
+        batch's samples, then its greedy captions)."""
+        recent = self._recent
+        self._recent = {i: recent[i] if i in recent else self.reference_vectors(i) for i in dict.fromkeys(images)}
+        return np.array([self.score(c, i, self._recent[i]) for c, i in zip(candidates, images)], dtype=np.float64)
