@@ -34,6 +34,8 @@ REPO = Path(__file__).resolve().parents[1]
 FULL = {"train": 82_783, "restval": 30_504, "val": 5_000, "test": 5_000}  # 123 287 images
 SIZES = {"1k": 1_000, "10k": 10_000, "full": sum(FULL.values())}
 WORDS, EXPONENT = 50_000, 1.4
+CONFIG = "configs/coco_vgg19_soft.yaml"  # the paper's setup: VGG-19 at 224², soft attention
+STEPS = 20  # training steps timed in the first run; the resumed run times 3 more
 
 
 def split_counts(images: int) -> dict[str, int]:
@@ -45,7 +47,9 @@ def split_counts(images: int) -> dict[str, int]:
 
 
 def write(root: Path, images: int, *, seed: int = 0) -> None:
-    """ROOT/dataset_coco.json and ROOT/{train2014,val2014}/COCO_*.jpg (links to one JPEG)."""
+    """ROOT/dataset_coco.json (Karpathy's layout), ROOT/annotations/captions_{train,val}2014.json (the
+    official one: train2014 holds Karpathy's train, val2014 his restval, val and test, as in COCO) and
+    ROOT/{train2014,val2014}/COCO_*.jpg, each a link to one small JPEG."""
     rng = np.random.default_rng(seed)
     probabilities = 1.0 / np.arange(1, WORDS + 1) ** EXPONENT
     probabilities /= probabilities.sum()
@@ -59,18 +63,27 @@ def write(root: Path, images: int, *, seed: int = 0) -> None:
     root.mkdir(parents=True, exist_ok=True)
     Image.new("RGB", (64, 48), (120, 110, 100)).save(source, quality=90)
     entries, caption = [], 0
+    official: dict[str, dict[str, list]] = {folder: {"images": [], "annotations": []}
+                                           for folder in ("train2014", "val2014")}
     splits = [name for name, count in split_counts(images).items() for _ in range(count)]
-    for cocoid, (split, count) in enumerate(zip(splits, per_image)):
-        folder = "train2014" if split in ("train", "restval") else "val2014"
+    for cocoid, (split, count) in enumerate(zip(splits, per_image.tolist())):
+        folder = "train2014" if split == "train" else "val2014"
         name = f"COCO_{folder}_{cocoid:012d}.jpg"
         (root / folder).mkdir(exist_ok=True)
         target = root / folder / name
-        if not target.exists():
+        if not target.is_symlink():
             target.symlink_to(source)
+        mine = sentences[caption:caption + count]
         entries.append({"filepath": folder, "filename": name, "cocoid": cocoid, "split": split,
-                        "sentences": [{"raw": s} for s in sentences[caption:caption + count]]})
+                        "sentences": [{"raw": s} for s in mine]})
+        official[folder]["images"].append({"id": cocoid, "file_name": name, "width": 64, "height": 48})
+        official[folder]["annotations"] += [{"id": caption + i, "image_id": cocoid, "caption": s}
+                                            for i, s in enumerate(mine)]
         caption += count
     (root / "dataset_coco.json").write_text(json.dumps({"dataset": "coco", "images": entries}))
+    (root / "annotations").mkdir(exist_ok=True)
+    for folder, content in official.items():
+        (root / "annotations" / f"captions_{folder}.json").write_text(json.dumps(content))
 
 
 def timed(command: list[str]) -> tuple[float, float]:
@@ -85,27 +98,31 @@ def timed(command: list[str]) -> tuple[float, float]:
 
 
 def prepare(root: Path) -> None:
-    rows = {}
-    for label, images in SIZES.items():
-        data, out = root / label, root / "runs" / label
-        rows[label] = timed([sys.executable, "-m", "captioning.cli", "prepare", "--config",
-                             "configs/coco_vgg19_soft.yaml", f"data.root={data}", f"train.out_dir={out}", "--quiet"])
-        vocab = len(json.loads((out / "vocab.json").read_text()))
-        print(f"{label:>5} ({images:,} images): {rows[label][0]:.1f} s, peak {rows[label][1]:.2f} GB, "
-              f"vocabulary {vocab:,}", flush=True)
-    growth = math.log(SIZES["full"] / SIZES["10k"])
-    print(f"growth 10k -> full: time x^{math.log(rows['full'][0] / rows['10k'][0]) / growth:.2f}, "
-          f"memory x^{math.log(rows['full'][1] / rows['10k'][1]) / growth:.2f}")
+    """`captioning prepare` on each size, from Karpathy's JSON and from the official captions files."""
+    for layout, extra in (("karpathy", []), ("official", ["data.dataset=coco_official"])):
+        rows = {}
+        for label, images in SIZES.items():
+            data, out = root / label, root / "runs" / (label if layout == "karpathy" else f"{label}-{layout}")
+            rows[label] = timed([sys.executable, "-m", "captioning.cli", "prepare", "--config", CONFIG,
+                                 f"data.root={data}", f"train.out_dir={out}", *extra, "--quiet"])
+            vocab = len(json.loads((out / "vocab.json").read_text()))
+            print(f"{layout} {label:>5} ({images:,} images): {rows[label][0]:.1f} s, peak {rows[label][1]:.2f} GB, "
+                  f"vocabulary {vocab:,}", flush=True)
+        growth = math.log(SIZES["full"] / SIZES["10k"])
+        print(f"{layout} growth 10k -> full: time x^{math.log(rows['full'][0] / rows['10k'][0]) / growth:.2f}, "
+              f"memory x^{math.log(rows['full'][1] / rows['10k'][1]) / growth:.2f}", flush=True)
 
 
 def scst_child(data: Path, out: Path) -> None:
-    """In its own process: SCST's reward set-up on the training split (document frequencies of its
-    references: SelfCritical.from_config), the reward of one batch (64 images x 5 samples, each
-    image's references seen for the first time), then a reward for every training image once, as an
-    epoch leaves the store of reference vectors. Prints the times as JSON."""
+    """In its own process: SCST's reward set-up on the training split (its references' tokens, read
+    from the file `captioning prepare` left, and the document frequencies of their n-grams), the
+    reward of one batch (64 images x 5 samples, each image's references seen for the first time),
+    then a reward for every training image once, as an epoch leaves the store of reference vectors.
+    Prints the times as JSON."""
     from captioning.config import load_config
     from captioning.data.coco import read_records
-    from captioning.data.vocab import Vocabulary, tokenize
+    from captioning.data.tokenized import tokenized, tokens_dir
+    from captioning.data.vocab import Vocabulary
     from captioning.train.scst import SelfCritical
 
     def resident() -> float:  # GB now
@@ -114,12 +131,12 @@ def scst_child(data: Path, out: Path) -> None:
     config = load_config(REPO / "configs" / "coco_vgg19_scst.yaml", [f"data.root={data}"])
     records = read_records(config.data, "train")
     vocab = Vocabulary.load(out / "vocab.json")
-    candidates = [tokenize(record.captions[0]) for record in records]
     before = resident()
     start = time.perf_counter()
-    critic = SelfCritical.from_config(config.train.scst, records=records, vocab=vocab,
-                                      max_length=config.decode.max_length)
+    references = tokenized(records, cache=tokens_dir(config.data))
+    critic = SelfCritical(config.train.scst, references=references, vocab=vocab, max_length=config.decode.max_length)
     setup, after_setup = time.perf_counter() - start, resident()
+    candidates = [references.caption(int(c)) for c in references.first[:-1]]  # each image's first reference
     start = time.perf_counter()
     batch = [i for i in range(64) for _ in range(5)]
     critic.cider.scores([candidates[i] for i in batch], batch)
@@ -155,10 +172,151 @@ def scst(root: Path) -> None:
           f"memory x^{math.log(rows['full'][1] / rows['10k'][1]) / growth:.2f}")
 
 
+def probe(stage: str, argv: list[str]) -> tuple[float, dict]:
+    """(wall seconds, what benchmarks/scale_probe.py measured) of one stage in its own process."""
+    start = time.time()
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "scale_probe.py"), stage, repr(start), "--",
+                           *argv], cwd=REPO, capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"{stage} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return time.time() - start, json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def stages(root: Path, labels: list[str]) -> None:
+    """prepare-features, training's start-up and steps, a mid-epoch resume, validation, eval.py on the
+    test split and `captioning caption` on its files, at each size: one JSON line each, then the
+    growth from 10 000 to 123 287 images."""
+    import shutil
+
+    rows: dict[str, dict] = {}
+    for label in labels:
+        data, out = root / label, root / "runs" / label / "train"
+        shutil.rmtree(data / "features", ignore_errors=True)
+        shutil.rmtree(out, ignore_errors=True)
+        common = ["--config", CONFIG, f"data.root={data}", f"train.out_dir={out}", "--quiet"]
+        row = rows[label] = {"images": SIZES[label]}
+        wall, features = probe("features", ["prepare-features", *common, "--device", "cpu"])
+        row["features"] = {"wall_s": wall, "peak_rss_gb": features["peak_rss_gb"], "anon_gb": features["anon_gb"],
+                           "cache_gb": sum(f.stat().st_size for f in (data / "features").rglob("*.npy")) / 1e9}
+        print(json.dumps({label: {"features": row["features"]}}), flush=True)
+        training = [*common, "--device", "cpu", "train.epochs=1", f"train.save_every_steps={STEPS // 2}"]
+        shutil.rmtree(data / "tokens", ignore_errors=True)  # a first start ever: the captions not tokenized yet
+        wall, cold = probe("first-steps", ["train", *training, f"train.max_steps={STEPS}"])
+        row["cold_start"] = {"first_step_s": cold["steps"][0][1] - cold["started"], "anon_gb": cold["anon_gb"]}
+        print(json.dumps({label: {"cold_start": row["cold_start"]}}), flush=True)
+        shutil.rmtree(out)  # a run of its own, with the tokens that run kept (as `captioning prepare` keeps them)
+        wall, run = probe("train", ["train", *training, f"train.max_steps={STEPS}"])
+        steps = [end - start for start, end in run["steps"]]
+        shuffle_start, shuffle_end = run["shuffles"][0]
+        row["train"] = {
+            "wall_s": wall, "first_step_s": run["steps"][0][1] - run["started"],
+            "imports_s": run["imported"] - run["started"], "built_s": run["built"] - run["started"],
+            "step_s": sorted(steps[1:])[len(steps[1:]) // 2], "first_step_only_s": steps[0],
+            "shuffle_s": shuffle_end - shuffle_start, "loader_start_s": run["first_batch"] - shuffle_end,
+            "validation_s": run["validations"][-1], "save_s": max(run["saves"]),
+            "anon_gb": run["anon_gb"], "worker_gb": run["worker_gb"], "worker_batches_gb": run["worker_batches_gb"],
+            "peak_rss_gb": run["peak_rss_gb"]}
+        print(json.dumps({label: {"train": row["train"]}}), flush=True)
+        wall, resumed = probe("resume", ["train", *training, f"train.max_steps={STEPS * 2}", "--resume"])
+        row["resume"] = {"first_step_s": resumed["steps"][0][1] - resumed["started"],
+                         "step_s": sorted(end - start for start, end in resumed["steps"][1:])[0],
+                         "anon_gb": resumed["anon_gb"], "worker_gb": resumed["worker_gb"]}
+        print(json.dumps({label: {"resume": row["resume"]}}), flush=True)
+        wall, evaluation = probe("eval", ["evaluate", "--checkpoint", str(out / "last.pt"), "--split", "test",
+                                          "--device", "cpu", "--out", str(out / "metrics_test.json"), "--quiet"])
+        row["eval"] = {"wall_s": wall, "peak_rss_gb": evaluation["peak_rss_gb"], "anon_gb": evaluation["anon_gb"]}
+        print(json.dumps({label: {"eval": row["eval"]}}), flush=True)
+        entries = json.loads((data / "dataset_coco.json").read_text())["images"]
+        listing = out / "test_images.txt"
+        listing.write_text("".join(f"{data / e['filepath'] / e['filename']}\n" for e in entries
+                                   if e["split"] == "test"))
+        wall, captioned = probe("caption", ["caption", "--list", str(listing), "--checkpoint", str(out / "last.pt"),
+                                            "--device", "cpu", "--quiet", "--json"])
+        row["caption"] = {"wall_s": wall, "files": len(listing.read_text().splitlines()),
+                          "peak_rss_gb": captioned["peak_rss_gb"], "anon_gb": captioned["anon_gb"]}
+        print(json.dumps({label: {"caption": row["caption"]}}), flush=True)
+    (root / "stages.json").write_text(json.dumps(rows, indent=1))
+
+
+def workers(root: Path) -> None:
+    """What a DataLoader worker comes to hold of its own over an epoch at full size: one worker,
+    forked from a process that holds the training pairs, reads every pair once (an epoch's share
+    with one worker; annotations of one cell, so that only the pairs are read), and reports its
+    private anonymous memory as it goes. The pairs as arrays (how training holds them), and as the
+    Python list of (image, ids) pairs that training held before."""
+    import numpy as np
+    from torch.utils.data import DataLoader
+
+    from benchmarks.scale_probe import _private_kb
+    from captioning.config import load_config
+    from captioning.data.coco import read_records
+    from captioning.data.dataset import CaptionPairs
+    from captioning.data.tokenized import tokenized, tokens_dir
+    from captioning.data.vocab import Vocabulary
+
+    class ListedPairs(CaptionPairs):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.listed = [CaptionPairs.pair(self, i) for i in range(len(self))]
+
+        def pair(self, index: int) -> tuple[int, list[int]]:
+            return self.listed[index]
+
+    def own_memory(items: list) -> tuple[int, int]:  # runs in the worker
+        return len(items), _private_kb(os.getpid())[0]
+
+    data = root / "full"
+    config = load_config(REPO / CONFIG, [f"data.root={data}"])
+    records = read_records(config.data, "train")
+    captions = tokenized(records, cache=tokens_dir(config.data))
+    vocab = Vocabulary.load(root / "runs" / "full" / "vocab.json")
+    cells = np.zeros((len(records), 1, 1), dtype=np.float16)
+    for name, kind in (("arrays", CaptionPairs), ("a list of pairs", ListedPairs)):
+        pairs = kind(cells, captions, vocab, max_length=config.data.max_caption_length)
+        start, read, most = time.perf_counter(), 0, 0
+        for count, kb in DataLoader(pairs, batch_size=512, num_workers=1, collate_fn=own_memory):
+            read, most = read + count, max(most, kb)
+        print(f"pairs as {name}: a worker read all {read:,} pairs in {time.perf_counter() - start:.0f} s and "
+              f"came to hold {most / 1e6:.2f} GB of its own", flush=True)
+        del pairs
+
+
+def encoders() -> None:
+    """The per-image cost of each COCO config's real encoder on this machine's CPU (random weights:
+    the cost does not depend on them), batches of 8, after one warm-up batch; and what that makes
+    of a COCO cache built here (prepare-features measures the rest of the pipeline)."""
+    import tempfile
+
+    import torch
+    import torchvision
+
+    from captioning.config import load_config
+    from captioning.model.encoder import build_encoder
+
+    for config_name in ("coco_vgg19_soft", "coco_resnet101_soft"):
+        config = load_config(REPO / "configs" / f"{config_name}.yaml", [])
+        e, size = config.encoder, config.data.image_size
+        with tempfile.TemporaryDirectory() as folder:  # a local weights file, as a machine offline uses
+            weights = Path(folder) / f"{e.name}.pth"
+            torch.save(getattr(torchvision.models, e.name)(weights=None).state_dict(), weights)
+            encoder = build_encoder(name=e.name, layer=e.layer, weights_path=str(weights), padding=e.padding)
+        images = torch.randn(8, 3, size, size)
+        with torch.no_grad():
+            encoder(images)
+            start = time.perf_counter()
+            for _ in range(3):
+                encoder(images)
+        per_image = (time.perf_counter() - start) / 24
+        print(f"{config_name}: {e.name} {e.layer} at {size}², {per_image * 1000:.0f} ms an image on "
+              f"{torch.get_num_threads()} threads; COCO's 123,287 images: {per_image * 123_287 / 3600:.1f} h",
+              flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("stage", choices=("write", "prepare", "scst", "scst-child"))
-    parser.add_argument("--root", type=Path, required=True)
+    parser.add_argument("stage", choices=("write", "prepare", "scst", "scst-child", "stages", "encoders", "workers"))
+    parser.add_argument("--sizes", default="1k,10k,full", help="stages: which corpora (default: all three)")
+    parser.add_argument("--root", type=Path, help="where the corpora are (all stages but encoders)")
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.stage == "write":
@@ -168,6 +326,12 @@ def main() -> None:
             print(f"{label}: {images:,} images in {time.perf_counter() - start:.0f} s", flush=True)
     elif args.stage == "prepare":
         prepare(args.root)
+    elif args.stage == "workers":
+        workers(args.root)
+    elif args.stage == "encoders":
+        encoders()
+    elif args.stage == "stages":
+        stages(args.root, args.sizes.split(","))
     elif args.stage == "scst":
         scst(args.root)
     else:

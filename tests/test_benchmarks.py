@@ -60,3 +60,8 @@ def test_the_scale_stand_in_has_cocos_splits_and_reads_as_a_coco_split_file(monk
     train, test = read_records(data, "train"), read_records(data, "test")
     assert (len(train), len(test)) == (673 + 247, 40)  # restval trains
     assert all(5 <= len(record.captions) <= 7 for record in train) and all(r.path.is_file() for r in test)
+    official = load_config(REPO / "configs" / "coco_vgg19_soft.yaml",
+                           [f"data.root={tmp_path}", "data.dataset=coco_official"]).data
+    official_train, val2014 = read_records(official, "train"), read_records(official, "val")
+    assert (len(official_train), len(val2014)) == (673, 247 + 40 + 40)  # as COCO: restval, val, test in val2014
+    assert {r.image_id: r.captions for r in official_train} == {r.image_id: r.captions for r in train[:673]}

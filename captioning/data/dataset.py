@@ -16,7 +16,8 @@ from torch.utils.data import Dataset
 from captioning.data.images import ImageReadError, augment, load_image, to_tensor
 from captioning.data.karpathy import ImageRecord
 from captioning.data.mapped import by_reference
-from captioning.data.vocab import Vocabulary, tokenize
+from captioning.data.tokenized import Tokenized
+from captioning.data.vocab import Vocabulary
 
 
 @dataclass
@@ -52,42 +53,45 @@ class Batch:
         return self.annotations if self.annotations is not None else self.images
 
 
-Words = Callable[[list[str]], list[str]]  # how a caption's tokens are read (data/mirror.py swaps some)
-
-
-def _pairs(records: list[ImageRecord], vocab: Vocabulary, max_length: int | None,
-           words: Words = list) -> list[tuple[int, list[int]]]:
-    return [(i, vocab.encode(words(tokenize(caption)), max_length))
-            for i, record in enumerate(records) for caption in record.captions]
+Words = Callable[[list[str]], list[str]]  # how a caption's words are read (data/mirror.py swaps some)
 
 
 class _Pairs(Dataset):
-    """(image index, token ids) pairs; the lengths are what length-bucketed batches sort by."""
+    """(image index, token ids) pairs of every caption of a split (data/tokenized.py), held as three
+    arrays rather than a Python object per pair: 566 747 pairs on COCO, which a DataLoader worker
+    would otherwise copy page by page as it read them (docs/scale.md). `lengths` is what
+    length-bucketed batches sort by."""
 
-    pairs: list[tuple[int, list[int]]]
+    def __init__(self, captions: Tokenized, vocab: Vocabulary, *, max_length: int | None, words: Words):
+        self.images, self.tokens, self.offsets = captions.encoded(vocab, max_length=max_length, words=words)
 
     @property
-    def lengths(self) -> list[int]:
-        return [len(tokens) for _, tokens in self.pairs]
+    def lengths(self) -> np.ndarray:
+        """[P] tokens of each pair, <start> and <end> included."""
+        return np.diff(self.offsets)
 
     def __len__(self) -> int:
-        return len(self.pairs)
+        return len(self.images)
+
+    def pair(self, index: int) -> tuple[int, list[int]]:
+        """(image row, token ids) of pair `index`."""
+        return int(self.images[index]), self.tokens[self.offsets[index]:self.offsets[index + 1]].tolist()
 
 
 class CaptionPairs(_Pairs):
     """Every (image, reference caption) pair of a split; item = (annotations [L, D] in the cache's
     dtype, fp16: Batch.to widens them once on the device, token ids)."""
 
-    def __init__(self, annotations: np.ndarray, records: list[ImageRecord], vocab: Vocabulary, *,
+    def __init__(self, annotations: np.ndarray, captions: Tokenized, vocab: Vocabulary, *,
                  max_length: int | None = None, words: Words = list):
+        super().__init__(captions, vocab, max_length=max_length, words=words)
         self.annotations = annotations  # [N, L, D] fp16, possibly memory-mapped
-        self.pairs = _pairs(records, vocab, max_length, words)
 
     def __getstate__(self) -> dict:
         return by_reference(self.__dict__)  # a DataLoader worker maps the cache again rather than receive a copy
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, list[int]]:
-        image, tokens = self.pairs[index]
+        image, tokens = self.pair(index)
         return torch.from_numpy(np.array(self.annotations[image])), tokens  # a copy: the map is read-only
 
 
@@ -99,17 +103,17 @@ class ImageCaptionPairs(_Pairs):
     changes each image as it is read (data/mirror.py flips it), before data.augment's random crop.
     """
 
-    def __init__(self, records: list[ImageRecord], vocab: Vocabulary, *, image_size: int,
+    def __init__(self, records: list[ImageRecord], captions: Tokenized, vocab: Vocabulary, *, image_size: int,
                  mean: tuple[float, ...], std: tuple[float, ...], max_length: int | None = None,
                  augmented: bool = False, transform: Callable[[Image.Image], Image.Image] | None = None,
                  words: Words = list):
+        super().__init__(captions, vocab, max_length=max_length, words=words)
         self.records, self.size, self.mean, self.std = records, image_size, mean, std
         self.augmented = augmented  # data.augment: a random crop and colour jitter per read (images.augment)
         self.transform = transform
-        self.pairs = _pairs(records, vocab, max_length, words)
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor | None, list[int], str | None]:
-        image, tokens = self.pairs[index]
+        image, tokens = self.pair(index)
         try:
             picture = load_image(self.records[image].path)
             if self.transform is not None:

@@ -17,6 +17,7 @@ from captioning.data.karpathy import DatasetError
 from captioning.data.mirror import MirroredPairs, mirror_image, mirror_words
 from captioning.data.prepare import run_vocabulary
 from captioning.data.splits import Split, load_splits, missing_caches
+from captioning.data.tokenized import Tokenized, tokenized, tokens_dir
 from captioning.data.vocab import Vocabulary
 from captioning.model.encoder import Encoder
 from captioning.runtime import distributed
@@ -27,6 +28,7 @@ class RunData:
     train: Split
     val: Split
     vocab: Vocabulary
+    captions: Tokenized  # the training split's, tokenized (data/tokenized.py)
     pairs: Dataset  # CaptionPairs (cached annotations) or ImageCaptionPairs (images)
     collate: Callable[[list], Batch]
     val_annotations: Any  # the cache, or EncodedImages
@@ -50,28 +52,30 @@ def load_run_data(config: Config, *, vocab_words: list[str] | None, encoder: Enc
     if context.is_main:
         distributed.barrier(context, name="waiting for rank 0 to prepare the data")
     train, val = splits["train"], splits["val"]
+    captions = tokenized(train.records, cache=tokens_dir(config.data))
+    pairs = training_pairs(config, train, captions, vocab, encoder=encoder)
     if encoder is None:
-        return RunData(train, val, vocab, training_pairs(config, train, vocab), collate, val.annotations)
-    pairs = training_pairs(config, train, vocab, encoder=encoder)
+        return RunData(train, val, vocab, captions, pairs, collate, val.annotations)
     encoded = EncodedImages(encoder, val.records, image_size=config.data.image_size, device=device)
-    return RunData(train, val, vocab, pairs, collate_image_pairs, encoded)
+    return RunData(train, val, vocab, captions, pairs, collate_image_pairs, encoded)
 
 
-def training_pairs(config: Config, train: Split, vocab: Vocabulary, *, encoder: Encoder | None = None) -> Dataset:
+def training_pairs(config: Config, train: Split, captions: Tokenized, vocab: Vocabulary, *,
+                   encoder: Encoder | None = None) -> Dataset:
     """(image, caption) pairs over the cache, or over the image files for an encoder on the fly; with
     data.mirror, doubled by their mirrors (data/mirror.py)."""
     max_length = config.data.max_caption_length
     if encoder is None:
-        pairs: Dataset = CaptionPairs(train.annotations, train.records, vocab, max_length=max_length)
+        pairs: Dataset = CaptionPairs(train.annotations, captions, vocab, max_length=max_length)
         if config.data.mirror:  # the mirror images have a cache of their own (data/splits.py)
-            mirrored = CaptionPairs(train.mirrored_annotations, train.records, vocab, max_length=max_length,
+            mirrored = CaptionPairs(train.mirrored_annotations, captions, vocab, max_length=max_length,
                                     words=mirror_words)
             pairs = MirroredPairs(pairs, mirrored)
         return pairs
     images = {"image_size": config.data.image_size, "mean": encoder.mean, "std": encoder.std,
               "max_length": max_length, "augmented": config.data.augment}
-    pairs = ImageCaptionPairs(train.records, vocab, **images)
+    pairs = ImageCaptionPairs(train.records, captions, vocab, **images)
     if config.data.mirror:
-        pairs = MirroredPairs(pairs, ImageCaptionPairs(train.records, vocab, **images, transform=mirror_image,
-                                                       words=mirror_words))
+        pairs = MirroredPairs(pairs, ImageCaptionPairs(train.records, captions, vocab, **images,
+                                                       transform=mirror_image, words=mirror_words))
     return pairs

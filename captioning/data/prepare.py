@@ -8,17 +8,16 @@ TRAIN.OUT_DIR/vocab.json, which training then uses, and is stored in every check
 
 from __future__ import annotations
 
-from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from captioning import progress
 from captioning.config import Config
 from captioning.data.coco import read_records
 from captioning.data.splits import Split, ensure_shapes, load_splits
-from captioning.data.vocab import Vocabulary, tokenize
+from captioning.data.tokenized import tokenized, tokens_dir
+from captioning.data.vocab import Vocabulary
 
 
 def vocabulary_path(config: Config) -> Path:
@@ -28,15 +27,14 @@ def vocabulary_path(config: Config) -> Path:
 def build_vocabulary(config: Config) -> tuple[Vocabulary, dict[str, float]]:
     """The vocabulary of the training split, and a few numbers that help choose its settings."""
     ensure_shapes(config)
-    records = progress.bar(read_records(config.data, "train"), desc="tokenizing", unit="image", leave=False)
-    captions = [tokenize(c) for record in records for c in record.captions]
-    vocab = Vocabulary.build(captions, min_count=config.data.min_word_count)
-    counts = Counter(token for caption in captions for token in caption)
+    captions = tokenized(read_records(config.data, "train"), cache=tokens_dir(config.data))
+    counts = captions.counts()
+    vocab = Vocabulary.from_counts(counts, min_count=config.data.min_word_count)
     tokens = sum(counts.values())
-    lengths = np.array([len(c) for c in captions])
+    lengths = captions.lengths
     clip = config.data.max_caption_length
     stats = {
-        "captions": len(captions), "distinct_words": len(counts), "vocabulary": len(vocab),
+        "captions": len(lengths), "distinct_words": len(counts), "vocabulary": len(vocab),
         "unk_share": sum(n for w, n in counts.items() if w not in vocab.index) / max(tokens, 1),
         "length_p50": float(np.percentile(lengths, 50)), "length_p99": float(np.percentile(lengths, 99)),
         "clipped_share": float((lengths > clip).mean()),

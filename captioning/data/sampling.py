@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 
 
@@ -20,7 +21,7 @@ def epoch_batches(lengths: Sequence[int], *, batch_size: int, seed: int, epoch: 
     order = torch.randperm(len(lengths), generator=generator)
     if not bucket:
         return [b.tolist() for b in order.split(batch_size)]
-    lengths_t = torch.as_tensor(list(lengths))
+    lengths_t = torch.as_tensor(np.asarray(lengths, dtype=np.int64))
     batches = []
     for chunk in order.split(batch_size * pool):
         ranked = chunk[torch.argsort(lengths_t[chunk], stable=True)]  # ties keep the random order

@@ -39,6 +39,11 @@ def _unquote(token: str) -> str:
     return token if token in _CLITICS or not token.startswith("'") else token.lstrip("'")
 
 
+# Names what `tokenize` gives: change it whenever its output changes, since tokenized captions are
+# kept on disk under a name made from it (data/tokenized.py).
+TOKENIZATION = "treebank, NFKC, straight quotes, lower case, no punctuation: 1"
+
+
 def tokenize(caption: str) -> list[str]:
     """Lower-cased word tokens without punctuation: 'A red, round Circle.' -> [a, red, round, circle]."""
     tokens = (_unquote(token) for token in _TOKENIZER.tokenize(normalize(caption)))
@@ -61,7 +66,11 @@ class Vocabulary:
     @classmethod
     def build(cls, captions: Iterable[Sequence[str]], min_count: int = 1) -> Vocabulary:
         """From tokenized training captions; words seen fewer than min_count times become <unk>."""
-        counts = Counter(token for caption in captions for token in caption)
+        return cls.from_counts(Counter(token for caption in captions for token in caption), min_count=min_count)
+
+    @classmethod
+    def from_counts(cls, counts: dict[str, int], min_count: int = 1) -> Vocabulary:
+        """From each word's count over the training captions (Tokenized.counts)."""
         kept = sorted(word for word, count in counts.items() if count >= min_count)
         return cls(list(SPECIALS) + kept)
 

@@ -36,10 +36,17 @@ class CiderD:
     def __init__(self, references: Sequence[Sequence[Tokens]], *, n: int = 4, sigma: float = 6.0):
         self.n, self.sigma = n, sigma
         self.references = references
-        frequency: Counter = Counter()
-        for refs in references:  # an n-gram counts once per image, however many references use it
-            frequency.update({gram for ref in refs for gram in ngram_counts(ref, n)})
-        self.log_df = {gram: math.log(count) for gram, count in frequency.items()}
+        # log(df) of each n-gram, where df counts the images whose references use it (once per image,
+        # however many of its references do). An n-gram of one image only has log(1) = 0, the value of
+        # one no image uses, so it is not kept: on COCO most 3- and 4-grams are such (docs/scale.md).
+        # One n at a time, so that set-up holds one order's counts at once.
+        self.log_df: dict[tuple[str, ...], float] = {}
+        for k in range(1, n + 1):
+            frequency: Counter = Counter()
+            for refs in references:
+                frequency.update({tuple(ref[i:i + k]) for ref in refs for i in range(len(ref) - k + 1)})
+            self.log_df.update((gram, math.log(count)) for gram, count in frequency.items() if count > 1)
+            del frequency
         self.log_docs = math.log(float(len(references)))
         self._recent: dict[int, list[Vector]] = {}  # the reference vectors of the last call's images
 

@@ -18,6 +18,7 @@ Notation: B images, K samples per image, N = B*K rows, T steps, L cells, D chann
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +29,7 @@ from torch.utils.data import Dataset
 from captioning.config import Config, ScstConfig
 from captioning.data.loading import RunData
 from captioning.data.mapped import by_reference
-from captioning.data.vocab import Vocabulary, tokenize
+from captioning.data.vocab import Vocabulary
 from captioning.model.attention import Draws, choosing, hard_attention, sample
 from captioning.model.decoder import AttentionDecoder
 from captioning.model.decoding import greedy, stepper, unroll
@@ -83,16 +84,13 @@ def image_batches(count: int, *, batch_size: int, seed: int, epoch: int) -> list
 class SelfCritical:
     """Samples, rewards and the policy-gradient loss of one batch of images."""
 
-    def __init__(self, config: ScstConfig, *, references: list[list[list[str]]], vocab: Vocabulary, max_length: int):
+    def __init__(self, config: ScstConfig, *, references: Sequence[Sequence[Sequence[str]]], vocab: Vocabulary,
+                 max_length: int):
+        """`references`: each training image's captions, tokenized as training targets are (a run
+        passes its Tokenized captions, which hold them as arrays)."""
         self.samples, self.baseline, self.max_length = config.samples, config.baseline, max_length
         self.vocab = vocab
         self.cider = CiderD(references)
-
-    @classmethod
-    def from_config(cls, config: ScstConfig, *, records, vocab: Vocabulary, max_length: int) -> SelfCritical:
-        """Rewards against the training split's references, tokenized as training targets are."""
-        return cls(config, references=[[tokenize(c) for c in r.captions] for r in records], vocab=vocab,
-                   max_length=max_length)
 
     def sample(self, decoder: AttentionDecoder, annotations: torch.Tensor,
                draws: Draws | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -168,8 +166,8 @@ class SelfCriticalObjective:
         """As CrossEntropy's; it steps the decoder itself (`module` is the one DDP would wrap)."""
         self.config, self.decoder, self.optimizer, self.hardware = config, model.decoder, optimizer, hardware
         self.scaler = scaler if scaler.is_enabled() else None
-        self.critic = SelfCritical.from_config(config.train.scst, records=data.train.records, vocab=data.vocab,
-                                               max_length=config.decode.max_length)
+        self.critic = SelfCritical(config.train.scst, references=data.captions, vocab=data.vocab,
+                                   max_length=config.decode.max_length)
         self.items, self.collate = TrainingImages(data.train.annotations), collate_image_rows
         self.images = len(data.train.records)
         # how hard attention picks its cell for the greedy baseline: as test-time decoding does

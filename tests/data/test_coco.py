@@ -25,6 +25,7 @@ from captioning.data.features import EncodedImages, read_cache, write_cache
 from captioning.data.karpathy import DatasetError, read_split
 from captioning.data.prepare import build_vocabulary, prepare_vocabulary
 from captioning.data.splits import features_dir, load_splits
+from captioning.data.tokenized import Tokenized
 from captioning.data.vocab import tokenize
 from captioning.model.encoder import Encoder
 from captioning.train.loop import fit
@@ -496,8 +497,8 @@ def test_augmented_training_reads_differ_and_evaluation_reads_do_not(fake_coco: 
     records = [r for r in read_records(config.data, "train") if r.path.name.endswith(".jpg")][:2]
     vocab = Vocabulary(["<pad>", "<start>", "<end>", "<unk>"])
     common = {"image_size": 32, "mean": (0.5, 0.5, 0.5), "std": (0.5, 0.5, 0.5)}
-    plain = ImageCaptionPairs(records, vocab, **common)
-    varied = ImageCaptionPairs(records, vocab, augmented=True, **common)
+    plain = ImageCaptionPairs(records, Tokenized.of([r.captions for r in records]), vocab, **common)
+    varied = ImageCaptionPairs(records, Tokenized.of([r.captions for r in records]), vocab, augmented=True, **common)
     torch.manual_seed(0)
     assert torch.equal(plain[0][0], plain[0][0])
     first, second = varied[0][0], varied[0][0]

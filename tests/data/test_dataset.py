@@ -9,6 +9,7 @@ import torch
 
 from captioning.data.dataset import CaptionPairs, collate
 from captioning.data.karpathy import ImageRecord
+from captioning.data.tokenized import Tokenized
 from captioning.data.vocab import Vocabulary, tokenize
 
 
@@ -27,14 +28,14 @@ def test_caption_pairs_clip_training_targets() -> None:
     records = [ImageRecord(0, Path("x.png"), captions), ImageRecord(1, Path("y.png"), ("a blue square",))]
     vocab = Vocabulary.build([tokenize(c) for r in records for c in r.captions])
     annotations = np.arange(2 * 4 * 3, dtype=np.float16).reshape(2, 4, 3)
-    pairs = CaptionPairs(annotations, records, vocab, max_length=3)
+    pairs = CaptionPairs(annotations, Tokenized.of([r.captions for r in records]), vocab, max_length=3)
     assert len(pairs) == 3
     first, tokens = pairs[0]
     assert first.dtype == torch.float16 and torch.equal(first, torch.from_numpy(annotations[0]))  # as cached
     assert tokens == [vocab.start_id, *[vocab.index[w] for w in ("a", "red", "circle")], vocab.end_id]
     assert pairs[1][1] == [vocab.start_id, vocab.index["a"], vocab.index["circle"], vocab.end_id]
     assert torch.equal(pairs[2][0], torch.from_numpy(annotations[1]))
-    unclipped = CaptionPairs(annotations, records, vocab)
+    unclipped = CaptionPairs(annotations, Tokenized.of([r.captions for r in records]), vocab)
     assert len(unclipped[0][1]) == 10 + 2
 
 

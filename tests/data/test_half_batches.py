@@ -11,6 +11,7 @@ import torch
 
 from captioning.data.dataset import Batch, CaptionPairs, collate
 from captioning.data.karpathy import ImageRecord
+from captioning.data.tokenized import Tokenized
 from captioning.data.vocab import Vocabulary, tokenize
 
 
@@ -20,7 +21,8 @@ def pairs(tmp_path: Path) -> CaptionPairs:
     vocab = Vocabulary.build([tokenize(c) for r in records for c in r.captions])
     values = np.random.default_rng(0).standard_normal((3, 4, 5)).astype(np.float16)  # [N, L, D]
     np.save(tmp_path / "train.npy", values)
-    return CaptionPairs(np.load(tmp_path / "train.npy", mmap_mode="r"), records, vocab)
+    captions = Tokenized.of([r.captions for r in records])
+    return CaptionPairs(np.load(tmp_path / "train.npy", mmap_mode="r"), captions, vocab)
 
 
 def test_collate_keeps_the_cache_dtype_and_to_widens_to_float32_with_the_same_values(pairs):

@@ -14,6 +14,7 @@ from captioning.data.features import ImageFiles, load_or_compute
 from captioning.data.karpathy import ImageRecord
 from captioning.data.mirror import MirroredPairs, mirror_batches, mirror_image, mirror_words
 from captioning.data.splits import features_dir, load_splits
+from captioning.data.tokenized import Tokenized
 from captioning.data.vocab import Vocabulary, tokenize
 from captioning.train.loop import fit
 
@@ -53,10 +54,11 @@ def test_mirrored_pairs_read_the_mirror_annotations_and_the_swapped_caption(tmp_
     vocab = Vocabulary.build([tokenize(c) for r in records for c in r.captions] + [["right"]])
     annotations = np.zeros((2, 4, 3), dtype=np.float16)  # [N, L, D]
     mirrored = np.ones((2, 4, 3), dtype=np.float16)
-    plain = CaptionPairs(annotations, records, vocab)
+    captions = Tokenized.of([r.captions for r in records])
+    plain = CaptionPairs(annotations, captions, vocab)
     assert len(plain) == 3
-    pairs = MirroredPairs(plain, CaptionPairs(mirrored, records, vocab, words=mirror_words))
-    assert len(pairs) == 6 and pairs.lengths == plain.lengths  # the epoch is cut from the 3 pairs
+    pairs = MirroredPairs(plain, CaptionPairs(mirrored, captions, vocab, words=mirror_words))
+    assert len(pairs) == 6 and list(pairs.lengths) == list(plain.lengths)  # the epoch is cut from the 3 pairs
     source, tokens = pairs[0]
     assert torch.equal(source, torch.zeros(4, 3)) and vocab.decode(tokens)[3:6] == ["to", "the", "left"]
     source, tokens = pairs[3]  # pair 0 mirrored
@@ -74,8 +76,10 @@ def test_mirrored_image_pairs_flip_the_pixels(tmp_path: Path) -> None:
         Image.fromarray(picture).save(record.path)
     vocab = Vocabulary.build([tokenize(c) for r in records for c in r.captions] + [["right"]])
     images = {"image_size": 32, "mean": (0.0, 0.0, 0.0), "std": (1.0, 1.0, 1.0)}
-    pairs = MirroredPairs(ImageCaptionPairs(records, vocab, **images),
-                          ImageCaptionPairs(records, vocab, **images, transform=mirror_image, words=mirror_words))
+    captions = Tokenized.of([r.captions for r in records])
+    pairs = MirroredPairs(ImageCaptionPairs(records, captions, vocab, **images),
+                          ImageCaptionPairs(records, captions, vocab, **images, transform=mirror_image,
+                                            words=mirror_words))
     plain, tokens, _ = pairs[0]
     flipped, mirrored_tokens, _ = pairs[3]
     assert plain[:, :, :8].min() == 1.0 and flipped[:, :, -8:].min() == 1.0 and flipped[:, :, :8].max() == 0.0

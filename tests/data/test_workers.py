@@ -16,11 +16,12 @@ from captioning.data.karpathy import ImageRecord
 from captioning.data.mapped import MappedFile
 from captioning.data.mirror import MirroredPairs, mirror_words
 from captioning.data.splits import Rows
+from captioning.data.tokenized import Tokenized
 from captioning.data.vocab import Vocabulary, tokenize
 from captioning.train.scst import TrainingImages, collate_image_rows
 
 N, L, D = 64, 49, 640  # [N, L, D] fp16: 4 MB, far more than any pickled dataset below may weigh
-SMALL = 8 * 1024  # bytes: the pairs' token ids and the file's name, not the annotations
+SMALL = 16 * 1024  # bytes: the pairs' arrays (twice for mirrored pairs) and the file's name, not the annotations
 
 
 def _cache(path: Path, seed: int) -> np.memmap:
@@ -45,11 +46,13 @@ def _datasets(cache: tuple[np.memmap, np.memmap]) -> dict[str, torch.utils.data.
     records = _records()
     vocab = Vocabulary.build([tokenize(c) for r in records for c in r.captions] + [["right"]])
     readable = Rows(annotations, [i for i in range(N) if i != 5])  # a split with an unreadable image left out
+    captions = Tokenized.of([r.captions for r in records])
+    readable_captions = Tokenized.of([r.captions for r in records[:5] + records[6:]])
     return {
-        "pairs": CaptionPairs(annotations, records, vocab),
-        "pairs over rows": CaptionPairs(readable, records[:5] + records[6:], vocab),
-        "mirrored pairs": MirroredPairs(CaptionPairs(annotations, records, vocab),
-                                        CaptionPairs(mirrored, records, vocab, words=mirror_words)),
+        "pairs": CaptionPairs(annotations, captions, vocab),
+        "pairs over rows": CaptionPairs(readable, readable_captions, vocab),
+        "mirrored pairs": MirroredPairs(CaptionPairs(annotations, captions, vocab),
+                                        CaptionPairs(mirrored, captions, vocab, words=mirror_words)),
         "images": TrainingImages(annotations),
         "images over rows": TrainingImages(readable),
     }

@@ -6,12 +6,14 @@ captioning.model.decoding.decode per image, with no batching at all.
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 import pytest
 import torch
 
 from captioning.data.vocab import Vocabulary
-from captioning.eval.evaluate import evaluate_split
+from captioning.eval.evaluate import decode_split, evaluate_split
 from captioning.eval.metrics import caption_metrics
 from captioning.model.attention import SoftAttention
 from captioning.model.decoder import AttentionDecoder
@@ -73,3 +75,34 @@ def test_batch_sizes_3_and_100_give_each_image_its_own_caption_and_the_same_metr
                                           max_length=MAX_LENGTH, full=False)
         assert sorted(results, key=lambda r: r["image_id"]) == sorted(expected_results, key=lambda r: r["image_id"])
         assert metrics == pytest.approx(expected_metrics, rel=1e-9), batch_size
+
+
+class LiveMaps:
+    """A scorer that notes, at each caption it is shown, how many batches of attention maps are
+    still alive (weak references to the array each caption's maps are a view of)."""
+
+    def __init__(self) -> None:
+        self.batches: list[weakref.ref] = []
+        self.most_alive = 0
+
+    def caption(self, index: int, words: list[str], alphas: np.ndarray) -> None:
+        root = alphas
+        while root.base is not None and isinstance(root.base, np.ndarray):
+            root = root.base
+        if not any(ref() is root for ref in self.batches):
+            self.batches.append(weakref.ref(root))
+        self.most_alive = max(self.most_alive, sum(ref() is not None for ref in self.batches))
+
+    def images(self, decoder, annotations, start) -> None:
+        pass
+
+
+def test_decoding_a_split_holds_one_batch_of_maps_at_a_time(split) -> None:
+    """Validation and evaluation decode 5 000 images on COCO: the maps of a batch are let go
+    before the next batch's are made, so what is held does not grow with the split."""
+    annotations, _ = split
+    scorer = LiveMaps()
+    decode_split(make_decoder(), annotations, image_ids=IMAGE_IDS, vocab=Vocabulary(WORDS), grid=GRID,
+                 scorer=scorer, batch_size=2, max_length=MAX_LENGTH)
+    assert len(scorer.batches) == N // 2  # every batch's maps were shown
+    assert scorer.most_alive == 1

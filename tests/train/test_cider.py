@@ -77,3 +77,20 @@ def test_an_epoch_of_rewards_keeps_no_reference_vectors_between_batches():
     finally:
         tracemalloc.stop()
     assert grown < 1_000_000, f"{grown / 1e6:.1f} MB kept after scoring every image once"
+
+
+def test_the_store_keeps_only_n_grams_that_more_than_one_image_uses():
+    """An n-gram of one image has log(df) = log(1) = 0, as one of none: on COCO most 3- and 4-grams
+    are such, and keeping them took the store over 1 GB. Counted here by hand: the n-grams (1 to 4)
+    of the four images' references, and those used by at least two images."""
+    references = [[r.split() for r in REFERENCES[i]] for i in sorted(REFERENCES)]
+    used_by: dict[tuple[str, ...], set[int]] = {}
+    for image, refs in enumerate(references):
+        for ref in refs:
+            for k in range(1, 5):
+                for i in range(len(ref) - k + 1):
+                    used_by.setdefault(tuple(ref[i:i + k]), set()).add(image)
+    shared = {gram: len(images) for gram, images in used_by.items() if len(images) > 1}
+    assert 0 < len(shared) < len(used_by) // 4  # most n-grams are one image's
+    cider = CiderD(references)
+    assert cider.log_df == pytest.approx({gram: np.log(count) for gram, count in shared.items()})

@@ -1,0 +1,100 @@
+"""Tokenized captions: the same tokens and ids as tokenizing and encoding each caption, in arrays,
+kept on disk under a name that changes with any caption or the tokenizer."""
+
+from __future__ import annotations
+
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from captioning.data import tokenized as tokenized_module
+from captioning.data.dataset import CaptionPairs
+from captioning.data.karpathy import ImageRecord
+from captioning.data.mirror import mirror_words
+from captioning.data.tokenized import Tokenized, tokenized
+from captioning.data.vocab import Vocabulary, tokenize
+
+CAPTIONS = [("A red Circle, to the left of a square.", "a circle"), ("Two “big” squares!",),
+            (), ("the dog's ball is right of it", "a circle to the right of a circle above a big square")]
+
+
+def _records(captions=CAPTIONS) -> list[ImageRecord]:
+    return [ImageRecord(i, Path(f"{i}.png"), raw) for i, raw in enumerate(captions)]
+
+
+def test_each_image_reads_as_tokenizing_its_captions_one_by_one() -> None:
+    captions = Tokenized.of(CAPTIONS)
+    assert len(captions) == len(CAPTIONS)
+    assert [captions[i] for i in range(len(captions))] == [[tokenize(c) for c in raw] for raw in CAPTIONS]
+    assert captions.lengths.tolist() == [len(tokenize(c)) for raw in CAPTIONS for c in raw]
+    every = [token for raw in CAPTIONS for c in raw for token in tokenize(c)]
+    assert captions.counts() == {word: every.count(word) for word in set(every)}
+
+
+@pytest.mark.parametrize("max_length", [None, 3])
+@pytest.mark.parametrize("words", [list, mirror_words])
+def test_encoded_pairs_are_vocab_encode_of_each_caption(max_length, words) -> None:
+    vocab = Vocabulary.build([tokenize(c) for c in ("a red circle left of a square", "a square")])  # some <unk>
+    images, ids, offsets = Tokenized.of(CAPTIONS).encoded(vocab, max_length=max_length, words=words)
+    expected = [(i, vocab.encode(words(tokenize(c)), max_length)) for i, raw in enumerate(CAPTIONS) for c in raw]
+    assert [(int(images[p]), ids[offsets[p]:offsets[p + 1]].tolist()) for p in range(len(images))] == expected
+
+
+def test_the_second_run_reads_the_tokens_from_disk_and_a_changed_caption_tokenizes_again(tmp_path, monkeypatch):
+    first = tokenized(_records(), cache=tmp_path)
+    assert len(list(tmp_path.glob("*.npz"))) == 1
+
+    def refuse(caption: str) -> list[str]:
+        raise AssertionError("tokenized again")
+
+    monkeypatch.setattr(tokenized_module, "tokenize", refuse)
+    again = tokenized(_records(), cache=tmp_path)
+    assert again.words == first.words and [again[i] for i in range(4)] == [first[i] for i in range(4)]
+    for array in ("ids", "offsets", "first"):
+        np.testing.assert_array_equal(getattr(again, array), getattr(first, array))
+    changed = [*CAPTIONS[:3], ("the dog's ball is left of it", CAPTIONS[3][1])]
+    with pytest.raises(AssertionError, match="tokenized again"):
+        tokenized(_records(changed), cache=tmp_path)
+    monkeypatch.setattr(tokenized_module, "TOKENIZATION", "another tokenizer")  # same captions, new tokenizer
+    with pytest.raises(AssertionError, match="tokenized again"):
+        tokenized(_records(), cache=tmp_path)
+
+
+def test_a_damaged_file_is_tokenized_again_and_an_unwritable_folder_only_costs_the_tokenizing(tmp_path) -> None:
+    expected = [[tokenize(c) for c in raw] for raw in CAPTIONS]
+    tokenized(_records(), cache=tmp_path)
+    saved = next(tmp_path.glob("*.npz"))
+    saved.write_bytes(saved.read_bytes()[:50])
+    captions = tokenized(_records(), cache=tmp_path)
+    assert [captions[i] for i in range(4)] == expected
+    assert tokenized(_records(), cache=tmp_path).words == captions.words  # written anew, and readable
+    blocked = tmp_path / "a file"
+    blocked.write_text("")
+    captions = tokenized(_records(), cache=blocked / "tokens")  # under a file: cannot be made
+    assert [captions[i] for i in range(4)] == expected
+
+
+def _held_bytes(captions: int) -> int:
+    """Bytes that a split's training pairs hold (tracemalloc), for `captions` captions of 11 words."""
+    rng = np.random.default_rng(0)
+    words = [f"w{i}" for i in range(500)]
+    raw = [tuple(" ".join(rng.choice(words, size=11)) for _ in range(5)) for _ in range(captions // 5)]
+    vocab = Vocabulary(["<pad>", "<start>", "<end>", "<unk>", *words])
+    tracemalloc.start()
+    try:
+        pairs = CaptionPairs(np.zeros((len(raw), 1, 1), dtype=np.float16), Tokenized.of(raw), vocab)
+        held = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert len(pairs) == captions
+    return held
+
+
+def test_training_pairs_hold_arrays_of_about_70_bytes_a_caption_growing_linearly() -> None:
+    """As a Python list of (image, ids) pairs they took about 600 bytes a caption, which each
+    DataLoader worker came to copy: 566 747 captions on COCO (docs/scale.md)."""
+    small, large = _held_bytes(2_000), _held_bytes(8_000)
+    assert large / 8_000 < 100
+    assert large < 4.4 * small  # linear, up to the words' list and the fixed costs
