@@ -247,7 +247,7 @@ def workers(root: Path) -> None:
     import numpy as np
     from torch.utils.data import DataLoader
 
-    from benchmarks.scale_probe import _private_kb
+    from scale_probe import _private_kb  # beside this file
     from captioning.config import load_config
     from captioning.data.coco import read_records
     from captioning.data.dataset import CaptionPairs
