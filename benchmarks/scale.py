@@ -1,18 +1,23 @@
 """A COCO-sized stand-in, made here, and the time and memory of a stage at 1 000, 10 000 and 123 287 images.
 
-    python benchmarks/scale.py write --root /tmp/scale            # the three corpora (a few minutes)
+    python benchmarks/scale.py write --root /tmp/scale            # the three corpora, both layouts (15 s)
     python benchmarks/scale.py prepare --root /tmp/scale          # `captioning prepare` on each
     python benchmarks/scale.py scst --root /tmp/scale             # SCST's CIDEr-D set-up and rewards (after prepare)
+    python benchmarks/scale.py workers --root /tmp/scale          # a DataLoader worker's memory over an epoch
+    python benchmarks/scale.py stages --root /tmp/scale           # prepare-features to caption, at each size
+    python benchmarks/scale.py table --root /tmp/scale            # docs/scale.md's table of the stages
+    python benchmarks/scale.py encoders                           # the real encoders' cost per image here
 
 The corpus has COCO's Karpathy counts at full size (113 287 training images, restval included,
 5 000 validation, 5 000 test; five captions each, a few with six or seven: 616 767 captions) and
 the same proportions at 1 000 and 10 000 images. Captions follow COCO's length (about 10.5 words,
 6 to 50) over a Zipf-like vocabulary (exponent 1.4 over 50 000 words), which leaves about COCO's
-10 000 words seen at least 5 times at full size. Every image file is a link to one small JPEG:
-the stages measured here read names and captions, and the encoder's cost per image is measured on
-its own (docs/benchmarks.md). Each stage runs as its own process: wall time and peak resident
-memory (the kernel's maxrss of the child), with the exponent of the growth from 10 000 to 123 287
-images (1 is linear).
+10 000 words seen at least 5 times at full size. It is written in Karpathy's JSON and as the
+official captions_train2014.json / captions_val2014.json. Every image file is a link to one small
+JPEG: the stages measured here read, resize and cache images, and the encoder's own cost per image
+is measured apart (`encoders`; `stages` runs a stand-in of VGG-19's output shape, scale_probe.py).
+Each stage runs as its own process: wall time and memory, with the exponent of the growth from
+10 000 to 123 287 images (1 is linear).
 """
 
 from __future__ import annotations
@@ -21,7 +26,6 @@ import argparse
 import json
 import math
 import os
-import resource
 import subprocess
 import sys
 import time
@@ -86,25 +90,33 @@ def write(root: Path, images: int, *, seed: int = 0) -> None:
         (root / "annotations" / f"captions_{folder}.json").write_text(json.dumps(content))
 
 
-def timed(command: list[str]) -> tuple[float, float]:
-    """(wall seconds, peak resident GB) of a child process."""
+def timed(command: list[str]) -> tuple[float, float, str]:
+    """(wall seconds, peak resident GB, what it printed) of a child process; the peak is the child's
+    own (its rusage, from wait4), not the largest of all children so far."""
+    import tempfile
+
     start = time.perf_counter()
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    subprocess.run(command, cwd=REPO, check=True, stdout=subprocess.DEVNULL)
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # kB, the largest child so far
-    if peak <= before:
-        peak = float("nan")  # hidden by a larger earlier child: run the sizes smallest first
-    return time.perf_counter() - start, peak / 1e6
+    with tempfile.TemporaryFile(mode="w+") as out:
+        child = subprocess.Popen(command, cwd=REPO, stdout=out)
+        _, status, usage = os.wait4(child.pid, 0)
+        if os.waitstatus_to_exitcode(status) != 0:
+            raise subprocess.CalledProcessError(os.waitstatus_to_exitcode(status), command)
+        out.seek(0)
+        return time.perf_counter() - start, usage.ru_maxrss / 1e6, out.read()  # kB -> GB
 
 
 def prepare(root: Path) -> None:
     """`captioning prepare` on each size, from Karpathy's JSON and from the official captions files."""
-    for layout, extra in (("karpathy", []), ("official", ["data.dataset=coco_official"])):
+    import shutil
+
+    # Karpathy's last: its tokens stay for the stages that read them (scst, workers, stages' train)
+    for layout, extra in (("official", ["data.dataset=coco_official"]), ("karpathy", [])):
         rows = {}
         for label, images in SIZES.items():
             data, out = root / label, root / "runs" / (label if layout == "karpathy" else f"{label}-{layout}")
+            shutil.rmtree(data / "tokens", ignore_errors=True)  # a first prepare: nothing tokenized yet
             rows[label] = timed([sys.executable, "-m", "captioning.cli", "prepare", "--config", CONFIG,
-                                 f"data.root={data}", f"train.out_dir={out}", *extra, "--quiet"])
+                                 f"data.root={data}", f"train.out_dir={out}", *extra, "--quiet"])[:2]
             vocab = len(json.loads((out / "vocab.json").read_text()))
             print(f"{layout} {label:>5} ({images:,} images): {rows[label][0]:.1f} s, peak {rows[label][1]:.2f} GB, "
                   f"vocabulary {vocab:,}", flush=True)
@@ -155,13 +167,8 @@ def scst(root: Path) -> None:
     for label, images in SIZES.items():
         command = [sys.executable, str(Path(__file__).resolve()), "scst-child", "--root", str(root / label),
                    "--out", str(root / "runs" / label)]
-        start = time.perf_counter()
-        before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-        done = subprocess.run(command, cwd=REPO, check=True, capture_output=True, text=True)
-        wall = time.perf_counter() - start
-        peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-        peak = peak / 1e6 if peak > before else float("nan")
-        times = json.loads(done.stdout.strip().splitlines()[-1])
+        wall, peak, printed = timed(command)
+        times = json.loads(printed.strip().splitlines()[-1])
         rows[label] = (times["setup_s"], peak)
         print(f"{label:>5} ({images:,} images): set-up {times['setup_s']:.1f} s, one batch of 64 x 5 rewards "
               f"{times['batch_s']:.2f} s, every image once {times['every_image_s']:.1f} s; reward store "
@@ -182,60 +189,116 @@ def probe(stage: str, argv: list[str]) -> tuple[float, dict]:
     return time.time() - start, json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def stages(root: Path, labels: list[str]) -> None:
+PARTS = ("features", "cold_start", "train", "resume", "eval", "caption")
+
+
+def stages(root: Path, labels: list[str], only: set[str] | None = None) -> None:
     """prepare-features, training's start-up and steps, a mid-epoch resume, validation, eval.py on the
-    test split and `captioning caption` on its files, at each size: one JSON line each, then the
-    growth from 10 000 to 123 287 images."""
+    test split and `captioning caption` on its files, at each size: one JSON line each, kept in
+    ROOT/stages.json. `only`: these parts (PARTS) again, the others' numbers kept; resume, eval and
+    caption read the run the train part made."""
     import shutil
 
-    rows: dict[str, dict] = {}
+    path = root / "stages.json"
+    rows: dict[str, dict] = json.loads(path.read_text()) if path.exists() else {}
     for label in labels:
         data, out = root / label, root / "runs" / label / "train"
-        shutil.rmtree(data / "features", ignore_errors=True)
-        shutil.rmtree(out, ignore_errors=True)
         common = ["--config", CONFIG, f"data.root={data}", f"train.out_dir={out}", "--quiet"]
-        row = rows[label] = {"images": SIZES[label]}
-        wall, features = probe("features", ["prepare-features", *common, "--device", "cpu"])
-        row["features"] = {"wall_s": wall, "peak_rss_gb": features["peak_rss_gb"], "anon_gb": features["anon_gb"],
-                           "cache_gb": sum(f.stat().st_size for f in (data / "features").rglob("*.npy")) / 1e9}
-        print(json.dumps({label: {"features": row["features"]}}), flush=True)
+        row = rows.setdefault(label, {"images": SIZES[label]})
+
+        def want(part: str) -> bool:
+            return only is None or part in only
+
+        if want("features"):
+            shutil.rmtree(data / "features", ignore_errors=True)
+            wall, features = probe("features", ["prepare-features", *common, "--device", "cpu"])
+            row["features"] = {"wall_s": wall, "peak_rss_gb": features["peak_rss_gb"],
+                               "anon_gb": features["anon_gb"],
+                               "cache_gb": sum(f.stat().st_size for f in (data / "features").rglob("*.npy")) / 1e9}
+            print(json.dumps({label: {"features": row["features"]}}), flush=True)
         training = [*common, "--device", "cpu", "train.epochs=1", f"train.save_every_steps={STEPS // 2}"]
-        shutil.rmtree(data / "tokens", ignore_errors=True)  # a first start ever: the captions not tokenized yet
-        wall, cold = probe("first-steps", ["train", *training, f"train.max_steps={STEPS}"])
-        row["cold_start"] = {"first_step_s": cold["steps"][0][1] - cold["started"], "anon_gb": cold["anon_gb"]}
-        print(json.dumps({label: {"cold_start": row["cold_start"]}}), flush=True)
-        shutil.rmtree(out)  # a run of its own, with the tokens that run kept (as `captioning prepare` keeps them)
-        wall, run = probe("train", ["train", *training, f"train.max_steps={STEPS}"])
-        steps = [end - start for start, end in run["steps"]]
-        shuffle_start, shuffle_end = run["shuffles"][0]
-        row["train"] = {
-            "wall_s": wall, "first_step_s": run["steps"][0][1] - run["started"],
-            "imports_s": run["imported"] - run["started"], "built_s": run["built"] - run["started"],
-            "step_s": sorted(steps[1:])[len(steps[1:]) // 2], "first_step_only_s": steps[0],
-            "shuffle_s": shuffle_end - shuffle_start, "loader_start_s": run["first_batch"] - shuffle_end,
-            "validation_s": run["validations"][-1], "save_s": max(run["saves"]),
-            "anon_gb": run["anon_gb"], "worker_gb": run["worker_gb"], "worker_batches_gb": run["worker_batches_gb"],
-            "peak_rss_gb": run["peak_rss_gb"]}
-        print(json.dumps({label: {"train": row["train"]}}), flush=True)
-        wall, resumed = probe("resume", ["train", *training, f"train.max_steps={STEPS * 2}", "--resume"])
-        row["resume"] = {"first_step_s": resumed["steps"][0][1] - resumed["started"],
-                         "step_s": sorted(end - start for start, end in resumed["steps"][1:])[0],
-                         "anon_gb": resumed["anon_gb"], "worker_gb": resumed["worker_gb"]}
-        print(json.dumps({label: {"resume": row["resume"]}}), flush=True)
-        wall, evaluation = probe("eval", ["evaluate", "--checkpoint", str(out / "last.pt"), "--split", "test",
-                                          "--device", "cpu", "--out", str(out / "metrics_test.json"), "--quiet"])
-        row["eval"] = {"wall_s": wall, "peak_rss_gb": evaluation["peak_rss_gb"], "anon_gb": evaluation["anon_gb"]}
-        print(json.dumps({label: {"eval": row["eval"]}}), flush=True)
-        entries = json.loads((data / "dataset_coco.json").read_text())["images"]
-        listing = out / "test_images.txt"
-        listing.write_text("".join(f"{data / e['filepath'] / e['filename']}\n" for e in entries
-                                   if e["split"] == "test"))
-        wall, captioned = probe("caption", ["caption", "--list", str(listing), "--checkpoint", str(out / "last.pt"),
-                                            "--device", "cpu", "--quiet", "--json"])
-        row["caption"] = {"wall_s": wall, "files": len(listing.read_text().splitlines()),
-                          "peak_rss_gb": captioned["peak_rss_gb"], "anon_gb": captioned["anon_gb"]}
-        print(json.dumps({label: {"caption": row["caption"]}}), flush=True)
-    (root / "stages.json").write_text(json.dumps(rows, indent=1))
+        if want("cold_start"):  # a first start ever: the captions not tokenized yet (its own run folder)
+            shutil.rmtree(data / "tokens", ignore_errors=True)
+            shutil.rmtree(out.with_name("cold"), ignore_errors=True)
+            wall, cold = probe("first-steps", ["train", *training, f"train.out_dir={out.with_name('cold')}",
+                                               f"train.max_steps={STEPS}"])
+            row["cold_start"] = {"first_step_s": cold["steps"][0][1] - cold["started"], "anon_gb": cold["anon_gb"]}
+            print(json.dumps({label: {"cold_start": row["cold_start"]}}), flush=True)
+        if want("train"):  # with the tokens kept (by the cold start here, by `captioning prepare` for a user)
+            shutil.rmtree(out, ignore_errors=True)
+            wall, run = probe("train", ["train", *training, f"train.max_steps={STEPS}"])
+            steps = [end - start for start, end in run["steps"]]
+            shuffle_start, shuffle_end = run["shuffles"][0]
+            row["train"] = {
+                "wall_s": wall, "first_step_s": run["steps"][0][1] - run["started"],
+                "imports_s": run["imported"] - run["started"], "built_s": run["built"] - run["started"],
+                "step_s": sorted(steps[1:])[len(steps[1:]) // 2], "first_step_only_s": steps[0],
+                "shuffle_s": shuffle_end - shuffle_start, "loader_start_s": run["first_batch"] - shuffle_end,
+                "validation_s": run["validations"][-1], "save_s": max(run["saves"]),
+                "anon_gb": run["anon_gb"], "worker_gb": run["worker_gb"],
+                "worker_batches_gb": run["worker_batches_gb"], "peak_rss_gb": run["peak_rss_gb"]}
+            print(json.dumps({label: {"train": row["train"]}}), flush=True)
+        if want("resume"):
+            wall, resumed = probe("resume", ["train", *training, f"train.max_steps={STEPS * 2}", "--resume"])
+            row["resume"] = {"first_step_s": resumed["steps"][0][1] - resumed["started"],
+                             "step_s": sorted(end - start for start, end in resumed["steps"][1:])[0],
+                             "anon_gb": resumed["anon_gb"], "worker_gb": resumed["worker_gb"]}
+            print(json.dumps({label: {"resume": row["resume"]}}), flush=True)
+        if want("eval"):
+            wall, evaluation = probe("eval", ["evaluate", "--checkpoint", str(out / "last.pt"), "--split", "test",
+                                              "--device", "cpu", "--out", str(out / "metrics_test.json"), "--quiet"])
+            row["eval"] = {"wall_s": wall, "peak_rss_gb": evaluation["peak_rss_gb"], "anon_gb": evaluation["anon_gb"]}
+            print(json.dumps({label: {"eval": row["eval"]}}), flush=True)
+        if want("caption"):
+            entries = json.loads((data / "dataset_coco.json").read_text())["images"]
+            listing = out / "test_images.txt"
+            listing.write_text("".join(f"{data / e['filepath'] / e['filename']}\n" for e in entries
+                                       if e["split"] == "test"))
+            wall, captioned = probe("caption", ["caption", "--list", str(listing), "--checkpoint",
+                                                str(out / "last.pt"), "--device", "cpu", "--quiet", "--json"])
+            row["caption"] = {"wall_s": wall, "files": len(listing.read_text().splitlines()),
+                              "peak_rss_gb": captioned["peak_rss_gb"], "anon_gb": captioned["anon_gb"]}
+            print(json.dumps({label: {"caption": row["caption"]}}), flush=True)
+        path.write_text(json.dumps(rows, indent=1))  # after each size
+
+
+def table(root: Path) -> None:
+    """The stages' table of docs/scale.md, from ROOT/stages.json (what `stages` measured)."""
+    rows = json.loads((root / "stages.json").read_text())
+    labels = [label for label in SIZES if label in rows]
+
+    def cells(read) -> str:
+        values = [read(rows[label]) for label in labels]
+        growth = ""
+        if {"10k", "full"} <= set(labels):
+            small, large = values[labels.index("10k")], values[labels.index("full")]
+            growth = f"x^{math.log(large / small) / math.log(SIZES['full'] / SIZES['10k']):.2f}"
+        return " | ".join(f"{value:.2f}" if value < 10 else f"{value:.0f}" for value in values) + f" | {growth}"
+
+    lines = [
+        ("prepare-features (stand-in encoder), s", lambda r: r["features"]["wall_s"]),
+        ("  its own memory, GB", lambda r: r["features"]["anon_gb"]["features"]),
+        ("first start, captions not yet tokenized: to the first step, s", lambda r: r["cold_start"]["first_step_s"]),
+        ("start after `prepare`: to the first step, s", lambda r: r["train"]["first_step_s"]),
+        ("  of which interpreter and imports, s", lambda r: r["train"]["imports_s"]),
+        ("training step (median of 19), s", lambda r: r["train"]["step_s"]),
+        ("an epoch's shuffle and bucketing, s", lambda r: r["train"]["shuffle_s"]),
+        ("an epoch's loader start, to its first batch, s", lambda r: r["train"]["loader_start_s"]),
+        ("checkpoint save, s", lambda r: r["train"]["save_s"]),
+        ("mid-epoch resume: to the first step, s", lambda r: r["resume"]["first_step_s"]),
+        ("training process's own memory, peak, GB", lambda r: max(r["train"]["anon_gb"].values())),
+        ("a DataLoader worker's own memory, peak, GB", lambda r: r["train"]["worker_gb"]),
+        ("validation (greedy, the val split), s", lambda r: r["train"]["validation_s"]),
+        ("  the process's own memory meanwhile, peak, GB", lambda r: r["train"]["anon_gb"]["validation"]),
+        ("eval.py (beam 3, the test split, Java metrics), s", lambda r: r["eval"]["wall_s"]),
+        ("  its own memory, GB", lambda r: r["eval"]["anon_gb"]["eval"]),
+        ("`captioning caption` on the test split's files, s", lambda r: r["caption"]["wall_s"]),
+        ("  its own memory, GB", lambda r: r["caption"]["anon_gb"]["caption"]),
+    ]
+    print("| stage | " + " | ".join(f"{SIZES[label]:,} images" for label in labels) + " | 10k -> full |")
+    print("|---" * (len(labels) + 2) + "|")
+    for name, read in lines:
+        print(f"| {name} | {cells(read)} |")
 
 
 def workers(root: Path) -> None:
@@ -245,9 +308,9 @@ def workers(root: Path) -> None:
     private anonymous memory as it goes. The pairs as arrays (how training holds them), and as the
     Python list of (image, ids) pairs that training held before."""
     import numpy as np
+    from scale_probe import _private_kb  # beside this file
     from torch.utils.data import DataLoader
 
-    from scale_probe import _private_kb  # beside this file
     from captioning.config import load_config
     from captioning.data.coco import read_records
     from captioning.data.dataset import CaptionPairs
@@ -314,8 +377,10 @@ def encoders() -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("stage", choices=("write", "prepare", "scst", "scst-child", "stages", "encoders", "workers"))
+    parser.add_argument("stage", choices=("write", "prepare", "scst", "scst-child", "stages", "table", "workers",
+                                          "encoders"))
     parser.add_argument("--sizes", default="1k,10k,full", help="stages: which corpora (default: all three)")
+    parser.add_argument("--only", help=f"stages: these parts again, comma-separated ({', '.join(PARTS)})")
     parser.add_argument("--root", type=Path, help="where the corpora are (all stages but encoders)")
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -326,12 +391,14 @@ def main() -> None:
             print(f"{label}: {images:,} images in {time.perf_counter() - start:.0f} s", flush=True)
     elif args.stage == "prepare":
         prepare(args.root)
+    elif args.stage == "table":
+        table(args.root)
     elif args.stage == "workers":
         workers(args.root)
     elif args.stage == "encoders":
         encoders()
     elif args.stage == "stages":
-        stages(args.root, args.sizes.split(","))
+        stages(args.root, args.sizes.split(","), set(args.only.split(",")) if args.only else None)
     elif args.stage == "scst":
         scst(args.root)
     else:

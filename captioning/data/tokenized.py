@@ -1,6 +1,6 @@
 """Every caption of a split, tokenized once and held as arrays, and kept on disk for the next run.
 
-On COCO's training split (566 747 captions) the Treebank tokenizer takes about a minute on a CPU
+On COCO's training split (566 747 captions) the Treebank tokenizer takes most of a minute of a CPU
 core, and a run used to pay it twice at start-up (the vocabulary, then the training pairs) and once
 more at every resume and every self-critical run; held as Python lists of strings, the tokens take
 hundreds of megabytes, and a DataLoader worker that touches them copies the pages it touches
@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import multiprocessing
 import os
 import zipfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import nltk
@@ -51,9 +52,11 @@ class Tokenized(Sequence):
         index: dict[str, int] = {}
         ids: list[int] = []
         offsets, first = [0], [0]
-        for raw in captions:
-            for caption in raw:
-                ids += [index.setdefault(token, len(index)) for token in tokenize(caption)]
+        images = progress.bar(_each_image(captions), total=len(captions), desc="tokenizing", unit="image",
+                              leave=False)
+        for tokens in images:
+            for caption in tokens:
+                ids += [index.setdefault(token, len(index)) for token in caption]
                 offsets.append(len(ids))
             first.append(len(offsets) - 1)
         return cls(words=list(index), ids=np.array(ids, dtype=np.int32), offsets=np.array(offsets, dtype=np.int64),
@@ -97,6 +100,28 @@ class Tokenized(Sequence):
         return images, out, offsets
 
 
+PARALLEL_FROM = 20_000  # images: fewer tokenize faster in this process than a pool can start
+CHUNK = 2_000  # images a task of the pool
+
+
+def _tokenize_images(captions: Sequence[Sequence[str]]) -> list[list[list[str]]]:
+    return [[tokenize(caption) for caption in raw] for raw in captions]
+
+
+def _each_image(captions: Sequence[Sequence[str]]) -> Iterator[list[list[str]]]:
+    """Each image's captions tokenized, in order. A large split is tokenized by a pool of forked
+    processes, one per core (up to 8): the tokenizer is pure Python, and COCO's training captions
+    take most of a minute of one core (docs/scale.md)."""
+    cores = min(len(os.sched_getaffinity(0)), 8)
+    if len(captions) < PARALLEL_FROM or cores < 2 or multiprocessing.current_process().daemon:
+        yield from _tokenize_images(captions)  # a daemon (a DataLoader worker) may not start processes
+        return
+    chunks = [captions[i:i + CHUNK] for i in range(0, len(captions), CHUNK)]
+    with multiprocessing.get_context("fork").Pool(cores) as pool:
+        for part in pool.imap(_tokenize_images, chunks):
+            yield from part
+
+
 def tokens_dir(data: DataConfig) -> Path | None:
     """Where a dataset's tokenized captions are kept: beside its feature caches, under data.root.
     None (not kept) for a run on its first data.max_images images, as a dry run is: a few images
@@ -123,7 +148,7 @@ def tokenized(records: Sequence[ImageRecord], *, cache: Path | None) -> Tokenize
                 return Tokenized(words=words, ids=saved["ids"], offsets=saved["offsets"], first=saved["first"])
         except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
             pass  # unreadable (a disk error, a partial copy): tokenize again and write it anew
-    result = Tokenized.of(progress.bar(captions, desc="tokenizing", unit="image", leave=False))
+    result = Tokenized.of(captions)
     if path is not None:
         _save(path, result)
     return result

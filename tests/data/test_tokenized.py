@@ -33,6 +33,17 @@ def test_each_image_reads_as_tokenizing_its_captions_one_by_one() -> None:
     assert captions.counts() == {word: every.count(word) for word in set(every)}
 
 
+def test_a_large_split_tokenized_by_a_pool_of_processes_reads_as_one_process_tokenizing_it(monkeypatch) -> None:
+    captions = [(f"{i} {raw[0]}" if raw else f"image {i}", *raw[1:]) for i in range(60) for raw in CAPTIONS]
+    alone = Tokenized.of(captions)
+    monkeypatch.setattr(tokenized_module, "PARALLEL_FROM", 10)
+    monkeypatch.setattr(tokenized_module, "CHUNK", 7)
+    pooled = Tokenized.of(captions)
+    assert pooled.words == alone.words
+    for array in ("ids", "offsets", "first"):
+        np.testing.assert_array_equal(getattr(pooled, array), getattr(alone, array))
+
+
 @pytest.mark.parametrize("max_length", [None, 3])
 @pytest.mark.parametrize("words", [list, mirror_words])
 def test_encoded_pairs_are_vocab_encode_of_each_caption(max_length, words) -> None:

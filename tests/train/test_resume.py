@@ -138,21 +138,25 @@ def test_rank_batches_split_each_global_batch() -> None:
     assert rank_batches(batches, rank=0, world_size=1) == batches
 
 
-def test_a_run_tokenizes_each_training_caption_once_and_its_resume_none(tiny_config, tmp_path, monkeypatch):
+def test_a_run_tokenizes_each_training_caption_once_and_its_resume_none(tiny_config, shapes_root, tmp_path,
+                                                                          monkeypatch):
     """On COCO, tokenizing the 566 747 training captions takes most of a minute: a run used to do it
     twice as it started (the vocabulary, then the pairs) and again at every resume (docs/scale.md)."""
     import captioning.data.tokenized as tokenized_module
+    from captioning.data.coco import read_records
 
     calls = []
     real = tokenized_module.tokenize
     monkeypatch.setattr(tokenized_module, "tokenize", lambda caption: calls.append(caption) or real(caption))
-    monkeypatch.setattr(tokenized_module, "tokens_dir", lambda data: tmp_path / "tokens")  # not the session's
-    from captioning.data.coco import read_records
-
+    root = tmp_path / "data"  # the session's data, less the tokens other tests' runs kept there
+    root.mkdir()
+    for entry in shapes_root.iterdir():
+        if entry.name != "tokens":
+            (root / entry.name).symlink_to(entry)
     out = tmp_path / "run"
-    config = tiny_config(out, "train.max_steps=1")
+    config = tiny_config(out, "train.max_steps=1", f"data.root={root}")
     fit(config)
     assert len(calls) == sum(len(record.captions) for record in read_records(config.data, "train")) > 0
     calls.clear()
-    fit(tiny_config(out, "train.max_steps=2"), resume=True)
+    fit(tiny_config(out, "train.max_steps=2", f"data.root={root}"), resume=True)
     assert calls == []
