@@ -5,6 +5,7 @@ checked (checks.py)."""
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,11 @@ def _merge(target: Any, values: dict[str, Any], where: str, prefix: str = "", so
                 raise ConfigError(f"{source}: '{dotted}' is now '{new}': {why}")
             if dotted in REMOVED:
                 raise ConfigError(f"{source}: '{dotted}' was removed: {REMOVED[dotted]}")
-            raise ConfigError(f"{where}: unknown key '{key}' (known: {', '.join(sorted(known))})")
+            section = f"{prefix}." if prefix else ""
+            guess = difflib.get_close_matches(str(key), list(known), n=1)
+            hint = f"did you mean '{section}{guess[0]}'? " if guess else ""
+            raise ConfigError(f"{source}: unknown key '{dotted}' ({hint}known{' in ' + prefix if prefix else ''}: "
+                              f"{', '.join(sorted(known))})")
         current = getattr(target, key)
         if dataclasses.is_dataclass(current):
             if not isinstance(value, dict):

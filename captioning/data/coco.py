@@ -68,6 +68,10 @@ def _all_records(data: DataConfig, split: str) -> list[ImageRecord]:
     if split not in SPLITS:
         raise DatasetError(f"unknown split '{split}' (known: {', '.join(SPLITS)})")
     root = Path(data.root)
+    if not root.is_dir():
+        where = f"`captioning make-shapes --out {root}` makes it" if data.dataset == "shapes" else \
+            f"docs/coco.md says what the {data.dataset} data holds"
+        raise DatasetError(f"{root}: data.root is not a folder ({where})")
     if data.dataset == "coco_official":
         if split == "train":
             return read_coco_captions(root / data.train_captions, root / data.train_images)

@@ -22,6 +22,7 @@ import torch
 
 from captioning.checkpoint import load_checkpoint, load_trained
 from captioning.config import Config, validate
+from captioning.data.coco import read_records
 from captioning.data.shapes.scenes import make_shapes
 from captioning.train.loop import fit
 
@@ -74,6 +75,8 @@ def dry_run(config: Config, *, device: str | torch.device = "cpu") -> DryRun:
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="captioning-dry-run-") as folder:
         trial = miniature(config, Path(folder))
+        for split in ("train", "val"):  # the cheap things first: the data's folder and files, then weights
+            read_records(trial.data, split)
         summary = fit(trial, device=device)
         last = Path(trial.train.out_dir) / "last.pt"
         load_checkpoint(last)

@@ -101,6 +101,26 @@ def test_dry_run_says_what_is_wrong_in_one_line(override: str, said: str | None,
     assert len(errors) == 1 and said in errors[0]
 
 
+@pytest.mark.parametrize(("root", "said"), [
+    ("nowhere/coco", "nowhere/coco: data.root is not a folder"),
+    (".", "dataset_coco.json: split file not found"),
+])
+def test_a_coco_dry_run_names_missing_data_before_it_looks_for_weights(root: str, said: str, tmp_path: Path, capsys,
+                                                                        monkeypatch) -> None:
+    """A newcomer's first dry run: the folder or split file is named, the network never tried (the VGG
+    weights used to be downloaded first, and the error spoke of the network)."""
+    import captioning.model.encoder as encoder_module
+
+    def no_weights(*args, **kwargs):
+        raise AssertionError("the weights were looked for before the data")
+
+    monkeypatch.setattr(encoder_module, "_torchvision", no_weights)
+    monkeypatch.chdir(tmp_path)
+    code = train_main(["--dry-run", "--config", str(REPO / "configs" / "coco_vgg19_soft.yaml"), f"data.root={root}"])
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.strip() and "precision" not in line]
+    assert code != 0 and len(errors) == 1 and said in errors[0], errors
+
+
 def test_dry_run_reports_an_unexpected_failure_in_one_line(tmp_path: Path, capsys, monkeypatch) -> None:
     import captioning.train.cross_entropy as loop
 
