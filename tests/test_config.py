@@ -113,8 +113,10 @@ def test_exponent_in_a_yaml_file_is_a_number_too(tmp_path):
 
 
 @pytest.mark.parametrize("override, message", [
-    ("model.hiden_dim=3", "override 'model.hiden_dim=3': unknown key 'model.hiden_dim' .did you mean 'model.hidden_dim'"),
-    ("model.atention=soft", "unknown key 'model.atention' .did you mean 'model.attention'. known in model: attention, "),
+    ("model.hiden_dim=3", "override 'model.hiden_dim=3': unknown key 'model.hiden_dim' .did you mean "
+                          "'model.hidden_dim'"),
+    ("model.atention=soft", "unknown key 'model.atention' .did you mean 'model.attention'. known in model: "
+                            "attention, "),
     ("modle.hidden_dim=3", "unknown key 'modle' .did you mean 'model'"),
     ("model.xyz=3", "unknown key 'model.xyz' .known in model: attention"),  # nothing close: no guess
     ("train.lr.x=1", "'lr' is a value, not a section"),  # `x` would otherwise silently become lr={'x': 1}
