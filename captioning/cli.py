@@ -199,6 +199,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     metrics, choice = evaluation.metrics, evaluation.hard_choice
     print(f"{args.checkpoint} on {args.split} ({len(evaluation.results)} images, beam {evaluation.beam_size}, "
           f"{evaluation.config.model.attention} attention{'' if choice == 'expectation' else ': ' + choice})")
+    print(f"  {'tokenizer':<30} {evaluation.tokenizer}")
     for name, value in metrics.items():
         print(f"  {name:<30} {value:.4f}" if isinstance(value, float) else f"  {name:<30} {value}")
     if "attention_correctness" in metrics:

@@ -25,7 +25,7 @@ from captioning.data.features import EncodedImages
 from captioning.data.karpathy import DatasetError, too_many_unreadable
 from captioning.data.splits import load_splits
 from captioning.data.vocab import Vocabulary
-from captioning.eval.metrics import caption_metrics
+from captioning.eval.metrics import OWN_TOKENIZER, caption_metrics, metrics_tokenizer
 from captioning.eval.shapes.grounding import scorer_for
 from captioning.model.attention import choosing, refuse_hard_choice
 from captioning.model.decoder import AttentionDecoder
@@ -141,6 +141,7 @@ class Evaluation:
     config: Config  # the checkpoint's, with the overrides
     beam_size: int
     hard_choice: str
+    tokenizer: str = OWN_TOKENIZER  # what the caption metrics were computed on (eval/metrics.py)
 
 
 def evaluate_checkpoint(checkpoint: str | Path, *, split: str = "test", overrides: Sequence[str] = (),
@@ -160,12 +161,13 @@ def evaluate_checkpoint(checkpoint: str | Path, *, split: str = "test", override
         annotations = EncodedImages(trained.encoder(), data.records, image_size=config.data.image_size, device=device)
         data.grid = trained.grid
     beam_size = beam_size or config.decode.beam_size
+    tokenizer = metrics_tokenizer()
     metrics, results = evaluate_split(
         decoder, annotations, image_ids=data.image_ids, references=data.references, vocab=vocab, grid=data.grid,
         scorer=scorer_for(data, vocab), beam_size=beam_size, max_length=config.decode.max_length,
         length_penalty=config.decode.length_penalty, device=device, hard_choice=choice,
         max_bad_images=config.data.max_bad_images)
-    return Evaluation(metrics, results, config, beam_size, choice)
+    return Evaluation(metrics, results, config, beam_size, choice, tokenizer)
 
 
 def write_evaluation(evaluation: Evaluation, *, checkpoint: str | Path, split: str, out: str | Path | None,
@@ -178,7 +180,8 @@ def write_evaluation(evaluation: Evaluation, *, checkpoint: str | Path, split: s
         out = Path(out)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps({"checkpoint": str(checkpoint), "split": split, "beam_size": evaluation.beam_size,
-                                   "hard_choice": evaluation.hard_choice, **evaluation.metrics}, indent=2))
+                                   "hard_choice": evaluation.hard_choice, "tokenizer": evaluation.tokenizer,
+                                   **evaluation.metrics}, indent=2))
         written["metrics"] = out
     results = results or (out.with_name(f"{out.stem}_captions.json") if out else None)
     if results:

@@ -15,13 +15,23 @@ from collections.abc import Sequence
 
 from captioning.data.vocab import normalize, tokenize
 
-JAVA_METRICS = ("METEOR", "the PTB tokenizer")
+JAVA_METRICS = ("METEOR", "SPICE", "the PTB tokenizer")
+# The tokenization the metrics were computed on, as the output and the metrics file name it: the two
+# move the scores apart (docs/metrics.md measures by how much).
+PTB_TOKENIZER = "PTB (pycocoevalcap, Java)"
+OWN_TOKENIZER = "the project's Treebank (no Java)"
 # What validation during training scores (caption_metrics with full=False), Java-free and fast, is
 # VALIDATION_METRICS: the config's list, which train.val_metric picks from.
 
 
 def java_available() -> bool:
     return shutil.which("java") is not None
+
+
+def metrics_tokenizer(*, full: bool = True) -> str:
+    """What caption_metrics(full=full) tokenizes with here: the PTB tokenizer where the full metrics
+    run and Java is found; the project's own otherwise (and always for validation's subset)."""
+    return PTB_TOKENIZER if full and java_available() else OWN_TOKENIZER
 
 
 def _quietly(function, *args):
@@ -43,9 +53,9 @@ def caption_metrics(references: dict[int, Sequence[str]], candidates: dict[int, 
 
     use_java = full and java_available()
     if full and not use_java:
-        print(f"warning: java not found, so {' and '.join(JAVA_METRICS)} are skipped; BLEU, ROUGE_L and CIDEr "
-              "are computed on the project's own tokenization (install a Java runtime for the standard numbers)",
-              file=sys.stderr)
+        print(f"warning: java not found: {', '.join(JAVA_METRICS[:-1])} and {JAVA_METRICS[-1]} need it, so METEOR "
+              f"is not scored and BLEU, ROUGE_L and CIDEr are on {OWN_TOKENIZER} tokenization, which moves them "
+              "(docs/metrics.md); install a Java runtime for the standard numbers", file=sys.stderr)
     if use_java:
         from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer
 

@@ -15,7 +15,7 @@ from captioning.cli import eval_main
 from captioning.data.karpathy import read_split
 from captioning.data.shapes.scenes import Grounding, ShapeObject
 from captioning.eval.grounding import box_mass, box_share
-from captioning.eval.metrics import caption_metrics, java_available
+from captioning.eval.metrics import OWN_TOKENIZER, PTB_TOKENIZER, caption_metrics, java_available
 from captioning.eval.shapes.grounding import grounding_scores, scorer_for, word_objects
 
 SIDE, GRID = 224, 14
@@ -177,14 +177,30 @@ def test_caption_metrics_full_with_java() -> None:
 def test_caption_metrics_without_java_warn_and_still_score(monkeypatch, capsys) -> None:
     monkeypatch.setattr(evaluation, "java_available", lambda: False)
     metrics = caption_metrics(REFERENCES, IDENTICAL, full=True)
-    err = capsys.readouterr().err
-    assert "METEOR" in err and "java" in err.lower()
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and "METEOR, SPICE and the PTB tokenizer need it" in err[0] and OWN_TOKENIZER in err[0]
     assert "METEOR" not in metrics
     assert {"Bleu_1", "Bleu_4", "ROUGE_L", "CIDEr"} <= set(metrics)
     assert metrics["ROUGE_L"] == pytest.approx(1.0, abs=1e-6) and metrics["Bleu_4"] == pytest.approx(1.0, abs=1e-6)
 
 
 # eval.py on the tiny checkpoint --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("java", [True, False])
+def test_eval_prints_and_writes_the_tokenizer_its_metrics_were_computed_on(java, tiny_run, tmp_path, monkeypatch,
+                                                                          capsys) -> None:
+    """The two tokenizations give different numbers (docs/metrics.md): each number says which it is."""
+    if java and not java_available():
+        pytest.skip("java is not installed")
+    monkeypatch.setattr(evaluation, "java_available", lambda: java)
+    out = tmp_path / "metrics.json"
+    assert eval_main(["--checkpoint", str(tiny_run.checkpoint), "--beam-size", "1", "--out", str(out),
+                      f"data.root={tiny_run.data_root}"]) == 0
+    label = PTB_TOKENIZER if java else OWN_TOKENIZER
+    assert re.search(rf"^  tokenizer +{re.escape(label)}$", capsys.readouterr().out, flags=re.MULTILINE)
+    written = json.loads(out.read_text())
+    assert written["tokenizer"] == label and ("METEOR" in written) == java
 
 
 def test_evaluate_checkpoint_scores_the_test_split_on_the_cpu_by_default(tiny_run) -> None:
@@ -334,8 +350,8 @@ def test_write_evaluation_makes_the_folders_and_names_the_captions_after_the_met
     captions = out.with_name("metrics_test_captions.json")
     assert written == {"metrics": out, "captions": captions}
     assert json.loads(out.read_text()) == {"checkpoint": "runs/x/best.pt", "split": "test", "beam_size": 2,
-                                           "hard_choice": "expectation", "CIDEr": 0.5}
-    assert len(out.read_text().splitlines()) == 2 + 5  # one entry a line, for people reading it in a terminal
+                                           "hard_choice": "expectation", "tokenizer": OWN_TOKENIZER, "CIDEr": 0.5}
+    assert len(out.read_text().splitlines()) == 2 + 6  # one entry a line, for people reading it in a terminal
     assert json.loads(captions.read_text()) == evaluation.results
     elsewhere = tmp_path / "other" / "folder" / "captions.json"  # its own folders too
     assert write_evaluation(evaluation, checkpoint="best.pt", split="val", out=None, results=elsewhere) == {
