@@ -25,6 +25,7 @@ from captioning.data.features import EncodedImages
 from captioning.data.karpathy import DatasetError, too_many_unreadable
 from captioning.data.splits import load_splits
 from captioning.data.vocab import Vocabulary
+from captioning.eval.diagnostics import caption_diagnostics
 from captioning.eval.metrics import OWN_TOKENIZER, caption_metrics, metrics_tokenizer
 from captioning.eval.shapes.grounding import scorer_for
 from captioning.model.attention import choosing, refuse_hard_choice
@@ -69,8 +70,11 @@ def evaluate_split(decoder: AttentionDecoder, annotations: Any, *, image_ids: Se
                            batch_size=batch_size, device=device, hard_choice=hard_choice)
     if max_bad_images is not None:
         check_unreadable(decoded.unreadable, len(image_ids), limit=max_bad_images)
-    return score_split(decoded.results, image_ids=image_ids, references=references, scorer=scorer, full=full), \
-        decoded.results
+    metrics = score_split(decoded.results, image_ids=image_ids, references=references, scorer=scorer, full=full)
+    if full:  # what went wrong, beside how much (eval/diagnostics.py)
+        metrics.update(caption_diagnostics({r["image_id"]: r["caption"] for r in decoded.results},
+                                           dict(zip(image_ids, references)), max_length=max_length))
+    return metrics, decoded.results
 
 
 @dataclass

@@ -357,3 +357,31 @@ def test_write_evaluation_makes_the_folders_and_names_the_captions_after_the_met
     assert write_evaluation(evaluation, checkpoint="best.pt", split="val", out=None, results=elsewhere) == {
         "captions": elsewhere}
     assert json.loads(elsewhere.read_text()) == evaluation.results
+
+
+def test_chair_counts_shape_nouns_of_shapes_the_image_does_not_have() -> None:
+    """CHAIR-i: hallucinated mentions / mentions; CHAIR-s: captions with one / captions. By hand:
+    image 0 (red circle, blue square) "a red circle above a blue triangle": 2 mentions, 1 wrong;
+    image 1 (green circle) "a green circle": 1, 0; image 2 (blue square) "a diamond and a diamond":
+    2, 2. CHAIR-i = 3/5, CHAIR-s = 2/3; scored in two parts and absorbed, the same."""
+    from captioning.data.vocab import Vocabulary
+    from captioning.eval.shapes.grounding import ShapesScorer
+
+    truths = [Grounding(objects=[RED_CIRCLE, BLUE_SQUARE], width=SIDE, height=SIDE),
+              Grounding(objects=[GREEN_CIRCLE], width=SIDE, height=SIDE),
+              Grounding(objects=[BLUE_SQUARE], width=SIDE, height=SIDE)]
+    captions = ["a red circle above a blue triangle", "a green circle", "a diamond and a diamond"]
+    vocab = Vocabulary(["<pad>", "<start>", "<end>", "<unk>"])
+
+    def scored(scorer: ShapesScorer, rows: range) -> ShapesScorer:
+        for row in rows:
+            words = captions[row].split()
+            scorer.caption(row - rows.start, words, np.full((len(words), 2, 2), 0.25))
+        return scorer
+
+    whole = scored(ShapesScorer(truths, vocab, probe=False), range(3)).metrics()
+    assert whole["CHAIR_i"] == pytest.approx(3 / 5) and whole["CHAIR_s"] == pytest.approx(2 / 3)
+    first = scored(ShapesScorer(truths[:1], vocab, probe=False), range(0, 1))
+    first.absorb(scored(ShapesScorer(truths[1:], vocab, probe=False), range(1, 3)))
+    parts = first.metrics()
+    assert (parts["CHAIR_i"], parts["CHAIR_s"]) == (whole["CHAIR_i"], whole["CHAIR_s"])

@@ -3,6 +3,7 @@
 Every object's box is known (objects.json), so for the captions a model generates:
 - attention correctness: for each word that names an object ("circle", or "red circle" when two
   circles are drawn), the share of its map inside that object's box (captioning.eval.grounding);
+- hallucination (CHAIR-i and CHAIR-s): shape nouns naming a shape the image does not have;
 - stated relations: each "a A <relation> a B" the caption states, checked against the image
   (VERDICTS); a model unsure of positions tends to list the objects instead ("a red circle and a blue
   square"), so this counts few, self-selected relations;
@@ -53,6 +54,14 @@ def word_objects(words: Sequence[str], objects: Sequence[ShapeObject]) -> list[t
             if target is not None:
                 links.append((position, target))
     return links
+
+
+def named_objects(words: Sequence[str], objects: Sequence[ShapeObject]) -> tuple[int, int]:
+    """(shape nouns in the caption, those naming a shape the image does not have): CHAIR's counts
+    (Rohrbach et al., 2018), with the four shapes as the object categories."""
+    present = {o.shape for o in objects}
+    named = [word for word in words if word in SHAPES]
+    return len(named), sum(word not in present for word in named)
 
 
 # What a stated relation "A <relation> B" is, scored against the image: true; wrong (A and B are two
@@ -111,6 +120,7 @@ class ShapesScorer:
         self.correct: list[float] = []
         self.chance: list[float] = []
         self.relations: list[str] = []
+        self.named: list[tuple[int, int]] = []  # per caption: (shape nouns, nouns of shapes not in the image)
         self.answers: list[ProbeAnswer] = []
 
     def caption(self, index: int, words: Sequence[str], alphas: np.ndarray) -> None:
@@ -119,6 +129,7 @@ class ShapesScorer:
         self.correct += correct
         self.chance += chance
         self.relations += relations
+        self.named.append(named_objects(words, self.grounding[index].objects))
 
     def images(self, decoder: torch.nn.Module, annotations: torch.Tensor, start: int) -> None:
         """The probe on images start .. start + len(annotations); annotations [b, L, D]."""
@@ -131,6 +142,7 @@ class ShapesScorer:
         self.correct += other.correct
         self.chance += other.chance
         self.relations += other.relations
+        self.named += other.named
         self.answers += other.answers
 
     def metrics(self) -> dict[str, float]:
@@ -141,6 +153,11 @@ class ShapesScorer:
                    "relation_accuracy": float(np.mean([v == "true" for v in relations])) if relations else nan,
                    "relations_generated": len(relations)}
         metrics.update({f"relations_{verdict}": relations.count(verdict) for verdict in VERDICTS[1:]})
+        # CHAIR: the share of object mentions naming an object not in the image (i), and of captions
+        # with at least one such mention (s); lower is better.
+        mentions = sum(named for named, _ in self.named)
+        metrics["CHAIR_i"] = sum(wrong for _, wrong in self.named) / mentions if mentions else nan
+        metrics["CHAIR_s"] = float(np.mean([wrong > 0 for _, wrong in self.named])) if self.named else nan
         if self.probe:
             metrics.update(probe_scores(self.answers))
         return metrics
