@@ -19,6 +19,7 @@ import contextlib
 import hashlib
 import multiprocessing
 import os
+import sys
 import zipfile
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -161,6 +162,8 @@ def _save(path: Path, value: Tokenized) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         np.savez(temporary, words=words, ids=value.ids, offsets=value.offsets, first=value.first)
         os.replace(temporary, path)
-    except OSError:  # a read-only or full disk: the next run tokenizes again
+    except OSError as error:  # a read-only or full disk: the next run tokenizes again, and is told why
         with contextlib.suppress(OSError):
             temporary.unlink(missing_ok=True)
+        print(f"note: {path.parent}: the tokenized captions cannot be kept there ({error.strerror or error}); "
+              "the next run tokenizes them again", file=sys.stderr)

@@ -73,7 +73,8 @@ def test_the_second_run_reads_the_tokens_from_disk_and_a_changed_caption_tokeniz
         tokenized(_records(), cache=tmp_path)
 
 
-def test_a_damaged_file_is_tokenized_again_and_an_unwritable_folder_only_costs_the_tokenizing(tmp_path) -> None:
+def test_a_damaged_file_is_tokenized_again_and_an_unwritable_folder_only_costs_the_tokenizing(tmp_path,
+                                                                                               capsys) -> None:
     expected = [[tokenize(c) for c in raw] for raw in CAPTIONS]
     tokenized(_records(), cache=tmp_path)
     saved = next(tmp_path.glob("*.npz"))
@@ -85,6 +86,8 @@ def test_a_damaged_file_is_tokenized_again_and_an_unwritable_folder_only_costs_t
     blocked.write_text("")
     captions = tokenized(_records(), cache=blocked / "tokens")  # under a file: cannot be made
     assert [captions[i] for i in range(4)] == expected
+    said = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(said) == 1 and said[0].startswith(f"note: {blocked / 'tokens'}: the tokenized captions cannot be kept")
 
 
 def _held_bytes(captions: int) -> int:
