@@ -202,6 +202,13 @@ def describe(payload: dict[str, Any], path: str | Path) -> list[str]:
              f"epoch {progress.get('epoch', '?')}, "
              f"best {config.train.val_metric} {progress.get('best_metric', float('nan')):.4f}, "
              f"{progress.get('seconds', 0.0) / 3600:.2f} h trained"]
+    record = payload.get("record")  # what made it (train/record.py); older checkpoints have none
+    if isinstance(record, dict):
+        for section, values in record.items():
+            if isinstance(values, dict):
+                lines.append(f"  record {section:<13} " + ", ".join(f"{k} {v}" for k, v in values.items()))
+    else:
+        lines.append("  record      none (written before checkpoints recorded what made them)")
     for part in ("decoder", "training_decoder", "encoder"):
         state = payload.get(part)
         if not isinstance(state, dict):

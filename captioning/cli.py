@@ -311,6 +311,16 @@ def _inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+@_guarded
+def _verify(args: argparse.Namespace) -> int:
+    from captioning.train.verify import report, verify
+
+    verification = verify(args.checkpoint, overrides=tuple(args.overrides), device=default_device(args.device),
+                          tolerance=args.tolerance)
+    print("\n".join(report(verification, args.checkpoint)))
+    return 0 if verification.reproduces else 1
+
+
 # captioning ... ------------------------------------------------------------------------------------
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -362,6 +372,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                                   "without unpickling code")
     inspect.add_argument("checkpoint", metavar="FILE", help="a checkpoint (best.pt, last.pt)")
     inspect.set_defaults(run=_inspect)
+
+    check = commands.add_parser("verify", help="score a checkpoint again as its run's validation did and say whether "
+                                "its recorded numbers reproduce, and if not, what differs from its record")
+    check.add_argument("checkpoint", metavar="FILE", help="best.pt (last.pt only where it was saved at a validation)")
+    check.add_argument("overrides", nargs="*", metavar="key.sub=value", help="e.g. data.root=/data/coco")
+    check.add_argument("--tolerance", type=float, default=1e-4, help="largest difference that reproduces (1e-4)")
+    check.add_argument("--device", help="cpu, cuda, cuda:1 ... (default: cuda if available)")
+    _add_quiet_argument(check)
+    check.set_defaults(run=_verify)
 
     prepare = commands.add_parser("prepare", help="the vocabulary of the training split -> TRAIN.OUT_DIR/vocab.json")
     _add_config_arguments(prepare)

@@ -10,7 +10,7 @@ import os
 from tests.tiny import REPO
 
 PAGE = REPO / "docs" / "cli.md"
-COMMANDS = ("make-shapes", "prepare", "prepare-features", "train", "evaluate", "caption", "inspect")
+COMMANDS = ("make-shapes", "prepare", "prepare-features", "train", "evaluate", "caption", "inspect", "verify")
 WIDTH = "100"  # argparse wraps at $COLUMNS
 
 

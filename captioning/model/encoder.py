@@ -239,6 +239,12 @@ def _cut(stages: OrderedDict[str, nn.Module], last: str) -> nn.Sequential:
     return nn.Sequential(OrderedDict((name, stages[name]) for name in names[: names.index(last) + 1]))
 
 
+def normalization(name: str) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """The mean and std of the images an encoder's weights were trained on, which the data pipeline
+    applies: [-1, 1] for the embedded EfficientNet-Lite0, ImageNet's for torchvision's."""
+    return ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5)) if name == "efficientnet_lite0" else (IMAGENET_MEAN, IMAGENET_STD)
+
+
 def build_encoder(*, name: str = "efficientnet_lite0", layer: str = "stride16", weights_path: str | None = None,
                   fine_tune_from: str | None = None, padding: str = "zeros") -> Encoder:
     """A pretrained encoder cut at the chosen layer: frozen and in eval mode, but for the stages
@@ -256,11 +262,12 @@ def build_encoder(*, name: str = "efficientnet_lite0", layer: str = "stride16", 
         last, dim = EFFICIENTNET_LAST_BLOCK[layer], _EFFICIENTNET_CHANNELS[layer]
         stages = OrderedDict([("conv_stem", model.conv_stem), ("bn1", model.bn1)])
         stages.update((f"block{i}", block) for i, block in enumerate(model.blocks))
-        encoder = Encoder(body=_cut(stages, f"block{last}"), dim=dim, mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5))
+        encoder = Encoder(body=_cut(stages, f"block{last}"), dim=dim, mean=normalization(name)[0],
+                          std=normalization(name)[1])
     elif name == "vgg19":
         model = _torchvision(name, weights_path=weights_path)
         encoder = Encoder(body=_cut(_vgg_stages(model.features), VGG_LAST_STAGE[layer]), dim=512,
-                          mean=IMAGENET_MEAN, std=IMAGENET_STD)
+                          mean=normalization(name)[0], std=normalization(name)[1])
     else:
         model = _torchvision(name, weights_path=weights_path)
         last = RESNET_LAST_STAGE[layer]
@@ -268,6 +275,6 @@ def build_encoder(*, name: str = "efficientnet_lite0", layer: str = "stride16", 
                              ("conv1", "bn1", "relu", "maxpool", "layer1", "layer2", "layer3", "layer4"))
         basic = name in ("resnet18", "resnet34")  # basic blocks: 4x fewer channels than bottlenecks
         dim = {"layer3": 1024, "layer4": 2048}[last] // (4 if basic else 1)
-        encoder = Encoder(body=_cut(stages, last), dim=dim, mean=IMAGENET_MEAN, std=IMAGENET_STD)
+        encoder = Encoder(body=_cut(stages, last), dim=dim, mean=normalization(name)[0], std=normalization(name)[1])
     _pad_borders(encoder.body, padding)
     return encoder.fine_tune(fine_tune_from).eval()

@@ -50,6 +50,7 @@ from captioning.train.cross_entropy import CrossEntropy
 from captioning.train.lock import run_folder
 from captioning.train.logs import RunLog
 from captioning.train.objective import Objective
+from captioning.train.record import run_record
 from captioning.train.resume import Progress, restore_run, run_payload
 from captioning.train.scst import SelfCriticalObjective
 from captioning.train.signals import StopSignals
@@ -77,6 +78,7 @@ class Run:
         self.module: nn.Module | None = None  # the trained graph, wrapped in DDP under torchrun (start)
         self.objective: Objective | None = None  # train.objective (start)
         self.log: RunLog | None = None
+        self.record: dict[str, Any] | None = None  # written into every checkpoint (save)
         self.started = time.time()
 
     @classmethod
@@ -138,6 +140,10 @@ class Run:
             payload = run_payload(config=self.config, vocab=self.data.vocab, model=self.model, optimizer=self.optimizer,
                                   scheduler=self.scheduler, scaler=self.scaler, progress=self.progress,
                                   objective_state=self.objective.state_dict(), device=self.device)
+            if self.record is None:  # what made the run (train/record.py), once: it asks Java and git
+                self.record = run_record(self.config, train_ids=self.data.train.image_ids,
+                                         val_ids=self.data.val.image_ids, vocab=self.data.vocab.words)
+            payload["record"] = self.record
             save_checkpoint(self.out / "last.pt", payload)
             if best:
                 save_checkpoint(self.out / "best.pt", payload)

@@ -1,0 +1,71 @@
+"""What made a checkpoint, written into it: the data, the preprocessing, how its validation decoded
+and scored, and the versions that move the numbers. `captioning inspect` shows it and `captioning
+verify` checks a checkpoint's validation numbers against it (train/verify.py).
+
+Scores that cannot be reproduced are what users of captioning code bases ask about most: a released
+checkpoint that scores 124 instead of 130 CIDEr, with no way to tell whether the data, the weights
+or a library moved. Each part here is one a reproduction can differ in, and `verify` names the
+parts that differ.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import subprocess
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from captioning.config import Config
+from captioning.eval.metrics import OWN_TOKENIZER
+from captioning.model.encoder import normalization, weights_identity
+
+
+def digest(value: Any) -> str:
+    """16 hex digits of the SHA-256 of a value's JSON."""
+    return hashlib.sha256(json.dumps(value).encode()).hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=1)
+def versions() -> dict[str, str | None]:
+    """The versions that move a checkpoint's numbers: the libraries, Java (the PTB tokenizer and
+    METEOR) and this project's own commit when it runs from a git checkout (None where unknown)."""
+    found: dict[str, str | None] = {}
+    for package in ("torch", "torchvision", "pycocoevalcap", "nltk"):
+        try:
+            found[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            found[package] = None
+    found["java"] = _command(["java", "-version"])
+    found["captioning"] = _command(["git", "-C", str(Path(__file__).resolve().parent), "describe", "--always",
+                                    "--dirty", "--abbrev=40"])  # "-dirty": uncommitted changes too
+    return found
+
+
+def _command(argv: list[str]) -> str | None:
+    """The first line a command prints (stdout, else stderr), or None if it cannot run."""
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = (done.stdout or done.stderr).strip().splitlines()
+    return lines[0] if done.returncode == 0 and lines else None
+
+
+def run_record(config: Config, *, train_ids: list[int], val_ids: list[int], vocab: list[str]) -> dict[str, Any]:
+    """The record of a run's checkpoints (the same for every checkpoint of the run)."""
+    e, d = config.encoder, config.data
+    mean, std = normalization(e.name)
+    return {
+        "data": {"dataset": d.dataset, "train_images": len(train_ids), "train_image_ids": digest(train_ids),
+                 "val_images": len(val_ids), "val_image_ids": digest(val_ids), "vocabulary": digest(vocab)},
+        "preprocessing": {"image_size": d.image_size, "encoder": e.name, "layer": e.layer, "padding": e.padding,
+                          "mean": list(mean), "std": list(std),
+                          "weights": weights_identity(e.name, e.weights_path)},
+        "validation": {"decoding": "greedy", "max_length": config.decode.max_length,
+                       "images": min(config.train.val_images or len(val_ids), len(val_ids)),
+                       "tokenizer": OWN_TOKENIZER},
+        "versions": versions(),
+    }

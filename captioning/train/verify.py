@@ -1,0 +1,88 @@
+"""`captioning verify CKPT`: score a checkpoint again as its run's validation scored it, and say whether
+its recorded numbers reproduce; when they do not, name what differs from its record (train/record.py):
+the data, the preprocessing and weights, the validation's settings, the versions.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from captioning.checkpoint import CheckpointError, load_checkpoint, load_trained
+from captioning.data.coco import read_records
+from captioning.data.features import EncodedImages
+from captioning.data.splits import load_splits
+from captioning.train.record import run_record
+from captioning.train.validation import validate
+
+TOLERANCE = 1e-4  # the same machine gives the same numbers; another CPU or a GPU moves the last digits
+NOT_METRICS = ("step", "epoch", "lr", "seconds")
+
+
+@dataclass
+class Verification:
+    step: int
+    recorded: dict[str, float]  # the metrics the run's validation gave at the checkpoint's step
+    now: dict[str, float]  # the same metrics computed again
+    differs: dict[str, list[str]]  # record section -> the entries that differ now ({} when all agree)
+    tolerance: float
+
+    @property
+    def reproduces(self) -> bool:
+        return all(math.isclose(self.now.get(name, math.nan), value, rel_tol=0, abs_tol=self.tolerance)
+                   or (math.isnan(value) and math.isnan(self.now.get(name, math.nan)))
+                   for name, value in self.recorded.items())
+
+
+def verify(path: str | Path, *, overrides: tuple[str, ...] = (), device: str | torch.device = "cpu",
+           tolerance: float = TOLERANCE) -> Verification:
+    """Validate the checkpoint again on its recorded split, with the settings its validation used."""
+    payload = load_checkpoint(path)
+    record = payload.get("record")
+    if not isinstance(record, dict):
+        raise CheckpointError(f"{path}: carries no record of what made it (written before checkpoints had one)")
+    progress = payload.get("progress", {})
+    history = progress.get("history") or []
+    if not history or history[-1].get("step") != progress.get("step"):
+        last = history[-1].get("step") if history else None
+        raise CheckpointError(f"{path}: saved at step {progress.get('step')}, after its last validation "
+                              f"(step {last}): no numbers of these weights to reproduce; verify best.pt")
+    trained = load_trained(path, overrides=overrides, device=device)
+    config = trained.config
+    val = load_splits(config, ("val",), device=device, features=not trained.fine_tuned)["val"]
+    annotations = None
+    if trained.fine_tuned:  # its encoder's own annotations, as its validation read them
+        annotations = EncodedImages(trained.encoder(), val.records, image_size=config.data.image_size, device=device)
+    now = validate(trained.decoder, val, trained.vocab, config, device=device, annotations=annotations) or {}
+    recorded = {name: value for name, value in history[-1].items()
+                if name not in NOT_METRICS and isinstance(value, float)}
+    train_ids = [r.image_id for r in read_records(config.data, "train")]
+    current = run_record(config, train_ids=train_ids, val_ids=val.image_ids, vocab=trained.vocab.words)
+    differs = {section: _differences(record.get(section, {}), values) for section, values in current.items()}
+    return Verification(step=int(progress["step"]), recorded=recorded, now={n: now.get(n, math.nan) for n in recorded},
+                        differs={section: names for section, names in differs.items() if names},
+                        tolerance=tolerance)
+
+
+def _differences(recorded: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    return [f"{name} {recorded.get(name)!r} -> {value!r}" for name, value in now.items() if recorded.get(name) != value]
+
+
+def report(verification: Verification, path: str | Path) -> list[str]:
+    """What `captioning verify` prints."""
+    v = verification
+    lines = [f"{path}: its validation at step {v.step}, computed again"]
+    lines += [f"  {name:<30} recorded {value:.4f}  now {v.now[name]:.4f}" for name, value in v.recorded.items()]
+    if v.reproduces:
+        lines.append(f"reproduces: every number within {v.tolerance:g}")
+    else:
+        lines.append(f"does not reproduce (tolerance {v.tolerance:g})")
+    for section, names in v.differs.items():
+        lines.append(f"  {section} differs from the record: {'; '.join(names)}")
+    if not v.reproduces and not v.differs:
+        lines.append("  nothing recorded differs: the hardware or the code's arithmetic moved the numbers")
+    return lines

@@ -1,0 +1,77 @@
+"""A checkpoint's record (train/record.py) and `captioning verify`: the numbers reproduce where
+nothing changed, and where they do not, the part of the record that differs is named."""
+
+from __future__ import annotations
+
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+import torch
+
+from captioning.checkpoint import CheckpointError, describe, load_checkpoint
+from captioning.cli import main
+from captioning.train.verify import report, verify
+
+
+def _edited(source: Path, target: Path, edit) -> Path:
+    payload = torch.load(source, map_location="cpu", weights_only=True)
+    edit(payload)
+    torch.save(payload, target)
+    return target
+
+
+def test_a_checkpoint_records_its_data_preprocessing_validation_and_versions(tiny_run) -> None:
+    record = load_checkpoint(tiny_run.checkpoint)["record"]
+    assert set(record) == {"data", "preprocessing", "validation", "versions"}
+    assert record["data"]["dataset"] == "shapes" and record["data"]["train_images"] == 24
+    assert record["preprocessing"]["mean"] == [0.5, 0.5, 0.5] and len(record["preprocessing"]["weights"]) == 12
+    assert record["validation"]["decoding"] == "greedy"
+    assert record["versions"]["torch"] == metadata.version("torch") and record["versions"]["java"].startswith(
+        ("openjdk", "java"))
+    lines = describe(load_checkpoint(tiny_run.checkpoint), tiny_run.checkpoint)
+    assert any(line.startswith("  record versions") and "torch" in line for line in lines)
+
+
+def test_the_same_checkpoint_on_the_same_data_reproduces(tiny_run, capsys) -> None:
+    verification = verify(tiny_run.checkpoint, overrides=(f"data.root={tiny_run.data_root}",))
+    assert verification.reproduces and verification.differs == {}
+    assert {"CIDEr", "Bleu_4", "attention_correctness"} <= set(verification.recorded)
+    assert main(["verify", str(tiny_run.checkpoint), f"data.root={tiny_run.data_root}"]) == 0
+    assert "reproduces: every number within 0.0001" in capsys.readouterr().out
+
+
+def test_changed_weights_do_not_reproduce_and_nothing_recorded_is_blamed(tiny_run, tmp_path, capsys) -> None:
+    def nudge(payload):
+        payload["decoder"]["out.bias"] += 3 * torch.randn_like(payload["decoder"]["out.bias"])
+
+    changed = _edited(tiny_run.checkpoint, tmp_path / "changed.pt", nudge)
+    assert main(["verify", str(changed), f"data.root={tiny_run.data_root}"]) == 1
+    out = capsys.readouterr().out
+    assert "does not reproduce" in out and "nothing recorded differs" in out
+
+
+def test_what_differs_from_the_record_is_named(tiny_run, tmp_path) -> None:
+    def older(payload):
+        payload["record"]["versions"]["torch"] = "1.0.0"
+        payload["record"]["data"]["vocabulary"] = "0000000000000000"
+
+    changed = _edited(tiny_run.checkpoint, tmp_path / "older.pt", older)
+    verification = verify(changed, overrides=(f"data.root={tiny_run.data_root}",))
+    assert set(verification.differs) == {"versions", "data"}
+    assert verification.differs["versions"] == [f"torch '1.0.0' -> {metadata.version('torch')!r}"]
+    lines = report(verification, changed)
+    assert any(line.startswith("  data differs from the record: vocabulary '0000000000000000' -> ") for line in lines)
+
+
+@pytest.mark.parametrize("edit, said", [
+    (lambda payload: payload.pop("record"), "carries no record"),
+    (lambda payload: payload["progress"].update(step=payload["progress"]["step"] + 5), "after its last validation"),
+])
+def test_what_cannot_be_verified_says_why_in_one_line(edit, said, tiny_run, tmp_path, capsys) -> None:
+    changed = _edited(tiny_run.checkpoint, tmp_path / "x.pt", edit)
+    with pytest.raises(CheckpointError, match=said):
+        verify(changed, overrides=(f"data.root={tiny_run.data_root}",))
+    assert main(["verify", str(changed), f"data.root={tiny_run.data_root}"]) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(errors) == 1 and said in errors[0]
