@@ -1,6 +1,7 @@
 """What made a checkpoint, written into it: the data, the preprocessing, how its validation decoded
-and scored, and the versions that move the numbers. `captioning inspect` shows it and `captioning
-verify` checks a checkpoint's validation numbers against it (train/verify.py).
+and scored, the versions that move the numbers, and a digest of its decoder's weights. `captioning
+inspect` shows it and `captioning verify` checks a checkpoint's validation numbers against it
+(train/verify.py).
 
 Scores that cannot be reproduced are what users of captioning code bases ask about most: a released
 checkpoint that scores 124 instead of 130 CIDEr, with no way to tell whether the data, the weights
@@ -18,6 +19,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from captioning.config import Config
 from captioning.eval.metrics import OWN_TOKENIZER
 from captioning.model.encoder import normalization, weights_identity
@@ -26,6 +29,16 @@ from captioning.model.encoder import normalization, weights_identity
 def digest(value: Any) -> str:
     """16 hex digits of the SHA-256 of a value's JSON."""
     return hashlib.sha256(json.dumps(value).encode()).hexdigest()[:16]
+
+
+def weights_digest(state: dict[str, Any]) -> str:
+    """16 hex digits of the SHA-256 of a state dict's tensors, by name, as stored (any dtype)."""
+    hashed = hashlib.sha256()
+    for name, value in sorted(state.items()):
+        if isinstance(value, torch.Tensor):
+            hashed.update(name.encode())
+            hashed.update(value.detach().cpu().reshape(-1).contiguous().view(torch.uint8).numpy().tobytes())
+    return hashed.hexdigest()[:16]
 
 
 @functools.lru_cache(maxsize=1)

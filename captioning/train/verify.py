@@ -1,6 +1,6 @@
 """`captioning verify CKPT`: score a checkpoint again as its run's validation scored it, and say whether
 its recorded numbers reproduce; when they do not, name what differs from its record (train/record.py):
-the data, the preprocessing and weights, the validation's settings, the versions.
+the data, the preprocessing, the validation's settings, the versions, the decoder's weights.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from captioning.checkpoint import CheckpointError, load_checkpoint, load_trained
 from captioning.data.coco import read_records
 from captioning.data.features import EncodedImages
 from captioning.data.splits import load_splits
-from captioning.train.record import run_record
+from captioning.train.record import run_record, weights_digest
 from captioning.train.validation import validate
 
 TOLERANCE = 1e-4  # the same machine gives the same numbers; another CPU or a GPU moves the last digits
@@ -61,7 +61,8 @@ def verify(path: str | Path, *, overrides: tuple[str, ...] = (), device: str | t
     recorded = {name: value for name, value in history[-1].items()
                 if name not in NOT_METRICS and isinstance(value, float)}
     train_ids = [r.image_id for r in read_records(config.data, "train")]
-    current = run_record(config, train_ids=train_ids, val_ids=val.image_ids, vocab=trained.vocab.words)
+    current = {**run_record(config, train_ids=train_ids, val_ids=val.image_ids, vocab=trained.vocab.words),
+               "weights": {"decoder": weights_digest(payload["decoder"])}}
     differs = {section: _differences(record.get(section, {}), values) for section, values in current.items()}
     return Verification(step=int(progress["step"]), recorded=recorded, now={n: now.get(n, math.nan) for n in recorded},
                         differs={section: names for section, names in differs.items() if names},

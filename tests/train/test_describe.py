@@ -33,6 +33,7 @@ def test_describe_names_each_field_from_its_own_setting() -> None:
         "  encoder     efficientnet_lite0 stride16",
         "  model       soft attention, additive score, embed 96, hidden 160, attention 48",
         "  training    xe, step 321, epoch 4, best Bleu_4 0.1235, 100.00 h trained",
+        "  record      none (written before checkpoints recorded what made them)",
         "  decoder: 2 tensors, 481 numbers",
         _tensor("embed.weight", (5, 96), "float32"),
         _tensor("steps", (), "int64"),
@@ -53,7 +54,11 @@ def test_describe_without_progress_or_optimizer_state_says_so() -> None:
     assert lines[-1] == "  resumable   no (rng)"
     assert describe(_payload(), "last.pt")[-1] == "  resumable   no (no optimizer state)"
     decoder_only = describe(_payload(), "last.pt")  # no training_decoder or encoder part
-    assert len(decoder_only) == 5 + 1 + 2 + 1
+    assert len(decoder_only) == 5 + 1 + 1 + 2 + 1  # header, record, decoder, its 2 tensors, resumable
+    recorded = describe(_payload(record={"data": {"dataset": "shapes", "val_images": 8},
+                                         "versions": {"torch": "2.14.1", "java": None}}), "best.pt")
+    assert recorded[5:7] == ["  record data          dataset shapes, val_images 8",
+                             "  record versions      torch 2.14.1, java None"]
     no_training_decoder = describe(_payload(encoder={"conv.weight": torch.zeros(2, 3, 1, 1)}), "last.pt")
     assert no_training_decoder[-3:-1] == ["  encoder: 1 tensors, 6 numbers", _tensor("conv.weight", (2, 3, 1, 1),
                                                                                      "float32")]

@@ -23,7 +23,7 @@ def _edited(source: Path, target: Path, edit) -> Path:
 
 def test_a_checkpoint_records_its_data_preprocessing_validation_and_versions(tiny_run) -> None:
     record = load_checkpoint(tiny_run.checkpoint)["record"]
-    assert set(record) == {"data", "preprocessing", "validation", "versions"}
+    assert set(record) == {"data", "preprocessing", "validation", "versions", "weights"}
     assert record["data"]["dataset"] == "shapes" and record["data"]["train_images"] == 24
     assert record["preprocessing"]["mean"] == [0.5, 0.5, 0.5] and len(record["preprocessing"]["weights"]) == 12
     assert record["validation"]["decoding"] == "greedy"
@@ -41,12 +41,23 @@ def test_the_same_checkpoint_on_the_same_data_reproduces(tiny_run, capsys) -> No
     assert "reproduces: every number within 0.0001" in capsys.readouterr().out
 
 
-def test_changed_weights_do_not_reproduce_and_nothing_recorded_is_blamed(tiny_run, tmp_path, capsys) -> None:
+def test_changed_weights_do_not_reproduce_and_are_named(tiny_run, tmp_path, capsys) -> None:
+    from captioning.train.record import weights_digest
+
     def nudge(payload):
         payload["decoder"]["out.bias"] += 3 * torch.randn_like(payload["decoder"]["out.bias"])
 
     changed = _edited(tiny_run.checkpoint, tmp_path / "changed.pt", nudge)
     assert main(["verify", str(changed), f"data.root={tiny_run.data_root}"]) == 1
+    out = capsys.readouterr().out
+    assert "does not reproduce" in out and "  weights differs from the record: decoder " in out
+
+    def nudged_and_recorded(payload):  # as if the weights had been saved so: only the numbers move
+        nudge(payload)
+        payload["record"]["weights"]["decoder"] = weights_digest(payload["decoder"])
+
+    rerecorded = _edited(tiny_run.checkpoint, tmp_path / "rerecorded.pt", nudged_and_recorded)
+    assert main(["verify", str(rerecorded), f"data.root={tiny_run.data_root}"]) == 1
     out = capsys.readouterr().out
     assert "does not reproduce" in out and "nothing recorded differs" in out
 
