@@ -23,6 +23,8 @@ from typing import Any
 import torch
 
 from captioning.config import Config, ConfigError, apply_overrides, from_dict, migrate, validate
+from captioning.data.features import EncodedImages
+from captioning.data.splits import Split, load_splits
 from captioning.data.vocab import Vocabulary
 from captioning.model.captioner import EncoderDecoder, build_decoder
 from captioning.model.decoder import AttentionDecoder
@@ -125,19 +127,31 @@ class Trained:
             _load_weights(encoder, self.encoder_weights, self.path)
         return encoder.to(self.device).eval()
 
+    def split(self, name: str) -> tuple[Split, Any]:
+        """A split of the checkpoint's data and what its decoder reads of it: the feature cache, or for
+        a fine-tuned encoder the images, encoded on demand with the checkpoint's own weights (its
+        annotations differ from a cache of the pretrained encoder's; the split takes its grid)."""
+        split = load_splits(self.config, (name,), device=self.device, features=not self.fine_tuned)[name]
+        if not self.fine_tuned:
+            return split, split.annotations
+        split.grid = self.grid
+        return split, EncodedImages(self.encoder(), split.records, image_size=self.config.data.image_size,
+                                    device=self.device)
+
     def model(self) -> EncoderDecoder:
         """Pixels in, captions out: the encoder, then the decoder."""
         return EncoderDecoder(encoder=self.encoder(), decoder=self.decoder).eval()
 
 
 def load_trained(path: str | Path, *, overrides: Sequence[str] = (), may_change: Sequence[str] | None = None,
-                 device: str | torch.device = "cpu") -> Trained:
+                 device: str | torch.device = "cpu", payload: dict[str, Any] | None = None) -> Trained:
     """The one loader of a checkpoint for inference. `overrides` ("key.sub=value") change its config;
     `may_change` names the only keys they may touch (None: any), so that inference can refuse what
     would change the trained model. Each problem is one line naming the file. How hard attention
     picks its cell is checked where it is used (captioning.api, captioning.eval.evaluate:
-    refuse_hard_choice), since both may be asked for another choice than the config's."""
-    payload = load_checkpoint(path)
+    refuse_hard_choice), since both may be asked for another choice than the config's. `payload`:
+    the checkpoint's contents when the caller has read them already (not read twice)."""
+    payload = payload if payload is not None else load_checkpoint(path)
     config = config_of(payload, path)
     for text in overrides:
         apply_overrides(copy.deepcopy(config), [text])  # an unknown key or a malformed override says so first

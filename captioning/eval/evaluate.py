@@ -21,9 +21,7 @@ import torch
 from captioning import progress
 from captioning.checkpoint import load_trained
 from captioning.config import Config
-from captioning.data.features import EncodedImages
 from captioning.data.karpathy import DatasetError, too_many_unreadable
-from captioning.data.splits import load_splits
 from captioning.data.vocab import Vocabulary
 from captioning.eval.diagnostics import caption_diagnostics
 from captioning.eval.metrics import OWN_TOKENIZER, caption_metrics, metrics_tokenizer
@@ -159,11 +157,7 @@ def evaluate_checkpoint(checkpoint: str | Path, *, split: str = "test", override
     config, decoder, vocab = trained.config, trained.decoder, trained.vocab
     choice = hard_choice or config.decode.hard_choice
     refuse_hard_choice(decoder, choice, checkpoint)
-    data = load_splits(config, (split,), device=device, features=not trained.fine_tuned)[split]
-    annotations = data.annotations
-    if trained.fine_tuned:  # its annotations differ from a cache of the pretrained encoder's
-        annotations = EncodedImages(trained.encoder(), data.records, image_size=config.data.image_size, device=device)
-        data.grid = trained.grid
+    data, annotations = trained.split(split)
     beam_size = beam_size or config.decode.beam_size
     tokenizer = metrics_tokenizer()
     metrics, results = evaluate_split(

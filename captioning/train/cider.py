@@ -26,8 +26,13 @@ Tokens = Sequence[str]
 Vector = tuple[list[dict[tuple[str, ...], float]], list[float], int]  # tf-idf per n, their norms, length
 
 
+def grams(tokens: Tokens, k: int) -> list[tuple[str, ...]]:
+    """The k-grams of a caption, in order."""
+    return [tuple(tokens[i:i + k]) for i in range(len(tokens) - k + 1)]
+
+
 def ngram_counts(tokens: Tokens, n: int = 4) -> Counter:
-    return Counter(tuple(tokens[i:i + k]) for k in range(1, n + 1) for i in range(len(tokens) - k + 1))
+    return Counter(gram for k in range(1, n + 1) for gram in grams(tokens, k))
 
 
 class CiderD:
@@ -44,7 +49,7 @@ class CiderD:
         for k in range(1, n + 1):
             frequency: Counter = Counter()
             for refs in references:
-                frequency.update({tuple(ref[i:i + k]) for ref in refs for i in range(len(ref) - k + 1)})
+                frequency.update({gram for ref in refs for gram in grams(ref, k)})
             self.log_df.update((gram, math.log(count)) for gram, count in frequency.items() if count > 1)
             del frequency
         self.log_docs = math.log(float(len(references)))

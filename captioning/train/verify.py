@@ -14,8 +14,6 @@ import torch
 
 from captioning.checkpoint import CheckpointError, load_checkpoint, load_trained
 from captioning.data.coco import read_records
-from captioning.data.features import EncodedImages
-from captioning.data.splits import load_splits
 from captioning.train.record import run_record, weights_digest
 from captioning.train.validation import validate
 
@@ -51,12 +49,9 @@ def verify(path: str | Path, *, overrides: tuple[str, ...] = (), device: str | t
         last = history[-1].get("step") if history else None
         raise CheckpointError(f"{path}: saved at step {progress.get('step')}, after its last validation "
                               f"(step {last}): no numbers of these weights to reproduce; verify best.pt")
-    trained = load_trained(path, overrides=overrides, device=device)
+    trained = load_trained(path, overrides=overrides, device=device, payload=payload)
     config = trained.config
-    val = load_splits(config, ("val",), device=device, features=not trained.fine_tuned)["val"]
-    annotations = None
-    if trained.fine_tuned:  # its encoder's own annotations, as its validation read them
-        annotations = EncodedImages(trained.encoder(), val.records, image_size=config.data.image_size, device=device)
+    val, annotations = trained.split("val")  # a fine-tuned encoder's own annotations, as its validation read them
     now = validate(trained.decoder, val, trained.vocab, config, device=device, annotations=annotations) or {}
     recorded = {name: value for name, value in history[-1].items()
                 if name not in NOT_METRICS and isinstance(value, float)}
