@@ -158,7 +158,12 @@ def scst_child(data: Path, out: Path) -> None:
         rows = list(range(first, min(first + 64, len(records))))
         critic.cider.scores([candidates[i] for i in rows], rows)
     epoch = time.perf_counter() - start
-    print(json.dumps({"setup_s": setup, "batch_s": one_batch, "every_image_s": epoch,
+    start = time.perf_counter()
+    for first in range(0, min(10_000, len(records)), 64):  # the same count at every size: the store's size apart
+        rows = list(range(first, min(first + 64, 10_000, len(records))))
+        critic.cider.scores([candidates[i] for i in rows], rows)
+    first_10k = time.perf_counter() - start
+    print(json.dumps({"setup_s": setup, "batch_s": one_batch, "every_image_s": epoch, "first_10k_s": first_10k,
                       "store_after_setup_gb": after_setup - before, "store_after_epoch_gb": resident() - before}))
 
 
@@ -171,7 +176,8 @@ def scst(root: Path) -> None:
         times = json.loads(printed.strip().splitlines()[-1])
         rows[label] = (times["setup_s"], peak)
         print(f"{label:>5} ({images:,} images): set-up {times['setup_s']:.1f} s, one batch of 64 x 5 rewards "
-              f"{times['batch_s']:.2f} s, every image once {times['every_image_s']:.1f} s; reward store "
+              f"{times['batch_s']:.2f} s, every image once {times['every_image_s']:.1f} s (the first "
+              f"{min(images, 10_000):,}: {times['first_10k_s']:.1f} s); reward store "
               f"{times['store_after_setup_gb']:.2f} GB after set-up, {times['store_after_epoch_gb']:.2f} GB after "
               f"every image; process {wall:.1f} s, peak {peak:.2f} GB", flush=True)
     growth = math.log(SIZES["full"] / SIZES["10k"])
@@ -344,6 +350,29 @@ def workers(root: Path) -> None:
         del pairs
 
 
+def decoding(root: Path) -> None:
+    """Why validation grows a little faster than its images: greedy decoding, as validation does it
+    (batches of 100, beam 1), of the full-size val cache's first 405 images (the 10 000-image val
+    split's count) and of all 5 000, by the decoder trained at 10 000 images (1 864 words) and by the
+    one trained at full size (11 206 words). Every stand-in image is the same JPEG, so the two
+    decoders read the same annotations and differ only in their vocabulary."""
+    from captioning.checkpoint import load_trained
+    from captioning.eval.evaluate import decode_split
+
+    full = root / "full"
+    for label in ("10k", "full"):
+        trained = load_trained(root / "runs" / label / "train" / "best.pt", overrides=[f"data.root={full}"])
+        split, annotations = trained.split("val")
+        for images in (405, 5000):
+            start = time.perf_counter()
+            decode_split(trained.decoder, annotations[:images], image_ids=split.image_ids[:images],
+                         vocab=trained.vocab, grid=split.grid, beam_size=1, max_length=trained.config.decode.max_length,
+                         batch_size=100)
+            per_image = (time.perf_counter() - start) / images
+            print(f"decoder of {label} ({len(trained.vocab):,} words): {images:,} images, "
+                  f"{per_image * 1000:.1f} ms an image", flush=True)
+
+
 def encoders() -> None:
     """The per-image cost of each COCO config's real encoder on this machine's CPU (random weights:
     the cost does not depend on them), batches of 8, after one warm-up batch; and what that makes
@@ -378,7 +407,7 @@ def encoders() -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("stage", choices=("write", "prepare", "scst", "scst-child", "stages", "table", "workers",
-                                          "encoders"))
+                                          "encoders", "decoding"))
     parser.add_argument("--sizes", default="1k,10k,full", help="stages: which corpora (default: all three)")
     parser.add_argument("--only", help=f"stages: these parts again, comma-separated ({', '.join(PARTS)})")
     parser.add_argument("--root", type=Path, help="where the corpora are (all stages but encoders)")
@@ -397,6 +426,8 @@ def main() -> None:
         workers(args.root)
     elif args.stage == "encoders":
         encoders()
+    elif args.stage == "decoding":
+        decoding(args.root)
     elif args.stage == "stages":
         stages(args.root, args.sizes.split(","), set(args.only.split(",")) if args.only else None)
     elif args.stage == "scst":
