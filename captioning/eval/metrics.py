@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import shutil
 import sys
+import tempfile
 from collections.abc import Sequence
 
 from captioning.data.vocab import normalize, tokenize
@@ -40,6 +42,27 @@ def _quietly(function, *args):
         return function(*args)
 
 
+@contextlib.contextmanager
+def _java_chatter_held():
+    """The PTB tokenizer's Java prints a line per call ("PTBTokenizer tokenized 645 tokens at ...") to
+    the process's own stderr, below Python's sys.stderr: held in a file while it runs, and shown only
+    when the call fails, where it may say why."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        try:
+            yield
+        except BaseException:
+            os.dup2(saved, 2)
+            held.seek(0)
+            sys.stderr.write(held.read().decode(errors="replace"))
+            raise
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
 def caption_metrics(references: dict[int, Sequence[str]], candidates: dict[int, str], *,
                     full: bool = True) -> dict[str, float]:
     """BLEU-1..4, METEOR, ROUGE-L and CIDEr of one candidate per image against its references.
@@ -61,9 +84,10 @@ def caption_metrics(references: dict[int, Sequence[str]], candidates: dict[int, 
 
         tokenizer = PTBTokenizer()
         # The same normalization as training targets (curly quotes, case, spaces), then the PTB tokenizer.
-        gts = _quietly(tokenizer.tokenize,
-                       {i: [{"caption": normalize(c)} for c in refs] for i, refs in references.items()})
-        res = _quietly(tokenizer.tokenize, {i: [{"caption": candidates[i]}] for i in references})
+        with _java_chatter_held():
+            gts = _quietly(tokenizer.tokenize,
+                           {i: [{"caption": normalize(c)} for c in refs] for i, refs in references.items()})
+            res = _quietly(tokenizer.tokenize, {i: [{"caption": candidates[i]}] for i in references})
     else:
         gts = {i: [" ".join(tokenize(c)) for c in refs] for i, refs in references.items()}
         res = {i: [" ".join(tokenize(candidates[i]))] for i in references}

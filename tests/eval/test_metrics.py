@@ -9,10 +9,12 @@ exp(-(bigram-count difference)^2 / (2 * 6^2)), averaged over n = 1..4, times 10.
 from __future__ import annotations
 
 import math
+import os
+import sys
 
 import pytest
 
-from captioning.eval.metrics import caption_metrics, java_available
+from captioning.eval.metrics import _java_chatter_held, caption_metrics, java_available
 from captioning.train.cider import CiderD
 from tests.tiny import REPO
 
@@ -74,6 +76,26 @@ def test_java_metrics_meteor_and_the_ptb_tokenizer() -> None:
         assert metrics[name] == pytest.approx(value, rel=1e-6), name
     # ROUGE-L: the longest common subsequence with the first reference is 6 of 7 words both ways
     assert metrics["ROUGE_L"] == pytest.approx(6 / 7, rel=1e-6)
+
+
+@pytest.mark.skipif(not java_available(), reason="java is not installed (make test requires it)")
+def test_the_ptb_tokenizers_java_prints_nothing_among_the_results(capfd: pytest.CaptureFixture[str]) -> None:
+    """Its Java writes a line a call to the process's stderr ("PTBTokenizer tokenized 99 tokens at
+    ..."), under eval.py's table of numbers."""
+    caption_metrics(BLEU_REFERENCES, BLEU_CANDIDATE, full=True)
+    assert "PTBTokenizer" not in capfd.readouterr().err
+
+
+def test_what_java_printed_is_shown_when_the_call_fails(capfd: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(RuntimeError):
+        with _java_chatter_held():
+            os.write(2, b"Error: could not find or load main class\n")
+            raise RuntimeError("the tokenizer failed")
+    assert "could not find or load main class" in capfd.readouterr().err
+    with _java_chatter_held():
+        os.write(2, b"PTBTokenizer tokenized 9 tokens\n")
+    print("after", file=sys.stderr)
+    assert capfd.readouterr().err == "after\n"  # stderr is the process's again
 
 
 @pytest.mark.skipif(not java_available(), reason="java is not installed (make test requires it)")
