@@ -22,6 +22,8 @@ from typing import Any
 import torch
 
 from captioning.config import Config
+from captioning.data.coco import read_records
+from captioning.data.karpathy import DatasetError
 from captioning.eval.metrics import OWN_TOKENIZER
 from captioning.model.encoder import normalization, weights_identity
 
@@ -67,13 +69,25 @@ def _command(argv: list[str]) -> str | None:
     return lines[0] if done.returncode == 0 and lines else None
 
 
+def test_ids(config: Config) -> list[int] | None:
+    """The test split's image ids (a run never reads its images), None where the data has no test
+    split: with a split the seed made (data.dataset=folder), the record is what shows which it was."""
+    try:
+        return [r.image_id for r in read_records(config.data, "test")]
+    except DatasetError:
+        return None
+
+
 def run_record(config: Config, *, train_ids: list[int], val_ids: list[int], vocab: list[str]) -> dict[str, Any]:
     """The record of a run's checkpoints (the same for every checkpoint of the run)."""
     e, d = config.encoder, config.data
     mean, std = normalization(e.name)
+    tests = test_ids(config)
     return {
         "data": {"dataset": d.dataset, "train_images": len(train_ids), "train_image_ids": digest(train_ids),
-                 "val_images": len(val_ids), "val_image_ids": digest(val_ids), "vocabulary": digest(vocab)},
+                 "val_images": len(val_ids), "val_image_ids": digest(val_ids),
+                 "test_images": None if tests is None else len(tests),
+                 "test_image_ids": None if tests is None else digest(tests), "vocabulary": digest(vocab)},
         "preprocessing": {"image_size": d.image_size, "encoder": e.name, "layer": e.layer, "padding": e.padding,
                           "mean": list(mean), "std": list(std),
                           "weights": weights_identity(e.name, e.weights_path)},

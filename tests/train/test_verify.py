@@ -11,6 +11,8 @@ import torch
 
 from captioning.checkpoint import CheckpointError, describe, load_checkpoint
 from captioning.cli import main
+from captioning.config import load_config
+from captioning.data.coco import read_records
 from captioning.train.verify import report, verify
 
 
@@ -25,6 +27,7 @@ def test_a_checkpoint_records_its_data_preprocessing_validation_and_versions(tin
     record = load_checkpoint(tiny_run.checkpoint)["record"]
     assert set(record) == {"data", "preprocessing", "validation", "versions", "weights"}
     assert record["data"]["dataset"] == "shapes" and record["data"]["train_images"] == 24
+    assert record["data"]["test_images"] == len(read_records(load_config(None, [f"data.root={tiny_run.data_root}"]).data, "test"))
     assert record["preprocessing"]["mean"] == [0.5, 0.5, 0.5] and len(record["preprocessing"]["weights"]) == 12
     assert record["validation"]["decoding"] == "greedy"
     assert record["versions"]["torch"] == metadata.version("torch") and record["versions"]["java"].startswith(
@@ -66,13 +69,17 @@ def test_what_differs_from_the_record_is_named(tiny_run, tmp_path) -> None:
     def older(payload):
         payload["record"]["versions"]["torch"] = "1.0.0"
         payload["record"]["data"]["vocabulary"] = "0000000000000000"
+        payload["record"]["data"]["test_image_ids"] = "1111111111111111"  # another test split
+        del payload["record"]["data"]["test_images"]  # as a record from before it held the count
 
     changed = _edited(tiny_run.checkpoint, tmp_path / "older.pt", older)
     verification = verify(changed, overrides=(f"data.root={tiny_run.data_root}",))
     assert set(verification.differs) == {"versions", "data"}
     assert verification.differs["versions"] == [f"torch '1.0.0' -> {metadata.version('torch')!r}"]
+    assert [d.split()[0] for d in verification.differs["data"]] == ["test_image_ids", "vocabulary"]
     lines = report(verification, changed)
-    assert any(line.startswith("  data differs from the record: vocabulary '0000000000000000' -> ") for line in lines)
+    assert any(line.startswith("  data differs from the record: test_image_ids '1111111111111111' -> ")
+               and "vocabulary '0000000000000000' -> " in line for line in lines)
 
 
 @pytest.mark.parametrize("edit, said", [
