@@ -45,8 +45,15 @@ def _guarded(function: Callable[[argparse.Namespace], int]) -> Callable[[argpars
 # make-shapes ---------------------------------------------------------------------------------------
 
 def _make_shapes(args: argparse.Namespace) -> int:
-    from captioning.data.shapes.scenes import make_shapes
+    from captioning.data.shapes.scenes import make_shapes, write_folder
 
+    if args.folder is not None:
+        if args.folder < 3:
+            print("captioning make-shapes: --folder needs at least 3 images (train, val and test)", file=sys.stderr)
+            return 2
+        captions_file = write_folder(args.out, args.folder, seed=args.seed, image_size=args.image_size)
+        print(f"wrote {args.folder} images to {Path(args.out) / 'images'} with 5 captions each in {captions_file}")
+        return 0
     counts = {"train": args.train, "val": args.val, "test": args.test}
     try:
         split_file = make_shapes(args.out, counts, seed=args.seed, image_size=args.image_size,
@@ -127,9 +134,11 @@ def _add_config_arguments(parser: argparse.ArgumentParser) -> None:
 @_guarded
 def _prepare(args: argparse.Namespace) -> int:
     from captioning.config import load_config
-    from captioning.data.prepare import prepare_vocabulary, vocabulary_path
+    from captioning.data.prepare import check_folder, prepare_vocabulary, vocabulary_path
 
     config = load_config(args.config, args.overrides)
+    for line in check_folder(config) if config.data.dataset == "folder" else ():
+        print(line)
     vocab, stats = prepare_vocabulary(config)
     print(f"vocabulary of {len(vocab)} words (min count {config.data.min_word_count}, from "
           f"{stats['captions']} training captions with {stats['distinct_words']} distinct words; "
@@ -338,6 +347,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     shapes.add_argument("--train-object-weights", type=float, nargs=3, metavar=("ONE", "TWO", "THREE"),
                         help="odds of 1, 2 and 3 objects in a training image (default: even); validation and "
                              "test images are unchanged")
+    shapes.add_argument("--folder", type=int, metavar="IMAGES", help="instead, this many images as a folder of "
+                        "your own photos would come: DIR/images/ and DIR/captions.csv, no splits (docs/data.md)")
     shapes.set_defaults(run=_make_shapes)
 
     caption = commands.add_parser(

@@ -85,7 +85,8 @@ def _ranges(config: Config) -> dict[str, tuple[Any, str, bool]]:
                                                "in [0, 1)"),
             "model.extras.glimpses": (m.extras.glimpses, m.extras.glimpses in (1, 2), "1 or 2"),
             "data.max_bad_images": (config.data.max_bad_images, 0.0 <= config.data.max_bad_images <= 1.0,
-                                    "in [0, 1]")}
+                                    "in [0, 1]"),
+            "data.split_share": (config.data.split_share, 0.0 < config.data.split_share < 0.5, "in (0, 0.5)")}
     checks.update({key: (value, wanted, ok) for key, (value, ok, wanted) in unit.items()})
     non_negative = {"train.ds_lambda": t.ds_lambda, "train.reinforce.weight": t.reinforce.weight,
                     "train.reinforce.entropy_weight": t.reinforce.entropy_weight,

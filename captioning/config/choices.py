@@ -8,7 +8,7 @@ validation computes), tests/test_layers.py holds it to the names listed here.
 
 from __future__ import annotations
 
-DATASETS = ("shapes", "coco", "flickr8k", "flickr30k", "karpathy", "coco_official")
+DATASETS = ("shapes", "coco", "flickr8k", "flickr30k", "karpathy", "coco_official", "folder")
 
 # Encoders, the layer they are cut at, how their convolutions pad, and the stages fine-tuning can
 # start from (captioning.model.encoder builds them from these names).

@@ -1,4 +1,4 @@
-"""The real datasets: COCO 2014 and Flickr8k/30k, as lists of image records per split.
+"""The real datasets: COCO 2014, Flickr8k/30k and a folder of your own, as lists of image records per split.
 
 Two ways to read COCO 2014:
   - Karpathy's split file `dataset_coco.json` (the splits every paper since 2015 reports on):
@@ -8,6 +8,7 @@ Two ways to read COCO 2014:
     is train2014 (82 783 images) and val2014 (40 504) serves as both val and test.
 Flickr8k and Flickr30k come as Karpathy files whose entries have a `filename` but no `filepath`:
 all images lie in one folder, `data.image_dir` (e.g. Flicker8k_Dataset, flickr30k-images).
+A folder of your own images comes with a captions file (captioning.data.collection).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import json
 from pathlib import Path
 
 from captioning.config import DATASETS, DataConfig
+from captioning.data.collection import collection_of
 from captioning.data.karpathy import DatasetError, ImageRecord, note_dropped, read_split, usable
 
 SPLITS = ("train", "val", "test")
@@ -69,9 +71,13 @@ def _all_records(data: DataConfig, split: str) -> list[ImageRecord]:
         raise DatasetError(f"unknown split '{split}' (known: {', '.join(SPLITS)})")
     root = Path(data.root)
     if not root.is_dir():
-        where = f"`captioning make-shapes --out {root}` makes it" if data.dataset == "shapes" else \
-            f"docs/coco.md says what the {data.dataset} data holds"
+        where = {"shapes": f"`captioning make-shapes --out {root}` makes it",
+                 "folder": "docs/data.md says what a folder of your own images holds"}.get(
+            data.dataset, f"docs/coco.md says what the {data.dataset} data holds")
         raise DatasetError(f"{root}: data.root is not a folder ({where})")
+    if data.dataset == "folder":
+        return collection_of(root / data.captions_file, image_root=root / data.image_dir, seed=data.split_seed,
+                             share=data.split_share).records(split)
     if data.dataset == "coco_official":
         if split == "train":
             return read_coco_captions(root / data.train_captions, root / data.train_images)

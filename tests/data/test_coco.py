@@ -158,6 +158,23 @@ def test_flickr8k_entries_have_a_filename_only(fake_flickr8k: Path) -> None:
     assert all(r.path.is_file() for r in train) and len(train) == 4
 
 
+def test_flickr30k_reads_its_karpathy_file_and_image_folder(tmp_path: Path) -> None:
+    """Karpathy's dataset_flickr30k.json as published: entries with a filename, imgid and split, no
+    filepath and no cocoid; the images in flickr30k-images/."""
+    names = ["1000092795.jpg", "10002456.jpg", "1000268201.jpg", "1000344755.jpg"]
+    _write_images(tmp_path / "flickr30k-images", names, ["rgb"] * 4)
+    entries = [{"filename": n, "imgid": i, "split": s, "sentids": [i], "sentences": [
+        {"raw": f"Two young guys {i} with shaggy hair .", "tokens": [], "imgid": i, "sentid": i}]}
+        for i, (n, s) in enumerate(zip(names, ["train", "train", "val", "test"]))]
+    (tmp_path / "dataset_flickr30k.json").write_text(json.dumps({"dataset": "flickr30k", "images": entries}))
+    config = load_config(REPO / "configs" / "flickr30k_vgg19_soft.yaml", [f"data.root={tmp_path}"])
+    assert config.train.optimizer == "adam" and config.data.dataset == "flickr30k"
+    train = read_records(config.data, "train")
+    assert [(r.image_id, r.path) for r in train] == [(0, tmp_path / "flickr30k-images" / names[0]),
+                                                     (1, tmp_path / "flickr30k-images" / names[1])]
+    assert [r.captions for r in read_records(config.data, "test")] == [("Two young guys 3 with shaggy hair .",)]
+
+
 @pytest.mark.parametrize("content", [None, "{not json", '{"images": 3}', '["a list"]'])
 def test_missing_or_malformed_coco_files_are_one_error_naming_them(fake_coco: Path, tmp_path: Path,
                                                                    content: str | None) -> None:

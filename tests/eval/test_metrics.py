@@ -87,10 +87,9 @@ def test_the_ptb_tokenizers_java_prints_nothing_among_the_results(capfd: pytest.
 
 
 def test_what_java_printed_is_shown_when_the_call_fails(capfd: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(RuntimeError):
-        with _java_chatter_held():
-            os.write(2, b"Error: could not find or load main class\n")
-            raise RuntimeError("the tokenizer failed")
+    with pytest.raises(RuntimeError), _java_chatter_held():
+        os.write(2, b"Error: could not find or load main class\n")
+        raise RuntimeError("the tokenizer failed")
     assert "could not find or load main class" in capfd.readouterr().err
     with _java_chatter_held():
         os.write(2, b"PTBTokenizer tokenized 9 tokens\n")

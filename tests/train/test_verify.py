@@ -27,7 +27,8 @@ def test_a_checkpoint_records_its_data_preprocessing_validation_and_versions(tin
     record = load_checkpoint(tiny_run.checkpoint)["record"]
     assert set(record) == {"data", "preprocessing", "validation", "versions", "weights"}
     assert record["data"]["dataset"] == "shapes" and record["data"]["train_images"] == 24
-    assert record["data"]["test_images"] == len(read_records(load_config(None, [f"data.root={tiny_run.data_root}"]).data, "test"))
+    data = load_config(None, [f"data.root={tiny_run.data_root}"]).data
+    assert record["data"]["test_images"] == len(read_records(data, "test"))
     assert record["preprocessing"]["mean"] == [0.5, 0.5, 0.5] and len(record["preprocessing"]["weights"]) == 12
     assert record["validation"]["decoding"] == "greedy"
     assert record["versions"]["torch"] == metadata.version("torch") and record["versions"]["java"].startswith(

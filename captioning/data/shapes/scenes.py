@@ -15,6 +15,7 @@ Written in the formats real data comes in, so the general loaders read it unchan
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 from dataclasses import asdict, dataclass
@@ -244,6 +245,26 @@ def make_shapes(out: str | Path, counts: dict[str, int], seed: int = 0, image_si
     split_file.write_text(json.dumps({"dataset": "shapes", "images": karpathy_images}))
     (out / "objects.json").write_text(json.dumps({"image_size": image_size, "images": objects_file}))
     return split_file
+
+
+def write_folder(out: str | Path, images: int, *, seed: int = 0, image_size: int = 224) -> Path:
+    """`images` scenes as a folder of your own photos would come (docs/data.md): out/images/*.jpg and
+    out/captions.csv, a row per caption (image, caption) and no splits. Returns the captions file."""
+    out = Path(out)
+    folder = out / "images"
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for index in range(images):
+        image, _, captions = generate_image(seed, "train", index, image_size)
+        name = f"scene_{index:05d}.jpg"
+        image.save(folder / name, quality=90)
+        rows += [(name, " ".join(word for word, _ in caption)) for caption in captions]
+    captions_file = out / "captions.csv"
+    with captions_file.open("w", newline="") as file:
+        writer = csv.writer(file)
+        writer.writerow(["image", "caption"])
+        writer.writerows(rows)
+    return captions_file
 
 
 @dataclass

@@ -1,0 +1,293 @@
+"""A collection of your own: a folder of images and a captions file (data.dataset=folder).
+
+The captions file (data.captions_file, relative to data.root) has one row per caption, in either
+form:
+  - CSV with a header row: `image,caption` or `image,caption,split`;
+  - JSON Lines: one object a line, {"image": ..., "caption": ..., "split": ...}, "split" optional.
+`image` is a path under data.root/data.image_dir; an image with five captions has five rows. `split`
+is train, val or test, or empty. An image has one split: two rows that give it two are refused.
+
+A split that no row names (val or test, most often both) is made with a seed: from the images
+without a split, or, when every image has one, from the training images. Each such image goes by a
+hash of its path and data.split_seed, not by its place in a shuffle, so adding photos later never
+moves an image that was there into another split (a model is never tested on what an older run
+trained on); each made split takes about data.split_share of them, at least one image.
+`captioning prepare` writes the splits down (TRAIN.OUT_DIR/splits.csv) and says what it made, and
+what it found wrong with the collection (`check`), one line each.
+
+Evaluation's references are these captions: nothing is read from a COCO path.
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+import hashlib
+import json
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from PIL import Image, UnidentifiedImageError
+
+from captioning.data.karpathy import DatasetError, ImageRecord
+
+SPLITS = ("train", "val", "test")
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff")
+SHOWN = 3  # names given in a finding's line; the count says how many there are
+
+
+@dataclass(frozen=True)
+class Row:
+    line: int  # in the captions file, from 1 (the CSV header is line 1)
+    image: str
+    caption: str
+    split: str  # "" when the row gives none
+
+
+@dataclass
+class Collection:
+    """The captions file read: each image (in the order the file first names it) with its captions
+    and its split, and what was made or dropped on the way."""
+
+    captions_file: Path
+    image_root: Path
+    images: list[str]  # paths as the file gives them, relative to image_root
+    captions: dict[str, list[str]]
+    splits: dict[str, str]  # every image's split, made ones included
+    made: dict[str, list[str]] = field(default_factory=dict)  # split -> the images the seed put there
+    empty_captions: list[int] = field(default_factory=list)  # line numbers of empty captions
+
+    def records(self, split: str) -> list[ImageRecord]:
+        """The images of one split with their captions; image ids are the order the file first names
+        them in (0, 1, ...), the same in every split and every run."""
+        records = [ImageRecord(image_id=index, path=self.image_root / image, captions=tuple(self.captions[image]))
+                   for index, image in enumerate(self.images) if self.splits[image] == split and self.captions[image]]
+        if not records:
+            raise DatasetError(f"{self.captions_file}: no captioned images in split '{split}'")
+        return records
+
+
+def read_rows(path: Path) -> list[Row]:
+    """The captions file's rows: CSV (by its .csv suffix) or JSON Lines (any other). Each problem is
+    one line naming the file and the line."""
+    if not path.is_file():
+        raise DatasetError(f"{path}: captions file not found (data.captions_file, relative to data.root)")
+    try:
+        text = path.read_text(encoding="utf-8-sig")  # a byte-order mark, as spreadsheets write one, is not text
+    except UnicodeDecodeError as error:
+        raise DatasetError(f"{path}: not UTF-8 text ({error})") from error
+    rows = _csv_rows(path, text) if path.suffix.lower() == ".csv" else _jsonl_rows(path, text)
+    if not rows:
+        raise DatasetError(f"{path}: no captions in it")
+    return rows
+
+
+def _csv_rows(path: Path, text: str) -> list[Row]:
+    reader = csv.DictReader(text.splitlines())
+    columns = [c.strip() for c in reader.fieldnames or []]
+    if "image" not in columns or "caption" not in columns:
+        raise DatasetError(f"{path}: the first line names the columns, image and caption (split optional); "
+                           f"it names {', '.join(columns) or 'none'}")
+    reader.fieldnames = columns
+    rows = []
+    for entry in reader:
+        line = reader.line_num
+        if entry.get("image") is None or entry.get("caption") is None:
+            raise DatasetError(f"{path}: line {line} has fewer columns than the header")
+        rows.append(_row(path, line, entry["image"], entry["caption"], entry.get("split") or ""))
+    return rows
+
+
+def _jsonl_rows(path: Path, text: str) -> list[Row]:
+    rows = []
+    for line, content in enumerate(text.splitlines(), start=1):
+        if not content.strip():
+            continue
+        try:
+            entry = json.loads(content)
+        except json.JSONDecodeError as error:
+            raise DatasetError(f"{path}: line {line} is not JSON ({error}); a .csv file is read as CSV") from error
+        if not isinstance(entry, dict) or not isinstance(entry.get("image"), str) or "caption" not in entry:
+            raise DatasetError(f'{path}: line {line} is not an object with "image" and "caption" ({content[:60]})')
+        caption, split = entry["caption"], entry.get("split") or ""
+        if not isinstance(caption, str) and caption is not None or not isinstance(split, str):
+            raise DatasetError(f'{path}: line {line}: "caption" and "split" are text')
+        rows.append(_row(path, line, entry["image"], caption or "", split))
+    return rows
+
+
+def _row(path: Path, line: int, image: str, caption: str, split: str) -> Row:
+    image, split = image.strip(), split.strip().lower()
+    if not image:
+        raise DatasetError(f"{path}: line {line} names no image")
+    if split not in ("", *SPLITS):
+        raise DatasetError(f"{path}: line {line}: split '{split}' is not one of {', '.join(SPLITS)} (or empty)")
+    return Row(line=line, image=image, caption=caption, split=split)
+
+
+def split_draw(image: str, *, seed: int) -> float:
+    """A number in [0, 1) fixed by the image's path and the seed alone: where a made split puts it."""
+    digest = hashlib.sha256(f"{seed}/{image}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2 ** 64
+
+
+def read_collection(captions_file: str | Path, *, image_root: str | Path, seed: int, share: float) -> Collection:
+    """The captions file, every image given its split. Refuses (one line, with a count and the first
+    few names) an image that rows put in two splits."""
+    captions_file = Path(captions_file)
+    rows = read_rows(captions_file)
+    captions: dict[str, list[str]] = {}
+    given: dict[str, set[str]] = defaultdict(set)
+    empty = []
+    for row in rows:
+        captions.setdefault(row.image, [])
+        if row.caption.strip():
+            captions[row.image].append(row.caption)
+        else:
+            empty.append(row.line)
+        if row.split:
+            given[row.image].add(row.split)
+    twice = [image for image in captions if len(given[image]) > 1]
+    if twice:
+        named = "; ".join(f"{image}: {' and '.join(s for s in SPLITS if s in given[image])}" for image in twice[:SHOWN])
+        raise DatasetError(f"{captions_file}: {len(twice)} images are in two splits ({named}"
+                           f"{'; ...' if len(twice) > SHOWN else ''}); give each image one split")
+    splits = {image: next(iter(given[image]), "") for image in captions}
+    made = _make_missing_splits(splits, seed=seed, share=share, source=captions_file)
+    return Collection(captions_file, Path(image_root), list(captions), captions, splits, made, empty)
+
+
+def _make_missing_splits(splits: dict[str, str], *, seed: int, share: float, source: Path) -> dict[str, list[str]]:
+    """Fill in `splits`: val and test when no image has them, the rest of the images without a split
+    to train. Returns what was made, split -> images."""
+    named = set(splits.values())
+    missing = [s for s in ("val", "test") if s not in named]
+    unsplit = [image for image, split in splits.items() if not split]
+    pool = unsplit or [image for image, split in splits.items() if split == "train"]
+    made: dict[str, list[str]] = {}
+    if missing:
+        if len(pool) < len(missing) + 1:
+            raise DatasetError(f"{source}: too few images to make the {' and '.join(missing)} split from "
+                               f"({len(pool)}); give some rows a split")
+        draws = {image: split_draw(image, seed=seed) for image in pool}
+        for order, split in enumerate(missing):  # val takes the draws in [0, share), test those in [share, 2 share)
+            low, high = order * share, (order + 1) * share
+            free = [image for image in pool if splits[image] in ("", "train")]
+            chosen = [image for image in free if low <= draws[image] < high]
+            if not chosen:  # a small collection: at least the image whose draw comes closest
+                chosen = [min(free, key=lambda image: abs(draws[image] - low))]
+            made[split] = chosen
+            for image in chosen:
+                splits[image] = split
+    rest = [image for image, split in splits.items() if not split]
+    if rest:
+        made.setdefault("train", []).extend(rest)
+        for image in rest:
+            splits[image] = "train"
+    if not any(split == "train" for split in splits.values()):
+        raise DatasetError(f"{source}: no training images (every row's split is val or test)")
+    return made
+
+
+@functools.lru_cache(maxsize=4)
+def _cached(captions_file: Path, mtime_ns: int, image_root: Path, seed: int, share: float) -> Collection:
+    return read_collection(captions_file, image_root=image_root, seed=seed, share=share)
+
+
+def collection_of(captions_file: str | Path, *, image_root: str | Path, seed: int, share: float) -> Collection:
+    """read_collection, read once for the three splits a run asks for (again when the file changes)."""
+    path = Path(captions_file)
+    mtime = path.stat().st_mtime_ns if path.is_file() else 0
+    return _cached(path, mtime, Path(image_root), seed, share)
+
+
+def check(collection: Collection, *, readable: bool = True) -> list[str]:
+    """What `captioning prepare` tells the user of the collection, one line each with a count and the
+    first few names: images listed but missing or unreadable, images in the folder with no caption,
+    empty captions dropped, and the splits made by the seed. `readable` opens each listed image's
+    header (a file that is there but not an image)."""
+    findings = []
+    missing, unreadable = [], []
+    for image in collection.images:
+        path = collection.image_root / image
+        if not path.is_file():
+            missing.append(image)
+        elif readable and not _opens(path):
+            unreadable.append(image)
+    where = collection.image_root
+    if missing:
+        findings.append(f"{len(missing)} of {len(collection.images)} images listed in "
+                                f"{collection.captions_file.name} are not in {where} ({_names(missing)}); "
+                                "training leaves them out")
+    if unreadable:
+        findings.append(f"{len(unreadable)} images cannot be read as images ({_names(unreadable)}); "
+                                "training leaves them out")
+    unlisted = _unlisted(collection)
+    if unlisted:
+        findings.append(f"{len(unlisted)} images in {where} have no caption in "
+                                f"{collection.captions_file.name} and are not used ({_names(unlisted)})")
+    if collection.empty_captions:
+        lines = collection.empty_captions
+        findings.append(f"{len(lines)} empty captions dropped ({collection.captions_file.name} "
+                                f"line{'s' if len(lines) > 1 else ''} {_names([str(n) for n in lines])})")
+    uncaptioned = [image for image in collection.images if not collection.captions[image]]
+    if uncaptioned:
+        findings.append(f"{len(uncaptioned)} images have only empty captions and are not used "
+                                f"({_names(uncaptioned)})")
+    return findings
+
+
+def _opens(path: Path) -> bool:
+    try:
+        with Image.open(path) as image:
+            image.verify()  # the header and, for most formats, the structure; no full decode
+        return True
+    except (OSError, UnidentifiedImageError, SyntaxError, ValueError):
+        return False
+
+
+def _unlisted(collection: Collection) -> list[str]:
+    if not collection.image_root.is_dir():
+        return []
+    listed = {str(Path(image)) for image in collection.images}
+    found = sorted(str(path.relative_to(collection.image_root)) for path in collection.image_root.rglob("*")
+                   if path.suffix.lower() in IMAGE_SUFFIXES and path.is_file())
+    return [name for name in found if name not in listed]
+
+
+def _names(names: Sequence[str]) -> str:
+    return ", ".join(names[:SHOWN]) + (", ..." if len(names) > SHOWN else "")
+
+
+def write_splits(collection: Collection, path: str | Path) -> Path:
+    """Every image's split as CSV (image,split), made ones included: the splits written down."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as out:
+        writer = csv.writer(out)
+        writer.writerow(["image", "split"])
+        writer.writerows([image, collection.splits[image]] for image in collection.images)
+    return path
+
+
+def split_counts(collection: Collection) -> dict[str, int]:
+    counted = {split: 0 for split in SPLITS}
+    for image in collection.images:
+        if collection.captions[image]:
+            counted[collection.splits[image]] += 1
+    return counted
+
+
+def describe_made(collection: Collection, *, seed: int, share: float) -> Iterable[str]:
+    """A line for each split the seed made or filled."""
+    for split in SPLITS:
+        chosen = collection.made.get(split, [])
+        if not chosen:
+            continue
+        if split == "train":
+            yield f"{len(chosen)} images without a split go to train ({_names(chosen)})"
+        else:
+            yield (f"no row names a {split} split: made it of {len(chosen)} images with data.split_seed={seed} "
+                   f"(about data.split_share={share:g} of them; {_names(chosen)})")

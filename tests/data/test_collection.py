@@ -1,0 +1,209 @@
+"""A folder of your own images and a captions file (data.dataset=folder, data/collection.py): the two
+file forms, what `captioning prepare` says of a collection, the splits a seed makes, and a run from
+the folder through evaluation whose references are the captions file's."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from captioning.cli import main
+from captioning.config import load_config
+from captioning.data.coco import read_records
+from captioning.data.collection import check, read_collection
+from captioning.data.karpathy import DatasetError
+from captioning.eval.evaluate import evaluate_checkpoint
+from captioning.train.loop import fit
+from tests.tiny import TINY
+
+
+def _folder(root: Path, rows: list[tuple[str, ...]], *, header: tuple[str, ...] = ("image", "caption", "split"),
+            images: list[str] | None = None) -> Path:
+    """root/images/<name> for every image the rows name (or `images`), and root/captions.csv."""
+    (root / "images").mkdir(parents=True, exist_ok=True)
+    for name in images if images is not None else sorted({row[0] for row in rows}):
+        (root / "images" / name).parent.mkdir(parents=True, exist_ok=True)
+        Image.new("RGB", (40, 30), (200, 30, 30)).save(root / "images" / name)
+    with (root / "captions.csv").open("w", newline="") as file:
+        writer = csv.writer(file)
+        writer.writerow(header)
+        writer.writerows(rows)
+    return root / "captions.csv"
+
+
+def _read(captions_file: Path, *, seed: int = 0, share: float = 0.2):
+    return read_collection(captions_file, image_root=captions_file.parent / "images", seed=seed, share=share)
+
+
+def test_csv_and_json_lines_read_alike_one_row_per_caption(tmp_path: Path) -> None:
+    rows = [("b.jpg", "a dog on grass", "train"), ("a.jpg", "a red car", "val"), ("b.jpg", "a brown dog", "train"),
+            ("c/d.png", "two cats", "test")]
+    from_csv = _read(_folder(tmp_path / "csv", rows))
+    lines = tmp_path / "jsonl" / "captions.jsonl"
+    lines.parent.mkdir()
+    lines.write_text("\n".join(json.dumps({"image": i, "caption": c, "split": s}) for i, c, s in rows) + "\n\n")
+    from_jsonl = read_collection(lines, image_root=tmp_path / "csv" / "images", seed=0, share=0.2)
+    for collection in (from_csv, from_jsonl):
+        assert collection.images == ["b.jpg", "a.jpg", "c/d.png"]  # the order the file first names them
+        assert collection.captions["b.jpg"] == ["a dog on grass", "a brown dog"]
+        assert collection.splits == {"b.jpg": "train", "a.jpg": "val", "c/d.png": "test"}
+        assert collection.made == {}
+    train = from_csv.records("train")
+    assert [(r.image_id, r.path, r.captions) for r in train] == [
+        (0, tmp_path / "csv" / "images" / "b.jpg", ("a dog on grass", "a brown dog"))]
+    assert [r.image_id for r in from_csv.records("test")] == [2]  # ids are the file's order, in every split
+
+
+def test_an_image_in_two_splits_is_refused_in_one_line_with_the_count_and_names(tmp_path: Path) -> None:
+    rows = [("a.jpg", "x", "train"), ("a.jpg", "y", "test"), ("b.jpg", "z", "train"), ("c.jpg", "w", ""),
+            ("c.jpg", "v", "val"), ("b.jpg", "u", "train")]
+    with pytest.raises(DatasetError) as raised:
+        _read(_folder(tmp_path, rows))
+    assert str(raised.value) == (f"{tmp_path / 'captions.csv'}: 1 images are in two splits (a.jpg: train and "
+                                 "test); give each image one split")  # c.jpg's empty split is no second one
+
+
+def _draw(name: str, seed: int) -> float:
+    """The seed's draw for an image, computed here as the docs state it: SHA-256 of "seed/path"."""
+    return int.from_bytes(hashlib.sha256(f"{seed}/{name}".encode()).digest()[:8], "big") / 2 ** 64
+
+
+def test_missing_splits_are_made_by_each_images_own_draw_so_added_photos_move_none(tmp_path: Path) -> None:
+    names = [f"photo_{i:03d}.jpg" for i in range(60)]
+    collection = _read(_folder(tmp_path / "a", [(n, "a photo", "") for n in names], images=[]), seed=7, share=0.2)
+    expected = {n: "val" if _draw(n, 7) < 0.2 else "test" if _draw(n, 7) < 0.4 else "train" for n in names}
+    assert collection.splits == expected
+    assert sorted(collection.made) == ["test", "train", "val"] and len(collection.made["train"]) == list(
+        expected.values()).count("train")
+    more = names + [f"photo_{i:03d}.jpg" for i in range(60, 200)]
+    grown = _read(_folder(tmp_path / "b", [(n, "a photo", "") for n in more], images=[]), seed=7, share=0.2)
+    assert {n: grown.splits[n] for n in names} == collection.splits
+    other_seed = _read(_folder(tmp_path / "c", [(n, "a photo", "") for n in names], images=[]), seed=8, share=0.2)
+    assert other_seed.splits != collection.splits
+
+
+def test_a_missing_test_split_is_made_from_the_training_images_when_every_image_has_a_split(tmp_path: Path) -> None:
+    names = [f"{i}.jpg" for i in range(40)]
+    rows = [(n, "a photo", "val" if i < 5 else "train") for i, n in enumerate(names)]
+    collection = _read(_folder(tmp_path, rows, images=[]), seed=1, share=0.1)
+    made = collection.made["test"]
+    assert set(made) == {n for n in names[5:] if _draw(n, 1) < 0.1} and made  # test takes [0, share) of train's
+    assert [n for n in names if collection.splits[n] == "val"] == names[:5]  # what the rows gave is kept
+    assert "val" not in collection.made and "train" not in collection.made
+    mixed = [(n, "a photo", "train" if i < 20 else "") for i, n in enumerate(names)]  # val and test from the blank ones
+    collection = _read(_folder(tmp_path / "mixed", mixed, images=[]), seed=1, share=0.3)
+    assert all(collection.splits[n] == "train" for n in names[:20])
+    assert collection.made["train"] == [n for n in names[20:] if _draw(n, 1) >= 0.6]
+
+
+def test_a_small_collection_still_gets_one_image_in_each_made_split(tmp_path: Path) -> None:
+    collection = _read(_folder(tmp_path / "three", [(n, "c", "") for n in ("a.jpg", "b.jpg", "c.jpg")], images=[]),
+                       share=0.01)
+    assert sorted(collection.splits.values()) == ["test", "train", "val"]
+    with pytest.raises(DatasetError, match="too few images to make the val and test split from"):
+        _read(_folder(tmp_path / "two", [("a.jpg", "c", ""), ("b.jpg", "c", "")], images=[]))
+    with pytest.raises(DatasetError, match="no training images"):
+        _read(_folder(tmp_path / "none", [("a.jpg", "c", "val"), ("b.jpg", "c", "test")], images=[]))
+
+
+@pytest.mark.parametrize("content, said", [
+    ("file,text\na.jpg,a dog\n",
+     "the first line names the columns, image and caption (split optional); it names file, text"),
+    ("image,caption,split\na.jpg,a dog,validation\n", "line 2: split 'validation' is not one of train, val, test"),
+    ("image,caption\n,a dog\n", "line 2 names no image"),
+    ("image,caption\n", "no captions in it"),
+])
+def test_a_malformed_csv_is_one_error_naming_the_file_and_line(content: str, said: str, tmp_path: Path) -> None:
+    (tmp_path / "captions.csv").write_text(content)
+    with pytest.raises(DatasetError) as raised:
+        _read(tmp_path / "captions.csv")
+    assert said in str(raised.value)
+    assert str(raised.value).startswith(f"{tmp_path / 'captions.csv'}: ") and "\n" not in str(raised.value)
+
+
+@pytest.mark.parametrize("content, said", [
+    ('{"image": "a.jpg", "caption": "x"}\nimage,caption\n', "line 2 is not JSON"),
+    ('{"image": "a.jpg", "text": "x"}\n', 'line 1 is not an object with "image" and "caption"'),
+    ('{"image": "a.jpg", "caption": 3}\n', 'line 1: "caption" and "split" are text'),
+])
+def test_a_malformed_json_lines_file_is_one_error_naming_the_line(content: str, said: str, tmp_path: Path) -> None:
+    (tmp_path / "captions.jsonl").write_text(content)
+    with pytest.raises(DatasetError, match=f"^{tmp_path / 'captions.jsonl'}: {said}"):
+        _read(tmp_path / "captions.jsonl")
+
+
+def test_check_names_missing_unreadable_uncaptioned_and_unlisted_images_and_empty_captions(tmp_path: Path) -> None:
+    rows = [("a.jpg", "a dog", "train"), ("b.jpg", "   ", "train"), ("b.jpg", "", "train"),
+            ("gone1.jpg", "x", "train"), ("gone2.jpg", "x", "val"), ("broken.jpg", "y", "test"),
+            ("c.jpg", "a cat", "test")]
+    captions_file = _folder(tmp_path, rows, images=["a.jpg", "b.jpg", "c.jpg", "extra/z.png", "y.jpg"])
+    (tmp_path / "images" / "broken.jpg").write_bytes(b"not an image")
+    (tmp_path / "images" / "notes.txt").write_text("not a picture, and not counted as one")
+    lines = check(_read(captions_file))
+    assert lines == [
+        f"2 of 6 images listed in captions.csv are not in {tmp_path / 'images'} (gone1.jpg, gone2.jpg); "
+        "training leaves them out",
+        "1 images cannot be read as images (broken.jpg); training leaves them out",
+        f"2 images in {tmp_path / 'images'} have no caption in captions.csv and are not used (extra/z.png, y.jpg)",
+        "2 empty captions dropped (captions.csv lines 3, 4)",
+        "1 images have only empty captions and are not used (b.jpg)",
+    ]
+    collection = _read(captions_file)
+    assert [r.path.name for r in collection.records("train")] == ["a.jpg", "gone1.jpg"]  # b.jpg has no caption left
+
+
+def test_cli_prepare_says_what_it_found_and_made_and_writes_the_splits_down(tmp_path: Path, capsys) -> None:
+    names = [f"p{i:02d}.jpg" for i in range(30)]
+    rows = [(n, f"a photo of thing {i % 4}", "") for i, n in enumerate(names)] + [(names[0], "", "")]
+    _folder(tmp_path / "photos", rows, header=("image", "caption", "split"), images=names + ["stray.jpg"])
+    out = tmp_path / "run"
+    code = main(["prepare", "--config", str(REPO_CONFIG), f"data.root={tmp_path / 'photos'}",
+                 f"train.out_dir={out}", "data.split_share=0.1"])
+    printed = capsys.readouterr().out.splitlines()
+    assert code == 0
+    assert printed[0].startswith(f"1 images in {tmp_path / 'photos' / 'images'} have no caption")
+    assert "stray.jpg" in printed[0]
+    assert printed[1] == "1 empty captions dropped (captions.csv line 32)"
+    made = {split: [n for n in names if _draw(n, 0) < 0.1] if split == "val" else
+            [n for n in names if 0.1 <= _draw(n, 0) < 0.2] for split in ("val", "test")}
+    assert any(line.startswith(f"no row names a val split: made it of {len(made['val'])} images with "
+                               "data.split_seed=0") for line in printed)
+    written = list(csv.reader((out / "splits.csv").open()))
+    assert written[0] == ["image", "split"] and len(written) == 31
+    assert {n for n, s in written[1:] if s == "test"} == set(made["test"])
+    assert (out / "vocab.json").exists() and printed[-2].startswith("vocabulary of ")
+
+    rows[1] = (names[1], "a photo", "test")
+    rows[2] = (names[1], "a photo", "train")
+    _folder(tmp_path / "photos", rows, images=[])
+    assert main(["prepare", "--config", str(REPO_CONFIG), f"data.root={tmp_path / 'photos'}",
+                 f"train.out_dir={out}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"error: {tmp_path / 'photos' / 'captions.csv'}: 1 images are in two splits (p01.jpg: train and "
+                   "test); give each image one split"]
+
+
+def test_a_folder_trains_and_is_evaluated_against_its_own_captions(tmp_path: Path) -> None:
+    from captioning.data.shapes.scenes import write_folder
+
+    root = tmp_path / "photos"
+    write_folder(root, 30, seed=3, image_size=96)
+    config = load_config(REPO_CONFIG, [f"data.root={root}", *TINY, f"train.out_dir={tmp_path / 'run'}",
+                                       "train.max_steps=4", "data.split_share=0.15"])
+    fit(config)
+    test = read_records(config.data, "test")
+    evaluation = evaluate_checkpoint(tmp_path / "run" / "best.pt", split="test", overrides=[f"data.root={root}"])
+    assert sorted(r["image_id"] for r in evaluation.results) == sorted(r.image_id for r in test)
+    captions = {}
+    for image, caption in csv.reader((root / "captions.csv").open()):
+        captions.setdefault(image, []).append(caption)
+    assert all(r.captions == tuple(captions[r.path.name]) for r in test)  # the references are the file's rows
+    assert evaluation.metrics["CIDEr"] >= 0 and "Bleu_4" in evaluation.metrics
+
+
+REPO_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "folder_soft.yaml"
