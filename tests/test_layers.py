@@ -161,7 +161,7 @@ def test_the_metrics_validation_may_pick_are_those_it_computes(tiny_run) -> None
     from captioning.data.splits import load_splits
     from captioning.data.vocab import Vocabulary
     from captioning.eval.evaluate import evaluate_split
-    from captioning.eval.shapes.grounding import scorer_for
+    from captioning.eval.scorers import scorer_for
 
     payload = load_checkpoint(tiny_run.checkpoint)
     config = load_config(None, list(tiny_run.overrides))
