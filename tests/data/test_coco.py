@@ -447,6 +447,9 @@ def test_evaluation_on_coco_with_instances_files_scores_hallucination_and_ground
     out = tmp_path / "run"
     fit(_coco_config(fake_coco, out, resnet18_file, "train.epochs=6", "train.lr=0.01"))  # long enough to say "dog"
     capsys.readouterr()
+    validated = [json.loads(line)["validation"] for line in (out / "log.jsonl").read_text().splitlines()
+                 if "validation" in line]
+    assert validated and all("CHAIR_i" in v and "attention_correctness" in v for v in validated)  # validation too
     code = main(["evaluate", "--checkpoint", str(out / "best.pt"), "--split", "val", "--out",
                  str(tmp_path / "metrics.json")])
     printed, err = capsys.readouterr()
