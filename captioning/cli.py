@@ -211,7 +211,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     print(f"  {'tokenizer':<30} {evaluation.tokenizer}")
     for name, value in metrics.items():
         print(f"  {name:<30} {value:.4f}" if isinstance(value, float) else f"  {name:<30} {value}")
-    if "attention_correctness" in metrics:
+    if metrics.get("attention_correctness_chance", 0) > 0:  # COCO: masks outside the centre square have none
         ratio = metrics["attention_correctness"] / metrics["attention_correctness_chance"]
         print(f"  {'attention / chance':<30} {ratio:.2f}x")
     written = write_evaluation(evaluation, checkpoint=args.checkpoint, split=args.split, out=args.out,

@@ -161,7 +161,7 @@ def test_the_metrics_validation_may_pick_are_those_it_computes(tiny_run) -> None
     from captioning.data.splits import load_splits
     from captioning.data.vocab import Vocabulary
     from captioning.eval.evaluate import evaluate_split
-    from captioning.eval.shapes.grounding import scorer_for
+    from captioning.eval.scorers import scorer_for
 
     payload = load_checkpoint(tiny_run.checkpoint)
     config = load_config(None, list(tiny_run.overrides))
@@ -171,6 +171,16 @@ def test_the_metrics_validation_may_pick_are_those_it_computes(tiny_run) -> None
                                 references=val.references, vocab=vocab, grid=val.grid, scorer=scorer_for(val, vocab),
                                 full=False)
     assert set(choices.VALIDATION_METRICS) | set(choices.SHAPES_METRICS) <= set(metrics)
+
+
+def test_the_metrics_validation_may_pick_are_those_where_higher_is_better() -> None:
+    """train.val_metric keeps the checkpoint with the highest value: CHAIR (lower is better, on the
+    shapes data and on COCO) is never a choice, nor COCO's scores (only where its instances files are)."""
+    from captioning.eval.coco.grounding import CocoScorer
+
+    picked = set(choices.VALIDATION_METRICS) | set(choices.SHAPES_METRICS)
+    assert not {name for name in picked if name.startswith("CHAIR")}
+    assert not picked & set(CocoScorer([], []).metrics()) - set(choices.SHAPES_METRICS)
 
 
 def test_the_objectives_the_config_lists_are_the_run_s() -> None:

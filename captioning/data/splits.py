@@ -1,5 +1,6 @@
 """One split of a dataset, ready for the decoder: its images, references, cached annotations and,
-where the dataset has them, the object boxes that attention is scored against."""
+where the dataset has them, the objects that captions and attention are scored against (the shapes
+data's boxes, COCO's instances annotations)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import torch
 from captioning.config import Config
 from captioning.data.coco import read_records
 from captioning.data.features import cache_dir, load_or_compute
+from captioning.data.instances import Instances, split_instances
 from captioning.data.karpathy import DatasetError, ImageRecord, too_many_unreadable
 from captioning.data.mapped import by_reference
 from captioning.data.mirror import mirror_image
@@ -55,6 +57,8 @@ class Split:
     unreadable: int = 0  # images of the split skipped because they could not be read
     # the same images' annotations from their mirror images [N, L, D]: the train split, with data.mirror
     mirrored_annotations: np.ndarray | None = None
+    # COCO's instances annotations of its images, read when first asked for (captioning.eval.coco)
+    instances: Instances | None = None
 
     @property
     def image_ids(self) -> list[int]:
@@ -122,7 +126,8 @@ def load_splits(config: Config, names: tuple[str, ...], *, device: str | torch.d
         shapes = config.data.dataset == "shapes" and objects.exists()
         grounding = read_grounding(objects, [r.image_id for r in records]) if shapes else None
         if not features:
-            splits[name] = Split(name, records, None, None, grounding)
+            splits[name] = Split(name, records, None, None, grounding,
+                                 instances=split_instances(config.data, [r.image_id for r in records]))
             continue
         cached = cache(name, records)
         annotations: np.ndarray | Rows = cached.annotations
@@ -138,5 +143,6 @@ def load_splits(config: Config, names: tuple[str, ...], *, device: str | torch.d
         if name == "train" and config.data.mirror:  # a cache of their own, of the readable images
             mirrored = cache("train_mirrored", records, transform=mirror_image).annotations
         splits[name] = Split(name, records, annotations, cached.grid, grounding, unreadable=len(cached.unreadable),
-                             mirrored_annotations=mirrored)
+                             mirrored_annotations=mirrored,
+                             instances=split_instances(config.data, [r.image_id for r in records]))
     return splits

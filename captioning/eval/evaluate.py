@@ -3,8 +3,9 @@
 Notation: N images, L grid cells, D channels, (Hg, Wg) the grid.
 
 The caption metrics (captioning.eval.metrics) apply to every dataset. A dataset that knows more of
-its images adds its own scores through `scorer` (the shapes data: captioning.eval.shapes.grounding),
-called once per caption with its per-word maps and once per batch of images.
+its images adds its own scores through `scorer` (captioning.eval.scorers picks it: the shapes
+data's captioning.eval.shapes.grounding, COCO's captioning.eval.coco.grounding), called once per
+caption with its per-word maps and once per batch of images.
 """
 
 from __future__ import annotations
@@ -25,14 +26,15 @@ from captioning.data.karpathy import DatasetError, too_many_unreadable
 from captioning.data.vocab import Vocabulary
 from captioning.eval.diagnostics import caption_diagnostics
 from captioning.eval.metrics import OWN_TOKENIZER, caption_metrics, metrics_tokenizer
-from captioning.eval.shapes.grounding import scorer_for
+from captioning.eval.scorers import scorer_for
 from captioning.model.attention import choosing, refuse_hard_choice
 from captioning.model.decoder import AttentionDecoder
 from captioning.model.decoding import decode
 
 
 class Scorer(Protocol):
-    """A dataset's own scores of a split's captions (e.g. captioning.eval.shapes.grounding.ShapesScorer)."""
+    """A dataset's own scores of a split's captions (captioning.eval.shapes.grounding.ShapesScorer,
+    captioning.eval.coco.grounding.CocoScorer)."""
 
     def caption(self, index: int, words: Sequence[str], alphas: np.ndarray) -> None:
         """Image `index`'s generated words and the map behind each, [n_words, Hg, Wg]."""

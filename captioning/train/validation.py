@@ -21,7 +21,7 @@ from captioning.data.splits import Split
 from captioning.data.vocab import Vocabulary
 from captioning.eval.evaluate import check_unreadable, decode_split, score_split
 from captioning.eval.overlays import overlay_grid
-from captioning.eval.shapes.grounding import scorer_for
+from captioning.eval.scorers import scorer_for
 from captioning.model.decoder import AttentionDecoder
 from captioning.model.decoding import decode
 from captioning.runtime import distributed

@@ -28,7 +28,8 @@ import torch
 from captioning.data.shapes.scenes import RELATIONS
 from captioning.eval.evaluate import evaluate_split
 from captioning.eval.grounding import box_mass, box_share
-from captioning.eval.shapes.grounding import scorer_for, word_objects
+from captioning.eval.scorers import scorer_for
+from captioning.eval.shapes.grounding import word_objects
 from captioning.model.extras.glimpses import TwoGlimpses
 from studies.relations.errors import Run, load_run, teacher_forced
 

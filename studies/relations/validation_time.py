@@ -22,7 +22,7 @@ from captioning.config import apply_overrides, from_dict
 from captioning.data.splits import load_splits
 from captioning.data.vocab import Vocabulary
 from captioning.eval.evaluate import evaluate_split
-from captioning.eval.shapes.grounding import scorer_for
+from captioning.eval.scorers import scorer_for
 
 
 def main() -> None:

@@ -68,8 +68,8 @@ def _captions(split: str, index: int) -> list[str]:
 @pytest.fixture(scope="module")
 def fake_coco(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """ROOT/{train2014,val2014}/COCO_*.jpg, ROOT/dataset_coco.json (Karpathy) and the official
-    ROOT/annotations/captions_{train,val}2014.json. Karpathy: 6 train + 2 restval (in train2014),
-    3 val + 3 test (in val2014); the last train image is corrupt."""
+    ROOT/annotations/captions_{train,val}2014.json and instances_{train,val}2014.json. Karpathy: 6
+    train + 2 restval (in train2014), 3 val + 3 test (in val2014); the last train image is corrupt."""
     root = tmp_path_factory.mktemp("coco")
     kinds = ["rgb", "gray", "cmyk", "rgb", "rgb", "gray", "rgb", "rgb"]
     train_names = [f"COCO_train2014_{i:012d}.jpg" for i in range(1, 9)]
@@ -95,7 +95,27 @@ def fake_coco(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (root / "annotations").mkdir()
     for part, values in official.items():
         (root / "annotations" / f"captions_{part}2014.json").write_text(json.dumps(values))
+        (root / "annotations" / f"instances_{part}2014.json").write_text(json.dumps(_instances(values["images"])))
     return root
+
+
+# The instances files' objects: a dog over the left 20 of the 52 columns, and in the first val image
+# also a person over the right half.
+DOG = [0, 0, 20, 0, 20, 40, 0, 40]
+PERSON = [26, 0, 52, 0, 52, 40, 26, 40]
+
+
+def _instances(images: list[dict]) -> dict:
+    """COCO's instances layout for these images: their objects, as polygons."""
+    annotations = []
+    for image in images:
+        objects = [(18, DOG), (1, PERSON)] if image["id"] == 101 else [(18, DOG)]
+        for category, polygon in objects:
+            annotations.append({"id": len(annotations) + 1, "image_id": image["id"], "category_id": category,
+                                "segmentation": [polygon], "area": 0.0, "bbox": [0, 0, 0, 0], "iscrowd": 0})
+    return {"images": images, "annotations": annotations,
+            "categories": [{"id": 1, "name": "person", "supercategory": "person"},
+                           {"id": 18, "name": "dog", "supercategory": "animal"}]}
 
 
 @pytest.fixture(scope="module")
@@ -435,6 +455,41 @@ def test_fine_tuning_runs_the_encoder_on_the_fly_with_its_own_rate(fake_coco: Pa
     assert code == 0 and "on val (3 images" in capsys.readouterr().out
 
 
+def test_evaluation_on_coco_with_instances_files_scores_hallucination_and_grounding(
+        fake_coco: Path, tmp_path: Path, resnet18_file: Path, capsys) -> None:
+    """eval.py on the fake COCO's val split: CHAIR and attention grounding beside the caption metrics,
+    in the printout and the metrics file; without the instances files, the caption metrics alone and
+    one line that says so. The dog's mask (columns 0-19 of 52) covers 14 of the 40 columns of the
+    centre square (columns 6-45) that the encoder saw: chance 0.35 (of the whole image: 20/52)."""
+    out = tmp_path / "run"
+    fit(_coco_config(fake_coco, out, resnet18_file, "train.epochs=6", "train.lr=0.01"))  # long enough to say "dog"
+    capsys.readouterr()
+    validated = [json.loads(line)["validation"] for line in (out / "log.jsonl").read_text().splitlines()
+                 if "validation" in line]
+    assert validated and all("CHAIR_i" in v and "attention_correctness" in v for v in validated)  # validation too
+    code = main(["evaluate", "--checkpoint", str(out / "best.pt"), "--split", "val", "--out",
+                 str(tmp_path / "metrics.json")])
+    printed, err = capsys.readouterr()
+    assert code == 0 and "no COCO instances file" not in err
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    for name in ("CHAIR_i", "CHAIR_s", "CHAIR_objects", "attention_correctness", "attention_correctness_chance",
+                 "attention_words"):
+        assert name in metrics and f"  {name} " in printed, name
+    captions = [r["caption"].split() for r in json.loads((tmp_path / "metrics_captions.json").read_text())]
+    dogs = sum(words.count("dog") for words in captions)
+    assert dogs > 0 and metrics["attention_words"] == dogs  # every "dog" is a word on an annotated object
+    assert metrics["attention_correctness_chance"] == pytest.approx(14 / 40)
+    assert 0 <= metrics["attention_correctness"] <= 1 and 0 <= metrics["CHAIR_s"] <= 1
+    code = main(["evaluate", "--checkpoint", str(out / "best.pt"), "--split", "val", "--out",
+                 str(tmp_path / "without.json"), "data.val_instances=none.json", "data.train_instances=none.json"])
+    printed, err = capsys.readouterr()
+    assert code == 0 and "CHAIR" not in printed and "attention_correctness" not in printed
+    assert [line for line in err.splitlines() if "instances" in line] == [
+        f"note: no COCO instances file ({fake_coco / 'none.json'}, {fake_coco / 'none.json'}): evaluating "
+        "without CHAIR and attention grounding"]
+    assert "Bleu_4" in json.loads((tmp_path / "without.json").read_text())
+
+
 def test_training_writes_overlays_to_tensorboard(fake_coco: Path, tmp_path: Path, resnet18_file: Path) -> None:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -468,7 +523,9 @@ def test_paper_configs_load_and_validate(base: str, kind: str) -> None:
 
 @pytest.mark.parametrize("override, key", [("data.dataset=imagenet", "data.dataset"),
                                            ("encoder.name=vgg16", "encoder.name"),
-                                           ("train.batch_size=0", "train.batch_size")])
+                                           ("train.batch_size=0", "train.batch_size"),
+                                           ("data.val_instances=[a.json]", "data.val_instances"),
+                                           ("data.train_instance=a.json", "data.train_instances")])
 def test_invalid_values_are_config_errors(override: str, key: str) -> None:
     with pytest.raises(ConfigError, match=key):
         load_config(REPO / "configs" / "coco_vgg19_soft.yaml", [override])

@@ -16,7 +16,8 @@ from captioning.data.karpathy import read_split
 from captioning.data.shapes.scenes import Grounding, ShapeObject
 from captioning.eval.grounding import box_mass, box_share
 from captioning.eval.metrics import OWN_TOKENIZER, PTB_TOKENIZER, caption_metrics, java_available
-from captioning.eval.shapes.grounding import grounding_scores, scorer_for, word_objects
+from captioning.eval.scorers import scorer_for
+from captioning.eval.shapes.grounding import grounding_scores, word_objects
 
 SIDE, GRID = 224, 14
 CELL = SIDE / GRID  # 16 pixels

@@ -9,9 +9,9 @@ Every object's box is known (objects.json), so for the captions a model generate
   square"), so this counts few, self-selected relations;
 - the relation probe (probe.py), which asks every model the same questions.
 
-Words are linked to objects by reading the caption (the shapes grammar is small and fixed); real
-datasets would need another linker. `ShapesScorer` is what captioning.eval.evaluate calls, per
-caption and per batch of images, through its `scorer` seam.
+Words are linked to objects by reading the caption (the shapes grammar is small and fixed); COCO has
+its own linker (captioning.eval.coco). `ShapesScorer` is what captioning.eval.evaluate calls, per
+caption and per batch of images, through its `scorer` seam (captioning.eval.scorers picks it).
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ import numpy as np
 import torch
 
 from captioning.data.shapes.scenes import COLOURS, RELATIONS, SHAPES, SIZES, Grounding, ShapeObject, relation
-from captioning.data.splits import Split
 from captioning.data.vocab import Vocabulary
 from captioning.eval.grounding import box_mass, box_share
 from captioning.eval.shapes.probe import ProbeAnswer, probe_scores, relation_probe
@@ -161,13 +160,3 @@ class ShapesScorer:
         if self.probe:
             metrics.update(probe_scores(self.answers))
         return metrics
-
-
-def scorer_for(split: Split, vocab: Vocabulary, *, images: int | None = None, start: int = 0,
-               probe: bool = True) -> ShapesScorer | None:
-    """What the split's dataset adds to the caption metrics of its images start .. `images` (all:
-    None): the shapes scores where it has object boxes, None where it knows nothing more of its
-    images (captioning.eval.evaluate's `scorer`)."""
-    if split.grounding is None:
-        return None
-    return ShapesScorer(split.grounding[start:images], vocab, probe=probe)
