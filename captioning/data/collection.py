@@ -94,8 +94,11 @@ def _csv_rows(path: Path, text: str) -> list[Row]:
     rows = []
     for entry in reader:
         line = reader.line_num
+        if None in entry:  # DictReader's key for fields beyond the header's
+            raise DatasetError(f"{path}: line {line} has more columns than the first line names (a caption "
+                               'with a comma in it needs double quotes: "a dog, a ball")')
         if entry.get("image") is None or entry.get("caption") is None:
-            raise DatasetError(f"{path}: line {line} has fewer columns than the header")
+            raise DatasetError(f"{path}: line {line} has fewer columns than the first line names")
         rows.append(_row(path, line, entry["image"], entry["caption"], entry.get("split") or ""))
     return rows
 
@@ -152,7 +155,7 @@ def read_collection(captions_file: str | Path, *, image_root: str | Path, seed: 
     twice = [image for image in captions if len(given[image]) > 1]
     if twice:
         named = "; ".join(f"{image}: {' and '.join(s for s in SPLITS if s in given[image])}" for image in twice[:SHOWN])
-        raise DatasetError(f"{captions_file}: {len(twice)} images are in two splits ({named}"
+        raise DatasetError(f"{captions_file}: {_images(len(twice))} in two splits ({named}"
                            f"{'; ...' if len(twice) > SHOWN else ''}); give each image one split")
     splits = {image: next(iter(given[image]), "") for image in captions}
     made = _make_missing_splits(splits, seed=seed, share=share, source=captions_file)
@@ -203,12 +206,13 @@ def collection_of(captions_file: str | Path, *, image_root: str | Path, seed: in
     return _cached(path, mtime, Path(image_root), seed, share)
 
 
-def check(collection: Collection, *, readable: bool = True) -> list[str]:
+def check(collection: Collection, *, max_bad_images: float, readable: bool = True) -> list[str]:
     """What `captioning prepare` tells the user of the collection, one line each with a count and the
     first few names: images listed but missing or unreadable, images in the folder with no caption,
     empty captions dropped, and the splits made by the seed. `readable` opens each listed image's
     header (a file that is there but not an image)."""
     findings = []
+    left_out = f"training leaves them out, and stops if a split has more than data.max_bad_images={max_bad_images:g}"
     missing, unreadable = [], []
     for image in collection.images:
         path = collection.image_root / image
@@ -218,24 +222,23 @@ def check(collection: Collection, *, readable: bool = True) -> list[str]:
             unreadable.append(image)
     where = collection.image_root
     if missing:
-        findings.append(f"{len(missing)} of {len(collection.images)} images listed in "
-                                f"{collection.captions_file.name} are not in {where} ({_names(missing)}); "
-                                "training leaves them out")
+        findings.append(f"{len(missing)} of {_images(len(collection.images))} listed in "
+                        f"{collection.captions_file.name} are not in {where} ({_names(missing)}); {left_out}")
     if unreadable:
-        findings.append(f"{len(unreadable)} images cannot be read as images ({_names(unreadable)}); "
-                                "training leaves them out")
+        findings.append(f"{_images(len(unreadable))} cannot be read as images ({_names(unreadable)}); {left_out}")
     unlisted = _unlisted(collection)
     if unlisted:
-        findings.append(f"{len(unlisted)} images in {where} have no caption in "
-                                f"{collection.captions_file.name} and are not used ({_names(unlisted)})")
+        findings.append(f"{_images(len(unlisted))} in {where} with no caption in "
+                        f"{collection.captions_file.name}, not used ({_names(unlisted)})")
     if collection.empty_captions:
         lines = collection.empty_captions
-        findings.append(f"{len(lines)} empty captions dropped ({collection.captions_file.name} "
-                                f"line{'s' if len(lines) > 1 else ''} {_names([str(n) for n in lines])})")
+        plural = "s" if len(lines) > 1 else ""
+        findings.append(f"{len(lines)} empty caption{plural} dropped ({collection.captions_file.name} "
+                        f"line{plural} {_names([str(n) for n in lines])})")
     uncaptioned = [image for image in collection.images if not collection.captions[image]]
     if uncaptioned:
-        findings.append(f"{len(uncaptioned)} images have only empty captions and are not used "
-                                f"({_names(uncaptioned)})")
+        findings.append(f"{_images(len(uncaptioned))} with only empty captions, not used "
+                        f"({_names(uncaptioned)})")
     return findings
 
 
@@ -255,6 +258,10 @@ def _unlisted(collection: Collection) -> list[str]:
     found = sorted(str(path.relative_to(collection.image_root)) for path in collection.image_root.rglob("*")
                    if path.suffix.lower() in IMAGE_SUFFIXES and path.is_file())
     return [name for name in found if name not in listed]
+
+
+def _images(count: int) -> str:
+    return f"{count} image{'s' if count != 1 else ''}"
 
 
 def _names(names: Sequence[str]) -> str:
@@ -287,7 +294,7 @@ def describe_made(collection: Collection, *, seed: int, share: float) -> Iterabl
         if not chosen:
             continue
         if split == "train":
-            yield f"{len(chosen)} images without a split go to train ({_names(chosen)})"
+            yield f"{_images(len(chosen))} without a split go to train ({_names(chosen)})"
         else:
-            yield (f"no row names a {split} split: made it of {len(chosen)} images with data.split_seed={seed} "
+            yield (f"no row names a {split} split: made it of {_images(len(chosen))} with data.split_seed={seed} "
                    f"(about data.split_share={share:g} of them; {_names(chosen)})")

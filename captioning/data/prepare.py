@@ -68,7 +68,7 @@ def check_folder(config: Config) -> list[str]:
     """What `captioning prepare` says of a folder of your own images before its vocabulary: what is
     wrong with the collection and which splits the seed made, a line each, then the split counts."""
     collection = folder_collection(config)
-    lines = check(collection)
+    lines = check(collection, max_bad_images=config.data.max_bad_images)
     lines += describe_made(collection, seed=config.data.split_seed, share=config.data.split_share)
     counts = split_counts(collection)
     lines.append(f"{sum(counts.values())} captioned images: " + ", ".join(f"{n} {s}" for s, n in counts.items())

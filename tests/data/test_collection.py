@@ -64,7 +64,7 @@ def test_an_image_in_two_splits_is_refused_in_one_line_with_the_count_and_names(
             ("c.jpg", "v", "val"), ("b.jpg", "u", "train")]
     with pytest.raises(DatasetError) as raised:
         _read(_folder(tmp_path, rows))
-    assert str(raised.value) == (f"{tmp_path / 'captions.csv'}: 1 images are in two splits (a.jpg: train and "
+    assert str(raised.value) == (f"{tmp_path / 'captions.csv'}: 1 image in two splits (a.jpg: train and "
                                  "test); give each image one split")  # c.jpg's empty split is no second one
 
 
@@ -117,6 +117,9 @@ def test_a_small_collection_still_gets_one_image_in_each_made_split(tmp_path: Pa
     ("image,caption,split\na.jpg,a dog,validation\n", "line 2: split 'validation' is not one of train, val, test"),
     ("image,caption\n,a dog\n", "line 2 names no image"),
     ("image,caption\n", "no captions in it"),
+    ("image,caption\na.jpg,a dog, a ball\n",
+     "line 2 has more columns than the first line names (a caption with a comma"),
+    ("image,caption\na.jpg\n", "line 2 has fewer columns than the first line names"),
 ])
 def test_a_malformed_csv_is_one_error_naming_the_file_and_line(content: str, said: str, tmp_path: Path) -> None:
     (tmp_path / "captions.csv").write_text(content)
@@ -144,14 +147,15 @@ def test_check_names_missing_unreadable_uncaptioned_and_unlisted_images_and_empt
     captions_file = _folder(tmp_path, rows, images=["a.jpg", "b.jpg", "c.jpg", "extra/z.png", "y.jpg"])
     (tmp_path / "images" / "broken.jpg").write_bytes(b"not an image")
     (tmp_path / "images" / "notes.txt").write_text("not a picture, and not counted as one")
-    lines = check(_read(captions_file))
+    lines = check(_read(captions_file), max_bad_images=0.2)
     assert lines == [
         f"2 of 6 images listed in captions.csv are not in {tmp_path / 'images'} (gone1.jpg, gone2.jpg); "
-        "training leaves them out",
-        "1 images cannot be read as images (broken.jpg); training leaves them out",
-        f"2 images in {tmp_path / 'images'} have no caption in captions.csv and are not used (extra/z.png, y.jpg)",
+        "training leaves them out, and stops if a split has more than data.max_bad_images=0.2",
+        "1 image cannot be read as images (broken.jpg); training leaves them out, and stops if a split has more "
+        "than data.max_bad_images=0.2",
+        f"2 images in {tmp_path / 'images'} with no caption in captions.csv, not used (extra/z.png, y.jpg)",
         "2 empty captions dropped (captions.csv lines 3, 4)",
-        "1 images have only empty captions and are not used (b.jpg)",
+        "1 image with only empty captions, not used (b.jpg)",
     ]
     collection = _read(captions_file)
     assert [r.path.name for r in collection.records("train")] == ["a.jpg", "gone1.jpg"]  # b.jpg has no caption left
@@ -166,12 +170,13 @@ def test_cli_prepare_says_what_it_found_and_made_and_writes_the_splits_down(tmp_
                  f"train.out_dir={out}", "data.split_share=0.1"])
     printed = capsys.readouterr().out.splitlines()
     assert code == 0
-    assert printed[0].startswith(f"1 images in {tmp_path / 'photos' / 'images'} have no caption")
+    assert printed[0].startswith(f"1 image in {tmp_path / 'photos' / 'images'} with no caption")
     assert "stray.jpg" in printed[0]
-    assert printed[1] == "1 empty captions dropped (captions.csv line 32)"
+    assert printed[1] == "1 empty caption dropped (captions.csv line 32)"
     made = {split: [n for n in names if _draw(n, 0) < 0.1] if split == "val" else
             [n for n in names if 0.1 <= _draw(n, 0) < 0.2] for split in ("val", "test")}
-    assert any(line.startswith(f"no row names a val split: made it of {len(made['val'])} images with "
+    val = f"{len(made['val'])} image{'s' if len(made['val']) != 1 else ''}"
+    assert any(line.startswith(f"no row names a val split: made it of {val} with "
                                "data.split_seed=0") for line in printed)
     written = list(csv.reader((out / "splits.csv").open()))
     assert written[0] == ["image", "split"] and len(written) == 31
@@ -184,7 +189,7 @@ def test_cli_prepare_says_what_it_found_and_made_and_writes_the_splits_down(tmp_
     assert main(["prepare", "--config", str(REPO_CONFIG), f"data.root={tmp_path / 'photos'}",
                  f"train.out_dir={out}"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"error: {tmp_path / 'photos' / 'captions.csv'}: 1 images are in two splits (p01.jpg: train and "
+    assert err == [f"error: {tmp_path / 'photos' / 'captions.csv'}: 1 image in two splits (p01.jpg: train and "
                    "test); give each image one split"]
 
 
