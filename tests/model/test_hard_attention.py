@@ -322,8 +322,9 @@ def test_validation_decodes_hard_attention_as_the_config_says(kind, monkeypatch)
     monkeypatch.setattr(validation, "decode_split", lambda *args, **kwargs: seen.update(kwargs) or Decoded([], []))
     monkeypatch.setattr(validation, "score_split", lambda *args, **kwargs: {})
 
-    class Split:  # what validate reads of a split (no object boxes: no shapes scorer)
-        annotations, records, image_ids, references, grid, grounding = [0], [0], [0], [["a"]], (1, 1), None
+    class Split:  # what validate reads of a split (no object boxes or instances: no scorer)
+        annotations, records, image_ids, references, grid = [0], [0], [0], [["a"]], (1, 1)
+        grounding = instances = None
 
     choice = ["decode.hard_choice=argmax"] if kind == "hard" else []  # soft attention is the expectation
     config = load_config("configs/shapes_soft.yaml", [f"model.attention={kind}", *choice])
