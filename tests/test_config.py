@@ -118,6 +118,8 @@ def test_exponent_in_a_yaml_file_is_a_number_too(tmp_path):
     ("model.atention=soft", "unknown key 'model.atention' .did you mean 'model.attention'. known in model: "
                             "attention, "),
     ("modle.hidden_dim=3", "unknown key 'modle' .did you mean 'model'"),
+    ("data.captions=c.csv", "unknown key 'data.captions' .did you mean 'data.captions_file'"),  # not val_captions
+    ("decode.beam=2", "unknown key 'decode.beam' .did you mean 'decode.beam_size'"),
     ("model.xyz=3", "unknown key 'model.xyz' .known in model: attention"),  # nothing close: no guess
     ("train.lr.x=1", "'lr' is a value, not a section"),  # `x` would otherwise silently become lr={'x': 1}
 ])

@@ -16,6 +16,13 @@ from captioning.config.migration import REDEFINED, REMOVED, RENAMED, carried_ove
 from captioning.config.schema import Config, ConfigError
 
 
+def _closest(key: str, known: list[str]) -> list[str]:
+    """The known key a misspelt one most likely meant: one it begins ("data.captions" ->
+    "captions_file"), else the closest spelling (difflib), else none."""
+    started = sorted(name for name in known if name.startswith(key) or key.startswith(name + "_"))
+    return started[:1] or difflib.get_close_matches(key, known, n=1)
+
+
 def _merge(target: Any, values: dict[str, Any], where: str, prefix: str = "", source: str | None = None) -> None:
     """Set `values` on the dataclass `target`; `where` names the place in messages, `source` the file."""
     source = where if source is None else source
@@ -32,7 +39,7 @@ def _merge(target: Any, values: dict[str, Any], where: str, prefix: str = "", so
             if dotted in REMOVED:
                 raise ConfigError(f"{source}: '{dotted}' was removed: {REMOVED[dotted]}")
             section = f"{prefix}." if prefix else ""
-            guess = difflib.get_close_matches(str(key), list(known), n=1)
+            guess = _closest(str(key), list(known))
             hint = f"did you mean '{section}{guess[0]}'? " if guess else ""
             raise ConfigError(f"{source}: unknown key '{dotted}' ({hint}known{' in ' + prefix if prefix else ''}: "
                               f"{', '.join(sorted(known))})")
