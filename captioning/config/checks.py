@@ -69,7 +69,8 @@ def _ranges(config: Config) -> dict[str, tuple[Any, str, bool]]:
                 "train.log_every_steps": (t.log_every_steps, 1), "train.log_images": (t.log_images, 0),
                 "train.reinforce.samples": (t.reinforce.samples, 1), "train.max_bad_steps": (t.max_bad_steps, 1),
                 "train.scst.samples": (t.scst.samples, 1), "train.reinforce.warmup": (t.reinforce.warmup, 0),
-                "decode.beam_size": (d.beam_size, 1), "decode.max_length": (d.max_length, 1)}
+                "decode.beam_size": (d.beam_size, 1), "decode.max_length": (d.max_length, 1),
+                "model.extras.grid_attention": (m.extras.grid_attention, 0)}
     checks = {key: (value, f"at least {low}", value is None or value >= low) for key, (value, low) in at_least.items()}
     positive = {"encoder.lr": config.encoder.lr, "train.lr": t.lr, "train.grad_clip": t.grad_clip,
                 "train.dist_timeout": t.dist_timeout,

@@ -100,6 +100,11 @@ class ExtrasConfig:
     position: str = "none"  # "learned" or "coordinates": 2-D position in the annotations (extras/position.py)
     unit_annotations: bool = False  # annotations rescaled to norm sqrt(D) (extras/unit_annotations.py)
     temperature: float = 1.0  # alpha = softmax(e / temperature)
+    # Self-attention (Cheng et al., 2016): over the words said so far, its result in the attention
+    # query (extras/word_attention.py); over the grid, with this many heads, before attention sees
+    # the annotations (0: off; extras/grid_attention.py).
+    word_attention: bool = False
+    grid_attention: int = 0
 
 
 @dataclass

@@ -23,11 +23,13 @@ from captioning.model.decoder import AttentionDecoder, DecoderOutput, MeanAnnota
 from captioning.model.decoding import Captions, decode
 from captioning.model.encoder import Encoder
 from captioning.model.extras.glimpses import TwoGlimpses
+from captioning.model.extras.grid_attention import GridSelfAttention
 from captioning.model.extras.layout import LayoutSummary
 from captioning.model.extras.position import GridCoordinates, GridPosition
 from captioning.model.extras.query_word import WordInQuery
 from captioning.model.extras.unit_annotations import UnitAnnotations
 from captioning.model.extras.window import LearnedWindowScore
+from captioning.model.extras.word_attention import WordSelfAttention
 from captioning.model.query import PreviousState
 from captioning.model.scores import SCORES, LocalScore
 
@@ -55,6 +57,9 @@ def _inputs(model: ModelConfig, *, annotation_dim: int, grid: tuple[int, int] | 
         inputs.append(GridPosition(grid=grid, annotation_dim=annotation_dim))
     elif extras.position == "coordinates":
         inputs.append(GridCoordinates(grid=grid))
+    if extras.grid_attention:  # last: the cells attend to each other as attention will see them
+        inputs.append(GridSelfAttention(annotation_dim=annotation_dim + sum(m.channels for m in inputs),
+                                        heads=extras.grid_attention))
     return tuple(inputs)
 
 
@@ -78,6 +83,8 @@ def build_decoder(model: ModelConfig, *, vocab_size: int, annotation_dim: int,
     2-D position and the layout summary."""
     extras = model.extras
     query = WordInQuery() if extras.query_word else PreviousState()
+    if extras.word_attention:
+        query = WordSelfAttention(hidden_dim=model.hidden_dim, key_dim=model.attention_dim, base=query)
     query_dim = query.dim(hidden_dim=model.hidden_dim, embed_dim=model.embed_dim)
     attention = build_attention(model, annotation_dim=annotation_dim, query_dim=query_dim, grid=grid)
     if extras.glimpses == 2:  # queried with [q_t; z_t]

@@ -34,6 +34,7 @@ from torch import nn
 from captioning.model import fused
 from captioning.model.attention import AttentionOutput, Draws, Memory
 from captioning.model.query import PreviousState
+from captioning.model.state import DecoderState
 
 
 class MeanAnnotation(nn.Module):
@@ -106,15 +107,6 @@ def pack_by_length(lengths: torch.Tensor | None, *, batch: int, steps: int, devi
 
 
 @dataclass
-class DecoderState:
-    h: torch.Tensor  # [B, H]
-    c: torch.Tensor  # [B, H]
-
-    def select(self, index: torch.Tensor) -> DecoderState:
-        return DecoderState(self.h.index_select(0, index), self.c.index_select(0, index))
-
-
-@dataclass
 class DecoderOutput:
     logits: torch.Tensor  # [B, T, V]
     alphas: torch.Tensor  # [B, T, L]
@@ -128,7 +120,8 @@ class AttentionDecoder(nn.Module):
                  attention: nn.Module, gate: str = "scalar", dropout: float = 0.3, deep_output: str = "linear",
                  summary: Callable[..., nn.Module] = MeanAnnotation, query: nn.Module | None = None):
         """`summary` builds the module the initial state is computed from (called with
-        annotation_dim); `query` makes the attention query from h_{t-1} and E y_{t-1}."""
+        annotation_dim); `query` makes the attention query from the state (h_{t-1}) and E y_{t-1},
+        and may carry something of its own from word to word in the state."""
         super().__init__()
         if gate not in ("scalar", "vector"):
             raise ValueError(f"unknown gate '{gate}' (known: scalar, vector)")
@@ -165,10 +158,11 @@ class AttentionDecoder(nn.Module):
     def _advance(self, memory: Memory, state: DecoderState,
                  embedded: torch.Tensor) -> tuple[DecoderState, torch.Tensor, AttentionOutput]:
         """One recurrence step: attend, gate, update the LSTM. embedded [B, E]."""
-        attended = self.attention(memory, self.query(state.h, embedded))  # Eqs. 4-6
+        query, state = self.query(state, embedded)  # q_t (Eq. 4), and what the query carries on
+        attended = self.attention(memory, query)  # Eqs. 4-6
         z = torch.sigmoid(self.gate(state.h)) * attended.context  # [B, D], beta_t * z_t (Sec. 4.2.1)
         h, c = self.lstm(torch.cat([embedded, z], dim=1), (state.h, state.c))  # Eqs. 1-3
-        return DecoderState(h, c), z, attended
+        return DecoderState(h, c, state.carried), z, attended
 
     def _output(self, embedded: torch.Tensor, h: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         """Deep output layer, Eq. 7; works on [B, E] or [B, T, E] alike."""
@@ -229,7 +223,7 @@ class AttentionDecoder(nn.Module):
         start = 0
         for n in batch_sizes:
             if n < state.h.shape[0]:
-                memory, state = memory.prefix(n), DecoderState(state.h[:n], state.c[:n])
+                memory, state = memory.prefix(n), state.prefix(n)
             state, z, attended = self._advance(memory, state, embedded[start:start + n])
             start += n
             hs.append(state.h)

@@ -34,6 +34,9 @@ class StepOutput:
     alpha: torch.Tensor  # [N, L]
     location: torch.Tensor  # [N] long: hard attention's chosen cell, -1 where none was chosen
     cell_log_prob: torch.Tensor | None = None  # [N], hard attention's log alpha_t[s_t] (0 for the expectation)
+    # [N, t]: self-attention over the words said so far (model.extras.word_attention), the weight of
+    # <start> and of each earlier word for this one; None without it
+    word_weights: torch.Tensor | None = None
 
 
 # One decoding step: (state, previous tokens [N]) -> StepOutput.
@@ -47,6 +50,9 @@ class Captions:
     lengths: torch.Tensor  # [B] words before <end>
     scores: torch.Tensor  # [B] summed log-probabilities (before any length normalization)
     locations: torch.Tensor | None = None  # [B, T] hard attention's chosen cell per word, -1 for the expectation
+    # [B, T, T] with model.extras.word_attention: word_alphas[b, t, j] is the weight word t gave to
+    # <start> (j = 0) and to word j (1 <= j <= t) of its own caption, 0 for later words; else None
+    word_alphas: torch.Tensor | None = None
 
 
 def _lengths(tokens: torch.Tensor, end_id: int) -> torch.Tensor:
@@ -83,7 +89,7 @@ def stepper(decoder: AttentionDecoder, annotations: torch.Tensor, group: int, *,
         def step(state: DecoderState, tokens: torch.Tensor) -> StepOutput:
             logits, state, attended = decoder.step(repeated, state, tokens)
             location = attended.location if attended.location is not None else none
-            return StepOutput(logits, state, attended.alpha, location, attended.log_prob)
+            return StepOutput(logits, state, attended.alpha, location, attended.log_prob, state.word_weights)
     return step, state
 
 
@@ -96,6 +102,7 @@ class Unrolled:
     alphas: torch.Tensor  # [N, T, L]
     locations: torch.Tensor  # [N, T], -1 where no cell was chosen
     cell_log_probs: torch.Tensor | None  # [N, T], hard attention's log alpha_t[s_t], 0 after <end>; None for soft
+    word_alphas: torch.Tensor | None = None  # [N, T, T], as Captions.word_alphas
 
 
 def unroll(step: Step, state: DecoderState, *, max_length: int, pick: Callable[[torch.Tensor], torch.Tensor],
@@ -107,7 +114,7 @@ def unroll(step: Step, state: DecoderState, *, max_length: int, pick: Callable[[
     rows, device = state.h.shape[0], state.h.device
     previous = torch.full((rows,), START_ID, dtype=torch.long, device=device)
     finished = torch.zeros(rows, dtype=torch.bool, device=device)
-    tokens, log_probs, alphas, locations, cells = [], [], [], [], []
+    tokens, log_probs, alphas, locations, cells, words = [], [], [], [], [], []
     for _ in range(max_length):
         out = step(state, previous)
         state, logits = out.state, out.logits.float()
@@ -121,12 +128,25 @@ def unroll(step: Step, state: DecoderState, *, max_length: int, pick: Callable[[
         tokens.append(word)
         alphas.append(out.alpha)
         locations.append(out.location)
+        if out.word_weights is not None:
+            words.append(out.word_weights)
         finished = finished | (word == END_ID)
         previous = word
         if finished.all():
             break
     return Unrolled(tokens=torch.stack(tokens, 1), log_probs=torch.stack(log_probs, 1), alphas=torch.stack(alphas, 1),
-                    locations=torch.stack(locations, 1), cell_log_probs=torch.stack(cells, 1) if cells else None)
+                    locations=torch.stack(locations, 1), cell_log_probs=torch.stack(cells, 1) if cells else None,
+                    word_alphas=_word_alphas(words))
+
+
+def _word_alphas(steps: list[torch.Tensor]) -> torch.Tensor | None:
+    """Each step's weights over the words before it, [N, t + 1] at step t, as one [N, T, T]."""
+    if not steps:
+        return None
+    square = steps[0].new_zeros(steps[0].shape[0], len(steps), len(steps))  # [N, T, T]
+    for t, weights in enumerate(steps):
+        square[:, t, :weights.shape[1]] = weights
+    return square
 
 
 def most_likely(log_probs: torch.Tensor) -> torch.Tensor:
@@ -140,7 +160,7 @@ def greedy(decoder: AttentionDecoder, annotations: torch.Tensor, *, max_length: 
     step, state = stepper(decoder, annotations, 1)
     out = unroll(step, state, max_length=max_length, pick=most_likely)
     return Captions(tokens=out.tokens, alphas=out.alphas, lengths=_lengths(out.tokens, END_ID),
-                    scores=out.log_probs.sum(1), locations=out.locations)
+                    scores=out.log_probs.sum(1), locations=out.locations, word_alphas=out.word_alphas)
 
 
 @torch.no_grad()
@@ -170,6 +190,7 @@ def beam_search(decoder: AttentionDecoder, annotations: torch.Tensor, *, beam_si
     parents = torch.zeros(max_length, batch, beam_size, dtype=torch.long, device=device)  # [T, B, K]
     maps = torch.zeros(max_length, batch, beam_size, cells, device=device)  # [T, B, K, L], before reordering
     chosen_cells = torch.zeros(max_length, batch, beam_size, dtype=torch.long, device=device)  # [T, B, K]
+    word_maps = None  # [T, B, K, T] with word self-attention: each step's weights over the words before it
     offsets = torch.arange(batch, device=device)[:, None] * beam_size  # [B, 1]
     frozen = None
     steps = 0
@@ -191,6 +212,10 @@ def beam_search(decoder: AttentionDecoder, annotations: torch.Tensor, *, beam_si
         words[steps - 1], parents[steps - 1] = word, parent
         maps[steps - 1] = alpha.view(batch, beam_size, cells)
         chosen_cells[steps - 1] = location.view(batch, beam_size)
+        if out.word_weights is not None:  # [B*K, steps], from the rows before they were reordered, as the maps
+            if word_maps is None:
+                word_maps = torch.zeros(max_length, batch, beam_size, max_length, device=device)
+            word_maps[steps - 1, :, :, :steps] = out.word_weights.view(batch, beam_size, steps)
         finished = finished.gather(1, parent) | (word == END_ID)
         previous = word.view(-1)
         if finished.all():
@@ -208,14 +233,17 @@ def beam_search(decoder: AttentionDecoder, annotations: torch.Tensor, *, beam_si
     pick = torch.arange(batch, device=device)
     chosen = torch.empty(batch, steps, cells, device=device)  # [B, T, L]
     locations = torch.empty(batch, steps, dtype=torch.long, device=device)  # [B, T]
+    word_alphas = None if word_maps is None else torch.empty(batch, steps, steps, device=device)  # [B, T, T]
     beam = choice[:, None]  # [B, 1]
     for t in reversed(range(steps)):
         source = parents[t].gather(1, beam)[:, 0]  # [B], the row that generated word t of the chosen hypothesis
         chosen[:, t] = maps[t][pick, source]
         locations[:, t] = chosen_cells[t][pick, source]
+        if word_alphas is not None:
+            word_alphas[:, t] = word_maps[t][pick, source, :steps]
         beam = source[:, None]
     return Captions(tokens=history[pick, choice], alphas=chosen, lengths=lengths[pick, choice],
-                    scores=scores[pick, choice], locations=locations)
+                    scores=scores[pick, choice], locations=locations, word_alphas=word_alphas)
 
 
 def decode(decoder: AttentionDecoder, annotations: torch.Tensor, *, beam_size: int = 1, max_length: int = 20,

@@ -97,7 +97,7 @@ def relation_log_likelihoods(decoder: AttentionDecoder, annotations: torch.Tenso
     # "<colour B> <shape B> <end>" once per pair and relation: rows r * F + first, relation-major.
     rows = torch.tensor([k * len(firsts) + first_of[(image, a)] for k in range(len(RELATIONS))
                          for image, a, _ in pairs], device=device)  # [4P]
-    state = DecoderState(torch.cat([s.h for s in states]), torch.cat([s.c for s in states])).select(rows)
+    state = DecoderState.cat(states).select(rows)
     memory = memory.select(rows % len(firsts))
     ends = torch.full((len(rows), 1), vocab.end_id, device=device)
     second = torch.cat([ids([b for _, _, b in pairs])] * len(RELATIONS))  # [4P, 2]

@@ -15,6 +15,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from captioning.model.state import DecoderState
+
 
 class WordInQuery(nn.Module):
     """q_t = [h_{t-1}; E y_{t-1}]."""
@@ -23,5 +25,5 @@ class WordInQuery(nn.Module):
     def dim(*, hidden_dim: int, embed_dim: int) -> int:
         return hidden_dim + embed_dim
 
-    def forward(self, h: torch.Tensor, embedded: torch.Tensor) -> torch.Tensor:
-        return torch.cat([h, embedded], dim=1)  # [B, H + E]
+    def forward(self, state: DecoderState, embedded: torch.Tensor) -> tuple[torch.Tensor, DecoderState]:
+        return torch.cat([state.h, embedded], dim=1), state  # [B, H + E]

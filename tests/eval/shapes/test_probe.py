@@ -48,6 +48,11 @@ DECODERS = {  # name -> model config changes: every path the decoder's step can 
                                           "extras": ExtrasConfig(init="layout", glimpses=2, position="coordinates")},
     "location": {"score": "location"},
     "hard": {"attention": "hard"},
+    # self-attention over the words (its keys and values put together for captions of different
+    # lengths: padded, never attended) and over the grid
+    "self_attention": {"extras": ExtrasConfig(word_attention=True, grid_attention=2)},
+    "self_attention_hard_query_word": {"attention": "hard", "extras": ExtrasConfig(word_attention=True,
+                                                                                   query_word=True)},
 }
 
 
