@@ -65,6 +65,9 @@ class Captioned:
     alphas: np.ndarray  # [T, Hg, Wg]: alphas[t] is the map the decoder attended with to emit tokens[t]
     score: float  # the caption's summed log-probability
     locations: list[int] | None = None  # hard attention (argmax or sample): the cell chosen per word, row-major
+    # [T, T] with self-attention over the words (model.extras.word_attention): word_alphas[t, 0] is
+    # the weight tokens[t] gave to <start>, word_alphas[t, j] (1 <= j <= t) to tokens[j - 1]; else None
+    word_alphas: np.ndarray | None = None
     _image: Image.Image | None = field(default=None, repr=False)
 
     @property
@@ -229,6 +232,7 @@ class Captioner:
                                             length_penalty=settings.length_penalty, hard_choice=choice)
         alphas = captions.alphas.float().cpu().numpy()  # [B, T, L]
         chosen = captions.locations.cpu().tolist() if captions.locations is not None else None
+        said = captions.word_alphas.float().cpu().numpy() if captions.word_alphas is not None else None  # [B, T, T]
         results = []
         for row, source in enumerate(sources):
             words = self.vocab.decode(captions.tokens[row].tolist())
@@ -236,7 +240,8 @@ class Captioner:
             results.append(Captioned(
                 source=source, tokens=words, alphas=alphas[row, : len(words)].reshape(len(words), *grid),
                 score=float(captions.scores[row]),
-                locations=locations if locations is not None and any(cell >= 0 for cell in locations) else None))
+                locations=locations if locations is not None and any(cell >= 0 for cell in locations) else None,
+                word_alphas=said[row, : len(words), : len(words)] if said is not None else None))
         return results
 
 

@@ -1,5 +1,7 @@
 """One HTML page to browse captions and their attention: every image with its caption, each word a
-button that shows its map over the image (hover or focus to look, click to keep it).
+button that shows its map over the image (hover or focus to look, click to keep it). With
+self-attention over the words (model.extras.word_attention), a row of the caption's words under it
+shades <start> and each earlier word by the weight the word shown gave it.
 
 The page is self-contained: inline style and script, images by relative path, nothing fetched, so the
 overlay folder can be copied, zipped or opened from disk as it is.
@@ -8,6 +10,7 @@ overlay folder can be copied, zipped or opened from disk as it is.
 from __future__ import annotations
 
 import html
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +23,7 @@ class PageEntry:
     folder: str  # the image's overlay folder, relative to the page
     source: str  # what the image was called (its path as given)
     tokens: Sequence[str]
+    word_alphas: Sequence[Sequence[float]] | None = None  # [T, T], as captioning.api.Captioned.word_alphas
 
 
 _STYLE = """
@@ -33,6 +37,8 @@ button.word { font: inherit; border: 1px solid #bbb; border-radius: 4px; backgro
 button.word:hover, button.word:focus { border-color: #06c; }
 button.word.kept { background: #06c; border-color: #06c; color: #fff; }
 button.image { font-style: italic; }
+.said { font-size: .85rem; color: #444; }
+.said span { padding: 0 .25rem; border-radius: 3px; }
 """
 
 _SCRIPT = """
@@ -40,7 +46,15 @@ for (const figure of document.querySelectorAll("figure")) {
   const view = figure.querySelector("img");
   const buttons = figure.querySelectorAll("button.word");
   let kept = figure.querySelector("button.kept");
-  const show = (button) => { view.src = button.dataset.map; view.alt = button.textContent; };
+  const said = figure.querySelectorAll(".said span");
+  const show = (button) => {
+    view.src = button.dataset.map; view.alt = button.textContent;
+    const weights = JSON.parse(button.dataset.said || "[]");  // <start>, then each earlier word
+    said.forEach((span, j) => {
+      span.style.background = j < weights.length ? `rgba(0, 102, 204, ${weights[j]})` : "transparent";
+      span.style.color = j < weights.length && weights[j] > 0.5 ? "#fff" : "";
+    });
+  };
   for (const button of buttons) {
     button.addEventListener("mouseenter", () => show(button));
     button.addEventListener("focus", () => show(button));
@@ -55,14 +69,25 @@ for (const figure of document.querySelectorAll("figure")) {
 
 def _figure(entry: PageEntry) -> str:
     folder = entry.folder
-    maps = [("image", f"{folder}/image.jpg", "word image")]
-    maps += [(token, f"{folder}/{word_file(i, token)}", "word") for i, token in enumerate(entry.tokens)]
+    weights = entry.word_alphas
+    maps = [("image", f"{folder}/image.jpg", "word image", None)]
+    maps += [(token, f"{folder}/{word_file(i, token)}", "word",
+              None if weights is None else [round(float(w), 3) for w in weights[i][:i + 1]])
+             for i, token in enumerate(entry.tokens)]
     first = 1 if entry.tokens else 0  # the first word's map is shown at first: the page opens on attention
-    buttons = " ".join(f'<button class="{kind}{" kept" if i == first else ""}" data-map="{html.escape(src)}">'
-                       f'{html.escape(text)}</button>' for i, (text, src, kind) in enumerate(maps))
+    def button(i: int, text: str, src: str, kind: str, said: list[float] | None) -> str:
+        weighed = "" if said is None else f' data-said="{html.escape(json.dumps(said))}"'
+        return (f'<button class="{kind}{" kept" if i == first else ""}" data-map="{html.escape(src)}"{weighed}>'
+                f'{html.escape(text)}</button>')
+
+    buttons = " ".join(button(i, *entry) for i, entry in enumerate(maps))
+    row = ""
+    if weights is not None:  # <start> and the words: what each word shown weighed of those before it
+        spans = "".join(f"<span>{html.escape(word)}</span>" for word in ("<start>", *entry.tokens[:-1]))
+        row = f'<br><span class="said" title="self-attention over the words said so far">{spans}</span>'
     shown, alt = maps[first][1], maps[first][0]
     return (f'<figure>\n  <img src="{html.escape(shown)}" alt="{html.escape(alt)}" loading="lazy">\n'
-            f'  <figcaption><span class="source">{html.escape(entry.source)}</span><br>{buttons}</figcaption>\n'
+            f'  <figcaption><span class="source">{html.escape(entry.source)}</span><br>{buttons}{row}</figcaption>\n'
             f'</figure>')
 
 
@@ -96,7 +121,8 @@ class OverlayFolder:
             name = f"{stem}_{copy}"
         self.used.add(name)
         result.save_overlays(self.out_dir / name, animation=self.animation)
-        self.entries.append(PageEntry(folder=name, source=result.source, tokens=result.tokens))
+        self.entries.append(PageEntry(folder=name, source=result.source, tokens=result.tokens,
+                                      word_alphas=result.word_alphas))
 
     def finish(self) -> None:
         if self.entries:
