@@ -36,7 +36,7 @@ def test_each_word_comes_with_its_weights_over_start_and_the_words_before_it(wor
 def test_the_page_shades_the_earlier_words_by_the_weights_of_the_word_shown(word_run, tiny_run,
                                                                              tmp_path: Path) -> None:
     scene = sorted((tiny_run.data_root / "images" / "test").glob("*.png"))[1]
-    assert main(["caption", "--checkpoint", str(word_run), str(scene), "--overlays", str(tmp_path), "-q"]) == 0
+    assert main(["caption", "--checkpoint", str(word_run), str(scene), "--overlays", str(tmp_path)]) == 0
     result = Captioner.from_checkpoint(word_run, device="cpu").caption(str(scene))
     page = (tmp_path / "index.html").read_text()
     said = [json.loads(s.replace("&quot;", '"')) for s in re.findall(r'data-said="([^"]*)"', page)]
