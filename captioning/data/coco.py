@@ -20,7 +20,7 @@ import json
 from pathlib import Path
 
 from captioning.config import DATASETS, DataConfig
-from captioning.data.collection import collection_of
+from captioning.data.collection import folder_collection
 from captioning.data.karpathy import DatasetError, ImageRecord, note_dropped, read_split, usable
 
 SPLITS = ("train", "val", "test")
@@ -76,8 +76,7 @@ def _all_records(data: DataConfig, split: str) -> list[ImageRecord]:
             data.dataset, f"docs/coco.md says what the {data.dataset} data holds")
         raise DatasetError(f"{root}: data.root is not a folder ({where})")
     if data.dataset == "folder":
-        return collection_of(root / data.captions_file, image_root=root / data.image_dir, seed=data.split_seed,
-                             share=data.split_share).records(split)
+        return folder_collection(data).records(split)
     if data.dataset == "coco_official":
         if split == "train":
             return read_coco_captions(root / data.train_captions, root / data.train_images)

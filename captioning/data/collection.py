@@ -31,6 +31,7 @@ from pathlib import Path
 
 from PIL import Image, UnidentifiedImageError
 
+from captioning.config import DataConfig
 from captioning.data.karpathy import DatasetError, ImageRecord
 
 SPLITS = ("train", "val", "test")
@@ -192,6 +193,13 @@ def _make_missing_splits(splits: dict[str, str], *, seed: int, share: float, sou
     if not any(split == "train" for split in splits.values()):
         raise DatasetError(f"{source}: no training images (every row's split is val or test)")
     return made
+
+
+def folder_collection(data: DataConfig) -> Collection:
+    """The collection a config names: data.root/data.captions_file, images under data.root/data.image_dir."""
+    root = Path(data.root)
+    return collection_of(root / data.captions_file, image_root=root / data.image_dir, seed=data.split_seed,
+                         share=data.split_share)
 
 
 @functools.lru_cache(maxsize=4)

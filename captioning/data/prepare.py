@@ -15,7 +15,7 @@ import torch
 
 from captioning.config import Config
 from captioning.data.coco import read_records
-from captioning.data.collection import Collection, check, collection_of, describe_made, split_counts, write_splits
+from captioning.data.collection import check, describe_made, folder_collection, split_counts, write_splits
 from captioning.data.splits import Split, ensure_shapes, load_splits
 from captioning.data.tokenized import tokenized, tokens_dir
 from captioning.data.vocab import Vocabulary
@@ -49,7 +49,7 @@ def prepare_vocabulary(config: Config) -> tuple[Vocabulary, dict[str, float]]:
     path.parent.mkdir(parents=True, exist_ok=True)
     vocab.save(path)
     if config.data.dataset == "folder":  # the splits written down beside the vocabulary, made ones included
-        write_splits(folder_collection(config), splits_path(config))
+        write_splits(folder_collection(config.data), splits_path(config))
     return vocab, stats
 
 
@@ -57,17 +57,10 @@ def splits_path(config: Config) -> Path:
     return Path(config.train.out_dir) / "splits.csv"
 
 
-def folder_collection(config: Config) -> Collection:
-    d = config.data
-    root = Path(d.root)
-    return collection_of(root / d.captions_file, image_root=root / d.image_dir, seed=d.split_seed,
-                         share=d.split_share)
-
-
 def check_folder(config: Config) -> list[str]:
     """What `captioning prepare` says of a folder of your own images before its vocabulary: what is
     wrong with the collection and which splits the seed made, a line each, then the split counts."""
-    collection = folder_collection(config)
+    collection = folder_collection(config.data)
     lines = check(collection, max_bad_images=config.data.max_bad_images)
     lines += describe_made(collection, seed=config.data.split_seed, share=config.data.split_share)
     counts = split_counts(collection)
