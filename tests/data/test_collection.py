@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,14 @@ from PIL import Image
 from captioning.cli import main
 from captioning.config import load_config
 from captioning.data.coco import read_records
-from captioning.data.collection import check, read_collection
+from captioning.data.collection import (
+    check,
+    collection_of,
+    describe_made,
+    read_collection,
+    split_counts,
+    write_splits,
+)
 from captioning.data.karpathy import DatasetError
 from captioning.eval.evaluate import evaluate_checkpoint
 from captioning.train.loop import fit
@@ -212,3 +220,112 @@ def test_a_folder_trains_and_is_evaluated_against_its_own_captions(tmp_path: Pat
 
 
 REPO_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "folder_soft.yaml"
+
+
+def test_describe_made_names_each_made_split_then_where_the_rest_went(tmp_path: Path) -> None:
+    names = [f"{i:02d}.jpg" for i in range(40)]
+    collection = _read(_folder(tmp_path / "all", [(n, "a photo", "") for n in names], images=[]), seed=2, share=0.1)
+    val = [n for n in names if _draw(n, 2) < 0.1]
+    test = [n for n in names if 0.1 <= _draw(n, 2) < 0.2]
+    train = [n for n in names if n not in val + test]
+    assert list(describe_made(collection, seed=2, share=0.1)) == [
+        f"no row names a val split: made it of {len(val)} images with data.split_seed=2 (about "
+        f"data.split_share=0.1 of them; {', '.join(val[:3])}, ...)",
+        f"no row names a test split: made it of {len(test)} image{'s' if len(test) != 1 else ''} with "
+        f"data.split_seed=2 (about data.split_share=0.1 of them; {', '.join(test[:3])}"
+        f"{', ...' if len(test) > 3 else ''})",
+        f"{len(train)} images without a split go to train ({', '.join(train[:3])}, ...)"]
+    assert split_counts(collection) == {"train": len(train), "val": len(val), "test": len(test)}
+    only_test = _read(_folder(tmp_path / "test", [(n, "c", "val" if i < 3 else "train") for i, n in enumerate(names)],
+                            images=[]), seed=2, share=0.1)
+    assert [line.split(":")[0] for line in describe_made(only_test, seed=2, share=0.1)] == [
+        "no row names a test split"]  # val was given, nothing went to train unasked
+
+
+def test_more_than_three_names_end_in_dots_and_three_do_not(tmp_path: Path) -> None:
+    rows = [(f"{i}.jpg", "x", split) for i in range(4) for split in ("train", "test")]
+    with pytest.raises(DatasetError) as raised:
+        _read(_folder(tmp_path / "four", rows, images=[]))
+    assert str(raised.value).endswith(": 4 images in two splits (0.jpg: train and test; 1.jpg: train and test; "
+                                      "2.jpg: train and test; ...); give each image one split")
+    captions_file = _folder(tmp_path / "three", [(f"{i}.jpg", "x", "train") for i in range(3)] + [
+        ("v.jpg", "x", "val"), ("t.jpg", "x", "test")], images=["v.jpg", "t.jpg"])
+    assert check(_read(captions_file), max_bad_images=0.5)[0].startswith(
+        "3 of 5 images listed in captions.csv are not in ")
+    assert "(0.jpg, 1.jpg, 2.jpg); training" in check(_read(captions_file), max_bad_images=0.5)[0]
+
+
+def test_the_closest_draw_fills_a_split_that_its_share_leaves_empty(tmp_path: Path) -> None:
+    names = ["a.jpg", "b.jpg", "c.jpg", "d.jpg"]
+    collection = _read(_folder(tmp_path, [(n, "c", "") for n in names], images=[]), seed=5, share=0.001)
+    val = min(names, key=lambda n: abs(_draw(n, 5) - 0.0))
+    test = min((n for n in names if n != val), key=lambda n: abs(_draw(n, 5) - 0.001))
+    assert collection.made["val"] == [val] and collection.made["test"] == [test]
+
+
+def test_errors_of_the_file_itself_name_it(tmp_path: Path) -> None:
+    with pytest.raises(DatasetError, match=f"^{tmp_path / 'none.csv'}: captions file not found"):
+        _read(tmp_path / "none.csv")
+    (tmp_path / "latin.csv").write_bytes("image,caption\na.jpg,caf\xe9\n".encode("latin-1"))
+    with pytest.raises(DatasetError, match=f"^{tmp_path / 'latin.csv'}: not UTF-8 text"):
+        _read(tmp_path / "latin.csv")
+    (tmp_path / "two.csv").write_text("image,caption\na.jpg,x\nb.jpg,y\n")
+    with pytest.raises(DatasetError, match=f"^{tmp_path / 'two.csv'}: too few images to make the val and test split"):
+        _read(tmp_path / "two.csv")
+    collection = _read(_folder(tmp_path / "empty_val", [("a.jpg", "x", "train"), ("b.jpg", "", "val"),
+                                                         ("c.jpg", "y", "test")], images=[]))
+    with pytest.raises(DatasetError, match=r"captions.csv: no captioned images in split 'val'$"):
+        collection.records("val")
+
+
+def test_a_spreadsheets_byte_order_mark_blank_lines_and_null_captions(tmp_path: Path) -> None:
+    (tmp_path / "bom.csv").write_bytes("\ufeffimage,caption,split\na.jpg,a dog,train\nb.jpg,x,val\nc.jpg,y,test\n"
+                                       .encode())
+    assert _read(tmp_path / "bom.csv").captions["a.jpg"] == ["a dog"]  # the mark is not part of "image"
+    (tmp_path / "rows.jsonl").write_text('{"image": "a.jpg", "caption": "x", "split": "train"}\n\n'
+                                         '{"image": "b.jpg", "caption": null, "split": "val"}\n'
+                                         '{"image": "c.jpg", "caption": "z", "split": "test"}\n')
+    collection = _read(tmp_path / "rows.jsonl")
+    assert collection.images == ["a.jpg", "b.jpg", "c.jpg"] and collection.empty_captions == [3]
+    (tmp_path / "bad.jsonl").write_text('{"image": "a.jpg", "caption": "x"}\n["a.jpg", "x"]\n')
+    with pytest.raises(DatasetError, match=r'line 2 is not an object with "image" and "caption"'):
+        _read(tmp_path / "bad.jsonl")
+    (tmp_path / "split.jsonl").write_text('{"image": "a.jpg", "caption": "x", "split": "dev"}\n')
+    with pytest.raises(DatasetError, match=r"split.jsonl: line 1: split 'dev' is not one of"):
+        _read(tmp_path / "split.jsonl")
+    for header, named in (("image\na.jpg\n", "it names image"), ("\n\n", "it names none")):
+        (tmp_path / "header.csv").write_text(header)
+        with pytest.raises(DatasetError, match=f"the first line names the columns.*; {named}$"):
+            _read(tmp_path / "header.csv")
+
+
+def test_an_edited_captions_file_is_read_again(tmp_path: Path) -> None:
+    captions_file = _folder(tmp_path, [("a.jpg", "x", "train"), ("b.jpg", "y", "val"), ("c.jpg", "z", "test")],
+                            images=[])
+    first = collection_of(captions_file, image_root=tmp_path / "images", seed=0, share=0.2)
+    assert collection_of(captions_file, image_root=tmp_path / "images", seed=0, share=0.2) is first  # read once
+    with captions_file.open("a") as file:
+        file.write("d.jpg,w,train\n")
+    os.utime(captions_file, ns=(captions_file.stat().st_atime_ns, captions_file.stat().st_mtime_ns + 10**9))
+    assert collection_of(captions_file, image_root=tmp_path / "images", seed=0, share=0.2).images[-1] == "d.jpg"
+
+
+def test_the_splits_written_down_go_into_folders_made_for_them(tmp_path: Path) -> None:
+    collection = _read(_folder(tmp_path, [("a.jpg", "x", "train"), ("b.jpg", "y", "val"), ("c.jpg", "z", "test")],
+                               images=[]))
+    path = write_splits(collection, tmp_path / "runs" / "deep" / "splits.csv")
+    assert path.read_text().splitlines() == ["image,split", "a.jpg,train", "b.jpg,val", "c.jpg,test"]
+
+
+def test_three_images_in_two_splits_are_all_named_without_dots(tmp_path: Path) -> None:
+    rows = [(f"{i}.jpg", "x", split) for i in range(3) for split in ("val", "test")]
+    with pytest.raises(DatasetError) as raised:
+        _read(_folder(tmp_path, rows, images=[]))
+    assert str(raised.value).endswith("(0.jpg: val and test; 1.jpg: val and test; 2.jpg: val and test); give each "
+                                      "image one split")
+
+
+def test_a_run_whose_captions_file_is_missing_says_so_in_one_line(tmp_path: Path) -> None:
+    data = load_config(REPO_CONFIG, [f"data.root={tmp_path}"]).data
+    with pytest.raises(DatasetError, match=f"^{tmp_path / 'captions.csv'}: captions file not found"):
+        read_records(data, "train")

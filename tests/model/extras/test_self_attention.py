@@ -143,6 +143,7 @@ def test_grid_attention_is_multi_head_attention_added_to_the_annotations():
         torch.testing.assert_close(grid(annotations[:, order]), grid(annotations)[:, order])  # no cell is special
     with pytest.raises(ValueError, match="3 heads must divide the 8 annotation channels"):
         GridSelfAttention(annotation_dim=D, heads=3)
+    assert GridSelfAttention(annotation_dim=D, heads=1).key_dim == D  # one head: the whole width
 
 
 @pytest.mark.parametrize("score", SCORES)
