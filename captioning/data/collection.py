@@ -25,14 +25,14 @@ import functools
 import hashlib
 import json
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from PIL import Image, UnidentifiedImageError
 
 from captioning.config import DataConfig
-from captioning.data.karpathy import DatasetError, ImageRecord
+from captioning.data.karpathy import DatasetError, ImageRecord, first_names
 
 SPLITS = ("train", "val", "test")
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff")
@@ -231,22 +231,22 @@ def check(collection: Collection, *, max_bad_images: float, readable: bool = Tru
     where = collection.image_root
     if missing:
         findings.append(f"{len(missing)} of {_images(len(collection.images))} listed in "
-                        f"{collection.captions_file.name} are not in {where} ({_names(missing)}); {left_out}")
+                        f"{collection.captions_file.name} are not in {where} ({first_names(missing)}); {left_out}")
     if unreadable:
-        findings.append(f"{_images(len(unreadable))} cannot be read as images ({_names(unreadable)}); {left_out}")
+        findings.append(f"{_images(len(unreadable))} cannot be read as images ({first_names(unreadable)}); {left_out}")
     unlisted = _unlisted(collection)
     if unlisted:
         findings.append(f"{_images(len(unlisted))} in {where} with no caption in "
-                        f"{collection.captions_file.name}, not used ({_names(unlisted)})")
+                        f"{collection.captions_file.name}, not used ({first_names(unlisted)})")
     if collection.empty_captions:
         lines = collection.empty_captions
         plural = "s" if len(lines) > 1 else ""
         findings.append(f"{len(lines)} empty caption{plural} dropped ({collection.captions_file.name} "
-                        f"line{plural} {_names([str(n) for n in lines])})")
+                        f"line{plural} {first_names([str(n) for n in lines])})")
     uncaptioned = [image for image in collection.images if not collection.captions[image]]
     if uncaptioned:
         findings.append(f"{_images(len(uncaptioned))} with only empty captions, not used "
-                        f"({_names(uncaptioned)})")
+                        f"({first_names(uncaptioned)})")
     return findings
 
 
@@ -270,10 +270,6 @@ def _unlisted(collection: Collection) -> list[str]:
 
 def _images(count: int) -> str:
     return f"{count} image{'s' if count != 1 else ''}"
-
-
-def _names(names: Sequence[str]) -> str:
-    return ", ".join(names[:SHOWN]) + (", ..." if len(names) > SHOWN else "")
 
 
 def write_splits(collection: Collection, path: str | Path) -> Path:
@@ -302,7 +298,7 @@ def describe_made(collection: Collection, *, seed: int, share: float) -> Iterabl
         if not chosen:
             continue
         if split == "train":
-            yield f"{_images(len(chosen))} without a split go to train ({_names(chosen)})"
+            yield f"{_images(len(chosen))} without a split go to train ({first_names(chosen)})"
         else:
             yield (f"no row names a {split} split: made it of {_images(len(chosen))} with data.split_seed={seed} "
-                   f"(about data.split_share={share:g} of them; {_names(chosen)})")
+                   f"(about data.split_share={share:g} of them; {first_names(chosen)})")

@@ -43,7 +43,7 @@ from torch.utils.data import DataLoader, Dataset
 from tqdm import tqdm
 
 from captioning.data.images import ImageReadError, load_image, to_tensor
-from captioning.data.karpathy import DatasetError, ImageRecord
+from captioning.data.karpathy import DatasetError, ImageRecord, first_names
 from captioning.model.encoder import Encoder
 from captioning.progress import bar as progress_bar
 
@@ -290,7 +290,7 @@ def refresh_changed(directory: Path, split: str, records: list[ImageRecord], *, 
     changed = [row for row, (old, new) in enumerate(zip(meta["stats"], now)) if old != new]
     if not changed:
         return []
-    names = ", ".join(str(records[row].path) for row in changed[:3]) + (", ..." if len(changed) > 3 else "")
+    names = first_names([records[row].path for row in changed])
     print(f"note: {split}: {len(changed)} images changed since they were cached ({names}); encoding them again",
           file=sys.stderr)
     encoder = encoder_factory().to(device).eval()

@@ -37,12 +37,18 @@ def note_dropped(source: str | Path, split: str, captions: int, images: int) -> 
         print(f"note: {source}: {split}: {captions} empty or non-text captions dropped{left}", file=sys.stderr)
 
 
+def first_names(names: Sequence[object], shown: int = 3) -> str:
+    """The first few of a list of files or images, for a one-line message that gives their count:
+    "a.jpg, b.jpg, c.jpg, ..." (the dots where there are more)."""
+    return ", ".join(str(name) for name in names[:shown]) + (", ..." if len(names) > shown else "")
+
+
 def too_many_unreadable(split: str, paths: Sequence[str | Path], total: int, *, limit: float) -> str | None:
     """The one line that stops a run when more than `limit` (data.max_bad_images) of a split's
     `total` images cannot be read, naming how many and the first few; None while they are fewer."""
     if len(paths) <= limit * total:
         return None
-    names = ", ".join(str(p) for p in list(paths)[:3]) + (", ..." if len(paths) > 3 else "")
+    names = first_names(list(paths))
     return (f"{split}: {len(paths)} of {total} images cannot be read ({names}), more than "
             f"data.max_bad_images={limit:g} of them; repair or remove them, or raise the limit")
 

@@ -16,7 +16,7 @@ from captioning.config import Config
 from captioning.data.coco import read_records
 from captioning.data.features import cache_dir, load_or_compute
 from captioning.data.instances import Instances, split_instances
-from captioning.data.karpathy import DatasetError, ImageRecord, too_many_unreadable
+from captioning.data.karpathy import DatasetError, ImageRecord, first_names, too_many_unreadable
 from captioning.data.mapped import by_reference
 from captioning.data.mirror import mirror_image
 from captioning.data.shapes.scenes import SHAPES_DEFAULT_COUNTS, Grounding, make_shapes, read_grounding
@@ -105,7 +105,7 @@ def check_bad_images(split: str, bad: list[Path | str], total: int, *, limit: fl
     problem = too_many_unreadable(split, bad, total, limit=limit)
     if problem is not None:
         raise DatasetError(problem)
-    names = ", ".join(str(p) for p in bad[:3]) + (", ..." if len(bad) > 3 else "")
+    names = first_names(bad)
     print(f"warning: {split}: {len(bad)} of {total} images cannot be read and are left out ({names})", file=sys.stderr)
 
 
