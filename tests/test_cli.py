@@ -19,7 +19,9 @@ from PIL import Image
 
 import captioning.train.loop as training
 from captioning.checkpoint import load_trained
-from captioning.cli import _guarded, _split_overrides, eval_main, main, train_main
+from captioning.cli import eval_main, main, train_main
+from captioning.cli.caption import split_overrides as _split_overrides
+from captioning.cli.common import guarded as _guarded
 from captioning.data.shapes.scenes import make_shapes
 from captioning.model.extras.glimpses import TwoGlimpses
 from captioning.model.extras.layout import LayoutSummary

@@ -2,45 +2,23 @@
 evaluate`, and the bodies of train.py and eval.py (which torchrun starts once per process).
 
 Expected failures (bad config, missing data, unreadable checkpoint or image, weights that cannot be
-had) end in one line on stderr naming the file and the problem, and a non-zero exit code.
+had) end in one line on stderr naming the file and the problem, and a non-zero exit code
+(common.py); the caption command, the one that reads a user's files, is caption.py.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
-from captioning.checkpoint import CheckpointError
-from captioning.config import ConfigError
-from captioning.data.images import ImageReadError
-from captioning.data.karpathy import DatasetError
+from captioning.cli.caption import add_caption_command
+from captioning.cli.common import EXPECTED_ERRORS, add_hard_choice_argument, add_quiet_argument, guarded
 from captioning.data.shapes.scenes import SHAPES_DEFAULT_COUNTS
-from captioning.model.encoder import EncoderWeightsError
-from captioning.progress import quiet
-from captioning.runtime.distributed import DistributedError
 from captioning.runtime.hardware import default_device
-from captioning.train.step import TrainingError
-
-EXPECTED_ERRORS = (CheckpointError, ConfigError, DatasetError, DistributedError, EncoderWeightsError, ImageReadError,
-                   TrainingError)
-
-
-def _guarded(function: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    def run(args: argparse.Namespace) -> int:
-        if getattr(args, "quiet", False):
-            quiet()
-        try:
-            return function(args)
-        except EXPECTED_ERRORS as error:
-            print(f"error: {error}", file=sys.stderr)
-            return 2
-    return run
-
 
 # make-shapes ---------------------------------------------------------------------------------------
 
@@ -67,13 +45,8 @@ def _make_shapes(args: argparse.Namespace) -> int:
 
 # train ---------------------------------------------------------------------------------------------
 
-def _add_quiet_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--quiet", "-q", action="store_true", help="no progress bars (they are off anyway where "
-                        "stderr is not a terminal)")
-
-
 def _add_train_arguments(parser: argparse.ArgumentParser) -> None:
-    _add_quiet_argument(parser)
+    add_quiet_argument(parser)
     parser.add_argument("--config", help="YAML config (default: the embedded default, configs/shapes_soft.yaml)")
     parser.add_argument("--resume", action="store_true", help="continue from OUT_DIR/last.pt")
     parser.add_argument("--dry-run", action="store_true", help="check the config in seconds: a few images on "
@@ -83,7 +56,7 @@ def _add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("overrides", nargs="*", metavar="key.sub=value", help="config overrides")
 
 
-@_guarded
+@guarded
 def _train(args: argparse.Namespace) -> int:
     from captioning.config import load_config
     from captioning.train.loop import fit
@@ -126,12 +99,12 @@ def _dry_run(config, *, device) -> int:
 # prepare, prepare-features -------------------------------------------------------------------------
 
 def _add_config_arguments(parser: argparse.ArgumentParser) -> None:
-    _add_quiet_argument(parser)
+    add_quiet_argument(parser)
     parser.add_argument("--config", help="YAML config (default: the embedded default)")
     parser.add_argument("overrides", nargs="*", metavar="key.sub=value", help="config overrides")
 
 
-@_guarded
+@guarded
 def _prepare(args: argparse.Namespace) -> int:
     from captioning.config import load_config
     from captioning.data.prepare import check_folder, prepare_vocabulary, vocabulary_path
@@ -148,7 +121,7 @@ def _prepare(args: argparse.Namespace) -> int:
     return 0
 
 
-@_guarded
+@guarded
 def _prepare_features(args: argparse.Namespace) -> int:
     from captioning.config import load_config
     from captioning.data.prepare import prepare_features
@@ -175,22 +148,12 @@ def train_main(argv: Sequence[str] | None = None) -> int:
 
 # evaluate ------------------------------------------------------------------------------------------
 
-def _add_hard_choice_argument(parser: argparse.ArgumentParser) -> None:
-    from captioning.model.attention import HardAttention
-
-    parser.add_argument("--hard-choice", choices=HardAttention.CHOICES,
-                        help="how a hard attention model picks its cell per word (default: the checkpoint config's "
-                             "decode.hard_choice, normally expectation); soft models take only expectation")
-    # its name before the config had one word for it (decode.hard_attention)
-    parser.add_argument("--hard-attention", dest="hard_choice", choices=HardAttention.CHOICES, help=argparse.SUPPRESS)
-
-
 def _add_eval_arguments(parser: argparse.ArgumentParser) -> None:
-    _add_quiet_argument(parser)
+    add_quiet_argument(parser)
     parser.add_argument("--checkpoint", required=True, metavar="FILE", help="best.pt or last.pt of a run")
     parser.add_argument("--split", default="test", help="train, val or test of the checkpoint's data (default: test)")
     parser.add_argument("--beam-size", type=int, help="default: the checkpoint config's decode.beam_size")
-    _add_hard_choice_argument(parser)
+    add_hard_choice_argument(parser)
     parser.add_argument("--out", metavar="FILE", help="write the metrics here as JSON")
     parser.add_argument("--results", metavar="FILE", help="COCO results file [{image_id, caption}] (default: "
                         "beside --out, named after it: metrics_test.json -> metrics_test_captions.json)")
@@ -198,7 +161,7 @@ def _add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("overrides", nargs="*", metavar="key.sub=value", help="e.g. data.root=/data/shapes")
 
 
-@_guarded
+@guarded
 def _evaluate(args: argparse.Namespace) -> int:
     from captioning.eval.evaluate import evaluate_checkpoint, write_evaluation
 
@@ -229,90 +192,9 @@ def eval_main(argv: Sequence[str] | None = None) -> int:
     return _evaluate(parser.parse_args(argv))
 
 
-# caption -------------------------------------------------------------------------------------------
-
-def _split_overrides(values: Sequence[str]) -> tuple[list[str], list[str]]:
-    """IMAGE and key.sub=value arguments share the command line: an override is a dotted key with
-    `=` that is not also an existing file."""
-    images, overrides = [], []
-    for value in values:
-        is_override = "=" in value and "." in value.split("=", 1)[0] and not Path(value).exists()
-        (overrides if is_override else images).append(value)
-    return images, overrides
-
-
-def _caption(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
-    from captioning.api import Captioner, Unreadable, find_images, read_list, reading_workers
-    from captioning.eval.page import OverlayFolder
-
-    if args.quiet:
-        quiet()
-    given, overrides = _split_overrides(args.inputs)
-    try:
-        paths = find_images([*given, *(read_list(args.list) if args.list else [])], recursive=args.recursive)
-        captioner = Captioner.from_checkpoint(args.checkpoint, device=default_device(args.device), overrides=overrides)
-    except EXPECTED_ERRORS as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    if not paths:
-        print("error: no images given (files, folders, glob patterns or --list FILE)", file=sys.stderr)
-        return 2
-    workers = args.workers if args.workers is not None else (0 if len(paths) <= args.batch_size else
-                                                             reading_workers())
-    try:
-        stream = captioner.caption_files(paths, batch_size=args.batch_size, num_workers=workers,
-                                         progress=sys.stderr.isatty() or len(paths) > 8,
-                                         beam_size=args.beam_size, hard_choice=args.hard_choice)
-    except ConfigError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    overlays = OverlayFolder(Path(args.overlays), animation=args.gif) if args.overlays else None
-    failures, captioned, results = 0, 0, []
-    try:
-        for result in stream:
-            if isinstance(result, Unreadable):
-                failures += 1
-                tqdm.write(f"error: {result.error}", file=sys.stderr)
-                continue
-            captioned += 1
-            print(json.dumps(result.to_json()) if args.json else f"{result.source}\t{result.caption}", flush=True)
-            if overlays is not None:
-                try:
-                    overlays.add(result)
-                except (OSError, ValueError, RuntimeError) as error:  # e.g. the file changed since it was read
-                    failures += 1
-                    message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-                    tqdm.write(f"error: {result.source}: overlays not written ({message})", file=sys.stderr)
-            if args.coco_results:
-                results.append(result)
-    except KeyboardInterrupt:
-        print(f"interrupted after {captioned} of {len(paths)} images", file=sys.stderr)
-        return 130
-    finally:
-        if overlays is not None:
-            overlays.finish()
-    if args.coco_results:
-        _write_coco_results(results, args.coco_results)
-    return 1 if failures else 0
-
-
-def _write_coco_results(results: list, path: str) -> None:
-    """[{image_id, caption}], what the COCO evaluation server takes; images without an id in their
-    name are left out, and said so."""
-    records = [{"image_id": r.image_id, "caption": r.caption} for r in results if r.image_id is not None]
-    left_out = [r.source for r in results if r.image_id is None]
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(json.dumps(records))
-    if left_out:
-        print(f"note: {len(left_out)} images left out of {path}: their names carry no COCO image id "
-              f"(e.g. {left_out[0]})", file=sys.stderr)
-
-
 # inspect -------------------------------------------------------------------------------------------
 
-@_guarded
+@guarded
 def _inspect(args: argparse.Namespace) -> int:
     from captioning.checkpoint import describe, load_checkpoint
 
@@ -320,7 +202,7 @@ def _inspect(args: argparse.Namespace) -> int:
     return 0
 
 
-@_guarded
+@guarded
 def _verify(args: argparse.Namespace) -> int:
     from captioning.train.verify import report, verify
 
@@ -351,33 +233,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "your own photos would come: DIR/images/ and DIR/captions.csv, no splits (docs/data.md)")
     shapes.set_defaults(run=_make_shapes)
 
-    caption = commands.add_parser(
-        "caption", help="caption images, optionally with per-word attention overlays and a page to browse them",
-        description="Caption image files, folders and glob patterns, in batches, in the order given. A file "
-                    "that cannot be read gets one line on stderr and the others are captioned (exit code 1).")
-    caption.add_argument("inputs", nargs="*", metavar="IMAGE|FOLDER|GLOB|key.sub=value",
-                         help="images, folders of images, glob patterns ('photos/*.jpg'); and overrides of what "
-                              "inference may change: encoder.weights_path, decode.*")
-    caption.add_argument("--list", metavar="FILE", help="also the images in FILE, one path per line")
-    caption.add_argument("--recursive", "-r", action="store_true", help="folders: their sub-folders too")
-    caption.add_argument("--checkpoint", required=True, metavar="FILE", help="best.pt or last.pt of a run")
-    caption.add_argument("--beam-size", type=int, help="default: the checkpoint config's decode.beam_size")
-    _add_hard_choice_argument(caption)
-    caption.add_argument("--batch-size", type=int, default=16, help="images encoded and decoded at once (16)")
-    caption.add_argument("--workers", type=int, help="processes reading the images (default: one per four cores "
-                         "up to 4, none on four cores or fewer or for a single batch)")
-    caption.add_argument("--overlays", metavar="DIR", help="write DIR/<image>/ (a JPEG per word, grid.jpg, "
-                         "image.jpg) and DIR/index.html to browse them (hard attention with argmax or sample: "
-                         "the chosen cell outlined over each map)")
-    caption.add_argument("--gif", action="store_true", help="with --overlays: also DIR/<image>/words.gif, a "
-                         "frame per word")
-    caption.add_argument("--json", action="store_true", help="one JSON object per line (image, caption, tokens, "
-                         "and image_id where the file name carries a COCO id)")
-    caption.add_argument("--coco-results", metavar="FILE", help="write [{image_id, caption}] for the COCO "
-                         "evaluation server (images whose name carries a COCO id)")
-    caption.add_argument("--device", help="cpu, cuda, cuda:1 ... (default: cuda if available)")
-    _add_quiet_argument(caption)
-    caption.set_defaults(run=_caption)
+    add_caption_command(commands)
 
     inspect = commands.add_parser("inspect", help="what a checkpoint holds (config, progress, tensors), read "
                                   "without unpickling code")
@@ -390,7 +246,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     check.add_argument("overrides", nargs="*", metavar="key.sub=value", help="e.g. data.root=/data/coco")
     check.add_argument("--tolerance", type=float, default=1e-4, help="largest difference that reproduces (1e-4)")
     check.add_argument("--device", help="cpu, cuda, cuda:1 ... (default: cuda if available)")
-    _add_quiet_argument(check)
+    add_quiet_argument(check)
     check.set_defaults(run=_verify)
 
     prepare = commands.add_parser("prepare", help="the vocabulary of the training split -> TRAIN.OUT_DIR/vocab.json")
@@ -424,7 +280,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `captioning caption photos/ | head`: the reader has gone; so do we, quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,0 +1,47 @@
+"""What the commands share: the errors that end a command in one line (the file and the problem,
+exit code 2), and the arguments several commands take."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+
+from captioning.checkpoint import CheckpointError
+from captioning.config import ConfigError
+from captioning.data.images import ImageReadError
+from captioning.data.karpathy import DatasetError
+from captioning.model.encoder import EncoderWeightsError
+from captioning.progress import quiet
+from captioning.runtime.distributed import DistributedError
+from captioning.train.step import TrainingError
+
+EXPECTED_ERRORS = (CheckpointError, ConfigError, DatasetError, DistributedError, EncoderWeightsError, ImageReadError,
+                   TrainingError)
+
+
+def guarded(function: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        if getattr(args, "quiet", False):
+            quiet()
+        try:
+            return function(args)
+        except EXPECTED_ERRORS as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+    return run
+
+
+def add_quiet_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--quiet", "-q", action="store_true", help="no progress bars (they are off anyway where "
+                        "stderr is not a terminal)")
+
+
+def add_hard_choice_argument(parser: argparse.ArgumentParser) -> None:
+    from captioning.model.attention import HardAttention
+
+    parser.add_argument("--hard-choice", choices=HardAttention.CHOICES,
+                        help="how a hard attention model picks its cell per word (default: the checkpoint config's "
+                             "decode.hard_choice, normally expectation); soft models take only expectation")
+    # its name before the config had one word for it (decode.hard_attention)
+    parser.add_argument("--hard-attention", dest="hard_choice", choices=HardAttention.CHOICES, help=argparse.SUPPRESS)
