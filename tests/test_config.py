@@ -1,4 +1,4 @@
-"""Config loading: defaults, one level of `base:`, the file, then `key.sub=value` overrides."""
+"""Config loading: defaults, the chain of `base:` files, the file, then `key.sub=value` overrides."""
 
 from __future__ import annotations
 
@@ -38,12 +38,22 @@ def test_base_is_read_first_relative_to_the_file_and_the_file_wins(tmp_path):
     assert config.train.lr == Config().train.lr  # from the defaults
 
 
-def test_a_base_naming_a_base_is_an_error(tmp_path):
-    write(tmp_path / "grand.yaml", "train:\n  epochs: 1\n")
-    write(tmp_path / "base.yaml", "base: grand.yaml\ntrain:\n  epochs: 2\n")
-    path = write(tmp_path / "child.yaml", "base: base.yaml\n")
-    with pytest.raises(ConfigError, match="base"):
-        load_config(path)
+def test_bases_chain_the_nearest_winning_each_relative_to_the_file_that_names_it(tmp_path):
+    (tmp_path / "far").mkdir()
+    write(tmp_path / "far" / "grand.yaml", "train:\n  epochs: 1\n  lr: 0.5\nmodel:\n  hidden_dim: 8\n")
+    write(tmp_path / "base.yaml", "base: far/grand.yaml\ntrain:\n  epochs: 2\n")
+    path = write(tmp_path / "child.yaml", "base: base.yaml\nmodel:\n  hidden_dim: 16\n")
+    config = load_config(path)
+    assert (config.train.epochs, config.train.lr, config.model.hidden_dim) == (2, 0.5, 16)
+
+
+def test_a_circle_of_bases_is_one_line_naming_the_chain(tmp_path):
+    write(tmp_path / "a.yaml", "base: b.yaml\n")
+    write(tmp_path / "b.yaml", "base: ./a.yaml\n")
+    with pytest.raises(ConfigError) as refused:
+        load_config(tmp_path / "a.yaml")
+    message = str(refused.value)
+    assert "already in its chain" in message and "a.yaml -> " in message and "\n" not in message
 
 
 def test_missing_base_file_is_a_config_error(tmp_path):
@@ -197,6 +207,7 @@ def test_round_trip_through_to_dict_and_from_dict():
     (["model.local.sigma=2.0"], "model.local applies to the local score only"),
     (["decode.hard_choice=argmax"], "decode.hard_choice=argmax applies to hard attention only"),
     (["encoder.fine_tune_from=layer9"], "encoder.fine_tune_from 'layer9' is not a stage of efficientnet_lite0"),
+    (["encoder.name=vgg19", "encoder.layer=head"], "encoder.layer=head is an EfficientNet's; vgg19 takes stride16 or"),
     (["train.epochs=ten"], "train.epochs must be an integer, got 'ten'"),
     (["train.epochs=2.5"], "train.epochs must be an integer"),
     (["model.extras.query_word=1"], "model.extras.query_word must be true or false"),
@@ -226,6 +237,7 @@ def test_every_encoder_stage_the_config_accepts_is_one_the_encoder_has(resnet18_
     from captioning.model.encoder import _cut, _vgg_stages, build_encoder
 
     for name, layer, weights in (("efficientnet_lite0", "stride16", None), ("efficientnet_lite0", "stride32", None),
+                                 ("efficientnet_lite2", "head", None),
                                  ("resnet18", "stride16", resnet18_file), ("resnet18", "stride32", resnet18_file)):
         encoder = build_encoder(name=name, layer=layer, weights_path=None if weights is None else str(weights))
         assert stage_names(name, layer) == [stage for stage, _ in encoder.body.named_children()], (name, layer)

@@ -127,6 +127,8 @@ def _combinations(config: Config) -> list[str]:
         problems.append("data.augment needs the encoder on the fly (cached annotations are computed once per "
                         "image): set data.feature_cache=false or encoder.fine_tune_from")
     stages = choices.stage_names(e.name, e.layer)
+    if e.name in choices.ENCODERS and e.layer in choices.LAYERS and not stages:
+        problems.append(f"encoder.layer={e.layer} is an EfficientNet's; {e.name} takes stride16 or stride32")
     if e.fine_tune_from is not None and e.fine_tune_from not in stages:
         problems.append(f"encoder.fine_tune_from '{e.fine_tune_from}' is not a stage of {e.name} cut at {e.layer} "
                         f"(stages: {', '.join(stages)})")

