@@ -19,6 +19,10 @@ class DataConfig:
     # folder: a folder of your own images and `captions_file` (data/collection.py, docs/data.md).
     dataset: str = "shapes"
     root: str = "data/shapes"  # every relative path below is relative to this folder
+    # Where a run keeps what it computes from the data (features/: the annotation caches, tokens/:
+    # the tokenized captions); None: data.root. Set it where data.root is read-only (a cluster's
+    # dataset mount, a shared download).
+    cache_root: str | None = None
     split_file: str = "dataset_shapes.json"  # Karpathy-format: dataset_coco.json, dataset_flickr8k.json ...
     image_dir: str = ""  # images are image_dir/filepath/filename (Flickr entries have no filepath)
     captions_file: str = "captions.csv"  # folder only: rows of image, caption[, split] (.csv, or JSON Lines)

@@ -64,6 +64,17 @@ def read_records(data: DataConfig, split: str) -> list[ImageRecord]:
     return list(itertools.islice((r for r in records if r.path.is_file()), data.max_images))
 
 
+def held_out_note(data: DataConfig) -> str | None:
+    """One line where the data has no test split (a split file whose test images are held out, as a
+    user holding back their own test set has): training and `eval.py --split val` need none."""
+    try:
+        read_records(data, "test")
+    except DatasetError as error:
+        return (f"note: no test split ({error}): models are selected and scored on val "
+                "(eval.py --split val); the checkpoints' record names no test images")
+    return None
+
+
 def _all_records(data: DataConfig, split: str) -> list[ImageRecord]:
     if data.dataset not in DATASETS:
         raise DatasetError(f"unknown dataset '{data.dataset}' (known: {', '.join(DATASETS)})")

@@ -189,7 +189,7 @@ def check_free_space(directory: Path, split: str, *, images: int, cells: int, ch
     if need > free:
         raise DatasetError(f"{directory}: the {split} feature cache needs {_size(need)} ({images} images x {cells} "
                            f"cells x {channels} channels x 2 bytes) and {_size(free)} is free there; free some "
-                           "space, or give data.root a disk with room")
+                           "space, or set data.cache_root to a disk with room")
 
 
 def _size(count: int) -> str:
@@ -335,7 +335,14 @@ def load_or_compute(directory: Path, split: str, records: list[ImageRecord], *, 
         return cached
     # Two runs started at once on the same data would write the same partial file: the second waits,
     # then finds the first one's cache.
-    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        probe = directory / f".{split}.writable.{os.getpid()}"
+        probe.touch()
+        probe.unlink()
+    except OSError as error:  # a read-only dataset mount: say where the cache can go instead
+        raise DatasetError(f"{directory}: the {split} feature cache cannot be written there "
+                           f"({error.strerror or error}); set data.cache_root to a folder that can hold it") from error
     with FileLock(directory / f".{split}.lock"):
         cached = read_cache(directory, split, records)
         if cached is not None:

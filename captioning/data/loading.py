@@ -3,6 +3,7 @@ feature cache or, for an encoder that runs on the fly, over the image files."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -11,6 +12,7 @@ import torch
 from torch.utils.data import Dataset
 
 from captioning.config import Config
+from captioning.data.coco import held_out_note
 from captioning.data.dataset import Batch, CaptionPairs, ImageCaptionPairs, collate, collate_image_pairs
 from captioning.data.features import EncodedImages
 from captioning.data.karpathy import DatasetError
@@ -51,6 +53,9 @@ def load_run_data(config: Config, *, vocab_words: list[str] | None, encoder: Enc
     vocab = Vocabulary(vocab_words) if vocab_words is not None else run_vocabulary(config)
     if context.is_main:
         distributed.barrier(context, name="waiting for rank 0 to prepare the data")
+        note = held_out_note(config.data)
+        if note is not None:
+            print(note, file=sys.stderr)
     train, val = splits["train"], splits["val"]
     captions = tokenized(train.records, cache=tokens_dir(config.data))
     pairs = training_pairs(config, train, captions, vocab, encoder=encoder)

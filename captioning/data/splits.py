@@ -76,7 +76,7 @@ def uses_feature_cache(config: Config) -> bool:
 
 def features_dir(config: Config) -> Path:
     d, e = config.data, config.encoder
-    return cache_dir(d.root, encoder=e.name, layer=e.layer, image_size=d.image_size,
+    return cache_dir(d.cache_root or d.root, encoder=e.name, layer=e.layer, image_size=d.image_size,
                      weights=weights_identity(e.name, e.weights_path), padding=e.padding)
 
 

@@ -124,10 +124,11 @@ def _each_image(captions: Sequence[Sequence[str]]) -> Iterator[list[list[str]]]:
 
 
 def tokens_dir(data: DataConfig) -> Path | None:
-    """Where a dataset's tokenized captions are kept: beside its feature caches, under data.root.
+    """Where a dataset's tokenized captions are kept: beside its feature caches, under
+    data.cache_root (data.root where it is not set).
     None (not kept) for a run on its first data.max_images images, as a dry run is: a few images
     tokenize in no time, and a file for each such part would only litter data.root."""
-    return Path(data.root) / "tokens" if data.max_images is None else None
+    return Path(data.cache_root or data.root) / "tokens" if data.max_images is None else None
 
 
 def _digest(captions: Sequence[Sequence[str]]) -> str:
@@ -166,4 +167,5 @@ def _save(path: Path, value: Tokenized) -> None:
         with contextlib.suppress(OSError):
             temporary.unlink(missing_ok=True)
         print(f"note: {path.parent}: the tokenized captions cannot be kept there ({error.strerror or error}); "
-              "the next run tokenizes them again", file=sys.stderr)
+              "the next run tokenizes them again (data.cache_root names a folder that can keep them)",
+              file=sys.stderr)

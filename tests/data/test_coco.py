@@ -362,8 +362,8 @@ def test_a_cache_the_disk_cannot_hold_is_refused_in_one_line_before_any_image_is
         write_cache(tmp_path / "small", "train", records, encoder=encoder, image_size=64, batch_size=2)
     assert str(refused.value) == (f"{tmp_path / 'small'}: the train feature cache needs {need / 1e6:.1f} MB "
                                   f"({len(records)} images x {blank.shape[1]} cells x {blank.shape[2]} channels x 2 "
-                                  f"bytes) and {(need - 1) / 1e6:.1f} MB is free there; free some space, or give "
-                                  "data.root a disk with room")
+                                  f"bytes) and {(need - 1) / 1e6:.1f} MB is free there; free some space, or set "
+                                  "data.cache_root to a disk with room")
     assert list((tmp_path / "small").iterdir()) == []  # nothing written
     monkeypatch.undo()  # the disk as it is: the cache is written
     assert write_cache(tmp_path / "small", "train", records, encoder=encoder, image_size=64, batch_size=2).grid
