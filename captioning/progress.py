@@ -1,29 +1,74 @@
-"""Progress bars for long work (training epochs, decoding a split, caching features, reading
-captions, captioning a folder): tqdm on stderr, shown where stderr is a terminal and off elsewhere
-(CI logs, files), and off everywhere with --quiet.
+"""Progress for long work (training epochs, decoding a split, caching features, reading captions,
+captioning a folder), on stderr: a tqdm bar where stderr is a terminal; elsewhere (a job log, nohup,
+a cluster scheduler) a plain line at a steady interval, as training frameworks write their logs:
+the stage, done/total, the rate, the time left and, while training, the step's loss; work done
+within one interval writes nothing there. --quiet turns both off.
 
 --quiet sets CAPTIONING_QUIET=1 in the environment, so that the processes torchrun or a DataLoader
-starts inherit it.
+starts inherit it. CAPTIONING_LOG_SECONDS sets the interval between plain lines (default 30).
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterable
 from typing import Any
 
 from tqdm import tqdm
 
 QUIET = "CAPTIONING_QUIET"
+LOG_SECONDS = "CAPTIONING_LOG_SECONDS"
+LINE_FORMAT = "{desc}: {n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_fmt}{postfix}]"
 
 
 def quiet() -> None:
-    """No progress bars from here on, in this process and the ones it starts."""
+    """No progress from here on, in this process and the ones it starts."""
     os.environ[QUIET] = "1"
 
 
+class LogLines(tqdm):
+    """tqdm's counting and timing, shown as whole lines (no carriage return, no bar) at most every
+    `mininterval` seconds, and once more when the work ends: what a log file can hold."""
+
+    def display(self, msg: str | None = None, pos: int | None = None) -> None:
+        if self.n == getattr(self, "_last_line_n", None):  # close() after a line that said as much
+            return
+        self._last_line_n = self.n
+        self.fp.write(self.format_meter(**{**self.format_dict, "ncols": None}) + "\n")
+        self.fp.flush()
+
+    def set_postfix(self, ordered_dict: Any = None, refresh: bool = True, **kwargs: Any) -> None:
+        super().set_postfix(ordered_dict, refresh=False, **kwargs)  # shown with the next line, not a line of its own
+
+
+class _WholeLines:
+    """A stream that passes on whole lines only: tqdm's own bare newline and carriage return (which
+    place a terminal's cursor) are dropped."""
+
+    def __init__(self, out: Any):
+        self.out = out
+
+    def write(self, text: str) -> None:
+        if text.strip():
+            self.out.write(text)
+
+    def flush(self) -> None:
+        self.out.flush()
+
+
 def bar(iterable: Iterable | None = None, *, show: bool | None = None, **options: Any) -> tqdm:
-    """A tqdm bar on stderr. `show`: None draws it where stderr is a terminal; True or False decide
-    (a command that knows its work is long may show it in a log); --quiet wins over both."""
-    disable = True if os.environ.get(QUIET) == "1" else (None if show is None else not show)
-    return tqdm(iterable, disable=disable, dynamic_ncols=True, **options)
+    """Progress on stderr (or `file`). `show`: None draws a bar where the output is a terminal and
+    writes plain lines elsewhere; True draws a bar whatever the output; False shows nothing; --quiet
+    wins over all three."""
+    if os.environ.get(QUIET) == "1" or show is False:
+        return tqdm(iterable, disable=True, **options)
+    out = options.get("file") or sys.stderr
+    terminal = hasattr(out, "isatty") and out.isatty()
+    if show or terminal:
+        return tqdm(iterable, disable=False, dynamic_ncols=True, **options)
+    seconds = float(os.environ.get(LOG_SECONDS, "30"))
+    # delay: work shorter than one interval writes nothing; longer work, a line each interval and one at its end
+    options = {**options, "file": _WholeLines(out), "mininterval": seconds, "maxinterval": seconds, "miniters": 1,
+               "delay": seconds, "bar_format": LINE_FORMAT, "leave": True}
+    return LogLines(iterable, disable=False, **options)

@@ -185,13 +185,15 @@ def test_caption_in_batches_prints_what_one_at_a_time_prints(tiny_run, images, c
     assert capsys.readouterr().out == alone
 
 
-def test_caption_shows_progress_for_many_images_and_errors_stay_one_line(tiny_run, images, capsys) -> None:
+def test_caption_shows_progress_for_many_images_and_errors_stay_one_line(tiny_run, images, capsys,
+                                                                         monkeypatch) -> None:
+    monkeypatch.setenv("CAPTIONING_LOG_SECONDS", "0")  # stderr is a log here: a line at every update
     given = [images["png"]] * 8 + [images["garbage"], images["jpeg"]]
     code = main(["caption", *given, "--checkpoint", str(tiny_run.checkpoint), "--beam-size", "1", "--batch-size", "4"])
     captured = capsys.readouterr()
     assert code == 1
     assert len(_lines(captured.out)) == 9
-    assert "10/10" in captured.err  # tqdm's bar, finished
+    assert "10/10" in captured.err  # the last progress line
     errors = [line for line in re.split(r"[\r\n]", captured.err) if "error:" in line]
     assert len(errors) == 1 and errors[0].startswith("error: " + images["garbage"])
 
@@ -320,8 +322,9 @@ def test_caption_hands_the_batch_beam_workers_and_progress_to_the_api(stand_in, 
     assert options(4, "--batch-size", "4")["num_workers"] == 0
     assert options(5, "--batch-size", "4")["num_workers"] == 7
     assert options(2, "--workers", "3")["num_workers"] == 3
-    # A progress bar on a terminal, or (stderr not a terminal here) for more than 8 images.
-    assert options(8)["progress"] is False and options(9)["progress"] is True
+    # Progress on a terminal, or (stderr not a terminal here) for more than 8 images: None, which is
+    # a bar on a terminal and plain lines in a log (captioning.progress).
+    assert options(8)["progress"] is False and options(9)["progress"] is None
     defaults = options(2)
     assert defaults["batch_size"] == 16 and defaults["beam_size"] is None  # --help: 16; the checkpoint's
 
@@ -502,7 +505,7 @@ def test_values_after_options_join_the_overrides_and_features_caches_every_split
     assert main(["prepare-features", "data.root=x", "--splits", "val", "model.dropout=0"]) == 0
     assert main(["prepare-features"]) == 0
     assert seen[0].overrides == ["data.root=x", "model.dropout=0"] and seen[0].splits == "val"
-    assert seen[1].overrides == [] and seen[1].splits == "train,val,test"
+    assert seen[1].overrides == [] and seen[1].splits is None  # every split the data has
 
 
 def test_evaluation_scores_the_test_split_unless_told_and_takes_the_old_hard_attention_flag(monkeypatch) -> None:

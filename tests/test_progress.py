@@ -1,21 +1,65 @@
-"""Progress bars: on a terminal, off in logs, off everywhere with --quiet (and in the processes started after)."""
+"""Progress: a bar on a terminal, plain lines at an interval in a log, nothing with --quiet (and in the
+processes started after)."""
 
 from __future__ import annotations
 
 import io
 import os
+import time
 
-from captioning.progress import QUIET, bar, quiet
+from captioning.progress import LOG_SECONDS, QUIET, bar, quiet
 
 
-def test_bars_follow_the_terminal_unless_told(monkeypatch) -> None:
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_a_terminal_gets_a_bar_and_show_false_nothing(monkeypatch) -> None:
     monkeypatch.delenv(QUIET, raising=False)
-    assert bar(range(3), file=io.StringIO()).disable  # not a terminal: off
+    drawn = Terminal()
+    for _ in bar(range(3), file=drawn):
+        pass
+    assert "3/3" in drawn.getvalue() and "\r" in drawn.getvalue()  # a bar redrawn in place
     shown = io.StringIO()
     for _ in bar(range(3), show=True, file=shown):
         pass
     assert "3/3" in shown.getvalue()
-    assert bar(range(3), show=False, file=io.StringIO()).disable
+    silent = io.StringIO()
+    for _ in bar(range(3), show=False, file=silent):
+        pass
+    assert silent.getvalue() == ""
+
+
+def test_a_log_gets_whole_lines_at_an_interval_with_the_loss(monkeypatch) -> None:
+    """Where the output is not a terminal (a job log, nohup): a line every CAPTIONING_LOG_SECONDS with
+    done/total, rate and time left (and the loss set on it), one at the end; no carriage return, no
+    bar, and not a line per step."""
+    monkeypatch.delenv(QUIET, raising=False)
+    monkeypatch.setenv(LOG_SECONDS, "0.1")
+    log = io.StringIO()
+    steps = bar(range(40), file=log, desc="epoch 2", unit="batch", leave=False)
+    for step in steps:
+        time.sleep(0.01)
+        steps.set_postfix(loss=f"{1 / (step + 1):.3f}")
+    text = log.getvalue()
+    lines = text.splitlines()
+    assert "\r" not in text and text.endswith("\n")
+    assert not lines[0].startswith("epoch 2: 0/40 [")  # the first line once an interval has passed
+    assert lines[-1].startswith("epoch 2: 40/40 [") and "batch/s, loss=0.025]" in lines[-1]
+    assert 3 <= len(lines) <= 12, lines  # about every 0.1 s of 0.4 s, not one per step
+    assert all(line.startswith("epoch 2: ") and "<" in line for line in lines)  # elapsed<left on each
+
+
+def test_work_shorter_than_the_interval_writes_nothing_to_a_log(monkeypatch) -> None:
+    monkeypatch.delenv(QUIET, raising=False)
+    monkeypatch.setenv(LOG_SECONDS, "3600")
+    log = io.StringIO()
+    counted = bar(total=500, file=log, unit="image")
+    for _ in range(500):
+        counted.update(1)
+    counted.close()
+    assert log.getvalue() == ""
 
 
 def test_quiet_wins_and_is_inherited(monkeypatch) -> None:

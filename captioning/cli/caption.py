@@ -26,7 +26,8 @@ def add_caption_command(commands: argparse._SubParsersAction) -> None:
                               "inference may change: encoder.weights_path, decode.*")
     caption.add_argument("--list", metavar="FILE", help="also the images in FILE, one path per line")
     caption.add_argument("--recursive", "-r", action="store_true", help="folders: their sub-folders too")
-    caption.add_argument("--checkpoint", required=True, metavar="FILE", help="best.pt or last.pt of a run")
+    caption.add_argument("--checkpoint", metavar="FILE", help="best.pt or last.pt of a run (default: the model "
+                         "that ships with the package, soft attention trained on Flickr8k's photos)")
     caption.add_argument("--beam-size", type=int, help="default: the checkpoint config's decode.beam_size")
     add_hard_choice_argument(caption)
     caption.add_argument("--batch-size", type=int, default=16, help="images encoded and decoded at once (16)")
@@ -67,7 +68,9 @@ def _caption(args: argparse.Namespace) -> int:
     given, overrides = split_overrides(args.inputs)
     try:
         paths = find_images([*given, *(read_list(args.list) if args.list else [])], recursive=args.recursive)
-        captioner = Captioner.from_checkpoint(args.checkpoint, device=default_device(args.device), overrides=overrides)
+        device = default_device(args.device)
+        captioner = (Captioner.from_checkpoint(args.checkpoint, device=device, overrides=overrides) if args.checkpoint
+                     else Captioner.from_pretrained(device=device, overrides=overrides))
     except EXPECTED_ERRORS as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -78,7 +81,7 @@ def _caption(args: argparse.Namespace) -> int:
                                                              reading_workers())
     try:
         stream = captioner.caption_files(paths, batch_size=args.batch_size, num_workers=workers,
-                                         progress=sys.stderr.isatty() or len(paths) > 8,
+                                         progress=None if sys.stderr.isatty() or len(paths) > 8 else False,
                                          beam_size=args.beam_size, hard_choice=args.hard_choice)
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
