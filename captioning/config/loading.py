@@ -1,4 +1,4 @@
-"""Reading a config: defaults, then a YAML file (and its one `base:`), then `key.sub=value`
+"""Reading a config: defaults, then a YAML file (after its chain of `base:` files), then `key.sub=value`
 overrides, or plain data as a checkpoint stores it; unknown keys are errors, and the result is
 checked (checks.py)."""
 
@@ -87,19 +87,21 @@ def _parse_override(text: str) -> tuple[list[str], Any]:
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
-    """Defaults, then `base:` (one level), then the file, then `key.sub=value` overrides; checked."""
+    """Defaults, then the file's `base:` (and its base's, each relative to the file naming it), then
+    the file, then `key.sub=value` overrides; checked."""
     config = Config()
     if path is not None:
-        path = Path(path)
-        values = _read_yaml(path)
-        base = values.pop("base", None)
-        if base is not None:
-            base_path = path.parent / base
-            base_values = _read_yaml(base_path)
-            if "base" in base_values:
-                raise ConfigError(f"{base_path}: a base config cannot name a base of its own")
-            _merge(config, base_values, str(base_path))
-        _merge(config, values, str(path))
+        chain = [Path(path)]  # the file, its base, the base's base ...
+        values = [_read_yaml(chain[0])]
+        while (base := values[-1].pop("base", None)) is not None:
+            base_path = chain[-1].parent / base
+            if any(base_path.resolve() == seen.resolve() for seen in chain):
+                raise ConfigError(f"{chain[-1]}: base {base} names a file already in its chain of bases "
+                                  f"({' -> '.join(str(p) for p in chain)})")
+            chain.append(base_path)
+            values.append(_read_yaml(base_path))
+        for file, file_values in reversed(list(zip(chain, values))):  # the farthest base first
+            _merge(config, file_values, str(file))
     return validate(apply_overrides(config, overrides), str(path) if path is not None else "config")
 
 
