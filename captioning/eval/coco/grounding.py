@@ -4,9 +4,10 @@
   objects a caption names (synonyms.py) against the objects in its image. As in the paper, an
   object is in the image when the instances annotations hold one of its category or a reference
   caption of the image names it (the authors' utils/chair.py reads both). CHAIR_i is the share of
-  the objects named that are not in the image, CHAIR_s the share of captions that name at least one
-  such object; an object named twice in one caption counts once (the paper's sets; chair.py counts
-  every mention). Lower is better.
+  the object mentions that name an object not in the image, counted as the authors' chair.py counts
+  them (every mention: "a dog chasing a dog" names a dog twice); CHAIR_i_once, beside it, counts an
+  object once per caption (the sets of the paper's formula). CHAIR_s is the share of captions that
+  name at least one such object. Lower is better.
 - Attention grounding, attention correctness (Liu et al., 2017) on masks: for each word that names
   an object whose category the instances annotations hold, the share of its map, drawn on the
   image as the encoder saw it (the centre square), inside the union of that category's instance
@@ -35,10 +36,12 @@ def objects_in_image(truth: ImageObjects, references: Sequence[str]) -> set[str]
     return truth.categories | named
 
 
-def hallucinated(words: Sequence[str], present: set[str]) -> tuple[int, int]:
-    """(distinct COCO objects the words name, those not in `present`): one caption's CHAIR counts."""
-    named = {category for _, category in caption_objects(words)}
-    return len(named), len(named - present)
+def hallucinated(words: Sequence[str], present: set[str]) -> tuple[int, int, int, int]:
+    """One caption's CHAIR counts: (mentions of COCO objects, those naming one not in `present`,
+    distinct objects named, those not in `present`)."""
+    mentions = [category for _, category in caption_objects(words)]
+    named = set(mentions)
+    return len(mentions), sum(m not in present for m in mentions), len(named), len(named - present)
 
 
 def grounding_scores(words: Sequence[str], alphas: np.ndarray, truth: ImageObjects) -> tuple[list[float], list[float]]:
@@ -67,7 +70,7 @@ class CocoScorer:
 
     def __init__(self, truths: Sequence[ImageObjects | None], references: Sequence[Sequence[str]]):
         self.truths, self.references = truths, references
-        self.named: list[tuple[int, int]] = []  # per caption: (objects named, those not in the image)
+        self.named: list[tuple[int, int, int, int]] = []  # per caption: hallucinated()
         self.correct: list[float] = []
         self.chance: list[float] = []
 
@@ -92,10 +95,12 @@ class CocoScorer:
 
     def metrics(self) -> dict[str, float]:
         nan = float("nan")
-        named = sum(count for count, _ in self.named)
-        return {"CHAIR_i": sum(wrong for _, wrong in self.named) / named if named else nan,
-                "CHAIR_s": float(np.mean([wrong > 0 for _, wrong in self.named])) if self.named else nan,
-                "CHAIR_objects": named,
+        mentions, wrong, named, wrong_named = (sum(counts) for counts in zip(*self.named)) if self.named \
+            else (0, 0, 0, 0)
+        return {"CHAIR_i": wrong / mentions if mentions else nan,  # as the authors' chair.py: every mention
+                "CHAIR_i_once": wrong_named / named if named else nan,  # each object once per caption
+                "CHAIR_s": float(np.mean([counts[1] > 0 for counts in self.named])) if self.named else nan,
+                "CHAIR_objects": mentions,
                 "attention_correctness": float(np.mean(self.correct)) if self.correct else nan,
                 "attention_correctness_chance": float(np.mean(self.chance)) if self.chance else nan,
                 "attention_words": len(self.correct)}
