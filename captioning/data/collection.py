@@ -23,6 +23,7 @@ from __future__ import annotations
 import csv
 import functools
 import hashlib
+import io
 import json
 from collections import defaultdict
 from collections.abc import Iterable
@@ -75,8 +76,9 @@ def read_rows(path: Path) -> list[Row]:
     one line naming the file and the line."""
     if not path.is_file():
         raise DatasetError(f"{path}: captions file not found (data.captions_file, relative to data.root)")
-    try:
-        text = path.read_text(encoding="utf-8-sig")  # a byte-order mark, as spreadsheets write one, is not text
+    try:  # a byte-order mark, as spreadsheets write one, is not text; newline="": line ends stay as written
+        with open(path, encoding="utf-8-sig", newline="") as file:
+            text = file.read()
     except UnicodeDecodeError as error:
         raise DatasetError(f"{path}: not UTF-8 text ({error})") from error
     rows = _csv_rows(path, text) if path.suffix.lower() == ".csv" else _jsonl_rows(path, text)
@@ -86,7 +88,9 @@ def read_rows(path: Path) -> list[Row]:
 
 
 def _csv_rows(path: Path, text: str) -> list[Row]:
-    reader = csv.DictReader(text.splitlines())
+    # The csv module's own newline handling: a quoted cell may hold a line break, and only \n and \r
+    # end a line (str.splitlines would also break at U+2028, U+2029, NEL and form feed, inside a caption).
+    reader = csv.DictReader(io.StringIO(text, newline=""))
     columns = [c.strip() for c in reader.fieldnames or []]
     if "image" not in columns or "caption" not in columns:
         raise DatasetError(f"{path}: the first line names the columns, image and caption (split optional); "
@@ -106,7 +110,9 @@ def _csv_rows(path: Path, text: str) -> list[Row]:
 
 def _jsonl_rows(path: Path, text: str) -> list[Row]:
     rows = []
-    for line, content in enumerate(text.splitlines(), start=1):
+    # JSON Lines end at \n alone: U+2028 or NEL inside a string written with ensure_ascii=False is text.
+    for line, content in enumerate(text.split("\n"), start=1):
+        content = content.removesuffix("\r")
         if not content.strip():
             continue
         try:

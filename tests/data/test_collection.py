@@ -329,3 +329,23 @@ def test_a_run_whose_captions_file_is_missing_says_so_in_one_line(tmp_path: Path
     data = load_config(REPO_CONFIG, [f"data.root={tmp_path}"]).data
     with pytest.raises(DatasetError, match=f"^{tmp_path / 'captions.csv'}: captions file not found"):
         read_records(data, "train")
+
+
+def test_captions_are_read_whole_at_line_separators_that_are_not_newlines(tmp_path: Path) -> None:
+    """A quoted CSV cell may hold a line break; U+2028, U+2029, NEL and a form feed inside a caption
+    are text, in CSV and in JSON Lines written with ensure_ascii=False; the line numbers that errors
+    name count only real line ends."""
+    odd = "a dog\u2028on a\u0085beach\u2029at\x0cdusk"
+    _folder(tmp_path / "csv", [("a.jpg", "line one\nline two", "train"), ("b.jpg", odd, "val"), ("c.jpg", "x", "test")])
+    csv_rows = {record.path.name: record.captions for split in ("train", "val", "test")
+                for record in _read(tmp_path / "csv" / "captions.csv").records(split)}
+    assert csv_rows == {"a.jpg": ("line one\nline two",), "b.jpg": (odd,), "c.jpg": ("x",)}
+    root = tmp_path / "jsonl"
+    _folder(root, [("a.jpg", "x", "train"), ("b.jpg", "x", "val"), ("c.jpg", "x", "test")])
+    lines = [{"image": "a.jpg", "caption": odd, "split": "train"}, {"image": "b.jpg", "caption": "y", "split": "val"},
+             {"image": "c.jpg", "caption": "z", "split": "test"}]
+    (root / "captions.jsonl").write_text("".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines))
+    assert _read(root / "captions.jsonl").records("train")[0].captions == (odd,)
+    (root / "bad.jsonl").write_text(json.dumps(lines[0], ensure_ascii=False) + "\n{not json\n")
+    with pytest.raises(DatasetError, match="line 2 is not JSON"):
+        _read(root / "bad.jsonl")
