@@ -31,9 +31,16 @@ class Verification:
 
     @property
     def reproduces(self) -> bool:
-        return all(math.isclose(self.now.get(name, math.nan), value, rel_tol=0, abs_tol=self.tolerance)
-                   or (math.isnan(value) and math.isnan(self.now.get(name, math.nan)))
-                   for name, value in self.recorded.items())
+        """Every recorded number again: an integer (a count) exactly, a float within the tolerance
+        (NaN where it was NaN). verify() refuses a record with no number to compare."""
+        return bool(self.recorded) and all(_agrees(value, self.now.get(name, math.nan), self.tolerance)
+                                           for name, value in self.recorded.items())
+
+
+def _agrees(recorded: float, now: float, tolerance: float) -> bool:
+    if isinstance(recorded, int):
+        return now == recorded
+    return math.isclose(now, recorded, rel_tol=0, abs_tol=tolerance) or (math.isnan(recorded) and math.isnan(now))
 
 
 def verify(path: str | Path, *, overrides: tuple[str, ...] = (), device: str | torch.device = "cpu",
@@ -49,12 +56,19 @@ def verify(path: str | Path, *, overrides: tuple[str, ...] = (), device: str | t
         last = history[-1].get("step") if history else None
         raise CheckpointError(f"{path}: saved at step {progress.get('step')}, after its last validation "
                               f"(step {last}): no numbers of these weights to reproduce; verify best.pt")
+    recorded = {name: value for name, value in history[-1].items() if name not in NOT_METRICS}
+    not_numbers = [name for name, value in recorded.items()
+                   if not isinstance(value, (int, float)) or isinstance(value, bool)]
+    if not_numbers:
+        raise CheckpointError(f"{path}: its record of the validation at step {progress.get('step')} holds values that "
+                              f"are not numbers ({', '.join(not_numbers)}): nothing to compare them with")
+    if not recorded:
+        raise CheckpointError(f"{path}: its record of the validation at step {progress.get('step')} holds no "
+                              "numbers: nothing to compare")
     trained = load_trained(path, overrides=overrides, device=device, payload=payload)
     config = trained.config
     val, annotations = trained.split("val")  # a fine-tuned encoder's own annotations, as its validation read them
     now = validate(trained.decoder, val, trained.vocab, config, device=device, annotations=annotations) or {}
-    recorded = {name: value for name, value in history[-1].items()
-                if name not in NOT_METRICS and isinstance(value, float)}
     train_ids = [r.image_id for r in read_records(config.data, "train")]
     current = {**run_record(config, train_ids=train_ids, val_ids=val.image_ids, vocab=trained.vocab.words),
                "weights": {"decoder": weights_digest(payload["decoder"])}}

@@ -94,3 +94,37 @@ def test_what_cannot_be_verified_says_why_in_one_line(edit, said, tiny_run, tmp_
     assert main(["verify", str(changed), f"data.root={tiny_run.data_root}"]) == 2
     errors = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert len(errors) == 1 and said in errors[0]
+
+
+def _last_validation(edit):
+    def change(payload):
+        edit(payload["progress"]["history"][-1])
+    return change
+
+
+@pytest.mark.parametrize("edit, said", [
+    (lambda entry: [entry.pop(k) for k in list(entry) if k not in ("step", "epoch", "lr", "seconds")],
+     "holds no numbers: nothing to compare"),
+    (lambda entry: entry.update({k: str(v) for k, v in entry.items() if k not in ("step", "epoch", "lr", "seconds")}),
+     "holds values that are not numbers (Bleu_1, "),
+])
+def test_verify_refuses_a_record_with_nothing_to_compare(edit, said, tiny_run, tmp_path, capsys) -> None:
+    """Metrics removed from the record, or turned to text: verify never says "reproduces" having
+    compared nothing (all([]) is true); it refuses in one line, exit 2."""
+    changed = _edited(tiny_run.checkpoint, tmp_path / "x.pt", _last_validation(edit))
+    assert main(["verify", str(changed), f"data.root={tiny_run.data_root}"]) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(errors) == 1 and said in errors[0], errors
+
+
+def test_verify_compares_a_recorded_count_exactly(tiny_run, tmp_path) -> None:
+    """An integer the validation recorded (the words scored for attention) is compared exactly: one
+    more than now is a difference, however small against the float tolerance."""
+    entry = load_checkpoint(tiny_run.checkpoint)["progress"]["history"][-1]
+    counts = [name for name, value in entry.items() if type(value) is int and name not in ("step", "epoch")]
+    assert counts, entry
+    changed = _edited(tiny_run.checkpoint, tmp_path / "x.pt",
+                      _last_validation(lambda e: e.update({counts[0]: e[counts[0]] + 1})))
+    verification = verify(changed, overrides=(f"data.root={tiny_run.data_root}",), tolerance=10.0)
+    assert not verification.reproduces
+    assert verify(tiny_run.checkpoint, overrides=(f"data.root={tiny_run.data_root}",)).reproduces
