@@ -34,6 +34,7 @@ from PIL import Image, UnidentifiedImageError
 
 from captioning.config import DataConfig
 from captioning.data.karpathy import DatasetError, ImageRecord, first_names
+from captioning.data.vocab import tokenize
 
 SPLITS = ("train", "val", "test")
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff")
@@ -60,6 +61,11 @@ class Collection:
     splits: dict[str, str]  # every image's split, made ones included
     made: dict[str, list[str]] = field(default_factory=dict)  # split -> the images the seed put there
     empty_captions: list[int] = field(default_factory=list)  # line numbers of empty captions
+    # line numbers of captions with no word once tokenized ("...", "!!"), dropped as an empty caption
+    # is; and of rows that repeat an earlier row's image and caption (tokenized alike), kept: two
+    # annotators may write the same words, and each is a reference as COCO's are, but prepare says so
+    wordless_captions: list[int] = field(default_factory=list)
+    duplicate_rows: list[int] = field(default_factory=list)
 
     def records(self, split: str) -> list[ImageRecord]:
         """The images of one split with their captions; image ids are the order the file first names
@@ -150,13 +156,20 @@ def read_collection(captions_file: str | Path, *, image_root: str | Path, seed: 
     rows = read_rows(captions_file)
     captions: dict[str, list[str]] = {}
     given: dict[str, set[str]] = defaultdict(set)
-    empty = []
+    empty, wordless, duplicates = [], [], []
+    seen: set[tuple[str, tuple[str, ...]]] = set()
     for row in rows:
         captions.setdefault(row.image, [])
-        if row.caption.strip():
-            captions[row.image].append(row.caption)
-        else:
+        words = tuple(tokenize(row.caption))
+        if not row.caption.strip():
             empty.append(row.line)
+        elif not words:  # an empty training target and reference
+            wordless.append(row.line)
+        else:
+            if (row.image, words) in seen:  # counts twice in training and as a reference: said, not hidden
+                duplicates.append(row.line)
+            seen.add((row.image, words))
+            captions[row.image].append(row.caption)
         if row.split:
             given[row.image].add(row.split)
     twice = [image for image in captions if len(given[image]) > 1]
@@ -166,7 +179,8 @@ def read_collection(captions_file: str | Path, *, image_root: str | Path, seed: 
                            f"{'; ...' if len(twice) > SHOWN else ''}); give each image one split")
     splits = {image: next(iter(given[image]), "") for image in captions}
     made = _make_missing_splits(splits, seed=seed, share=share, source=captions_file)
-    return Collection(captions_file, Path(image_root), list(captions), captions, splits, made, empty)
+    return Collection(captions_file, Path(image_root), list(captions), captions, splits, made, empty, wordless,
+                      duplicates)
 
 
 def _make_missing_splits(splits: dict[str, str], *, seed: int, share: float, source: Path) -> dict[str, list[str]]:
@@ -249,6 +263,14 @@ def check(collection: Collection, *, max_bad_images: float, readable: bool = Tru
         plural = "s" if len(lines) > 1 else ""
         findings.append(f"{len(lines)} empty caption{plural} dropped ({collection.captions_file.name} "
                         f"line{plural} {first_names([str(n) for n in lines])})")
+    name = collection.captions_file.name
+    for lines, what in ((collection.wordless_captions, "with no word once tokenized dropped"),
+                        (collection.duplicate_rows, "repeating an earlier row's image and caption, kept (each "
+                                                    "counts in training and as a reference)")):
+        if lines:
+            plural = "s" if len(lines) > 1 else ""
+            findings.append(f"{len(lines)} caption{plural} {what} ({name} line{plural} "
+                            f"{first_names([str(n) for n in lines])})")
     uncaptioned = [image for image in collection.images if not collection.captions[image]]
     if uncaptioned:
         findings.append(f"{_images(len(uncaptioned))} with only empty captions, not used "

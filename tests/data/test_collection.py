@@ -349,3 +349,22 @@ def test_captions_are_read_whole_at_line_separators_that_are_not_newlines(tmp_pa
     (root / "bad.jsonl").write_text(json.dumps(lines[0], ensure_ascii=False) + "\n{not json\n")
     with pytest.raises(DatasetError, match="line 2 is not JSON"):
         _read(root / "bad.jsonl")
+
+
+def test_a_caption_with_no_word_is_dropped_and_a_repeated_row_named(tmp_path: Path) -> None:
+    """"..." tokenizes to nothing (an empty target and reference): dropped. A row repeating an earlier
+    row's image and caption, spelt alike once tokenized, weighs that caption twice: kept (annotators
+    do write the same words), but no longer silently. prepare names each kind in one line with its
+    count and lines; the same caption of another image is no repeat."""
+    rows = [("a.jpg", "A dog runs.", "train"), ("a.jpg", "...", "train"), ("a.jpg", "a dog runs .", "train"),
+            ("b.jpg", "a dog runs", "val"), ("b.jpg", "!!", "val"), ("c.jpg", "a cat", "test"),
+            ("a.jpg", "A dog runs.", "train")]
+    captions_file = _folder(tmp_path, rows)
+    collection = _read(captions_file)
+    assert collection.captions == {"a.jpg": ["A dog runs.", "a dog runs .", "A dog runs."], "b.jpg": ["a dog runs"],
+                                   "c.jpg": ["a cat"]}
+    assert check(collection, max_bad_images=0.0) == [
+        "2 captions with no word once tokenized dropped (captions.csv lines 3, 6)",
+        "2 captions repeating an earlier row's image and caption, kept (each counts in training and as a "
+        "reference) (captions.csv lines 4, 8)",
+    ]
