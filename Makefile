@@ -1,4 +1,5 @@
-# `make demo`: set up, then make the shapes data, train, evaluate and caption on the embedded default.
+# `make demo`: set up, then make the shapes data, train, evaluate and caption on the embedded default;
+#   then caption scikit-image's real sample photos with the shipped Flickr8k model (runs/photos).
 # `make demo CONFIG=configs/shapes_hard.yaml`: the same with hard attention (runs/shapes_hard).
 # `make test`: set up, then run the test suite (what CI runs). It needs Java (METEOR, the PTB tokenizer),
 #   prints every skip with its reason and fails on a skip that tests/allowed_skips.txt does not allow.
@@ -18,6 +19,7 @@ PY := $(VENV)/bin/python
 DATA ?= data/shapes
 CONFIG ?= configs/shapes_soft.yaml
 RUN ?= runs/$(basename $(notdir $(CONFIG)))
+PHOTOS ?= runs/photos
 
 .PHONY: install demo test require-java test-fast lint tables browser-check kill-check mutate clean
 
@@ -38,11 +40,14 @@ demo: install
 	$(PY) eval.py --checkpoint $(RUN)/best.pt --split test --out $(RUN)/metrics_test.json && \
 	$(PY) -m captioning.cli caption $(DATA)/images/test/test_00000.png $(DATA)/images/test/test_00001.png \
 		$(DATA)/images/test/test_00002.png --checkpoint $(RUN)/best.pt --overlays $(RUN)/overlays && \
+	$(PY) -m captioning.cli sample-photos --out $(PHOTOS)/images >/dev/null && \
+	$(PY) -m captioning.cli caption $(PHOTOS)/images --overlays $(PHOTOS)/overlays && \
 	echo && echo "demo done in $$(( $$(date +%s) - start )) s:" && \
 	echo "  data:        $(DATA) (images, COCO captions, Karpathy split, object boxes)" && \
 	echo "  checkpoints: $(RUN)/best.pt, $(RUN)/last.pt" && \
 	echo "  metrics:     $(RUN)/metrics_test.json; captions: $(RUN)/metrics_test_captions.json" && \
 	echo "  overlays:    $(RUN)/overlays/<image>/ (a JPEG per word, grid.jpg) and index.html to browse them" && \
+	echo "  real photos: $(PHOTOS)/overlays/index.html (the shipped Flickr8k model on scikit-image's photos)" && \
 	echo "  tensorboard: $(VENV)/bin/tensorboard --logdir $(RUN)/tensorboard"
 
 test: require-java install
@@ -62,6 +67,7 @@ tables: install
 	$(PY) -m studies.hard_seeds.run --tables-only
 	$(PY) -m studies.position_in_features.run --tables-only
 	$(PY) -m studies.scst.run --tables-only
+	$(PY) -m studies.flickr8k.run --tables-only
 
 lint: install
 	$(VENV)/bin/ruff check captioning tests studies benchmarks train.py eval.py

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from captioning.checkpoint import load_trained
+from captioning.checkpoint import load_trained, pretrained_path
 from captioning.config import Config
 from captioning.data.features import ImageFiles, collate_pixels
 from captioning.data.images import ImageReadError, load_image, to_tensor, upright_rgb
@@ -163,6 +163,14 @@ class Captioner:
         return cls(trained.model(), trained.vocab, trained.config,
                    device=default_device(None if device is None else str(device)), name=str(path))
 
+    @classmethod
+    def from_pretrained(cls, name: str = "flickr8k", *, device: str | torch.device | None = None,
+                        overrides: Sequence[str] = ()) -> Captioner:
+        """A model that ships inside the package: "flickr8k", soft attention trained on Flickr8k's
+        6 000 training photos (research use; its record and numbers: docs/results.md). Its encoder,
+        EfficientNet-Lite2, comes with its own package's ImageNet weights."""
+        return cls.from_checkpoint(pretrained_path(name), device=device, overrides=overrides)
+
     # One image or a list ---------------------------------------------------------------------------
 
     def caption(self, images: str | Path | Image.Image | Sequence[str | Path | Image.Image], *,
@@ -191,10 +199,11 @@ class Captioner:
 
     def caption_files(self, paths: Sequence[str | Path], *, batch_size: int = 16, num_workers: int = 0,
                       beam_size: int | None = None, hard_choice: str | None = None,
-                      max_length: int | None = None, progress: bool = False) -> Iterator[Captioned | Unreadable]:
+                      max_length: int | None = None, progress: bool | None = False) -> Iterator[Captioned | Unreadable]:
         """A result per path, in input order: Captioned, or Unreadable for a file that cannot be read.
         `num_workers` processes read and resize the files while the model works on the batch before;
-        `progress` draws a tqdm bar on stderr (captioning.progress)."""
+        `progress`: True draws a tqdm bar on stderr, None a bar on a terminal and plain lines in a
+        log (captioning.progress), False nothing."""
         # Checked here, not at the first result: a wrong choice is the caller's error, before any file is read.
         refuse_hard_choice(self.model.decoder, hard_choice or self.config.decode.hard_choice, self.name)
         photos = image_files(paths, size=self.config.data.image_size, mean=self.model.encoder.mean,
@@ -204,7 +213,7 @@ class Captioner:
         return self._stream(loader, [str(path) for path in paths], beam_size=beam_size, hard_choice=hard_choice,
                             max_length=max_length, progress=progress)
 
-    def _stream(self, loader: torch.utils.data.DataLoader, sources: list[str], *, progress: bool,
+    def _stream(self, loader: torch.utils.data.DataLoader, sources: list[str], *, progress: bool | None,
                 **decoding: Any) -> Iterator[Captioned | Unreadable]:
         with progress_bar(total=len(sources), show=progress, unit="image") as bar:
             for batch in loader:  # captioning.data.features.PixelBatch

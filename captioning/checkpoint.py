@@ -31,6 +31,9 @@ from captioning.model.decoder import AttentionDecoder
 from captioning.model.encoder import Encoder
 
 FORMAT_VERSION = 2
+# The models that ship inside the package (decoder and vocabulary; the encoder's weights come from
+# their own package): name -> file under captioning/pretrained/. Each file's record says what made it.
+PRETRAINED = {"flickr8k": "flickr8k_soft.pt"}
 
 
 class CheckpointError(ValueError):
@@ -223,6 +226,9 @@ def describe(payload: dict[str, Any], path: str | Path) -> list[str]:
                 lines.append(f"  record {section:<13} " + ", ".join(f"{k} {v}" for k, v in values.items()))
     else:
         lines.append("  record      none (written before checkpoints recorded what made them)")
+    release = payload.get("release")  # a shipped model's note (for_captioning): its data, numbers, licence
+    if isinstance(release, dict):
+        lines += [f"  release {key:<12} {value}" for key, value in release.items()]
     for part in ("decoder", "training_decoder", "encoder"):
         state = payload.get(part)
         if not isinstance(state, dict):
@@ -236,3 +242,32 @@ def describe(payload: dict[str, Any], path: str | Path) -> list[str]:
     held = ", ".join(resumable) or "no optimizer state"
     lines.append(f"  resumable   {'yes' if len(resumable) == 3 else 'no'} ({held})")
     return lines
+
+
+def pretrained_path(name: str = "flickr8k") -> Path:
+    """The file of a model that ships inside the package (PRETRAINED), checked to be there."""
+    if name not in PRETRAINED:
+        raise CheckpointError(f"no shipped model named '{name}' (shipped: {', '.join(PRETRAINED)})")
+    path = Path(__file__).parent / "pretrained" / PRETRAINED[name]
+    if not path.is_file():
+        raise CheckpointError(f"{path}: the shipped {name} model is missing from this installation; reinstall "
+                              "the package, or pass --checkpoint")
+    return path
+
+
+def for_captioning(payload: dict[str, Any], *, release: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A checkpoint cut down to what captioning reads (config, vocabulary, grid, the decoder's
+    weights in fp16, its record), as the shipped model is: no optimizer state, nothing to resume;
+    about a quarter of a best.pt. `release` (the numbers, the command that made it, the licence)
+    is kept beside the record. The decoder computes in fp32; fp16 storage rounds each weight to
+    about 3 significant digits, so the exported model's captions are those of its own file."""
+    if "encoder" in payload:
+        raise CheckpointError("a fine-tuned encoder's weights are the checkpoint's own: export keeps the "
+                              "decoder only, for a frozen encoder rebuilt from its package")
+    slim = {key: payload[key] for key in ("config", "vocab", "grid", "annotation_dim", "record") if key in payload}
+    slim["decoder"] = {name: value.half() if value.is_floating_point() else value
+                       for name, value in payload["decoder"].items()}
+    slim["progress"] = {key: payload.get("progress", {}).get(key) for key in ("step", "epoch", "best_metric")}
+    if release is not None:
+        slim["release"] = release
+    return slim

@@ -10,7 +10,8 @@ import os
 from tests.tiny import REPO
 
 PAGE = REPO / "docs" / "cli.md"
-COMMANDS = ("make-shapes", "prepare", "prepare-features", "train", "evaluate", "caption", "inspect", "verify")
+COMMANDS = ("make-shapes", "sample-photos", "prepare", "prepare-features", "train", "evaluate", "caption", "inspect",
+            "verify")
 WIDTH = "100"  # argparse wraps at $COLUMNS
 
 

@@ -96,6 +96,15 @@ def _dry_run(config, *, device) -> int:
     return 0
 
 
+@guarded
+def _sample_photos(args: argparse.Namespace) -> int:
+    from captioning.data.photos import write_sample_photos
+
+    for path in write_sample_photos(args.out):
+        print(path)
+    return 0
+
+
 # prepare, prepare-features -------------------------------------------------------------------------
 
 def _add_config_arguments(parser: argparse.ArgumentParser) -> None:
@@ -124,14 +133,19 @@ def _prepare(args: argparse.Namespace) -> int:
 @guarded
 def _prepare_features(args: argparse.Namespace) -> int:
     from captioning.config import load_config
+    from captioning.data.coco import held_out_note
     from captioning.data.prepare import prepare_features
     from captioning.data.splits import features_dir
 
     config = load_config(args.config, args.overrides)
+    names = tuple(args.splits.split(",")) if args.splits else ("train", "val", "test")
+    if args.splits is None and (note := held_out_note(config.data)) is not None:  # held out: nothing to cache
+        print(note, file=sys.stderr)
+        names = ("train", "val")
     if config.encoder.fine_tune_from is not None:
         print(f"note: encoder.fine_tune_from={config.encoder.fine_tune_from}: training runs the encoder on the "
               "fly and does not read this cache (evaluation of a frozen encoder would)", file=sys.stderr)
-    splits = prepare_features(config, splits=tuple(args.splits.split(",")), device=default_device(args.device))
+    splits = prepare_features(config, splits=names, device=default_device(args.device))
     for name, split in splits.items():
         unreadable = f", {split.unreadable} unreadable images left out" if split.unreadable else ""
         print(f"{name}: {len(split.records)} images, annotations {list(split.annotations.shape)} "
@@ -233,6 +247,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "your own photos would come: DIR/images/ and DIR/captions.csv, no splits (docs/data.md)")
     shapes.set_defaults(run=_make_shapes)
 
+    photos = commands.add_parser("sample-photos", help="write scikit-image's public-domain photos (astronaut, "
+                                 "cat, coffee, motorcycle, rocket) as PNG files, to caption")
+    photos.add_argument("--out", required=True, metavar="DIR", help="where the PNG files go")
+    photos.set_defaults(run=_sample_photos)
+
     add_caption_command(commands)
 
     inspect = commands.add_parser("inspect", help="what a checkpoint holds (config, progress, tensors), read "
@@ -256,7 +275,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     features = commands.add_parser("prepare-features",
                                     help="cache the frozen encoder's fp16 annotations of each split (resumable)")
     _add_config_arguments(features)
-    features.add_argument("--splits", default="train,val,test", help="comma-separated (default: train,val,test)")
+    features.add_argument("--splits", help="comma-separated (default: train,val,test, or train,val where the data "
+                          "holds no test split)")
     features.add_argument("--device", help="cpu, cuda, cuda:1 ... (default: cuda if available)")
     features.set_defaults(run=_prepare_features)
 

@@ -1,0 +1,256 @@
+"""Flickr8k on a 2-core CPU: what gets Show, Attend and Tell to the paper's Table 1 row, measured.
+
+    python -m studies.flickr8k.run --data ../shared/flickr8k --cache /tmp/flickr8k   # what has no kept result
+    python -m studies.flickr8k.run --data ../shared/flickr8k --cache /tmp/flickr8k --only features
+    python -m studies.flickr8k.run --tables-only
+
+Every run is configs/flickr8k_soft.yaml (or flickr8k_hard.yaml, flickr8k_scst.yaml) with a few
+overrides, trained through the package's own `fit` on Karpathy's train split and scored on its val
+split as `eval.py --split val` scores it (beam 3 unless the run says otherwise; pycocoevalcap with
+Java). The test split is held out: nothing here reads it. The data folder is only read; the feature
+caches and tokens go to --cache (data.cache_root). Each run's numbers are kept in
+RESULTS/<name>.json (committed), with its training time and the validation curve; a run whose
+result is kept is not trained again, and one whose best.pt is under --out is scored without
+training. --threads sets torch's threads, so that two runs can share the two cores.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from captioning.config import load_config
+from captioning.eval.evaluate import evaluate_checkpoint
+from captioning.train.loop import fit
+from studies.tables import REPO, study_parser, write_between
+
+CONFIGS = REPO / "configs"
+METRICS = ("Bleu_1", "Bleu_4", "METEOR", "ROUGE_L", "CIDEr")
+
+
+@dataclass(frozen=True)
+class Run:
+    group: str  # the table it belongs to
+    label: str  # what it changes, as the table says it
+    overrides: tuple[str, ...] = ()
+    config: str = "flickr8k_soft.yaml"
+    beam_size: int | None = None  # None: the config's (3)
+    start: str | None = None  # SCST: the run whose best.pt it starts from
+    ablation: bool = False  # trained ABLATION_EPOCHS only, set beside the recipe's curve at that epoch
+
+
+# An ablation trains this many epochs (of the recipe's 8) and is compared on the validation curve
+# at that epoch, the recipe's own curve included: 2-core CPU time allows no more.
+ABLATION_EPOCHS = 3
+
+
+def _runs() -> dict[str, Run]:
+    runs = {
+        # what the decoder attends over: encoder x layer x input size (the images are 224² on disk)
+        "lite0_stride16": Run("features", "EfficientNet-Lite0, stride 16, 224² (14x14x112)",
+                              ("encoder.name=efficientnet_lite0", "encoder.layer=stride16"), ablation=True),
+        "lite2_stride16": Run("features", "EfficientNet-Lite2, stride 16, 224² (14x14x120)",
+                              ("encoder.layer=stride16",), ablation=True),
+        "recipe": Run("features", "EfficientNet-Lite2, stride 32, 224² (7x7x352): the recipe"),
+        "lite2_head": Run("features", "EfficientNet-Lite2, head, 224² (7x7x1280)", ("encoder.layer=head",),
+                          ablation=True),
+        "lite2_320": Run("features", "EfficientNet-Lite2, stride 32, 320² (10x10x352)", ("data.image_size=320",),
+                         ablation=True),
+        # the decoder's width and regularization
+        "hidden256": Run("model", "embed 128, hidden 256, attention 128",
+                         ("model.embed_dim=128", "model.hidden_dim=256", "model.attention_dim=128"), ablation=True),
+        "hidden1024": Run("model", "embed 512, hidden 1024, attention 512",
+                          ("model.embed_dim=512", "model.hidden_dim=1024", "model.attention_dim=512"), ablation=True),
+        "dropout0.3": Run("model", "dropout 0.3", ("model.dropout=0.3",), ablation=True),
+        "ds1": Run("model", "doubly stochastic λ = 1 (the authors' COCO script)", ("train.ds_lambda=1.0",),
+                   ablation=True),
+        # seeds of the final recipes
+        "recipe_seed1": Run("seeds", "soft, seed 1", ("train.seed=1",)),
+        "hard": Run("seeds", "hard, seed 0", config="flickr8k_hard.yaml"),
+        "hard_seed1": Run("seeds", "hard, seed 1", ("train.seed=1",), config="flickr8k_hard.yaml"),
+        # self-critical training from the recipe's best.pt
+        "scst": Run("scst", "SCST from the recipe", config="flickr8k_scst.yaml", start="recipe"),
+    }
+    for beam in (1, 2, 5, 10):  # the recipe's checkpoint decoded with other beams (no training)
+        runs[f"recipe_beam{beam}"] = Run("beam", f"beam {beam}", beam_size=beam, start="recipe")
+    return runs
+
+
+RUNS = _runs()
+
+
+def overrides_of(run: Run, *, data: Path, cache: Path, out: Path, name: str) -> list[str]:
+    common = [f"data.root={data}", f"data.cache_root={cache}", f"train.out_dir={out / name}"]
+    start = [f"train.init_from={out / run.start / 'best.pt'}"] if run.config == "flickr8k_scst.yaml" else []
+    epochs = [f"train.epochs={ABLATION_EPOCHS}"] if run.ablation else []
+    return [*common, *start, *run.overrides, *epochs]
+
+
+def curve(run_dir: Path) -> list[dict]:
+    """The validation metrics after each evaluation (greedy, the package's own tokenizer), from the
+    run's log.jsonl."""
+    path = run_dir / "log.jsonl"
+    if not path.exists():
+        return []
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [{"step": row["step"], "epoch": row["epoch"], **row["validation"]} for row in rows if "validation" in row]
+
+
+def run(name: str, spec: Run, *, data: Path, cache: Path, out: Path, results: Path) -> dict:
+    path = results / f"{name}.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    trained = {}
+    if spec.group == "beam":  # the recipe's model, decoded otherwise
+        checkpoint = out / spec.start / "best.pt"
+    else:
+        overrides = overrides_of(spec, data=data, cache=cache, out=out, name=name)
+        checkpoint = out / name / "best.pt"
+        if not checkpoint.exists() or not (out / name / ".finished").exists():
+            config = load_config(CONFIGS / spec.config, overrides)
+            started = time.time()
+            summary = fit(config, resume=(out / name / "last.pt").exists())
+            if summary["interrupted"]:  # stopped by a signal: --resume goes on from last.pt next time
+                raise SystemExit(f"{name}: stopped by {summary['interrupted']}; run it again to go on")
+            trained = {"train_seconds": round(time.time() - started, 1), "steps": summary["steps"]}
+            (out / name / ".finished").write_text(json.dumps(trained))
+        trained = json.loads((out / name / ".finished").read_text())
+    started = time.time()
+    evaluation = evaluate_checkpoint(checkpoint, split="val", beam_size=spec.beam_size,
+                                     overrides=[f"data.root={data}", f"data.cache_root={cache}"])
+    result = {"name": name, "group": spec.group, "label": spec.label, "config": spec.config,
+              "overrides": list(spec.overrides), "beam_size": evaluation.beam_size, "tokenizer": evaluation.tokenizer,
+              **{k: v for k, v in evaluation.metrics.items() if isinstance(v, (int, float))},
+              "decode_seconds": round(time.time() - started, 1), **trained,
+              "curve": curve(out / name) if spec.group != "beam" else [],
+              "torch_threads": torch.get_num_threads()}
+    results.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2))
+    return result
+
+
+def _at(result: dict, epoch: int, metric: str) -> str:
+    """The run's greedy validation `metric` after `epoch` epochs, from its curve."""
+    row = next((r for r in result.get("curve", []) if r["epoch"] == epoch), None)
+    return "–" if row is None else f"{row[metric]:.3f}"
+
+
+def _minutes(result: dict) -> str:
+    return f"{result['train_seconds'] / 60:.0f}" if "train_seconds" in result else "–"
+
+
+def ablation_table(results: dict[str, dict], group: str) -> str:
+    """An ablation group beside the recipe, on the greedy validation curve (what training validates
+    with: the package's own tokenizer) after each of the first ABLATION_EPOCHS epochs."""
+    epochs = range(1, ABLATION_EPOCHS + 1)
+    lines = ["| run | " + " | ".join(f"BLEU-4 after {e}" for e in epochs) + f" | CIDEr after {ABLATION_EPOCHS} |",
+             "|---|" + "---|" * (len(epochs) + 1)]
+    rows = [r for r in results.values() if r["group"] == group and r["name"] != "recipe"]
+    if "recipe" in results:
+        rows.insert(0, {**results["recipe"], "label": results["recipe"]["label"].split(":")[0] + " (the recipe)"})
+    for r in rows:
+        lines.append(f"| {r['label']} | " + " | ".join(_at(r, e, "Bleu_4") for e in epochs)
+                     + f" | {_at(r, ABLATION_EPOCHS, 'CIDEr')} |")
+    return "\n".join(lines) if rows else "(no kept results yet)"
+
+
+def _row(result: dict, label: str | None = None) -> str:
+    cells = [f"{result[m]:.3f}" for m in METRICS]
+    best = max(result["curve"], key=lambda r: r["Bleu_4"])["epoch"] if result.get("curve") else "–"
+    return (f"| {label or result['label']} | " + " | ".join(cells) +
+            f" | {result['distinct_captions']:.0%} | {result['mean_length']:.1f} | {best} | {_minutes(result)} |")
+
+
+HEADER = ("| run | BLEU-1 | BLEU-4 | METEOR | ROUGE-L | CIDEr | distinct captions | words a caption | best epoch | "
+          "train min |\n|---|---|---|---|---|---|---|---|---|---|")
+
+
+def table(results: dict[str, dict], group: str) -> str:
+    """A group scored as eval.py --split val scores it (pycocoevalcap, beam 3 unless it says)."""
+    rows = [_row(r) for r in results.values() if r["group"] == group]
+    if group == "beam" and "recipe" in results:
+        rows.insert(2, _row(results["recipe"], "beam 3 (the recipe's)"))
+    if group == "scst" and "recipe" in results:
+        rows.insert(0, _row(results["recipe"], "the recipe (cross-entropy, the start)"))
+    return "\n".join([HEADER, *rows]) if rows else "(no kept results yet)"
+
+
+def spread(results: dict[str, dict]) -> str:
+    """Mean ± half the range of each final recipe over its seeds."""
+    lines = ["| recipe | seeds | BLEU-1 | BLEU-4 | METEOR | CIDEr |", "|---|---|---|---|---|---|"]
+    for label, names in (("soft", ("recipe", "recipe_seed1")), ("hard", ("hard", "hard_seed1"))):
+        kept = [results[n] for n in names if n in results]
+        if not kept:
+            continue
+        cells = []
+        for metric in ("Bleu_1", "Bleu_4", "METEOR", "CIDEr"):
+            values = [r[metric] for r in kept]
+            cells.append(f"{statistics.mean(values):.3f} ± {(max(values) - min(values)) / 2:.3f}")
+        lines.append(f"| {label} | {len(kept)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+# Xu et al. (2015), Table 1, Flickr8k (VGG-19 features, METEOR as the authors ran it), in percent.
+PAPER = {"soft": {"Bleu_1": 67, "Bleu_2": 44.8, "Bleu_3": 29.9, "Bleu_4": 19.5, "METEOR": 18.93},
+         "hard": {"Bleu_1": 67, "Bleu_2": 45.7, "Bleu_3": 31.4, "Bleu_4": 21.3, "METEOR": 20.30}}
+
+
+def paper_table(results: dict[str, dict]) -> str:
+    """The paper's Flickr8k rows beside ours (each of our rows: one run, on val, beam 3)."""
+    metrics = ("Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4", "METEOR", "CIDEr")
+    lines = ["| model | split | BLEU-1 | BLEU-2 | BLEU-3 | BLEU-4 | METEOR | CIDEr |", "|---|---|" + "---|" * 6]
+    for kind in ("soft", "hard"):
+        paper = PAPER[kind]
+        cells = [f"{paper[m] / 100:.3f}" if m in paper else "–" for m in metrics]
+        lines.append(f"| paper, {kind} (VGG-19) | test | " + " | ".join(cells) + " |")
+        for name in ("recipe", "recipe_seed1", "recipe_beam5") if kind == "soft" else ("hard", "hard_seed1"):
+            if name in results:
+                r = results[name]
+                label = {"recipe": "soft, seed 0",
+                         "recipe_beam5": "soft, seed 0, beam 5 (the beam chosen on val)"}.get(name, r["label"])
+                lines.append(f"| ours, {label} | val | " + " | ".join(f"{r[m]:.3f}" for m in metrics) + " |")
+    if "scst" in results:
+        r = results["scst"]
+        lines.append("| ours, soft + SCST | val | " + " | ".join(f"{r[m]:.3f}" for m in metrics) + " |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = study_parser(__doc__, data="../shared/flickr8k", out="runs/flickr8k", results="studies/flickr8k/results",
+                          data_help="Flickr8k: dataset_flickr8k.json and Flicker8k_Dataset/ (read only)",
+                          table_doc="studies/flickr8k/README.md")
+    parser.add_argument("--cache", default="data/flickr8k_cache", help="data.cache_root: the feature caches")
+    parser.add_argument("--threads", type=int, help="torch threads (default: torch's)")
+    parser.add_argument("--results-doc", default="docs/results.md", help="where the table beside the paper goes")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    data, cache, out, kept = Path(args.data), Path(args.cache), Path(args.out), Path(args.results)
+    results = {}
+    for name, spec in RUNS.items():
+        chosen = args.only is None or args.only in (name, spec.group)
+        if args.tables_only or not chosen:
+            if (kept / f"{name}.json").exists():
+                results[name] = json.loads((kept / f"{name}.json").read_text())
+            continue
+        results[name] = run(name, spec, data=data, cache=cache, out=out, results=kept)
+        print(name, " ".join(f"{m} {results[name][m]:.3f}" for m in METRICS), flush=True)
+    doc, command = Path(args.doc), "python -m studies.flickr8k.run --tables-only"
+    for group in ("features", "model"):
+        write_between(doc, f"flickr8k-{group}", command, ablation_table(results, group))
+    for group in ("beam", "seeds", "scst"):
+        write_between(doc, f"flickr8k-{group}", command, table(results, group))
+    write_between(doc, "flickr8k-spread", command, spread(results))
+    if args.results_doc:
+        write_between(Path(args.results_doc), "flickr8k-paper", command, paper_table(results))
+    print(f"tables written to {doc}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,113 @@
+"""The model that ships inside the package (captioning/pretrained/): it loads without a checkpoint,
+describes scikit-image's real photos as its card (flickr8k_soft.json) and the docs say, looks where
+the card says, and is the file and the preprocessing its record names."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from captioning.api import Captioner
+from captioning.checkpoint import PRETRAINED, load_checkpoint, pretrained_path
+from captioning.cli import main
+from captioning.data.photos import SAMPLE_PHOTOS, sample_photo
+from captioning.model.encoder import IMAGENET_MEAN, IMAGENET_STD, weights_identity
+from captioning.train.record import weights_digest
+from tests.tiny import REPO
+
+pytestmark = pytest.mark.usefixtures("no_network")
+CARD = json.loads(pretrained_path().with_suffix(".json").read_text())
+
+
+@pytest.fixture(scope="module")
+def captioner() -> Captioner:
+    return Captioner.from_pretrained(device="cpu")
+
+
+@pytest.fixture(scope="module")
+def photos():
+    pytest.importorskip("skimage")
+    return [sample_photo(name) for name in SAMPLE_PHOTOS]
+
+
+@pytest.fixture(scope="module")
+def said(captioner, photos):
+    return captioner.caption(photos)
+
+
+def test_the_shipped_file_is_small_and_holds_no_training_state() -> None:
+    path = pretrained_path()
+    assert path.stat().st_size <= 20 * 2**20
+    payload = load_checkpoint(path)
+    assert {"optimizer", "scheduler", "rng", "encoder"}.isdisjoint(payload)
+    assert payload["config"]["encoder"]["name"] == "efficientnet_lite2"  # weights from their own package
+    assert "research use" in payload["release"]["licence"] and "Flickr8k" in payload["release"]["data"]
+    assert payload["release"]["val"] == CARD["release"]["val"]
+
+
+def test_its_weights_are_the_recorded_ones() -> None:
+    """The decoder's weights hash to what the record says, and the encoder's weights file is the one
+    the model was trained on (another file under the package's name would change every caption)."""
+    payload = load_checkpoint(pretrained_path())
+    assert weights_digest(payload["decoder"]) == payload["record"]["weights"]["decoder"]
+    assert payload["record"]["preprocessing"]["weights"] == weights_identity("efficientnet_lite2", None)
+
+
+def test_it_describes_real_photos_as_its_card_says(said) -> None:
+    assert {name: result.caption for name, result in zip(SAMPLE_PHOTOS, said)} == {
+        name: sample["caption"] for name, sample in CARD["samples"].items()}
+
+
+def test_each_word_looks_where_its_card_says(said) -> None:
+    for name, result in zip(SAMPLE_PHOTOS, said):
+        assert [int(alpha.argmax()) for alpha in result.alphas] == CARD["samples"][name]["cells"], name
+        assert result.alphas.shape[1:] == tuple(load_checkpoint(pretrained_path())["grid"])
+
+
+def test_the_docs_show_what_it_says() -> None:
+    readme = (REPO / "README.md").read_text()
+    results = (REPO / "docs" / "results.md").read_text()
+    for sample in CARD["samples"].values():
+        assert sample["caption"] in results
+    assert CARD["samples"][CARD["picture"]]["caption"] in readme
+    assert f"docs/images/flickr8k_{CARD['picture']}.jpg" in readme and (REPO / "docs" / "images" /
+                                                                          f"flickr8k_{CARD['picture']}.jpg").is_file()
+    assert f"{CARD['release']['val']['Bleu_4']:.3f}" in results
+
+
+def test_other_preprocessing_changes_what_it_says(captioner, photos, said, monkeypatch) -> None:
+    """The card's captions are tied to the preprocessing: with ImageNet's mean and std in place of
+    EfficientNet's [-1, 1] scaling, the words and where they look change."""
+    monkeypatch.setattr(captioner.model.encoder, "mean", IMAGENET_MEAN)
+    monkeypatch.setattr(captioner.model.encoder, "std", IMAGENET_STD)
+    other = captioner.caption(photos)
+    captions = [r.caption for r in other] != [r.caption for r in said]
+    cells = [[int(a.argmax()) for a in r.alphas] for r in other] != [[int(a.argmax()) for a in r.alphas] for r in said]
+    assert captions or cells
+
+
+def test_the_caption_command_uses_it_without_a_checkpoint_and_says_what_its_card_says(tmp_path, capsys) -> None:
+    """`make demo`'s last two steps: the sample photos written as files, then captioned."""
+    pytest.importorskip("skimage")
+    assert main(["sample-photos", "--out", str(tmp_path / "photos")]) == 0
+    written = capsys.readouterr().out.split()
+    assert written == [str(tmp_path / "photos" / f"{name}.png") for name in SAMPLE_PHOTOS]
+    assert main(["caption", str(tmp_path / "photos"), "--overlays", str(tmp_path / "overlays")]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert [line.split("\t") for line in lines] == [
+        [path, CARD["samples"][name]["caption"]] for path, name in zip(written, SAMPLE_PHOTOS)]
+    assert (tmp_path / "overlays" / "index.html").is_file()
+
+
+def test_an_unknown_shipped_model_is_one_line() -> None:
+    from captioning.checkpoint import CheckpointError
+
+    with pytest.raises(CheckpointError, match="no shipped model named 'coco'"):
+        Captioner.from_pretrained("coco")
+    assert list(PRETRAINED) == ["flickr8k"]
+
+
+def test_it_decodes_in_float32(captioner) -> None:
+    assert all(p.dtype == torch.float32 for p in captioner.model.decoder.parameters())
