@@ -50,7 +50,7 @@ from captioning.train.cross_entropy import CrossEntropy
 from captioning.train.lock import run_folder
 from captioning.train.logs import RunLog
 from captioning.train.objective import Objective
-from captioning.train.record import run_record, weights_digest
+from captioning.train.record import run_record, run_weights
 from captioning.train.resume import Progress, restore_run, run_payload
 from captioning.train.scst import SelfCriticalObjective
 from captioning.train.signals import StopSignals
@@ -142,8 +142,9 @@ class Run:
                                   objective_state=self.objective.state_dict(), device=self.device)
             if self.record is None:  # what made the run (train/record.py), once: it asks Java and git
                 self.record = run_record(self.config, train_ids=self.data.train.image_ids,
-                                         val_ids=self.data.val.image_ids, vocab=self.data.vocab.words)
-            payload["record"] = {**self.record, "weights": {"decoder": weights_digest(payload["decoder"])}}
+                                         val_ids=self.data.val.image_ids, vocab=self.data.vocab.words,
+                                         val_references=self.data.val.references)
+            payload["record"] = {**self.record, "weights": run_weights(payload)}
             save_checkpoint(self.out / "last.pt", payload)
             if best:
                 save_checkpoint(self.out / "best.pt", payload)

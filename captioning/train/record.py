@@ -11,6 +11,7 @@ parts that differ.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
@@ -41,6 +42,15 @@ def weights_digest(state: dict[str, Any]) -> str:
             hashed.update(name.encode())
             hashed.update(value.detach().cpu().reshape(-1).contiguous().view(torch.uint8).numpy().tobytes())
     return hashed.hexdigest()[:16]
+
+
+def run_weights(payload: dict[str, Any]) -> dict[str, str]:
+    """Digests of the weights a checkpoint holds: its decoder's, and a fine-tuned encoder's (whose
+    weights are the checkpoint's own, not its package's)."""
+    weights = {"decoder": weights_digest(payload["decoder"])}
+    if isinstance(payload.get("encoder"), dict):
+        weights["encoder"] = weights_digest(payload["encoder"])
+    return weights
 
 
 @functools.lru_cache(maxsize=1)
@@ -78,8 +88,11 @@ def test_ids(config: Config) -> list[int] | None:
         return None
 
 
-def run_record(config: Config, *, train_ids: list[int], val_ids: list[int], vocab: list[str]) -> dict[str, Any]:
-    """The record of a run's checkpoints (the same for every checkpoint of the run)."""
+def run_record(config: Config, *, train_ids: list[int], val_ids: list[int], vocab: list[str],
+               val_references: list[tuple[str, ...]]) -> dict[str, Any]:
+    """The record of a run's checkpoints (the same for every checkpoint of the run): besides the
+    image lists, the val references validation scored against, and the model's settings (an edited
+    reference or a changed `model.extras.temperature` moves the numbers, and verify must say which)."""
     e, d = config.encoder, config.data
     mean, std = normalization(e.name)
     tests = test_ids(config)
@@ -87,7 +100,9 @@ def run_record(config: Config, *, train_ids: list[int], val_ids: list[int], voca
         "data": {"dataset": d.dataset, "train_images": len(train_ids), "train_image_ids": digest(train_ids),
                  "val_images": len(val_ids), "val_image_ids": digest(val_ids),
                  "test_images": None if tests is None else len(tests),
-                 "test_image_ids": None if tests is None else digest(tests), "vocabulary": digest(vocab)},
+                 "test_image_ids": None if tests is None else digest(tests), "vocabulary": digest(vocab),
+                 "val_references": digest([list(references) for references in val_references])},
+        "model": {"settings": digest(dataclasses.asdict(config.model))},
         "preprocessing": {"image_size": d.image_size, "encoder": e.name, "layer": e.layer, "padding": e.padding,
                           "mean": list(mean), "std": list(std),
                           "weights": weights_identity(e.name, e.weights_path)},

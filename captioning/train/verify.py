@@ -1,6 +1,7 @@
 """`captioning verify CKPT`: score a checkpoint again as its run's validation scored it, and say whether
 its recorded numbers reproduce; when they do not, name what differs from its record (train/record.py):
-the data, the preprocessing, the validation's settings, the versions, the decoder's weights.
+the data (its references included), the model's settings, the preprocessing, the validation's
+settings, the versions, the weights.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import torch
 
 from captioning.checkpoint import CheckpointError, load_checkpoint, load_trained
 from captioning.data.coco import read_records
-from captioning.train.record import run_record, weights_digest
+from captioning.train.record import run_record, run_weights
 from captioning.train.validation import validate
 
 TOLERANCE = 1e-4  # the same machine gives the same numbers; another CPU or a GPU moves the last digits
@@ -70,8 +71,9 @@ def verify(path: str | Path, *, overrides: tuple[str, ...] = (), device: str | t
     val, annotations = trained.split("val")  # a fine-tuned encoder's own annotations, as its validation read them
     now = validate(trained.decoder, val, trained.vocab, config, device=device, annotations=annotations) or {}
     train_ids = [r.image_id for r in read_records(config.data, "train")]
-    current = {**run_record(config, train_ids=train_ids, val_ids=val.image_ids, vocab=trained.vocab.words),
-               "weights": {"decoder": weights_digest(payload["decoder"])}}
+    current = {**run_record(config, train_ids=train_ids, val_ids=val.image_ids, vocab=trained.vocab.words,
+                            val_references=val.references),
+               "weights": run_weights(payload)}
     differs = {section: _differences(record.get(section, {}), values) for section, values in current.items()}
     return Verification(step=int(progress["step"]), recorded=recorded, now={n: now.get(n, math.nan) for n in recorded},
                         differs={section: names for section, names in differs.items() if names},

@@ -25,7 +25,7 @@ def _edited(source: Path, target: Path, edit) -> Path:
 
 def test_a_checkpoint_records_its_data_preprocessing_validation_and_versions(tiny_run) -> None:
     record = load_checkpoint(tiny_run.checkpoint)["record"]
-    assert set(record) == {"data", "preprocessing", "validation", "versions", "weights"}
+    assert set(record) == {"data", "model", "preprocessing", "validation", "versions", "weights"}
     assert record["data"]["dataset"] == "shapes" and record["data"]["train_images"] == 24
     data = load_config(None, [f"data.root={tiny_run.data_root}"]).data
     assert record["data"]["test_images"] == len(read_records(data, "test"))
@@ -128,3 +128,33 @@ def test_verify_compares_a_recorded_count_exactly(tiny_run, tmp_path) -> None:
     verification = verify(changed, overrides=(f"data.root={tiny_run.data_root}",), tolerance=10.0)
     assert not verification.reproduces
     assert verify(tiny_run.checkpoint, overrides=(f"data.root={tiny_run.data_root}",)).reproduces
+
+
+def test_edited_references_and_changed_model_settings_are_named(tiny_run, tmp_path) -> None:
+    """Two causes verify once blamed on the hardware: every val reference edited (the scores fall,
+    the data's image lists do not move), and a model setting changed in the checkpoint's config."""
+    import json
+    import shutil
+
+    data = tmp_path / "data"
+    shutil.copytree(tiny_run.data_root, data)
+    split_file = data / "dataset_shapes.json"
+    entries = json.loads(split_file.read_text())
+    for entry in entries["images"]:
+        if entry["split"] == "val":
+            for sentence in entry["sentences"]:
+                sentence["raw"] = "nothing like the picture"
+    split_file.write_text(json.dumps(entries))
+    edited = verify(tiny_run.checkpoint, overrides=(f"data.root={data}",))
+    assert [d.split()[0] for d in edited.differs["data"]] == ["val_references"]
+
+    def warmer(payload):
+        payload["config"]["model"]["extras"]["temperature"] = 2.0
+
+    changed = _edited(tiny_run.checkpoint, tmp_path / "warmer.pt", warmer)
+    verification = verify(changed, overrides=(f"data.root={tiny_run.data_root}",))
+    assert not verification.reproduces
+    assert set(verification.differs) == {"model"} and verification.differs["model"][0].startswith("settings ")
+    lines = report(verification, changed)
+    assert any(line.startswith("  model differs from the record: settings ") for line in lines)
+    assert not any("nothing recorded differs" in line for line in lines)
