@@ -111,6 +111,12 @@ BLOCK_BYTES = 1 << 22  # checksum granularity: about 4 MB of rows
 SAMPLED_BLOCKS = 6  # checked at random on each open, besides the first and the last
 
 
+def _paths(records: list[ImageRecord]) -> list[str]:
+    """Each row's image file, resolved: two rows whose files swap places (cp -p and unzip keep size
+    and time) are changed rows, though each file's size and time are as cached."""
+    return [str(Path(record.path).resolve()) for record in records]
+
+
 def _stats(records: list[ImageRecord]) -> list[list[int] | None]:
     """Each image file's [size, modification time in ns], None where it cannot be seen."""
     stats: list[list[int] | None] = []
@@ -249,7 +255,7 @@ def _write_cache(directory: Path, split: str, records: list[ImageRecord], *, enc
     out[unreadable] = 0
     out.flush()
     meta = {"image_ids": ids, "grid": list(grid), "unreadable": sorted(unreadable), "shape": list(out.shape),
-            "stats": stats, "digests": [d for _, d in sorted(_digests(out).items())]}
+            "stats": stats, "paths": _paths(records), "digests": [d for _, d in sorted(_digests(out).items())]}
     del out
     array_path = directory / f"{split}.npy"
     os.replace(partial, array_path)
@@ -283,12 +289,18 @@ def refresh_changed(directory: Path, split: str, records: list[ImageRecord], *, 
                     image_size: int, batch_size: int = 32, device: str | torch.device = "cpu",
                     transform: Callable[[Image.Image], Image.Image] | None = None) -> list[int]:
     """Encode again the rows whose image file changed (size or modification time) since the cache was
-    made, in place, and update the checksums; returns those rows. The cache must be complete."""
+    made, or whose row now names another file, in place, and update the checksums; returns those
+    rows. The cache must be complete. A cache made before caches kept their paths takes the present
+    ones as its own, once."""
     array_path, meta_path = directory / f"{split}.npy", directory / f"{split}.json"
     meta = json.loads(meta_path.read_text())
-    now = _stats(records)
-    changed = [row for row, (old, new) in enumerate(zip(meta["stats"], now)) if old != new]
+    now, paths = _stats(records), _paths(records)
+    kept_paths = meta.get("paths", paths)
+    changed = [row for row, (old, new, was, path) in enumerate(zip(meta["stats"], now, kept_paths, paths))
+               if old != new or was != path]
     if not changed:
+        if "paths" not in meta:
+            _write_json(meta_path, {**meta, "paths": paths})
         return []
     names = first_names([records[row].path for row in changed])
     print(f"note: {split}: {len(changed)} images changed since they were cached ({names}); encoding them again",
@@ -315,7 +327,8 @@ def refresh_changed(directory: Path, split: str, records: list[ImageRecord], *, 
     for block, digest in _digests(out, blocks).items():
         digests[block] = digest
     del out
-    _write_json(meta_path, {**meta, "stats": now, "digests": digests, "unreadable": sorted(unreadable)})
+    _write_json(meta_path, {**meta, "stats": now, "paths": paths, "digests": digests,
+                            "unreadable": sorted(unreadable)})
     return changed
 
 

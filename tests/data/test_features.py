@@ -152,6 +152,34 @@ def test_an_image_changed_after_caching_is_encoded_again(shapes_root: Path, enco
     assert np.array_equal(np.array(third.annotations), after) and capsys.readouterr().err == ""
 
 
+def test_two_rows_whose_files_swap_places_are_encoded_again(shapes_root: Path, encoder, tmp_path: Path,
+                                                           capsys) -> None:
+    """The same image ids, each file's size and time as cached, but rows 1 and 3 now name each
+    other's file (a captions file edited, or two photos renamed): each row gets its own file's
+    annotations. A cache written before caches kept their paths takes the present ones once."""
+    import dataclasses
+    import json
+
+    records = _copy_split(shapes_root, tmp_path)
+    directory = tmp_path / "features"
+    before = np.array(load_or_compute(directory, "val", records, encoder_factory=lambda: encoder,
+                                      image_size=96).annotations)
+    swapped = list(records)
+    swapped[1] = dataclasses.replace(records[1], path=records[3].path)
+    swapped[3] = dataclasses.replace(records[3], path=records[1].path)
+    capsys.readouterr()
+    after = np.array(load_or_compute(directory, "val", swapped, encoder_factory=lambda: encoder,
+                                     image_size=96).annotations)
+    assert "2 images changed" in capsys.readouterr().err
+    assert np.array_equal(after[1], before[3]) and np.array_equal(after[3], before[1])
+    meta_path = directory / "val.json"
+    meta = json.loads(meta_path.read_text())
+    del meta["paths"]  # as a cache made before
+    meta_path.write_text(json.dumps(meta))
+    load_or_compute(directory, "val", swapped, encoder_factory=_never, image_size=96)  # nothing to encode
+    assert "paths" in json.loads(meta_path.read_text())
+
+
 @pytest.mark.parametrize("damage", ["flip", "truncate", "description"])
 def test_a_damaged_cache_is_reported_and_rebuilt_never_read(shapes_root: Path, encoder, tmp_path: Path, capsys,
                                                             damage: str) -> None:
