@@ -188,6 +188,7 @@ def test_caption_in_batches_prints_what_one_at_a_time_prints(tiny_run, images, c
 def test_caption_shows_progress_for_many_images_and_errors_stay_one_line(tiny_run, images, capsys,
                                                                          monkeypatch) -> None:
     monkeypatch.setenv("CAPTIONING_LOG_SECONDS", "0")  # stderr is a log here: a line at every update
+    monkeypatch.delenv("CAPTIONING_QUIET", raising=False)
     given = [images["png"]] * 8 + [images["garbage"], images["jpeg"]]
     code = main(["caption", *given, "--checkpoint", str(tiny_run.checkpoint), "--beam-size", "1", "--batch-size", "4"])
     captured = capsys.readouterr()

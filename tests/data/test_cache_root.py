@@ -29,6 +29,12 @@ def data_copy(shapes_root: Path, tmp_path: Path) -> Path:
     return root
 
 
+@pytest.fixture(autouse=True)
+def _quiet_restored(monkeypatch):
+    """--quiet sets CAPTIONING_QUIET in the environment (for the processes a run starts): restored after."""
+    monkeypatch.setenv("CAPTIONING_QUIET", "0")
+
+
 def test_cache_root_takes_the_caches_and_the_data_root_is_left_as_it_was(data_copy: Path, tmp_path: Path) -> None:
     before = _files(data_copy)
     cache = tmp_path / "cache"
