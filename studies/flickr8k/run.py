@@ -61,6 +61,8 @@ def _runs() -> dict[str, Run]:
         "recipe_3ep": Run("recipe_3ep", "the recipe, 3 epochs", ablation=True),
         "lite2_head": Run("features", "EfficientNet-Lite2, head, 224² (7x7x1280)", ("encoder.layer=head",),
                           ablation=True),
+        "lite2_160": Run("features", "EfficientNet-Lite2, stride 32, 160² (5x5x352)", ("data.image_size=160",),
+                         ablation=True),
         "lite2_320": Run("features", "EfficientNet-Lite2, stride 32, 320² (10x10x352)", ("data.image_size=320",),
                          ablation=True),
         # the decoder's width and regularization
