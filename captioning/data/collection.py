@@ -25,6 +25,7 @@ import functools
 import hashlib
 import io
 import json
+import re
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -34,7 +35,7 @@ from PIL import Image, UnidentifiedImageError
 
 from captioning.config import DataConfig
 from captioning.data.karpathy import DatasetError, ImageRecord, first_names
-from captioning.data.vocab import tokenize
+from captioning.data.vocab import normalize
 
 SPLITS = ("train", "val", "test")
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff")
@@ -62,7 +63,7 @@ class Collection:
     made: dict[str, list[str]] = field(default_factory=dict)  # split -> the images the seed put there
     empty_captions: list[int] = field(default_factory=list)  # line numbers of empty captions
     # line numbers of captions with no word once tokenized ("...", "!!"), dropped as an empty caption
-    # is; and of rows that repeat an earlier row's image and caption (tokenized alike), kept: two
+    # is; and of rows that repeat an earlier row's image and caption (the same words), kept: two
     # annotators may write the same words, and each is a reference as COCO's are, but prepare says so
     wordless_captions: list[int] = field(default_factory=list)
     duplicate_rows: list[int] = field(default_factory=list)
@@ -143,6 +144,17 @@ def _row(path: Path, line: int, image: str, caption: str, split: str) -> Row:
     return Row(line=line, image=image, caption=caption, split=split)
 
 
+def _words(caption: str) -> tuple[str, ...]:
+    """A caption's runs of word characters, lower-cased: empty exactly where tokenizing leaves no
+    word (vocab.tokenize keeps a token that holds one), and alike for two rows that say the same
+    words. A regular expression, not the tokenizer: a large collection is read at every start, and
+    its captions are tokenized once, later, with a cache (data/tokenized.py)."""
+    return tuple(_WORD.findall(normalize(caption)))
+
+
+_WORD = re.compile(r"\w+")
+
+
 def split_draw(image: str, *, seed: int) -> float:
     """A number in [0, 1) fixed by the image's path and the seed alone: where a made split puts it."""
     digest = hashlib.sha256(f"{seed}/{image}".encode()).digest()
@@ -160,7 +172,7 @@ def read_collection(captions_file: str | Path, *, image_root: str | Path, seed: 
     seen: set[tuple[str, tuple[str, ...]]] = set()
     for row in rows:
         captions.setdefault(row.image, [])
-        words = tuple(tokenize(row.caption))
+        words = _words(row.caption)
         if not row.caption.strip():
             empty.append(row.line)
         elif not words:  # an empty training target and reference
