@@ -28,8 +28,7 @@ from PIL import Image
 
 from captioning.checkpoint import load_trained, pretrained_path
 from captioning.config import Config
-from captioning.data.features import ImageFiles, collate_pixels
-from captioning.data.images import ImageReadError, load_image, to_tensor, upright_rgb
+from captioning.data.images import ImageFiles, ImageReadError, collate_pixels, load_image, to_tensor, upright_rgb
 from captioning.data.karpathy import ImageRecord
 from captioning.data.vocab import Vocabulary
 from captioning.eval.overlays import overlay, overlay_grid, save_overlays
@@ -216,7 +215,7 @@ class Captioner:
     def _stream(self, loader: torch.utils.data.DataLoader, sources: list[str], *, progress: bool | None,
                 **decoding: Any) -> Iterator[Captioned | Unreadable]:
         with progress_bar(total=len(sources), show=progress, unit="image") as bar:
-            for batch in loader:  # captioning.data.features.PixelBatch
+            for batch in loader:  # captioning.data.images.PixelBatch
                 captioned = {} if batch.pixels is None else dict(zip(batch.rows, self._decode(
                     batch.pixels, [sources[row] for row in batch.rows], **decoding)))
                 errors = dict(batch.failures)

@@ -165,16 +165,16 @@ def test_caption_files_keeps_input_order_and_reports_bad_files_in_place(captione
     empty = tmp_path / "empty.png"
     empty.touch()
     given = [photos[0], empty, photos[1], tmp_path / "missing.jpg", *photos[2:]]
-    import captioning.data.features as features
+    import captioning.data.images as images  # where ImageFiles reads each file
 
-    readers, read = tmp_path / "readers.txt", features.load_image
+    readers, read = tmp_path / "readers.txt", images.load_image
 
     def reading(path):  # which process read each file
         with open(readers, "a") as log:
             log.write(f"{os.getpid()}\n")
         return read(path)
 
-    monkeypatch.setattr(features, "load_image", reading)
+    monkeypatch.setattr(images, "load_image", reading)
     options = {} if workers is None else {"num_workers": workers}
     results = list(captioner.caption_files(given, batch_size=3, **options))
     pids = set(readers.read_text().split())

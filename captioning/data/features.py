@@ -39,57 +39,12 @@ import numpy as np
 import torch
 from filelock import FileLock
 from PIL import Image
-from torch.utils.data import DataLoader, Dataset
-from tqdm import tqdm
+from torch.utils.data import DataLoader
 
-from captioning.data.images import ImageReadError, load_image, to_tensor
+from captioning.data.images import ImageFiles, ImageReadError, collate_pixels, warn_unreadable
 from captioning.data.karpathy import DatasetError, ImageRecord, first_names
 from captioning.model.encoder import Encoder
 from captioning.progress import bar as progress_bar
-
-
-class ImageFiles(Dataset):
-    """Normalized encoder input for a list of image records: (row, pixels [3, S, S] or None, error).
-
-    Decoding happens here, in the DataLoader workers; each call opens and closes its own file, so
-    no handle is shared across processes. An unreadable image gives None and the reason instead
-    of killing the whole run. `transform` changes each image first (data/mirror.py flips it).
-    """
-
-    def __init__(self, records: list[ImageRecord], *, size: int, mean: tuple[float, ...], std: tuple[float, ...],
-                 first: int = 0, transform: Callable[[Image.Image], Image.Image] | None = None):
-        self.records, self.size, self.mean, self.std, self.first = records, size, mean, std, first
-        self.transform = transform
-
-    def __len__(self) -> int:
-        return len(self.records) - self.first
-
-    def __getitem__(self, index: int) -> tuple[int, torch.Tensor | None, str | None]:
-        row = self.first + index
-        try:
-            image = load_image(self.records[row].path)
-        except ImageReadError as error:
-            return row, None, str(error)
-        if self.transform is not None:
-            image = self.transform(image)
-        return row, to_tensor(image, size=self.size, mean=self.mean, std=self.std), None
-
-
-class PixelBatch(NamedTuple):
-    rows: list[int]  # the readable images' positions in the record list
-    pixels: torch.Tensor | None  # [b, 3, S, S], None when no image of the batch could be read
-    failures: list[tuple[int, str]]  # (row, reason) of each unreadable image
-
-
-def collate_pixels(items: list[tuple[int, torch.Tensor | None, str | None]]) -> PixelBatch:
-    readable = [(row, pixels) for row, pixels, _ in items if pixels is not None]
-    return PixelBatch(rows=[row for row, _ in readable],
-                      pixels=torch.stack([p for _, p in readable]) if readable else None,
-                      failures=[(row, error) for row, _, error in items if error is not None])
-
-
-def warn_unreadable(reason: str) -> None:
-    tqdm.write(f"warning: skipping an unreadable image: {reason}", file=sys.stderr)
 
 
 class Cached(NamedTuple):

@@ -1,4 +1,6 @@
-"""Reading images and turning them into encoder input, keeping track of where the input came from.
+"""Reading images and turning them into encoder input, keeping track of where the input came from;
+many files at once as a Dataset that DataLoader workers read (ImageFiles, collate_pixels), for the
+feature cache and for captioning a folder.
 
 The encoder sees a square crop: the shorter side is resized to S and the centre S x S is kept. The
 crop box, in the original image's pixels, lets an attention map be drawn back onto the original.
@@ -7,11 +9,18 @@ crop box, in the original image's pixels, lets an attention map be drawn back on
 from __future__ import annotations
 
 import struct
+import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
 from PIL import Image, ImageOps, UnidentifiedImageError
+from torch.utils.data import Dataset
+from tqdm import tqdm
+
+from captioning.data.karpathy import ImageRecord
 
 
 class ImageReadError(ValueError):
@@ -115,3 +124,49 @@ def attention_on_image(alpha: np.ndarray, *, width: int, height: int) -> np.ndar
     heat = np.zeros((height, width), dtype=np.float32)
     heat[y0:y1, x0:x1] = square[0, 0].numpy()
     return heat
+
+
+# Many files: read in DataLoader workers, batched for the encoder ------------------------------------
+
+class ImageFiles(Dataset):
+    """Normalized encoder input for a list of image records: (row, pixels [3, S, S] or None, error).
+
+    Decoding happens here, in the DataLoader workers; each call opens and closes its own file, so
+    no handle is shared across processes. An unreadable image gives None and the reason instead
+    of killing the whole run. `transform` changes each image first (data/mirror.py flips it).
+    """
+
+    def __init__(self, records: list[ImageRecord], *, size: int, mean: tuple[float, ...], std: tuple[float, ...],
+                 first: int = 0, transform: Callable[[Image.Image], Image.Image] | None = None):
+        self.records, self.size, self.mean, self.std, self.first = records, size, mean, std, first
+        self.transform = transform
+
+    def __len__(self) -> int:
+        return len(self.records) - self.first
+
+    def __getitem__(self, index: int) -> tuple[int, torch.Tensor | None, str | None]:
+        row = self.first + index
+        try:
+            image = load_image(self.records[row].path)
+        except ImageReadError as error:
+            return row, None, str(error)
+        if self.transform is not None:
+            image = self.transform(image)
+        return row, to_tensor(image, size=self.size, mean=self.mean, std=self.std), None
+
+
+class PixelBatch(NamedTuple):
+    rows: list[int]  # the readable images' positions in the record list
+    pixels: torch.Tensor | None  # [b, 3, S, S], None when no image of the batch could be read
+    failures: list[tuple[int, str]]  # (row, reason) of each unreadable image
+
+
+def collate_pixels(items: list[tuple[int, torch.Tensor | None, str | None]]) -> PixelBatch:
+    readable = [(row, pixels) for row, pixels, _ in items if pixels is not None]
+    return PixelBatch(rows=[row for row, _ in readable],
+                      pixels=torch.stack([p for _, p in readable]) if readable else None,
+                      failures=[(row, error) for row, _, error in items if error is not None])
+
+
+def warn_unreadable(reason: str) -> None:
+    tqdm.write(f"warning: skipping an unreadable image: {reason}", file=sys.stderr)
