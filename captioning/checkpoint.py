@@ -267,7 +267,8 @@ def for_captioning(payload: dict[str, Any], *, release: dict[str, Any] | None = 
     slim = {key: payload[key] for key in ("config", "vocab", "grid", "annotation_dim", "record") if key in payload}
     slim["decoder"] = {name: value.half() if value.is_floating_point() else value
                        for name, value in payload["decoder"].items()}
-    slim["progress"] = {key: payload.get("progress", {}).get(key) for key in ("step", "epoch", "best_metric")}
+    progress = payload.get("progress", {})
+    slim["progress"] = {key: progress[key] for key in ("step", "epoch", "best_metric") if key in progress}
     if release is not None:
         slim["release"] = release
     return slim
