@@ -31,6 +31,7 @@ import os
 import random
 import shutil
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
@@ -305,9 +306,9 @@ def load_or_compute(directory: Path, split: str, records: list[ImageRecord], *, 
     # then finds the first one's cache.
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        probe = directory / f".{split}.writable.{os.getpid()}"
-        probe.touch()
-        probe.unlink()
+        # a name of its own (not the process id: two runs may share a process, as threads)
+        with tempfile.NamedTemporaryFile(dir=directory, prefix=f".{split}.writable."):
+            pass
     except OSError as error:  # a read-only dataset mount: say where the cache can go instead
         raise DatasetError(f"{directory}: the {split} feature cache cannot be written there "
                            f"({error.strerror or error}); set data.cache_root to a folder that can hold it") from error
