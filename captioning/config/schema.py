@@ -31,6 +31,9 @@ class DataConfig:
     # about split_share of them.
     split_seed: int = 0
     split_share: float = 0.05
+    # folder only: a captions row whose image lies outside data.root/data.image_dir (an absolute path,
+    # ../, a link leading out) is refused unless this is true.
+    allow_outside_images: bool = False
     train_captions: str = "annotations/captions_train2014.json"  # coco_official only
     train_images: str = "train2014"
     val_captions: str = "annotations/captions_val2014.json"  # coco_official: serves as val and test

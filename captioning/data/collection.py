@@ -7,13 +7,19 @@ form:
 `image` is a path under data.root/data.image_dir; an image with five captions has five rows. `split`
 is train, val or test, or empty. An image has one split: two rows that give it two are refused.
 
+`image` names a file under data.root/data.image_dir, and is keyed by the file it names (its resolved
+path): `a.jpg`, `./a.jpg` and a link to a.jpg are one image; a path that leads outside that folder is
+refused unless data.allow_outside_images=true.
+
 A split that no row names (val or test, most often both) is made with a seed: from the images
 without a split, or, when every image has one, from the training images. Each such image goes by a
-hash of its path and data.split_seed, not by its place in a shuffle, so adding photos later never
-moves an image that was there into another split (a model is never tested on what an older run
-trained on); each made split takes about data.split_share of them, at least one image.
-`captioning prepare` writes the splits down (TRAIN.OUT_DIR/splits.csv) and says what it made, and
-what it found wrong with the collection (`check`), one line each.
+hash of its path and data.split_seed, not by its place in a shuffle; each made split takes about
+data.split_share of them, at least one image. Every split, once given, is written down
+(DATA_CACHE/splits/, data/split_record.py) and read back at every later read: adding photos, with
+splits of their own or without, never moves an image that was there into another split (a model is
+never tested on what an older run trained on). `captioning prepare` also writes the run's copy
+(TRAIN.OUT_DIR/splits.csv) and says what it made, and what it found wrong with the collection
+(`check`), one line each.
 
 Evaluation's references are these captions: nothing is read from a COCO path.
 """
@@ -35,6 +41,7 @@ from PIL import Image, UnidentifiedImageError
 
 from captioning.config import DataConfig
 from captioning.data.karpathy import DatasetError, ImageRecord, first_names
+from captioning.data.split_record import read_record, record_path, write_record
 from captioning.data.vocab import normalize
 
 SPLITS = ("train", "val", "test")
@@ -57,7 +64,7 @@ class Collection:
 
     captions_file: Path
     image_root: Path
-    images: list[str]  # paths as the file gives them, relative to image_root
+    images: list[str]  # each image's resolved path relative to image_root (absolute where allowed outside)
     captions: dict[str, list[str]]
     splits: dict[str, str]  # every image's split, made ones included
     made: dict[str, list[str]] = field(default_factory=dict)  # split -> the images the seed put there
@@ -67,6 +74,9 @@ class Collection:
     # annotators may write the same words, and each is a reference as COCO's are, but prepare says so
     wordless_captions: list[int] = field(default_factory=list)
     duplicate_rows: list[int] = field(default_factory=list)
+    record: Path | None = None  # where the splits are kept (data/split_record.py)
+    # images the record kept in one split whose rows now give another: (kept, now), named by prepare
+    moved_by_rows: dict[str, tuple[str, str]] = field(default_factory=dict)
 
     def records(self, split: str) -> list[ImageRecord]:
         """The images of one split with their captions; image ids are the order the file first names
@@ -155,95 +165,156 @@ def _words(caption: str) -> tuple[str, ...]:
 _WORD = re.compile(r"\w+")
 
 
-def split_draw(image: str, *, seed: int) -> float:
-    """A number in [0, 1) fixed by the image's path and the seed alone: where a made split puts it."""
-    digest = hashlib.sha256(f"{seed}/{image}".encode()).digest()
-    return int.from_bytes(digest[:8], "big") / 2 ** 64
-
-
-def read_collection(captions_file: str | Path, *, image_root: str | Path, seed: int, share: float) -> Collection:
+def read_collection(captions_file: str | Path, *, image_root: str | Path, seed: int, share: float,
+                    record: Path | None = None, allow_outside: bool = False) -> Collection:
     """The captions file, every image given its split. Refuses (one line, with a count and the first
-    few names) an image that rows put in two splits."""
-    captions_file = Path(captions_file)
+    few names) an image that rows put in two splits, and an image outside image_root unless
+    `allow_outside`. With `record` (data/split_record.py), the splits given earlier are read back and
+    kept, and new images' splits are added to it."""
+    captions_file, image_root = Path(captions_file), Path(image_root)
     rows = read_rows(captions_file)
+    keys = _ImageKeys(image_root, source=captions_file, allow_outside=allow_outside)
     captions: dict[str, list[str]] = {}
     given: dict[str, set[str]] = defaultdict(set)
     empty, wordless, duplicates = [], [], []
     seen: set[tuple[str, tuple[str, ...]]] = set()
     for row in rows:
-        captions.setdefault(row.image, [])
+        image = keys.key(row)
+        captions.setdefault(image, [])
         words = _words(row.caption)
         if not row.caption.strip():
             empty.append(row.line)
         elif not words:  # an empty training target and reference
             wordless.append(row.line)
         else:
-            if (row.image, words) in seen:  # counts twice in training and as a reference: said, not hidden
+            if (image, words) in seen:  # counts twice in training and as a reference: said, not hidden
                 duplicates.append(row.line)
-            seen.add((row.image, words))
-            captions[row.image].append(row.caption)
+            seen.add((image, words))
+            captions[image].append(row.caption)
         if row.split:
-            given[row.image].add(row.split)
+            given[image].add(row.split)
     twice = [image for image in captions if len(given[image]) > 1]
     if twice:
         named = "; ".join(f"{image}: {' and '.join(s for s in SPLITS if s in given[image])}" for image in twice[:SHOWN])
         raise DatasetError(f"{captions_file}: {_images(len(twice))} in two splits ({named}"
                            f"{'; ...' if len(twice) > SHOWN else ''}); give each image one split")
-    splits = {image: next(iter(given[image]), "") for image in captions}
-    made = _make_missing_splits(splits, seed=seed, share=share, source=captions_file)
-    return Collection(captions_file, Path(image_root), list(captions), captions, splits, made, empty, wordless,
-                      duplicates)
+    gives = {image: next(iter(given[image]), "") for image in captions}
+    kept = read_record(record) if record is not None else {}
+    splits, changed = _assign_splits(gives, kept, seed=seed, share=share, source=captions_file, record=record)
+    if record is not None and (changed or any(image not in kept for image in gives) or not record.is_file()):
+        write_record(record, {**kept, **{image: (splits[image], gives[image]) for image in gives
+                                         if image not in kept or image in changed}})
+    made: dict[str, list[str]] = defaultdict(list)
+    for image, split in splits.items():
+        if split not in (gives[image], kept.get(image, ("", ""))[1]):  # the seed's choice, now or when recorded
+            made[split].append(image)
+    return Collection(captions_file, image_root, list(captions), captions, splits, dict(made), empty, wordless,
+                      duplicates, record=record, moved_by_rows={image: (kept[image][0], splits[image])
+                                                                for image in changed})
 
 
-def _make_missing_splits(splits: dict[str, str], *, seed: int, share: float, source: Path) -> dict[str, list[str]]:
-    """Fill in `splits`: val and test when no image has them, the rest of the images without a split
-    to train. Returns what was made, split -> images."""
-    named = set(splits.values())
-    missing = [s for s in ("val", "test") if s not in named]
-    unsplit = [image for image, split in splits.items() if not split]
-    pool = unsplit or [image for image, split in splits.items() if split == "train"]
-    made: dict[str, list[str]] = {}
-    if missing:
-        if len(pool) < len(missing) + 1:
-            raise DatasetError(f"{source}: too few images to make the {' and '.join(missing)} split from "
-                               f"({len(pool)}); give some rows a split")
-        draws = {image: split_draw(image, seed=seed) for image in pool}
-        for order, split in enumerate(missing):  # val takes the draws in [0, share), test those in [share, 2 share)
-            low, high = order * share, (order + 1) * share
-            free = [image for image in pool if splits[image] in ("", "train")]
-            chosen = [image for image in free if low <= draws[image] < high]
-            if not chosen:  # a small collection: at least the image whose draw comes closest
-                chosen = [min(free, key=lambda image: abs(draws[image] - low))]
-            made[split] = chosen
-            for image in chosen:
-                splits[image] = split
-    rest = [image for image, split in splits.items() if not split]
-    if rest:
-        made.setdefault("train", []).extend(rest)
-        for image in rest:
-            splits[image] = "train"
+class _ImageKeys:
+    """Each row's image as the file it names: its resolved path relative to the image folder, so that
+    `a.jpg`, `./a.jpg`, `sub/../a.jpg`, an absolute path and a symbolic link to the same file are one
+    image (one split, one cache row, one entry in every digest). A path that resolves outside the
+    folder is refused unless allowed, and then keyed by its absolute resolved path."""
+
+    def __init__(self, image_root: Path, *, source: Path, allow_outside: bool):
+        self.root, self.resolved_root = image_root, image_root.resolve()
+        self.source, self.allow_outside = source, allow_outside
+        self.known: dict[str, str] = {}  # spelling -> key: a collection names each image about five times
+
+    def key(self, row: Row) -> str:
+        if row.image not in self.known:
+            path = (self.root / row.image).resolve()
+            if path.is_relative_to(self.resolved_root):
+                self.known[row.image] = path.relative_to(self.resolved_root).as_posix()
+            elif self.allow_outside:
+                self.known[row.image] = path.as_posix()
+            else:
+                raise DatasetError(f"{self.source}: line {row.line}: {row.image} is outside the image folder "
+                                   f"{self.root} (it is {path}); data.allow_outside_images=true lets such paths in")
+        return self.known[row.image]
+
+
+def split_draw(image: str, *, seed: int) -> float:
+    """A number in [0, 1) fixed by the image's path and the seed alone: where a made split puts it."""
+    digest = hashlib.sha256(f"{seed}/{image}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2 ** 64
+
+
+def _assign_splits(given: dict[str, str], kept: dict[str, tuple[str, str]], *, seed: int, share: float,
+                   source: Path, record: Path | None) -> tuple[dict[str, str], list[str]]:
+    """Every image's split, from what its rows give (`given`, "" for none) and what the record kept.
+
+    An image the record holds keeps its split, unless its rows now give another than they gave then
+    (the captions file edited: the user's word, which `prepare` names). A new image takes the split its
+    rows give; without one, the split its own draw falls in, for each split that no row names (val:
+    [0, share), test: [share, 2 share), else train). Where no row leaves a split empty, val and test
+    are drawn so from the new training rows. A made split left empty (a small collection) takes the
+    free new image whose draw comes closest. Returns (splits, the images whose rows moved them)."""
+    splits: dict[str, str] = {}
+    changed = []
+    for image, split in given.items():
+        if image in kept:
+            kept_split, given_then = kept[image]
+            if split and split not in (given_then, kept_split):
+                changed.append(image)
+            splits[image] = split if image in changed else kept_split
+        elif split:
+            splits[image] = split
+    missing = [s for s in ("val", "test") if s not in given.values()]
+    fresh = [image for image in given if image not in kept]
+    pool = [image for image in fresh if given[image] == ("" if "" in given.values() else "train")]
+    if missing and not kept and len(pool) < len(missing) + 1:
+        raise DatasetError(f"{source}: too few images to make the {' and '.join(missing)} split from "
+                           f"({len(pool)}); give some rows a split")
+    free = set(pool)
+    draws = {image: split_draw(image, seed=seed) for image in pool}
+    for order, split in enumerate(missing):
+        low, high = order * share, (order + 1) * share
+        chosen = [image for image in pool if image in free and low <= draws[image] < high]
+        if not chosen and split not in splits.values():  # a small collection: at least one image
+            candidates = [image for image in pool if image in free]
+            if not candidates:
+                raise DatasetError(f"{source}: no row names a {split} split and the splits record {record} holds "
+                                   f"none of these images in it; give some rows split {split}, or move the record "
+                                   "away to draw the splits again (an image trained on may then be tested on)")
+            chosen = [min(candidates, key=lambda image: abs(draws[image] - low))]
+        for image in chosen:
+            splits[image] = split
+            free.discard(image)
+    for image in fresh:
+        splits.setdefault(image, "train")
     if not any(split == "train" for split in splits.values()):
         raise DatasetError(f"{source}: no training images (every row's split is val or test)")
-    return made
+    return {image: splits[image] for image in given}, changed
 
 
 def folder_collection(data: DataConfig) -> Collection:
-    """The collection a config names: data.root/data.captions_file, images under data.root/data.image_dir."""
+    """The collection a config names: data.root/data.captions_file, images under data.root/data.image_dir,
+    its splits kept under DATA_CACHE/splits/."""
     root = Path(data.root)
-    return collection_of(root / data.captions_file, image_root=root / data.image_dir, seed=data.split_seed,
+    captions_file = root / data.captions_file
+    record = record_path(Path(data.cache_root or data.root), captions_file, seed=data.split_seed,
                          share=data.split_share)
+    return collection_of(captions_file, image_root=root / data.image_dir, seed=data.split_seed,
+                         share=data.split_share, record=record, allow_outside=data.allow_outside_images)
 
 
 @functools.lru_cache(maxsize=4)
-def _cached(captions_file: Path, mtime_ns: int, image_root: Path, seed: int, share: float) -> Collection:
-    return read_collection(captions_file, image_root=image_root, seed=seed, share=share)
+def _cached(captions_file: Path, mtime_ns: int, image_root: Path, seed: int, share: float, record: Path | None,
+            allow_outside: bool) -> Collection:
+    return read_collection(captions_file, image_root=image_root, seed=seed, share=share, record=record,
+                           allow_outside=allow_outside)
 
 
-def collection_of(captions_file: str | Path, *, image_root: str | Path, seed: int, share: float) -> Collection:
+def collection_of(captions_file: str | Path, *, image_root: str | Path, seed: int, share: float,
+                  record: Path | None = None, allow_outside: bool = False) -> Collection:
     """read_collection, read once for the three splits a run asks for (again when the file changes)."""
     path = Path(captions_file)
     mtime = path.stat().st_mtime_ns if path.is_file() else 0
-    return _cached(path, mtime, Path(image_root), seed, share)
+    return _cached(path, mtime, Path(image_root), seed, share, record, allow_outside)
 
 
 def check(collection: Collection, *, max_bad_images: float, readable: bool = True) -> list[str]:
@@ -283,6 +354,10 @@ def check(collection: Collection, *, max_bad_images: float, readable: bool = Tru
             plural = "s" if len(lines) > 1 else ""
             findings.append(f"{len(lines)} caption{plural} {what} ({name} line{plural} "
                             f"{first_names([str(n) for n in lines])})")
+    if collection.moved_by_rows:
+        moved = [f"{image}: {was} -> {now}" for image, (was, now) in collection.moved_by_rows.items()]
+        findings.append(f"{_images(len(moved))} the splits record kept elsewhere now in the split their rows give "
+                        f"({first_names(moved)}); an image trained on may now be tested on ({collection.record})")
     uncaptioned = [image for image in collection.images if not collection.captions[image]]
     if uncaptioned:
         findings.append(f"{_images(len(uncaptioned))} with only empty captions, not used "

@@ -65,7 +65,7 @@ def check_folder(config: Config) -> list[str]:
     lines += describe_made(collection, seed=config.data.split_seed, share=config.data.split_share)
     counts = split_counts(collection)
     lines.append(f"{sum(counts.values())} captioned images: " + ", ".join(f"{n} {s}" for s, n in counts.items())
-                 + f"; splits written to {splits_path(config)}")
+                 + f"; splits kept in {collection.record}, a copy in {splits_path(config)}")
     return lines
 
 

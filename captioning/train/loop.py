@@ -141,9 +141,8 @@ class Run:
                                   scheduler=self.scheduler, scaler=self.scaler, progress=self.progress,
                                   objective_state=self.objective.state_dict(), device=self.device)
             if self.record is None:  # what made the run (train/record.py), once: it asks Java and git
-                self.record = run_record(self.config, train_ids=self.data.train.image_ids,
-                                         val_ids=self.data.val.image_ids, vocab=self.data.vocab.words,
-                                         val_references=self.data.val.references)
+                self.record = run_record(self.config, train=self.data.train.records, val=self.data.val.records,
+                                         vocab=self.data.vocab.words)
             payload["record"] = {**self.record, "weights": run_weights(payload)}
             save_checkpoint(self.out / "last.pt", payload)
             if best:

@@ -15,7 +15,9 @@ import dataclasses
 import functools
 import hashlib
 import json
+import os
 import subprocess
+from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -24,7 +26,7 @@ import torch
 
 from captioning.config import Config
 from captioning.data.coco import read_records
-from captioning.data.karpathy import DatasetError
+from captioning.data.karpathy import DatasetError, ImageRecord
 from captioning.eval.metrics import OWN_TOKENIZER
 from captioning.model.encoder import normalization, weights_identity
 
@@ -79,35 +81,48 @@ def _command(argv: list[str]) -> str | None:
     return lines[0] if done.returncode == 0 and lines else None
 
 
-def test_ids(config: Config) -> list[int] | None:
-    """The test split's image ids (a run never reads its images), None where the data has no test
-    split: with a split the seed made (data.dataset=folder), the record is what shows which it was."""
+def test_records(config: Config) -> list[ImageRecord] | None:
+    """The test split's images (a run never reads them), None where the data has no test split: with
+    a split the seed made (data.dataset=folder), the record is what shows which it was."""
     try:
-        return [r.image_id for r in read_records(config.data, "test")]
+        return read_records(config.data, "test")
     except DatasetError:
         return None
 
 
-def run_record(config: Config, *, train_ids: list[int], val_ids: list[int], vocab: list[str],
-               val_references: list[tuple[str, ...]]) -> dict[str, Any]:
+def image_files(records: Sequence[ImageRecord], root: str | Path) -> list[str]:
+    """Each image's file relative to data.root: what a split's digest is keyed by besides its ids
+    (a folder's ids are row positions, the same for a.jpg, b.jpg as for holiday1.jpg, holiday2.jpg)."""
+    return [Path(os.path.relpath(record.path, root)).as_posix() for record in records]
+
+
+def run_record(config: Config, *, train: Sequence[ImageRecord], val: Sequence[ImageRecord],
+               vocab: list[str]) -> dict[str, Any]:
     """The record of a run's checkpoints (the same for every checkpoint of the run): besides the
-    image lists, the val references validation scored against, and the model's settings (an edited
-    reference or a changed `model.extras.temperature` moves the numbers, and verify must say which)."""
+    image lists (ids and files), the val references validation scored against, and the model's
+    settings (an edited reference or a changed `model.extras.temperature` moves the numbers, and
+    verify must say which)."""
     e, d = config.encoder, config.data
     mean, std = normalization(e.name)
-    tests = test_ids(config)
+    tests = test_records(config)
+    ids = {name: None if records is None else [r.image_id for r in records]
+           for name, records in (("train", train), ("val", val), ("test", tests))}
     return {
-        "data": {"dataset": d.dataset, "train_images": len(train_ids), "train_image_ids": digest(train_ids),
-                 "val_images": len(val_ids), "val_image_ids": digest(val_ids),
+        "data": {"dataset": d.dataset, "train_images": len(train), "train_image_ids": digest(ids["train"]),
+                 "train_image_files": digest(image_files(train, d.root)),
+                 "val_images": len(val), "val_image_ids": digest(ids["val"]),
+                 "val_image_files": digest(image_files(val, d.root)),
                  "test_images": None if tests is None else len(tests),
-                 "test_image_ids": None if tests is None else digest(tests), "vocabulary": digest(vocab),
-                 "val_references": digest([list(references) for references in val_references])},
+                 "test_image_ids": None if tests is None else digest(ids["test"]),
+                 "test_image_files": None if tests is None else digest(image_files(tests, d.root)),
+                 "vocabulary": digest(vocab),
+                 "val_references": digest([list(record.captions) for record in val])},
         "model": {"settings": digest(dataclasses.asdict(config.model))},
         "preprocessing": {"image_size": d.image_size, "encoder": e.name, "layer": e.layer, "padding": e.padding,
                           "mean": list(mean), "std": list(std),
                           "weights": weights_identity(e.name, e.weights_path)},
         "validation": {"decoding": "greedy", "max_length": config.decode.max_length,
-                       "images": min(config.train.val_images or len(val_ids), len(val_ids)),
+                       "images": min(config.train.val_images or len(val), len(val)),
                        "tokenizer": OWN_TOKENIZER},
         "versions": versions(),
     }

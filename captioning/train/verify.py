@@ -70,9 +70,8 @@ def verify(path: str | Path, *, overrides: tuple[str, ...] = (), device: str | t
     config = trained.config
     val, annotations = trained.split("val")  # a fine-tuned encoder's own annotations, as its validation read them
     now = validate(trained.decoder, val, trained.vocab, config, device=device, annotations=annotations) or {}
-    train_ids = [r.image_id for r in read_records(config.data, "train")]
-    current = {**run_record(config, train_ids=train_ids, val_ids=val.image_ids, vocab=trained.vocab.words,
-                            val_references=val.references),
+    current = {**run_record(config, train=read_records(config.data, "train"), val=val.records,
+                            vocab=trained.vocab.words),
                "weights": run_weights(payload)}
     differs = {section: _differences(record.get(section, {}), values) for section, values in current.items()}
     return Verification(step=int(progress["step"]), recorded=recorded, now={n: now.get(n, math.nan) for n in recorded},
