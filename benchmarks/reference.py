@@ -1,4 +1,5 @@
-"""The straightforward implementation, kept as the reference the fast paths are tested against.
+"""The straightforward implementation, kept as the "before" that benchmarks/run.py times the package against
+(`--impl reference`; tests/model/test_fused.py holds it to the same model).
 
 This is the decoder's teacher-forced loop and the batched beam search as they were at main c47c7db,
 rewritten only to read the decoder's submodules directly (so that they do not change when the

@@ -22,7 +22,7 @@ Cases (model dims as in the paper's COCO setting: embedding = attention = hidden
       captions each way; and how the batched time splits into reading, encoding, decoding and
       overlays. images/s.
 
---impl picks whose code runs: `fast` (the package), `reference` (tests/reference.py: the
+--impl picks whose code runs: `fast` (the package), `reference` (benchmarks/reference.py: the
 straightforward loop and beam search of main c47c7db) or `port` (benchmarks/port_style.py: our
 re-implementation of the loop style of the popular public ports). All three use the same model.
 

@@ -1,7 +1,7 @@
 """Every benchmark script imports and answers --help (they run as scripts: `python benchmarks/run.py`,
 each importing its siblings), so that a renamed function in the package cannot break them unseen.
-What they measure is checked elsewhere: tests/model/test_fused.py holds the fast paths against
-benchmarks/reference.py and benchmarks/port_style.py."""
+What they measure is checked elsewhere: tests/model/test_fused.py holds the fused path against the
+package's step-by-step one, and benchmarks/reference.py and benchmarks/port_style.py to the same model."""
 
 from __future__ import annotations
 

@@ -125,6 +125,10 @@ class ModelConfig:
     gate: str = "scalar"  # the paper's scalar beta; "vector" is the per-channel gate some ports use
     # Eq. 7: "linear" as printed, L_o(E y + L_h h + L_z z); "tanh" as the authors' code, L_o(tanh(...)).
     deep_output: str = "linear"
+    # How, not what: soft attention with the additive score trains and beam-searches through the
+    # fused path (model/fused.py: the same equations, faster, with a hand-written backward); false
+    # runs AttentionDecoder._advance step by step for every config, where an edit of it takes effect.
+    fused: bool = True
     hard: HardConfig = field(default_factory=HardConfig)
     local: LocalConfig = field(default_factory=LocalConfig)
     cosine: CosineConfig = field(default_factory=CosineConfig)

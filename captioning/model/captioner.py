@@ -98,7 +98,7 @@ def build_decoder(model: ModelConfig, *, vocab_size: int, annotation_dim: int,
         summary = functools.partial(LayoutSummary, cells=grid[0] * grid[1])
     return AttentionDecoder(vocab_size=vocab_size, annotation_dim=annotation_dim, embed_dim=model.embed_dim,
                             hidden_dim=model.hidden_dim, attention=attention, gate=model.gate, dropout=model.dropout,
-                            deep_output=model.deep_output, summary=summary, query=query)
+                            deep_output=model.deep_output, summary=summary, query=query, fused=model.fused)
 
 
 # On a CPU the encoder runs this many images at a time (see EncoderDecoder.encode).

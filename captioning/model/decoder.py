@@ -21,6 +21,12 @@ paper: MeanAnnotation); `query`, what attention is queried with (the paper: Prev
 captioning.model.query); and `attention` itself (soft or hard, any score; TwoGlimpses wraps two).
 This module never asks which one it holds: the fused recurrence says which decoders it computes
 (captioning.model.fused.supports).
+
+Which code runs: `_advance` below is the model, one step of the equations above. For speed, soft
+attention with the additive score (every shipped config) trains and beam-searches through
+captioning/model/fused.py, the same equations with a hand-written backward, tested against
+`_advance` to float rounding; `model.fused=false` (AttentionDecoder(fused=False)) runs `_advance`
+for every config: set it when you edit `_advance`, or the default path will not see your edit.
 """
 
 from __future__ import annotations
@@ -118,11 +124,14 @@ class DecoderOutput:
 class AttentionDecoder(nn.Module):
     def __init__(self, *, vocab_size: int, annotation_dim: int, embed_dim: int, hidden_dim: int,
                  attention: nn.Module, gate: str = "scalar", dropout: float = 0.3, deep_output: str = "linear",
-                 summary: Callable[..., nn.Module] = MeanAnnotation, query: nn.Module | None = None):
+                 summary: Callable[..., nn.Module] = MeanAnnotation, query: nn.Module | None = None,
+                 fused: bool = True):
         """`summary` builds the module the initial state is computed from (called with
         annotation_dim); `query` makes the attention query from the state (h_{t-1}) and E y_{t-1},
-        and may carry something of its own from word to word in the state."""
+        and may carry something of its own from word to word in the state. `fused`: let the fused
+        path (captioning.model.fused) compute the steps where it can; False runs `_advance` always."""
         super().__init__()
+        self.fused = fused
         if gate not in ("scalar", "vector"):
             raise ValueError(f"unknown gate '{gate}' (known: scalar, vector)")
         if deep_output not in ("linear", "tanh"):
@@ -152,8 +161,9 @@ class AttentionDecoder(nn.Module):
 
     @property
     def fusable(self) -> bool:
-        """Whether the fused recurrence computes this decoder's steps (captioning.model.fused.supports)."""
-        return fused.supports(self)
+        """Whether the fused path computes this decoder's steps: asked for (`fused`), and a decoder it
+        implements (captioning.model.fused.supports)."""
+        return self.fused and fused.supports(self)
 
     def _advance(self, memory: Memory, state: DecoderState,
                  embedded: torch.Tensor) -> tuple[DecoderState, torch.Tensor, AttentionOutput]:
@@ -189,8 +199,8 @@ class AttentionDecoder(nn.Module):
 
         Only the recurrence runs step by step, on the rows still running (`Packing`): the output
         layer (Eq. 7), the largest product, runs once over the real positions. Soft attention with the
-        additive score (the paper's default) takes the fused path of captioning.model.fused; any other
-        attention runs `_advance` step by step.
+        additive score (the paper's default) takes the fused path of captioning.model.fused unless
+        `fused` is False; any other attention runs `_advance` step by step.
         """
         packing = pack_by_length(lengths, batch=inputs.shape[0], steps=inputs.shape[1], device=inputs.device)
         annotations, inputs = packing.sort(annotations), packing.sort(inputs)
@@ -198,7 +208,7 @@ class AttentionDecoder(nn.Module):
             draws = draws.select(packing.order)
         embedded = self.embed(packing.positions(inputs))  # [N, E], E y_{t-1} at the real positions only
         memory, state = self.prepare(annotations, draws=draws)
-        if fused.supports(self):
+        if self.fusable:
             hs, zs, alphas = fused.recurrence(self, memory, state, embedded, packing.batch_sizes)
             hard: dict[str, torch.Tensor | None] = {"log_prob": None, "entropy": None, "location": None}
         else:

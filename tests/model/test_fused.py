@@ -1,20 +1,24 @@
-"""The fused paths against the straightforward implementation kept in benchmarks/reference.py.
+"""The fused path (captioning/model/fused.py) against the package's own step-by-step path, the
+decoder's `_advance` (model.fused=false), on the same weights.
 
 Same logits, alphas, losses and gradients for teacher forcing, with padding, mixed and unsorted
-lengths, both gates, the fused path and the step-by-step one; same beams for beam search.
+lengths, both gates and grid coordinates; same beams for beam search. What `_advance` itself
+computes is held to the paper's equations in tests/model/test_decoder.py and test_decoding.py.
 """
 
 from __future__ import annotations
 
+import copy
+import importlib
+
 import pytest
 import torch
 
-from benchmarks import reference
 from captioning.data.vocab import Vocabulary
 from captioning.model import fused
 from captioning.model.attention import SoftAttention
 from captioning.model.decoder import AttentionDecoder
-from captioning.model.decoding import beam_search, greedy
+from captioning.model.decoding import beam_search
 from captioning.model.extras.position import GridCoordinates
 from captioning.model.scores import AdditiveScore
 from captioning.train.losses import cross_entropy, doubly_stochastic
@@ -24,18 +28,23 @@ LENGTHS = torch.tensor([3, 7, 1, 5, 7])  # unsorted, with ties, a one-step row a
 
 
 class PlainSoftAttention(SoftAttention):
-    """The same attention under another type: the decoder cannot recognize it, so it steps through `_advance`."""
+    """The same attention under another type: the fused path does not recognize it."""
 
 
-def make_decoder(seed: int = 0, *, gate: str = "scalar", plain: bool = False, dtype=torch.float64,
-                 dropout: float = 0.0) -> AttentionDecoder:
+def make_decoder(seed: int = 0, *, gate: str = "scalar", dtype=torch.float64, dropout: float = 0.0,
+                 fused: bool = True) -> AttentionDecoder:
     torch.manual_seed(seed)
     attention = SoftAttention(AdditiveScore(annotation_dim=D, hidden_dim=H, attention_dim=A))
-    if plain:
-        attention = PlainSoftAttention(attention.score)
     decoder = AttentionDecoder(vocab_size=V, annotation_dim=D, embed_dim=E, hidden_dim=H, attention=attention,
-                               gate=gate, dropout=dropout)
+                               gate=gate, dropout=dropout, fused=fused)
     return decoder.to(dtype)
+
+
+def stepwise(decoder: AttentionDecoder) -> AttentionDecoder:
+    """The same weights on the step-by-step path."""
+    twin = copy.deepcopy(decoder)
+    twin.fused = False
+    return twin
 
 
 def make_batch(seed: int = 1, dtype=torch.float64):
@@ -56,27 +65,29 @@ def loss_of(output, targets, mask):
     return cross_entropy(output.logits, targets, mask) + doubly_stochastic(output.alphas, mask)
 
 
-def test_the_default_decoder_takes_the_fused_path_and_others_do_not():
-    assert make_decoder().fusable and fused.supports(make_decoder())
-    assert not make_decoder(plain=True).fusable
-    assert type(make_decoder().attention.score) is AdditiveScore
-
-
-@pytest.mark.parametrize("plain", [False, True], ids=["fused", "stepwise"])
-@pytest.mark.parametrize("gate", ["scalar", "vector"])
-def test_teacher_forcing_matches_the_reference_logits_alphas_losses_and_gradients(gate, plain):
-    decoder = make_decoder(3, gate=gate, plain=plain)
-    annotations, inputs, targets, mask = make_batch()
-    annotations.requires_grad_(True)  # the fused backward also returns d annotations
-    params = [annotations, *decoder.parameters()]
-
-    expected = reference.forward(decoder, annotations, inputs)
-    expected_loss = loss_of(expected, targets, mask)
-    expected_grads = torch.autograd.grad(expected_loss, params)
-    output = decoder(annotations, inputs, lengths=LENGTHS)
+def outputs_and_gradients(decoder: AttentionDecoder, annotations, inputs, targets, mask, *, lengths=LENGTHS):
+    annotations = annotations.clone().requires_grad_(True)  # the fused backward also returns d annotations
+    output = decoder(annotations, inputs, lengths=lengths)
     loss = loss_of(output, targets, mask)
-    grads = torch.autograd.grad(loss, params)
+    return output, loss, torch.autograd.grad(loss, [annotations, *decoder.parameters()])
 
+
+def test_the_fused_path_is_taken_by_the_default_and_left_by_the_switch_and_by_other_attention():
+    """Guards the comparisons below: without it they could compare the step-by-step path with itself."""
+    assert make_decoder().fusable and fused.supports(make_decoder())
+    assert not make_decoder(fused=False).fusable and not stepwise(make_decoder()).fusable
+    assert not AttentionDecoder(vocab_size=V, annotation_dim=D, embed_dim=E, hidden_dim=H,
+                                attention=PlainSoftAttention(AdditiveScore(annotation_dim=D, hidden_dim=H,
+                                                                           attention_dim=A))).fusable
+
+
+@pytest.mark.parametrize("gate", ["scalar", "vector"])
+def test_teacher_forcing_equals_the_stepwise_logits_alphas_losses_and_gradients(gate):
+    decoder = make_decoder(3, gate=gate)
+    annotations, inputs, targets, mask = make_batch()
+    output, loss, grads = outputs_and_gradients(decoder, annotations, inputs, targets, mask)
+    expected, expected_loss, expected_grads = outputs_and_gradients(stepwise(decoder), annotations, inputs,
+                                                                    targets, mask)
     real = mask.bool()
     torch.testing.assert_close(output.logits[real], expected.logits[real], rtol=1e-10, atol=1e-10)
     torch.testing.assert_close(output.alphas[real], expected.alphas[real], rtol=1e-10, atol=1e-10)
@@ -84,55 +95,42 @@ def test_teacher_forcing_matches_the_reference_logits_alphas_losses_and_gradient
     torch.testing.assert_close(loss, expected_loss, rtol=1e-12, atol=1e-12)
     names = ["annotations"] + [name for name, _ in decoder.named_parameters()]
     for name, got, want in zip(names, grads, expected_grads):
+        assert got.abs().sum() > 0, name  # every gradient is there to compare
         torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-12, msg=name)
 
 
 def test_with_grid_coordinates_the_fused_path_equals_the_stepwise_one():
     """model.extras.position=coordinates widens z_t to D + 2; the fused recurrence must follow it exactly."""
-    grid = (3, 3)
-    made = []
-    for plain in (False, True):
-        torch.manual_seed(5)
-        attention = SoftAttention(AdditiveScore(annotation_dim=D + 2, hidden_dim=H, attention_dim=A),
-                                  inputs=(GridCoordinates(grid=grid),))
-        if plain:
-            attention = PlainSoftAttention(attention.score, inputs=tuple(attention.inputs))
-        made.append(AttentionDecoder(vocab_size=V, annotation_dim=D, embed_dim=E, hidden_dim=H,
-                                     attention=attention, dropout=0.0).to(torch.float64))
-    assert made[0].fusable and not made[1].fusable
+    torch.manual_seed(5)
+    attention = SoftAttention(AdditiveScore(annotation_dim=D + 2, hidden_dim=H, attention_dim=A),
+                              inputs=(GridCoordinates(grid=(3, 3)),))
+    decoder = AttentionDecoder(vocab_size=V, annotation_dim=D, embed_dim=E, hidden_dim=H, attention=attention,
+                               dropout=0.0).to(torch.float64)
+    assert decoder.fusable
     annotations, inputs, targets, mask = make_batch(3)
-    results = []
-    for decoder in made:
-        a = annotations.clone().requires_grad_(True)
-        output = decoder(a, inputs, lengths=LENGTHS)
-        loss = loss_of(output, targets, mask)
-        results.append((output.logits, loss, torch.autograd.grad(loss, [a, *decoder.parameters()])))
-    (logits, loss, grads), (want_logits, want_loss, want_grads) = results
-    torch.testing.assert_close(logits, want_logits, rtol=1e-10, atol=1e-10)
+    (output, loss, grads), (want, want_loss, want_grads) = (
+        outputs_and_gradients(d, annotations, inputs, targets, mask) for d in (decoder, stepwise(decoder)))
+    torch.testing.assert_close(output.logits, want.logits, rtol=1e-10, atol=1e-10)
     torch.testing.assert_close(loss, want_loss, rtol=1e-12, atol=1e-12)
-    for got, want in zip(grads, want_grads):
-        torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-12)
+    for got, wanted in zip(grads, want_grads):
+        torch.testing.assert_close(got, wanted, rtol=1e-9, atol=1e-12)
 
 
-@pytest.mark.parametrize("plain", [False, True], ids=["fused", "stepwise"])
-def test_without_lengths_every_step_is_computed_as_in_the_reference(plain):
-    decoder = make_decoder(4, plain=plain)
+def test_without_lengths_every_step_is_computed_as_on_the_stepwise_path():
+    decoder = make_decoder(4)
     annotations, inputs, _, _ = make_batch(2)
-    expected = reference.forward(decoder, annotations, inputs)
     output = decoder(annotations, inputs)
+    expected = stepwise(decoder)(annotations, inputs)
+    assert (output.alphas.sum(-1) - 1).abs().max() < 1e-12  # padding steps too: every row, every step
     torch.testing.assert_close(output.logits, expected.logits, rtol=1e-10, atol=1e-10)
     torch.testing.assert_close(output.alphas, expected.alphas, rtol=1e-10, atol=1e-10)
 
 
-def test_float32_training_step_matches_the_reference_within_float_tolerance():
-    # Dropout draws its masks over [B, T] in the reference and over the packed real positions here,
-    # so the two are compared without it.
+def test_float32_training_step_equals_the_stepwise_one_within_float_tolerance():
     decoder = make_decoder(5, dtype=torch.float32)
     annotations, inputs, targets, mask = make_batch(3, dtype=torch.float32)
-    expected = reference.forward(decoder, annotations, inputs)
-    expected_grads = torch.autograd.grad(loss_of(expected, targets, mask), list(decoder.parameters()))
-    output = decoder(annotations, inputs, lengths=LENGTHS)
-    grads = torch.autograd.grad(loss_of(output, targets, mask), list(decoder.parameters()))
+    output, _, grads = outputs_and_gradients(decoder, annotations, inputs, targets, mask)
+    expected, _, expected_grads = outputs_and_gradients(stepwise(decoder), annotations, inputs, targets, mask)
     real = mask.bool()
     torch.testing.assert_close(output.logits[real], expected.logits[real], rtol=1e-5, atol=1e-5)
     for got, want in zip(grads, expected_grads):
@@ -160,34 +158,24 @@ def test_lengths_out_of_range_are_refused():
         decoder(annotations, inputs, lengths=torch.tensor([3, 8, 1, 5, 7]))
 
 
-def test_state_dict_keys_and_shapes_are_unchanged():
-    """Checkpoints of c47c7db load as they are: the fast paths read the same parameters."""
-    state = make_decoder().state_dict()
-    assert list(state) == [
-        "attention.score.key.weight", "attention.score.key.bias", "attention.score.query.weight",
-        "attention.score.v.weight", "embed.weight", "init_h.weight", "init_h.bias", "init_c.weight", "init_c.bias",
-        "gate.weight", "gate.bias", "lstm.weight_ih", "lstm.weight_hh", "lstm.bias_ih", "lstm.bias_hh",
-        "out_h.weight", "out_h.bias", "out_z.weight", "out.weight", "out.bias"]
-    assert state["lstm.weight_ih"].shape == (4 * H, E + D)
-
-
-def sharp_decoder(seed: int, *, plain: bool = False) -> AttentionDecoder:
+def sharp_decoder(seed: int) -> AttentionDecoder:
     """float32 and a sharpened output layer, so that captions end at varied lengths (as in test_decoding)."""
-    decoder = make_decoder(seed, plain=plain, dtype=torch.float32).eval()
+    decoder = make_decoder(seed, dtype=torch.float32).eval()
     with torch.no_grad():
         decoder.out.weight.mul_(3.0)
     return decoder
 
 
-@pytest.mark.parametrize("plain", [False, True], ids=["grouped", "repeated"])
 @pytest.mark.parametrize("beam_size", [1, 2, 3, 5])
 @pytest.mark.parametrize("seed", range(6))
-def test_beam_search_returns_the_reference_beams(seed, beam_size, plain):
-    decoder = sharp_decoder(seed, plain=plain)
+def test_beam_search_returns_the_stepwise_beams(seed, beam_size):
+    """Grouped (each image's memory shared by its beams, fused.GroupedStep) against the decoder's
+    `step` on memory repeated per beam."""
+    decoder = sharp_decoder(seed)
     annotations = torch.randn(4, L, D, generator=torch.Generator().manual_seed(50 + seed))
     for penalty in (0.0, 0.7):
-        expected = reference.beam_search(decoder, annotations, beam_size=beam_size, max_length=9,
-                                         length_penalty=penalty)
+        expected = beam_search(stepwise(decoder), annotations, beam_size=beam_size, max_length=9,
+                               length_penalty=penalty)
         got = beam_search(decoder, annotations, beam_size=beam_size, max_length=9, length_penalty=penalty)
         assert torch.equal(got.tokens, expected.tokens)
         assert torch.equal(got.lengths, expected.lengths)
@@ -195,11 +183,11 @@ def test_beam_search_returns_the_reference_beams(seed, beam_size, plain):
         torch.testing.assert_close(got.alphas, expected.alphas, rtol=1e-5, atol=1e-6)
 
 
-def test_some_reference_beams_end_early_and_some_run_to_the_limit():
+def test_some_beams_end_early_and_some_run_to_the_limit():
     """Guards the test above: it must see both finished and unfinished hypotheses."""
-    lengths = torch.cat([reference.beam_search(sharp_decoder(s), torch.randn(4, L, D, generator=torch.Generator()
-                                                                          .manual_seed(50 + s)),
-                                               beam_size=3, max_length=9).lengths for s in range(6)])
+    lengths = torch.cat([beam_search(sharp_decoder(s), torch.randn(4, L, D, generator=torch.Generator()
+                                                                    .manual_seed(50 + s)),
+                                     beam_size=3, max_length=9).lengths for s in range(6)])
     assert (lengths < 9).any() and (lengths == 9).any()
 
 
@@ -208,7 +196,7 @@ def test_min_length_runs_every_search_to_the_end_without_end_tokens(seed):
     decoder = sharp_decoder(seed)
     annotations = torch.randn(3, L, D, generator=torch.Generator().manual_seed(seed))
     got = beam_search(decoder, annotations, beam_size=3, max_length=12, min_length=12)
-    expected = reference.beam_search(decoder, annotations, beam_size=3, max_length=12, min_length=12)
+    expected = beam_search(stepwise(decoder), annotations, beam_size=3, max_length=12, min_length=12)
     assert got.tokens.shape == (3, 12)
     assert not (got.tokens == Vocabulary.end_id).any() and (got.lengths == 12).all()
     assert torch.equal(got.tokens, expected.tokens)
@@ -234,29 +222,38 @@ def test_grouped_step_equals_the_decoder_step_on_repeated_memory(seed):
     torch.testing.assert_close(alpha, attended.alpha, rtol=1e-5, atol=1e-6)
 
 
-def test_greedy_equals_beam_size_one_of_the_reference():
-    decoder = sharp_decoder(2)
-    annotations = torch.randn(4, L, D, generator=torch.Generator().manual_seed(9))
-    got = greedy(decoder, annotations, max_length=9)
-    expected = reference.beam_search(decoder, annotations, beam_size=1, max_length=9)
-    assert torch.equal(got.tokens, expected.tokens)
-    torch.testing.assert_close(got.scores, expected.scores, rtol=1e-5, atol=1e-5)
-
-
-def test_the_port_style_benchmark_computes_the_same_model():
-    """benchmarks/port_style.py must differ from us in loop style only, or the speed comparison is unfair."""
-    from benchmarks import port_style
-
+@pytest.mark.parametrize("name", ["port_style", "reference"])
+def test_the_benchmarks_other_implementations_compute_the_same_model(name):
+    """benchmarks/run.py times `port` (the popular ports' loop style) and `reference` (the loop before
+    the fused path) against the package: they must differ in loop style only, or the speed comparison
+    is unfair."""
+    implementation = importlib.import_module(f"benchmarks.{name}")
     decoder = make_decoder(8, dtype=torch.float32).eval()
     annotations, inputs, _, mask = make_batch(5, dtype=torch.float32)
-    expected = reference.forward(decoder, annotations, inputs)
     with torch.no_grad():
-        got = port_style.forward(decoder, annotations, inputs, LENGTHS)
+        expected = stepwise(decoder)(annotations, inputs, lengths=LENGTHS)
+        got = (implementation.forward(decoder, annotations, inputs, LENGTHS) if name == "port_style"
+               else implementation.forward(decoder, annotations, inputs))
     real = mask.bool()
     torch.testing.assert_close(got.logits[real], expected.logits[real], rtol=1e-5, atol=1e-5)
     decoder = sharp_decoder(1)
     images = torch.randn(3, L, D, generator=torch.Generator().manual_seed(4))
-    got = port_style.beam_search(decoder, images, beam_size=3, max_length=9, min_length=9)
-    expected = reference.beam_search(decoder, images, beam_size=3, max_length=9, min_length=9)
+    got = implementation.beam_search(decoder, images, beam_size=3, max_length=9, min_length=9)
+    expected = beam_search(stepwise(decoder), images, beam_size=3, max_length=9, min_length=9)
     assert torch.equal(got.tokens, expected.tokens)
     torch.testing.assert_close(got.scores, expected.scores, rtol=1e-5, atol=1e-5)
+
+
+def test_model_fused_false_reaches_the_decoder_and_leaves_the_records_model_digest_alone():
+    """The switch a researcher sets (`model.fused=false`) runs `_advance`; it changes how the numbers
+    are computed, not what they are, so a checkpoint's record does not call it a different model."""
+    from captioning.config import load_config
+    from captioning.model.captioner import build_decoder
+    from captioning.train.record import model_settings
+
+    default = load_config(None, [])
+    switched = load_config(None, ["model.fused=false"])
+    assert build_decoder(default.model, vocab_size=V, annotation_dim=D).fusable
+    assert not build_decoder(switched.model, vocab_size=V, annotation_dim=D).fusable
+    assert model_settings(default) == model_settings(switched)
+    assert model_settings(default) != model_settings(load_config(None, ["model.gate=vector"]))
