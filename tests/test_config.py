@@ -303,3 +303,13 @@ def test_a_checkpoints_config_with_the_old_doubly_stochastic_weight_loads_under_
     config = from_dict(values, where="last.pt: config")
     assert config.train.ds_lambda == 0.25 and "ds_weight" not in config.to_dict()["train"]
     assert values["train"]["ds_weight"] == 0.25 and "ds_lambda" not in values["train"]  # the caller's dict as it was
+
+
+def test_the_doubly_stochastic_target_was_removed_and_checkpoints_that_record_it_still_load():
+    """train.ds_target chose tau = 1 or T/L, which give the same gradient: a file naming it is told why,
+    and a checkpoint's config that records it (every one written before) loads as today's."""
+    with pytest.raises(ConfigError, match=r"'train.ds_target' was removed: .*same gradient"):
+        load_config(None, ["train.ds_target=length"])
+    values = Config().to_dict()
+    values["train"]["ds_target"] = "length"
+    assert from_dict(values, where="last.pt: config") == Config()

@@ -144,16 +144,6 @@ def test_every_model_choice_the_config_accepts_builds_a_decoder() -> None:
         assert logits.shape == (1, 7), override
 
 
-def test_the_doubly_stochastic_targets_are_the_loss_s() -> None:
-    from captioning.train.losses import doubly_stochastic
-
-    alphas, mask = torch.full((1, 2, 3), 1 / 3), torch.ones(1, 2)
-    for target in choices.DS_TARGETS:
-        doubly_stochastic(alphas, mask, target=target)
-    with pytest.raises(ValueError):
-        doubly_stochastic(alphas, mask, target="quadratic")
-
-
 def test_the_metrics_validation_may_pick_are_those_it_computes(tiny_run) -> None:
     """train.val_metric picks from VALIDATION_METRICS (and SHAPES_METRICS on the shapes data):
     validation's caption metrics and the shapes scorer give every one of them."""

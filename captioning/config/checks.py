@@ -46,7 +46,7 @@ def _choices(config: Config) -> dict[str, tuple[str, tuple[str, ...]]]:
         "model.local.base": (m.local.base, tuple(s for s in c.SCORES if s != "local")),
         "model.local.window": (m.local.window, c.LOCAL_WINDOWS),
         "model.extras.init": (m.extras.init, c.INITS), "model.extras.position": (m.extras.position, c.POSITIONS),
-        "train.optimizer": (t.optimizer, c.OPTIMIZERS), "train.ds_target": (t.ds_target, c.DS_TARGETS),
+        "train.optimizer": (t.optimizer, c.OPTIMIZERS),
         "train.reinforce.baseline": (t.reinforce.baseline, c.BASELINES),
         "train.objective": (t.objective, c.OBJECTIVES), "train.scst.baseline": (t.scst.baseline, c.SCST_BASELINES),
         "decode.hard_choice": (config.decode.hard_choice, c.HARD_CHOICES),

@@ -61,7 +61,6 @@ POSITIONS = ("none", "learned", "coordinates")
 
 # Training.
 OPTIMIZERS = ("adam", "rmsprop")
-DS_TARGETS = ("one", "length")  # the doubly stochastic term's target per cell: 1 (the paper) or T/L
 BASELINES = ("none", "moving_average", "leave_one_out")  # REINFORCE's baselines
 OBJECTIVES = ("xe", "scst")
 SCST_BASELINES = ("greedy", "mean")

@@ -171,11 +171,9 @@ class TrainConfig:
     grad_clip: float = 5.0
     # A step whose loss or gradient is not finite is skipped; this many in a row stop the run.
     max_bad_steps: int = 20
-    # Doubly stochastic regularization: lambda of Eq. 14, the weight of sum_i (tau - sum_t alpha_ti)^2
+    # Doubly stochastic regularization: lambda of Eq. 14, the weight of sum_i (1 - sum_t alpha_ti)^2
     # against a caption's summed word costs (the authors' COCO scripts: 1; docs/attention.md).
-    # ds_target "one" is the paper's tau = 1 per cell; "length" is T/L, which T words over L cells can meet.
     ds_lambda: float = 0.0
-    ds_target: str = "one"
     val_metric: str = "CIDEr"  # from greedy decoding of the validation split
     lr_decay: float = 0.5  # multiply the learning rate by this when the metric stalls...
     lr_patience: int = 1  # ...for this many evaluations

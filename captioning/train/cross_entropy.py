@@ -87,7 +87,7 @@ class CrossEntropy:
                                      unreadable=failures, named=len(new))
 
         result = train_step(self.module, batch, self.optimizer, grad_clip=t.grad_clip, ds_lambda=t.ds_lambda,
-                            ds_target=t.ds_target, precision=self.hardware.precision, scaler=self.scaler,
+                            precision=self.hardware.precision, scaler=self.scaler,
                             agree=agree, reinforce=self.reinforce, word_weights=self.word_weights, step=step,
                             draws=self.draws(step=step, size=size, rows=batch.tokens.shape[0],
                                              positions=batch.positions),

@@ -34,7 +34,7 @@ def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tenso
     return (nll * weighted).sum() / mask.sum()
 
 
-def doubly_stochastic(alphas: torch.Tensor, mask: torch.Tensor, *, target: str = "one") -> torch.Tensor:
+def doubly_stochastic(alphas: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """sum_i (tau - sum_t alpha_ti)^2 of each caption (Eq. 14), summed over the captions and divided
     by the number of real target words, as `cross_entropy` is. alphas [B, T, L], mask [B, T].
 
@@ -44,22 +44,15 @@ def doubly_stochastic(alphas: torch.Tensor, mask: torch.Tensor, *, target: str =
     weight of the term against a caption's summed word costs.
 
     The paper's tau = 1 asks every cell to receive a total weight of 1 over the caption. A caption of
-    T words carries a total weight of exactly T, so with T < L the paper's target cannot be met and
-    the term spreads the maps out; `target="length"` uses tau = T/L, the target that can be met.
-    But sum_i (tau - S_i)^2 = L tau^2 - 2 tau sum_i S_i + sum_i S_i^2 and sum_i S_i = T whatever the
-    maps, so the two targets differ by a constant: their gradients are identical, both push towards
-    uniform coverage (sum_i S_i^2), and they train alike (tests/train/test_losses.py,
-    studies/attention_table).
+    T words carries a total weight of exactly T, so with T < L the paper's target cannot be met, and
+    tau = T/L, the target that can be met, may look like the fix. But sum_i (tau - S_i)^2 =
+    L tau^2 - 2 tau sum_i S_i + sum_i S_i^2 and sum_i S_i = T whatever the maps, so any tau that
+    depends on T alone moves the term by a constant: the gradient is the same, pushing towards
+    uniform coverage (sum_i S_i^2) (tests/train/test_losses.py). Only the paper's tau = 1 is kept.
     """
     mask = mask.to(alphas.dtype)
     totals = (alphas * mask[:, :, None]).sum(dim=1)  # [B, L], sum_t alpha_ti over real steps
-    if target == "one":
-        tau = torch.ones_like(totals)
-    elif target == "length":
-        tau = (mask.sum(dim=1, keepdim=True) / alphas.shape[2]).expand_as(totals)  # [B, L], T_b / L
-    else:
-        raise ValueError(f"unknown doubly stochastic target '{target}' (known: one, length)")
-    return ((tau - totals) ** 2).sum() / mask.sum()
+    return ((1 - totals) ** 2).sum() / mask.sum()
 
 
 def caption_log_likelihood(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -117,7 +117,7 @@ def stand_in_batch(*, annotations: tuple[int, int] | None = None, images: tuple[
 
 
 def train_step(model: nn.Module, batch: Batch, optimizer: torch.optim.Optimizer, *, grad_clip: float,
-               ds_lambda: float, ds_target: str, precision: Precision = FULL_PRECISION,
+               ds_lambda: float, precision: Precision = FULL_PRECISION,
                scaler: torch.amp.GradScaler | None = None, agree: Callable[[torch.Tensor], Agreement] | None = None,
                reinforce: Reinforce | None = None, word_weights: torch.Tensor | None = None,
                step: int = 0, draws: torch.Tensor | None = None, coin_warmup: int = 0,
@@ -164,7 +164,7 @@ def train_step(model: nn.Module, batch: Batch, optimizer: torch.optim.Optimizer,
         output = model(batch.source, inputs, lengths=mask.sum(1).long(), **repeats)  # padded steps not computed
     logits = output.logits.float()  # [B, T-1, V]
     xe = cross_entropy(logits, targets, mask, word_weights=word_weights)
-    ds = doubly_stochastic(output.alphas.float(), mask, target=ds_target)
+    ds = doubly_stochastic(output.alphas.float(), mask)
     surrogate, terms = torch.zeros((), device=xe.device), None
     if reinforce is not None and output.log_probs is not None:  # soft attention samples nothing
         terms = reinforce(logits=logits, targets=targets, mask=mask, log_probs=output.log_probs.float(),

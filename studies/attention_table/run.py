@@ -58,8 +58,7 @@ STUDY_RUNS = {
     # The backbone's border padding: zeros (as trained) mark where the border is; these do not.
     "soft_reflect": ("model.attention=soft", "encoder.padding=reflect"),
     "soft_replicate": ("model.attention=soft", "encoder.padding=replicate"),
-    "soft_ds_one": ("model.attention=soft", "train.ds_lambda=1.0", "train.ds_target=one"),
-    "soft_ds_length": ("model.attention=soft", "train.ds_lambda=1.0", "train.ds_target=length"),
+    "soft_ds_one": ("model.attention=soft", "train.ds_lambda=1.0"),
     "soft_position": ("model.attention=soft", "model.extras.position=learned"),
     "soft_position_2ep": ("model.attention=soft", "model.extras.position=learned", "train.epochs=2"),
     "soft_unit": ("model.attention=soft", "model.extras.unit_annotations=true"),
@@ -94,7 +93,7 @@ RUNS = {**SCORE_RUNS, **STUDY_RUNS}
 # The order in which a full study trains them: the comparisons the study is about first, so that a
 # study cut short by its budget still answers them.
 PRIORITY = ("soft_1ep", "hard_1ep", "soft_2ep", "soft_position", "soft_stride32", "hard_loo4", "soft_additive",
-            "hard_sample_only", "soft_ds_length", "hard_unit", "soft_ds_one", "hard_unit_loo4", "hard_unit_lambda0.1",
+            "hard_sample_only", "hard_unit", "soft_ds_one", "hard_unit_loo4", "hard_unit_lambda0.1",
             "soft_position_2ep", "hard_warmup", "soft_unit")  # the order they were in fact run
 ORDER = list(dict.fromkeys([*PRIORITY, *SCORE_RUNS, "soft_local_position", *STUDY_RUNS]))
 

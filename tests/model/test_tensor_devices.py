@@ -58,7 +58,7 @@ def test_training_and_decoding_make_no_tensor_off_their_inputs_device(name):
     choices = ["expectation", "argmax", "sample"] if reinforce is not None else [None]
     with torch.device("meta"):
         for step, batch in enumerate(batches):
-            losses = train_step(model, batch, optimizer, grad_clip=5.0, ds_lambda=1.0, ds_target="length",
+            losses = train_step(model, batch, optimizer, grad_clip=5.0, ds_lambda=1.0,
                                 reinforce=reinforce, step=step)
         decoder.eval()
         captions = [decode(decoder, batches[0].annotations, beam_size=beam, max_length=6, hard_choice=choice)

@@ -98,11 +98,11 @@ def test_both_autocast_paths_train_on_the_cpu(tiny_config, tmp_path: Path, dtype
     batch = _batch(20)
     optimizer = torch.optim.SGD(decoder.parameters(), lr=0.1)
     torch.manual_seed(1)  # the same dropout masks in both steps
-    losses = train_step(decoder, batch, optimizer, grad_clip=5.0, ds_lambda=1.0, ds_target="one",
+    losses = train_step(decoder, batch, optimizer, grad_clip=5.0, ds_lambda=1.0,
                         precision=precision, scaler=scaler if scaler.is_enabled() else None)
     torch.manual_seed(1)
     full = train_step(reference, batch, torch.optim.SGD(reference.parameters(), lr=0.1), grad_clip=5.0,
-                      ds_lambda=1.0, ds_target="one")
+                      ds_lambda=1.0)
     assert not losses.skipped and abs(losses.losses["loss"] - full.losses["loss"]) < 0.05 * full.losses["loss"]
     for (name, mixed), exact in zip(decoder.state_dict().items(), reference.state_dict().values()):
         torch.testing.assert_close(mixed, exact, atol=5e-3, rtol=0.05, msg=name)  # the same update, roughly
@@ -120,7 +120,7 @@ def test_an_fp16_overflow_is_skipped_and_the_scale_backs_off(tiny_config, tmp_pa
     batch = _batch(20)
     batch.annotations[0, 0, 0] = float("inf")
     losses = train_step(decoder, batch, torch.optim.SGD(decoder.parameters(), lr=0.1), grad_clip=5.0,
-                        ds_lambda=0.0, ds_target="one", precision=precision, scaler=scaler)
+                        ds_lambda=0.0, precision=precision, scaler=scaler)
     assert losses.skipped and scaler.get_scale() == 2.0**15
     assert all(torch.equal(before[k], v) for k, v in decoder.state_dict().items())
 

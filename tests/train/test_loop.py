@@ -218,7 +218,7 @@ def test_overfit_one_batch() -> None:
     decoder = _tiny_decoder()
     optimizer = torch.optim.Adam(decoder.parameters(), lr=1e-2)
     batch = _fixed_batch()
-    history = [train_step(decoder, batch, optimizer, grad_clip=5.0, ds_lambda=0.0, ds_target="one").losses["xe"]
+    history = [train_step(decoder, batch, optimizer, grad_clip=5.0, ds_lambda=0.0).losses["xe"]
                for _ in range(150)]
     assert history[0] > 1.5  # about log(11) at the start
     assert history[-1] < 0.3 * history[0], history[::10]
@@ -241,7 +241,7 @@ def test_word_weights_reach_the_step_and_name_unknown_words() -> None:
         torch.manual_seed(0)
         decoder = _tiny_decoder()
         optimizer = torch.optim.Adam(decoder.parameters(), lr=1e-2)
-        losses.append(train_step(decoder, _fixed_batch(), optimizer, grad_clip=5.0, ds_lambda=0.0, ds_target="one",
+        losses.append(train_step(decoder, _fixed_batch(), optimizer, grad_clip=5.0, ds_lambda=0.0,
                                  word_weights=word_weights).losses["xe"])
     assert losses[1] > losses[0]  # word 5's term counts three times
 
@@ -284,7 +284,7 @@ def test_the_samples_of_a_caption_share_one_pass_of_the_encoder() -> None:
     images = fixed.annotations.transpose(1, 2).reshape(2, 8, 3, 3)  # [B, 8, 3, 3]
     batch = Batch(annotations=None, images=images, tokens=fixed.tokens, lengths=fixed.lengths)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    train_step(model, batch, optimizer, grad_clip=5.0, ds_lambda=0.0, ds_target="one",
+    train_step(model, batch, optimizer, grad_clip=5.0, ds_lambda=0.0,
                reinforce=Reinforce(baseline="leave_one_out", samples=3))
     assert model.encoder.rows_seen == [2]  # once per image, not once per copy
     assert seen[0].shape == (6, 9, 8)
@@ -303,7 +303,7 @@ def test_a_non_finite_loss_skips_the_update() -> None:
     with torch.no_grad():
         decoder.out.bias[5] = float("nan")
     before = {name: value.clone() for name, value in decoder.state_dict().items()}
-    losses = train_step(decoder, _fixed_batch(), optimizer, grad_clip=5.0, ds_lambda=0.0, ds_target="one")
+    losses = train_step(decoder, _fixed_batch(), optimizer, grad_clip=5.0, ds_lambda=0.0)
     assert losses.skipped and not math.isfinite(losses.losses["loss"])
     after = decoder.state_dict()
     assert all(torch.equal(before[n], after[n]) for n in before if n != "out.bias")

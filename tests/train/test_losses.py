@@ -89,48 +89,31 @@ def test_doubly_stochastic_one_matches_the_paper_formula():
             total = sum(alphas[b, t, i] for t in range(T) if MASK[b, t])
             expected += (1 - total) ** 2
     expected /= 8  # the real words: 5 + 3 (per image, as before, would be / 2)
-    torch.testing.assert_close(doubly_stochastic(alphas, MASK, target="one"), expected)
-    torch.testing.assert_close(doubly_stochastic(alphas, MASK), expected)  # "one" is the default
+    torch.testing.assert_close(doubly_stochastic(alphas, MASK), expected)
 
 
-@pytest.mark.parametrize("target", ["one", "length"])
-def test_doubly_stochastic_excludes_masked_steps(target):
+def test_doubly_stochastic_excludes_masked_steps():
     alphas = random_alphas()
     changed = alphas.clone()
     changed[1, 3:] = random_alphas(7)[1, 3:]
     assert not torch.allclose(changed, alphas)
-    torch.testing.assert_close(doubly_stochastic(changed, MASK, target=target),
-                               doubly_stochastic(alphas, MASK, target=target))
+    torch.testing.assert_close(doubly_stochastic(changed, MASK), doubly_stochastic(alphas, MASK))
     # and with no masking at all, the same change matters
     full = torch.ones(B, T)
-    assert not torch.allclose(doubly_stochastic(changed, full, target=target),
-                              doubly_stochastic(alphas, full, target=target))
+    assert not torch.allclose(doubly_stochastic(changed, full), doubly_stochastic(alphas, full))
 
 
 def test_doubly_stochastic_one_is_zero_when_every_cell_totals_one():
     # L steps, each attending to a different cell: every cell gets exactly 1 in total
     alphas = torch.eye(L).expand(B, L, L).clone()
-    assert float(doubly_stochastic(alphas, torch.ones(B, L), target="one")) == pytest.approx(0.0, abs=1e-7)
+    assert float(doubly_stochastic(alphas, torch.ones(B, L))) == pytest.approx(0.0, abs=1e-7)
 
 
-def test_doubly_stochastic_length_uses_caption_length_over_cells():
-    alphas = random_alphas()
-    lengths = MASK.sum(1)  # [B] real steps: 5 and 3
-    expected = sum(((lengths[b] / L - (alphas[b] * MASK[b, :, None]).sum(0)) ** 2).sum() for b in range(B)) / 8
-    torch.testing.assert_close(doubly_stochastic(alphas, MASK, target="length"), expected)
-
-
-def test_doubly_stochastic_length_is_zero_for_uniform_maps_and_one_is_not():
+def test_doubly_stochastic_of_uniform_maps_is_what_the_unmeetable_target_leaves():
     alphas = torch.full((B, T, L), 1.0 / L)
-    assert float(doubly_stochastic(alphas, MASK, target="length")) == pytest.approx(0.0, abs=1e-7)
     # T_b < L: the paper's target cannot be met by any map; uniform gives sum_i (1 - T_b/L)^2
     expected = (L * (1 - 5 / L) ** 2 + L * (1 - 3 / L) ** 2) / 8  # per real word
-    assert float(doubly_stochastic(alphas, MASK, target="one")) == pytest.approx(expected, rel=1e-6)
-
-
-def test_doubly_stochastic_rejects_an_unknown_target():
-    with pytest.raises(ValueError, match="quadratic"):
-        doubly_stochastic(random_alphas(), MASK, target="quadratic")
+    assert float(doubly_stochastic(alphas, MASK)) == pytest.approx(expected, rel=1e-6)
 
 
 def test_doubly_stochastic_accepts_a_boolean_mask():
@@ -150,11 +133,11 @@ def make_decoder(seed: int = 0) -> AttentionDecoder:
                             dropout=0.0)
 
 
-def training_loss(decoder, annotations, tokens, mask, target):
+def training_loss(decoder, annotations, tokens, mask):
     """What train_step computes: predict tokens[:, 1:] from tokens[:, :-1]; mask given from outside."""
     output = decoder(annotations, tokens[:, :-1])
     targets = tokens[:, 1:]
-    return cross_entropy(output.logits, targets, mask) + 1.0 * doubly_stochastic(output.alphas, mask, target=target)
+    return cross_entropy(output.logits, targets, mask) + 1.0 * doubly_stochastic(output.alphas, mask)
 
 
 def padded_batch():
@@ -164,18 +147,17 @@ def padded_batch():
     return annotations, tokens
 
 
-@pytest.mark.parametrize("target", ["one", "length"])
-def test_padding_never_reaches_the_loss_or_the_gradients(target):
+def test_padding_never_reaches_the_loss_or_the_gradients():
     decoder = make_decoder()
     annotations, tokens = padded_batch()
     mask = (tokens[:, 1:] != PAD).float()  # fixed from the clean batch
 
-    loss = training_loss(decoder, annotations, tokens, mask, target)
+    loss = training_loss(decoder, annotations, tokens, mask)
     grads = torch.autograd.grad(loss, list(decoder.parameters()))
 
     corrupted = tokens.clone()
     corrupted[1, 4:] = torch.tensor([5, 10, 4])  # after <end>: inputs at steps 4, 5 and targets at 3, 4, 5
-    changed_loss = training_loss(decoder, annotations, corrupted, mask, target)
+    changed_loss = training_loss(decoder, annotations, corrupted, mask)
     changed_grads = torch.autograd.grad(changed_loss, list(decoder.parameters()))
 
     torch.testing.assert_close(changed_loss, loss, rtol=1e-6, atol=1e-7)
@@ -184,7 +166,7 @@ def test_padding_never_reaches_the_loss_or_the_gradients(target):
 
     # control: the same corruption *with* the mask following it does change the loss
     leaky = (corrupted[:, 1:] != PAD).float()
-    assert not torch.allclose(training_loss(decoder, annotations, corrupted, leaky, target), loss)
+    assert not torch.allclose(training_loss(decoder, annotations, corrupted, leaky), loss)
 
 
 def test_the_end_to_end_computation_is_what_train_step_does():
@@ -192,21 +174,22 @@ def test_the_end_to_end_computation_is_what_train_step_does():
     annotations, tokens = padded_batch()
     mask = (tokens[:, 1:] != PAD).float()
     with torch.no_grad():
-        expected = training_loss(decoder, annotations, tokens, mask, "one")
+        expected = training_loss(decoder, annotations, tokens, mask)
     optimizer = torch.optim.SGD(decoder.parameters(), lr=0.0)
     batch = Batch(annotations=annotations, tokens=tokens, lengths=torch.tensor([7, 4]))
-    result = train_step(decoder, batch, optimizer, grad_clip=1e9, ds_lambda=1.0, ds_target="one")
+    result = train_step(decoder, batch, optimizer, grad_clip=1e9, ds_lambda=1.0)
     assert result.losses["loss"] == pytest.approx(float(expected), rel=1e-6)
 
 
-def test_doubly_stochastic_targets_one_and_length_differ_by_a_constant_so_train_alike():
+def test_the_meetable_target_t_over_l_differs_by_a_constant_so_gives_the_papers_gradient():
     """sum_i (tau - S_i)^2 = L tau^2 - 2 tau sum_i S_i + sum_i S_i^2 and sum_i S_i = T_b whatever the
-    maps: the two targets differ by a constant per caption, and their gradients are identical
-    (measured: the same run twice, docs/attention.md). Both push towards uniform coverage."""
+    maps: tau = T_b/L (written out here) differs from the paper's tau = 1 by a constant per caption,
+    and the gradients are identical, which is why the project keeps tau = 1 alone."""
     scores = torch.randn(B, T, L, generator=torch.Generator().manual_seed(2)).requires_grad_(True)
     alphas = torch.softmax(scores, dim=2)
-    one = doubly_stochastic(alphas, MASK, target="one")
-    length = doubly_stochastic(alphas, MASK, target="length")
+    one = doubly_stochastic(alphas, MASK)
+    totals = (alphas * MASK[:, :, None]).sum(1)  # [B, L]
+    length = ((MASK.sum(1, keepdim=True) / L - totals) ** 2).sum() / MASK.sum()
     (grad_one,) = torch.autograd.grad(one, scores, retain_graph=True)
     (grad_length,) = torch.autograd.grad(length, scores)
     assert float((one - length).detach()) > 0.2  # the values differ...

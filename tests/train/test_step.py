@@ -84,7 +84,7 @@ def test_one_step_moves_the_weights_by_the_gradient_of_the_documented_objective(
     torch.manual_seed(11)  # the same coins and samples in both: the seed is reset before each forward
     optimizer = torch.optim.SGD(decoder.parameters(), lr=1.0)
     reinforce = Reinforce(weight=REINFORCE_WEIGHT, entropy_weight=ENTROPY_WEIGHT) if hard else None
-    result = train_step(decoder, batch, optimizer, grad_clip=1e9, ds_lambda=DS_LAMBDA, ds_target="one",
+    result = train_step(decoder, batch, optimizer, grad_clip=1e9, ds_lambda=DS_LAMBDA,
                         reinforce=reinforce)
 
     torch.manual_seed(11)
@@ -128,7 +128,7 @@ def test_the_agreed_share_weights_every_term_and_the_returned_losses_stay_this_p
         return Agreement(share=0.5)
 
     optimizer = torch.optim.SGD(decoder.parameters(), lr=1.0)
-    result = train_step(decoder, batch, optimizer, grad_clip=1e9, ds_lambda=DS_LAMBDA, ds_target="one", agree=agree)
+    result = train_step(decoder, batch, optimizer, grad_clip=1e9, ds_lambda=DS_LAMBDA, agree=agree)
 
     xe, ds = terms_by_hand(reference, batch)
     local = float((xe + DS_LAMBDA * ds).detach())
@@ -157,7 +157,7 @@ def test_an_agreed_skip_moves_no_weight_and_leaves_the_run_steppable(agreement: 
     before = {name: p.detach().clone() for name, p in decoder.named_parameters()}
     optimizer = torch.optim.SGD(decoder.parameters(), lr=1.0)
     scaler = torch.amp.GradScaler("cpu", init_scale=4.0, growth_interval=1) if scaled else None
-    result = train_step(decoder, batch, optimizer, grad_clip=1e9, ds_lambda=DS_LAMBDA, ds_target="one",
+    result = train_step(decoder, batch, optimizer, grad_clip=1e9, ds_lambda=DS_LAMBDA,
                         scaler=scaler, agree=lambda loss: agreement)
     assert result.skipped
     assert math.isfinite(result.losses["loss"]) and math.isfinite(result.losses["grad_norm"])
@@ -166,7 +166,7 @@ def test_an_agreed_skip_moves_no_weight_and_leaves_the_run_steppable(agreement: 
         assert param.grad is None, name
     if scaled:
         assert scaler.get_scale() == 8.0
-    after = train_step(decoder, batch, optimizer, grad_clip=1e9, ds_lambda=DS_LAMBDA, ds_target="one",
+    after = train_step(decoder, batch, optimizer, grad_clip=1e9, ds_lambda=DS_LAMBDA,
                        scaler=scaler, agree=lambda loss: Agreement())
     assert not after.skipped
     assert any(not torch.equal(param.detach(), before[name]) for name, param in decoder.named_parameters())
@@ -181,7 +181,7 @@ def test_an_agreed_skip_with_gradients_that_are_not_finite_backs_the_scale_off()
     batch.annotations[0, 0, 0] = float("nan")
     optimizer = torch.optim.SGD(decoder.parameters(), lr=1.0)
     scaler = torch.amp.GradScaler("cpu", init_scale=4.0, growth_interval=1)
-    result = train_step(decoder, batch, optimizer, grad_clip=1e9, ds_lambda=DS_LAMBDA, ds_target="one",
+    result = train_step(decoder, batch, optimizer, grad_clip=1e9, ds_lambda=DS_LAMBDA,
                         scaler=scaler, agree=lambda loss: Agreement(finite=False))
     assert result.skipped and scaler.get_scale() == 2.0
 
@@ -194,7 +194,7 @@ def test_a_scaled_step_that_is_not_skipped_steps_and_updates_the_scaler() -> Non
     before = {name: p.detach().clone() for name, p in decoder.named_parameters()}
     optimizer = torch.optim.SGD(decoder.parameters(), lr=1.0)
     scaler = torch.amp.GradScaler("cpu", init_scale=4.0, growth_interval=1)
-    result = train_step(decoder, batch, optimizer, grad_clip=1e9, ds_lambda=DS_LAMBDA, ds_target="one",
+    result = train_step(decoder, batch, optimizer, grad_clip=1e9, ds_lambda=DS_LAMBDA,
                         scaler=scaler, agree=lambda loss: Agreement())
     assert not result.skipped
     assert scaler.get_scale() == 8.0
@@ -215,7 +215,7 @@ def test_a_stand_in_batch_moves_no_baseline_of_any_process() -> None:
     decoder.attention.expectation_prob = 0.0  # every caption samples: its reward would count
     for stand_in in (False, True):
         train_step(decoder, make_batch(), torch.optim.SGD(decoder.parameters(), lr=0.0), grad_clip=1e9,
-                   ds_lambda=0.0, ds_target="one", reinforce=reinforce, stand_in=stand_in)
+                   ds_lambda=0.0, reinforce=reinforce, stand_in=stand_in)
     assert pooled[0][1] == B and pooled[1].abs().sum() == 0  # [sum of rewards, captions that sampled]
 
 
@@ -356,8 +356,8 @@ def test_the_training_step_flips_the_coins_at_the_chance_of_its_step(step, low, 
     seen = handed_coins(monkeypatch, decoder)
     optimizer = torch.optim.SGD(decoder.parameters(), lr=0.0)
     torch.manual_seed(0)
-    train_step(decoder, many, optimizer, grad_clip=1.0, ds_lambda=1.0, ds_target="one", step=step, coin_warmup=4)
+    train_step(decoder, many, optimizer, grad_clip=1.0, ds_lambda=1.0, step=step, coin_warmup=4)
     draws = row_draws(seed=0, step=step, size=400, start=0, rows=400, samples=1, width=8)
-    train_step(decoder, many, optimizer, grad_clip=1.0, ds_lambda=1.0, ds_target="one", step=step, coin_warmup=4,
+    train_step(decoder, many, optimizer, grad_clip=1.0, ds_lambda=1.0, step=step, coin_warmup=4,
                draws=draws)
     assert all(low <= float(coins.float().mean()) <= high for coins in seen) and len(seen) == 2

@@ -70,7 +70,7 @@ def test_a_training_step_reads_the_device_only_a_few_times(attention, score, sam
     for step in range(3):  # the first REINFORCE step starts the baseline from the batch's mean reward
         batch = _batch(step)
         with counting_syncs() as syncs:
-            losses = train_step(model, batch, optimizer, grad_clip=5.0, ds_lambda=1.0, ds_target="one",
+            losses = train_step(model, batch, optimizer, grad_clip=5.0, ds_lambda=1.0,
                                 reinforce=reinforce, step=step)
         where = ", ".join(f"{kind} at {line}" for (kind, line), n in sorted(syncs.sites.items()) for _ in range(n))
         assert syncs.total <= BOUNDS[attention], f"step {step}: {syncs.total} host syncs: {where}"
