@@ -67,7 +67,6 @@ def test_the_old_name_of_the_loader_gives_the_model_vocabulary_and_config(tiny_r
     trained = load_trained(tiny_run.checkpoint)
     assert {p.device.type for p in model.parameters()} == {"cpu"} and not model.training
     assert vocab.words == trained.vocab.words and config == trained.config
-    assert model.caption == model.generate  # its method's name before
     model, _, _ = captioner_from_checkpoint(tiny_run.checkpoint, device="meta")
     assert {p.device.type for p in model.parameters()} == {"meta"}
 

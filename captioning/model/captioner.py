@@ -164,8 +164,3 @@ class EncoderDecoder(nn.Module):
         captions = decode(self.decoder, annotations, beam_size=beam_size, max_length=max_length,
                           length_penalty=length_penalty, hard_choice=hard_choice)
         return captions, grid
-
-    generate = caption  # its name before
-
-
-CaptionModel = EncoderDecoder  # its name before

@@ -171,19 +171,11 @@ class Reinforce:
         loo, others = leave_one_out(rewards.view(-1, self.samples), sampled.view(-1, self.samples))  # [images, K]
         return torch.where(others > 0, loo, moving.reshape(loo.shape)).view(-1)
 
-    def update(self, rewards: torch.Tensor, sampled: torch.Tensor) -> None:
-        """b <- decay b + (1 - decay) mean reward of the captions that sampled (Sec. 4.1)."""
-        pooled = self.pooled(rewards, sampled)
-        count, mean = floats(pooled[1], pooled[0] / pooled[1].clamp(min=1))
-        self._move(count=count, mean=mean)
-
     def move(self, terms: ReinforceTerms) -> None:
-        """The moving average moved by the rewards of a batch whose step was applied."""
-        self._move(count=terms.sampled, mean=terms.reward)
-
-    def _move(self, *, count: float, mean: float) -> None:
-        """`update` once the number of captions that sampled and their mean reward are on the host.
-        A mean that is not finite never enters the average."""
+        """The moving average moved by the rewards of a batch whose step was applied (Sec. 4.1):
+        b <- decay b + (1 - decay) mean reward of the captions that sampled. A batch where none
+        sampled, or whose mean is not finite, leaves it as it was."""
+        count, mean = terms.sampled, terms.reward
         if count == 0 or not math.isfinite(mean):
             return
         self.value = mean if self.value is None else self.decay * self.value + (1 - self.decay) * mean

@@ -22,7 +22,7 @@ from captioning.data.vocab import Vocabulary
 from captioning.model.attention import GivenLocations, HardAttention
 from captioning.model.decoder import AttentionDecoder
 from captioning.model.scores import AdditiveScore
-from captioning.train.losses import Reinforce, caption_log_likelihood, cross_entropy
+from captioning.train.losses import Reinforce, ReinforceTerms, caption_log_likelihood, cross_entropy
 
 GRID, D, H, A, V = (1, 3), 8, 16, 8, 11
 L = GRID[0] * GRID[1]
@@ -234,17 +234,26 @@ def test_the_warmup_brings_both_terms_in_linearly_by_the_runs_step():
 
 # (c) the baseline ------------------------------------------------------------------------------------
 
+def _terms(rewards: torch.Tensor, sampled: torch.Tensor) -> ReinforceTerms:
+    """What a step's terms carry for the moving average: the captions that sampled, their mean reward
+    (as the surrogate pools them)."""
+    count, total = float(sampled.sum()), float(rewards[sampled].sum()) if sampled.any() else 0.0
+    return ReinforceTerms(loss=torch.zeros(()), stats={}, sampled=count, reward=total / max(count, 1.0))
+
+
 def test_moving_average_baseline_update_and_state():
     reinforce = Reinforce(baseline_decay=0.9)
     rewards, sampled = torch.tensor([-4.0, -8.0, -100.0]), torch.tensor([True, True, False])
     first = reinforce.baselines(rewards, sampled)
     torch.testing.assert_close(first, torch.full((3,), -6.0))  # first batch: its own mean (of sampled rows)
-    reinforce.update(rewards, sampled)
+    reinforce.move(_terms(rewards, sampled))
     assert reinforce.value == pytest.approx(-6.0)
-    reinforce.update(torch.tensor([-2.0, -50.0]), torch.tensor([True, False]))  # the expectation row is left out
+    reinforce.move(_terms(torch.tensor([-2.0, -50.0]), torch.tensor([True, False])))  # expectation row out
     assert reinforce.value == pytest.approx(0.9 * -6.0 + 0.1 * -2.0)
-    reinforce.update(torch.tensor([-3.0]), torch.tensor([False]))  # nothing sampled: b stays
+    reinforce.move(_terms(torch.tensor([-3.0]), torch.tensor([False])))  # nothing sampled: b stays
     assert reinforce.value == pytest.approx(-5.6)
+    reinforce.move(ReinforceTerms(loss=torch.zeros(()), stats={}, sampled=2.0, reward=float("nan")))
+    assert reinforce.value == pytest.approx(-5.6)  # a mean that is not finite never enters
     restored = Reinforce()
     restored.load_state_dict(reinforce.state_dict())
     assert restored.value == reinforce.value and isinstance(reinforce.state_dict()["baseline"], float)
