@@ -59,11 +59,13 @@ def _add_train_arguments(parser: argparse.ArgumentParser) -> None:
 @guarded
 def _train(args: argparse.Namespace) -> int:
     from captioning.config import load_config
+    from captioning.data.splits import ensure_shapes
     from captioning.train.loop import fit
 
     config = load_config(args.config, args.overrides)
-    if args.dry_run:
+    if args.dry_run:  # in a temporary folder, shapes data of its own included
         return _dry_run(config, device=default_device(args.device))
+    ensure_shapes(config)  # the embedded default on a fresh clone: its data made here, said in one line
     summary = fit(config, resume=args.resume, device=default_device(args.device))
     speaks = os.environ.get("RANK", "0") == "0"  # under torchrun, rank 0 speaks for all; all exit alike
     if summary["interrupted"]:
@@ -117,8 +119,10 @@ def _add_config_arguments(parser: argparse.ArgumentParser) -> None:
 def _prepare(args: argparse.Namespace) -> int:
     from captioning.config import load_config
     from captioning.data.prepare import check_folder, prepare_vocabulary, vocabulary_path
+    from captioning.data.splits import ensure_shapes
 
     config = load_config(args.config, args.overrides)
+    ensure_shapes(config)
     for line in check_folder(config) if config.data.dataset == "folder" else ():
         print(line)
     vocab, stats = prepare_vocabulary(config)
@@ -135,9 +139,10 @@ def _prepare_features(args: argparse.Namespace) -> int:
     from captioning.config import load_config
     from captioning.data.coco import held_out_note
     from captioning.data.prepare import prepare_features
-    from captioning.data.splits import features_dir
+    from captioning.data.splits import ensure_shapes, features_dir
 
     config = load_config(args.config, args.overrides)
+    ensure_shapes(config)
     names = tuple(args.splits.split(",")) if args.splits else ("train", "val", "test")
     if args.splits is None and (note := held_out_note(config.data)) is not None:  # held out: nothing to cache
         print(note, file=sys.stderr)

@@ -16,7 +16,7 @@ import torch
 from captioning.config import Config
 from captioning.data.coco import read_records
 from captioning.data.collection import check, describe_made, folder_collection, split_counts, write_splits
-from captioning.data.splits import Split, ensure_shapes, load_splits
+from captioning.data.splits import Split, load_splits
 from captioning.data.tokenized import tokenized, tokens_dir
 from captioning.data.vocab import Vocabulary
 
@@ -27,7 +27,6 @@ def vocabulary_path(config: Config) -> Path:
 
 def build_vocabulary(config: Config) -> tuple[Vocabulary, dict[str, float]]:
     """The vocabulary of the training split, and a few numbers that help choose its settings."""
-    ensure_shapes(config)
     captions = tokenized(read_records(config.data, "train"), cache=tokens_dir(config.data))
     counts = captions.counts()
     vocab = Vocabulary.from_counts(counts, min_count=config.data.min_word_count)

@@ -89,7 +89,8 @@ def missing_caches(config: Config, names: tuple[str, ...]) -> list[Path]:
 
 
 def ensure_shapes(config: Config) -> None:
-    """The embedded default makes its own data: `python train.py` works on a fresh clone."""
+    """The embedded default makes its own data: `python train.py` works on a fresh clone. Called by
+    the commands that train or prepare (captioning/cli), never by a loader: reading data never writes it."""
     d = config.data
     root = Path(d.root)
     if d.dataset == "shapes" and not (root / d.split_file).exists():
@@ -114,7 +115,6 @@ def load_splits(config: Config, names: tuple[str, ...], *, device: str | torch.d
     """The named splits; with `features`, their cached annotations, computing any missing cache with
     one shared encoder (with data.mirror, the train split's mirror images too). Images that cannot be
     read are left out of the split, with a warning."""
-    ensure_shapes(config)
     objects = Path(config.data.root) / "objects.json"  # the shapes data's object boxes
     encoder = functools.cache(lambda: Encoder.from_config(config.encoder))
     cache = functools.partial(load_or_compute, features_dir(config), encoder_factory=encoder,
