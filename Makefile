@@ -1,8 +1,9 @@
 # `make demo`: set up, then make the shapes data, train, evaluate and caption on the embedded default;
 #   then caption scikit-image's real sample photos with the shipped Flickr8k model (runs/photos).
 # `make demo CONFIG=configs/shapes_hard.yaml`: the same with hard attention (runs/shapes_hard).
-# `make test`: set up, then run the test suite (what CI runs). It needs Java (METEOR, the PTB tokenizer),
-#   prints every skip with its reason and fails on a skip that tests/allowed_skips.txt does not allow.
+# `make test`: set up, then run the test suite (what CI runs) in two workers, a file each at a time
+#   (pytest-xdist). It needs Java (METEOR, the PTB tokenizer), prints every skip with its reason and
+#   fails on a skip that tests/allowed_skips.txt does not allow.
 # `make test-fast`: the suite without the slow learning tests and the studies' tests (an editing loop).
 # `make tables`: rewrite every study table in docs/ from the kept results (no training).
 # `make kill-check`: the full fault-injection test (10 kills of prepare-features, 20 of training).
@@ -51,7 +52,7 @@ demo: install
 	echo "  tensorboard: $(VENV)/bin/tensorboard --logdir $(RUN)/tensorboard"
 
 test: require-java install
-	$(PY) -m pytest -q -rs --durations=15 --allowed-skips=tests/allowed_skips.txt
+	$(PY) -m pytest -q -rs -n 2 --dist loadfile --durations=15 --allowed-skips=tests/allowed_skips.txt
 
 # The Java metrics must run in CI, not skip: without Java, one line says what is missing.
 require-java:
