@@ -65,7 +65,8 @@ def _train(args: argparse.Namespace) -> int:
     config = load_config(args.config, args.overrides)
     if args.dry_run:  # in a temporary folder, shapes data of its own included
         return _dry_run(config, device=default_device(args.device))
-    ensure_shapes(config)  # the embedded default on a fresh clone: its data made here, said in one line
+    if int(os.environ.get("WORLD_SIZE", "1")) == 1:  # under torchrun, prepare-features first (docs/coco.md)
+        ensure_shapes(config)  # the embedded default on a fresh clone: its data made here, said in one line
     summary = fit(config, resume=args.resume, device=default_device(args.device))
     speaks = os.environ.get("RANK", "0") == "0"  # under torchrun, rank 0 speaks for all; all exit alike
     if summary["interrupted"]:
