@@ -22,9 +22,11 @@ Cases (model dims as in the paper's COCO setting: embedding = attention = hidden
       captions each way; and how the batched time splits into reading, encoding, decoding and
       overlays. images/s.
 
---impl picks whose code runs: `fast` (the package), `reference` (benchmarks/reference.py: the
-straightforward loop and beam search of main c47c7db) or `port` (benchmarks/port_style.py: our
-re-implementation of the loop style of the popular public ports). All three use the same model.
+--impl picks whose code runs: `fast` (the package), `stepwise` (the package with model.fused=false:
+the decoder's `_advance` at every step, what the fused path accelerates), `reference`
+(benchmarks/reference.py: the straightforward loop and beam search of main c47c7db) or `port`
+(benchmarks/port_style.py: our re-implementation of the loop style of the popular public ports).
+All four use the same model.
 
 Each case runs in its own fresh subprocess, so that its peak RSS is its own; inside it, `--warmup`
 untimed iterations, then `--repeats` timed ones, and the median is reported. Every line and the JSON
@@ -123,13 +125,34 @@ class Implementation:
             self.forward = lambda decoder, annotations, inputs, lengths: reference.forward(decoder, annotations,
                                                                                               inputs)
             self.beam_search = reference.beam_search
+        elif name == "stepwise":  # the package with model.fused=false: AttentionDecoder._advance at every step
+            from captioning.model import decoding
+
+            self.forward = _unfused(lambda decoder, annotations, inputs, lengths: decoder(annotations, inputs,
+                                                                                         lengths=lengths))
+            self.beam_search = _unfused(decoding.beam_search)
         elif name == "port":
             import port_style
 
             self.forward = port_style.forward
             self.beam_search = port_style.beam_search
         else:
-            raise ValueError(f"unknown implementation '{name}' (known: fast, reference, port)")
+            raise ValueError(f"unknown implementation '{name}' (known: {', '.join(IMPLEMENTATIONS)})")
+
+
+IMPLEMENTATIONS = ("fast", "stepwise", "reference", "port")
+
+
+def _unfused(call: Callable[..., object]) -> Callable[..., object]:
+    """`call(decoder, ...)` with the decoder's fused path off for the call (ab.py shares one decoder
+    between implementations)."""
+    def unfused(decoder, *args, **kwargs):
+        decoder.fused = False
+        try:
+            return call(decoder, *args, **kwargs)
+        finally:
+            decoder.fused = True
+    return unfused
 
 
 # ----------------------------------------------------------------------------------------------- timing
@@ -395,7 +418,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--impl", default="fast", choices=("fast", "reference", "port"))
+    parser.add_argument("--impl", default="fast", choices=IMPLEMENTATIONS)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--amp", default="none", choices=("none", "bf16"), help="autocast dtype")
     parser.add_argument("--compile", action="store_true",
