@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import csv
 import functools
-import hashlib
 import io
 import json
 import re
@@ -41,7 +40,7 @@ from PIL import Image, UnidentifiedImageError
 
 from captioning.config import DataConfig
 from captioning.data.karpathy import DatasetError, ImageRecord, first_names
-from captioning.data.split_record import read_record, record_path, write_record
+from captioning.data.split_record import assign_splits, read_record, record_path, write_record
 from captioning.data.vocab import normalize
 
 SPLITS = ("train", "val", "test")
@@ -200,7 +199,7 @@ def read_collection(captions_file: str | Path, *, image_root: str | Path, seed: 
                            f"{'; ...' if len(twice) > SHOWN else ''}); give each image one split")
     gives = {image: next(iter(given[image]), "") for image in captions}
     kept = read_record(record) if record is not None else {}
-    splits, changed = _assign_splits(gives, kept, seed=seed, share=share, source=captions_file, record=record)
+    splits, changed = assign_splits(gives, kept, seed=seed, share=share, source=captions_file, record=record)
     if record is not None and (changed or any(image not in kept for image in gives) or not record.is_file()):
         write_record(record, {**kept, **{image: (splits[image], gives[image]) for image in gives
                                          if image not in kept or image in changed}})
@@ -235,60 +234,6 @@ class _ImageKeys:
                 raise DatasetError(f"{self.source}: line {row.line}: {row.image} is outside the image folder "
                                    f"{self.root} (it is {path}); data.allow_outside_images=true lets such paths in")
         return self.known[row.image]
-
-
-def split_draw(image: str, *, seed: int) -> float:
-    """A number in [0, 1) fixed by the image's path and the seed alone: where a made split puts it."""
-    digest = hashlib.sha256(f"{seed}/{image}".encode()).digest()
-    return int.from_bytes(digest[:8], "big") / 2 ** 64
-
-
-def _assign_splits(given: dict[str, str], kept: dict[str, tuple[str, str]], *, seed: int, share: float,
-                   source: Path, record: Path | None) -> tuple[dict[str, str], list[str]]:
-    """Every image's split, from what its rows give (`given`, "" for none) and what the record kept.
-
-    An image the record holds keeps its split, unless its rows now give another than they gave then
-    (the captions file edited: the user's word, which `prepare` names). A new image takes the split its
-    rows give; without one, the split its own draw falls in, for each split that no row names (val:
-    [0, share), test: [share, 2 share), else train). Where no row leaves a split empty, val and test
-    are drawn so from the new training rows. A made split left empty (a small collection) takes the
-    free new image whose draw comes closest. Returns (splits, the images whose rows moved them)."""
-    splits: dict[str, str] = {}
-    changed = []
-    for image, split in given.items():
-        if image in kept:
-            kept_split, given_then = kept[image]
-            if split and split not in (given_then, kept_split):
-                changed.append(image)
-            splits[image] = split if image in changed else kept_split
-        elif split:
-            splits[image] = split
-    missing = [s for s in ("val", "test") if s not in given.values()]
-    fresh = [image for image in given if image not in kept]
-    pool = [image for image in fresh if given[image] == ("" if "" in given.values() else "train")]
-    if missing and not kept and len(pool) < len(missing) + 1:
-        raise DatasetError(f"{source}: too few images to make the {' and '.join(missing)} split from "
-                           f"({len(pool)}); give some rows a split")
-    free = set(pool)
-    draws = {image: split_draw(image, seed=seed) for image in pool}
-    for order, split in enumerate(missing):
-        low, high = order * share, (order + 1) * share
-        chosen = [image for image in pool if image in free and low <= draws[image] < high]
-        if not chosen and split not in splits.values():  # a small collection: at least one image
-            candidates = [image for image in pool if image in free]
-            if not candidates:
-                raise DatasetError(f"{source}: no row names a {split} split and the splits record {record} holds "
-                                   f"none of these images in it; give some rows split {split}, or move the record "
-                                   "away to draw the splits again (an image trained on may then be tested on)")
-            chosen = [min(candidates, key=lambda image: abs(draws[image] - low))]
-        for image in chosen:
-            splits[image] = split
-            free.discard(image)
-    for image in fresh:
-        splits.setdefault(image, "train")
-    if not any(split == "train" for split in splits.values()):
-        raise DatasetError(f"{source}: no training images (every row's split is val or test)")
-    return {image: splits[image] for image in given}, changed
 
 
 def folder_collection(data: DataConfig) -> Collection:
