@@ -158,6 +158,17 @@ def test_one_file_under_several_spellings_is_one_image(tmp_path: Path) -> None:
     collection = _read(_write(tmp_path / "captions.csv", rows), share=0.1)
     assert collection.images == ["a.jpg", "b.jpg", "c.jpg"]
     assert collection.captions["a.jpg"] == ["one", "two", "three", "four", "five"]
+    _photo(tmp_path / "images" / "sub" / "d.jpg")
+    (tmp_path / "images" / "alias").symlink_to(tmp_path / "images" / "sub")  # a folder under two names
+    (tmp_path / "out").mkdir()
+    (tmp_path / "images" / "away").symlink_to(tmp_path / "out")  # a folder leading out
+    rows = [("sub/d.jpg", "one", "train"), ("alias/d.jpg", "two", ""), ("alias/../b.jpg", "x", "val"),
+            ("c.jpg", "y", "test")]
+    collection = _read(_write(tmp_path / "captions.csv", rows), share=0.1, record=tmp_path / "folders.csv")
+    assert collection.images == ["sub/d.jpg", "b.jpg", "c.jpg"] and collection.captions["sub/d.jpg"] == ["one", "two"]
+    with pytest.raises(DatasetError, match=r"line 3: away/e.jpg is outside the image folder"):
+        _read(_write(tmp_path / "captions.csv", [("a.jpg", "x", "train"), ("away/e.jpg", "y", "val")]), share=0.1,
+              record=tmp_path / "away.csv")
     for spelling in ("./a.jpg", "link.jpg", str(tmp_path / "images" / "a.jpg")):
         twice = [("a.jpg", "one", "train"), (spelling, "two", "test"), ("b.jpg", "x", "val")]
         with pytest.raises(DatasetError, match=r"1 image in two splits \(a.jpg: train and test\)"):
