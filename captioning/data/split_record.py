@@ -86,14 +86,17 @@ def assign_splits(given: dict[str, str], kept: dict[str, tuple[str, str]], *, se
     for image, split in given.items():
         if image in kept:
             kept_split, given_then = kept[image]
-            if split and split not in (given_then, kept_split):
+            edited = bool(split) and split not in (given_then, kept_split)
+            if edited:
                 changed.append(image)
-            splits[image] = split if image in changed else kept_split
+            splits[image] = split if edited else kept_split
         elif split:
             splits[image] = split
-    missing = [s for s in ("val", "test") if s not in given.values()]
+    named = set(given.values())
+    missing = [s for s in ("val", "test") if s not in named]
     fresh = [image for image in given if image not in kept]
-    pool = [image for image in fresh if given[image] == ("" if "" in given.values() else "train")]
+    drawn_from = "" if "" in named else "train"  # the images without a split, or else the training ones
+    pool = [image for image in fresh if given[image] == drawn_from]
     if missing and not kept and len(pool) < len(missing) + 1:
         raise DatasetError(f"{source}: too few images to make the {' and '.join(missing)} split from "
                            f"({len(pool)}); give some rows a split")
