@@ -201,9 +201,10 @@ def read_collection(captions_file: str | Path, *, image_root: str | Path, seed: 
     gives = {image: next(iter(given[image]), "") for image in captions}
     kept = read_record(record) if record is not None else {}
     splits, changed = assign_splits(gives, kept, seed=seed, share=share, source=captions_file, record=record)
-    if record is not None and (changed or any(image not in kept for image in gives) or not record.is_file()):
+    edited = set(changed)
+    if record is not None and (edited or any(image not in kept for image in gives) or not record.is_file()):
         write_record(record, {**kept, **{image: (splits[image], gives[image]) for image in gives
-                                         if image not in kept or image in changed}})
+                                         if image not in kept or image in edited}})
     made: dict[str, list[str]] = defaultdict(list)
     for image, split in splits.items():
         if split not in (gives[image], kept.get(image, ("", ""))[1]):  # the seed's choice, now or when recorded
