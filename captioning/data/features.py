@@ -42,7 +42,7 @@ from filelock import FileLock
 from PIL import Image
 from torch.utils.data import DataLoader
 
-from captioning.data.images import ImageFiles, ImageReadError, collate_pixels, warn_unreadable
+from captioning.data.images import ImageFiles, ImageReadError, Resolver, collate_pixels, warn_unreadable
 from captioning.data.karpathy import DatasetError, ImageRecord, first_names
 from captioning.model.encoder import Encoder
 from captioning.progress import bar as progress_bar
@@ -70,7 +70,8 @@ SAMPLED_BLOCKS = 6  # checked at random on each open, besides the first and the 
 def _paths(records: list[ImageRecord]) -> list[str]:
     """Each row's image file, resolved: two rows whose files swap places (cp -p and unzip keep size
     and time) are changed rows, though each file's size and time are as cached."""
-    return [str(Path(record.path).resolve()) for record in records]
+    resolve = Resolver()
+    return [resolve(record.path) for record in records]
 
 
 def _stats(records: list[ImageRecord]) -> list[list[int] | None]:

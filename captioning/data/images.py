@@ -8,6 +8,7 @@ crop box, in the original image's pixels, lets an attention map be drawn back on
 
 from __future__ import annotations
 
+import os
 import struct
 import sys
 from collections.abc import Callable
@@ -170,3 +171,21 @@ def collate_pixels(items: list[tuple[int, torch.Tensor | None, str | None]]) -> 
 
 def warn_unreadable(reason: str) -> None:
     tqdm.write(f"warning: skipping an unreadable image: {reason}", file=sys.stderr)
+
+
+class Resolver:
+    """os.path.realpath for many files, each folder resolved once for all the files in it (a
+    realpath per file took half the time of reading 200 000 captions rows): then only a link in a
+    file's last part is followed."""
+
+    def __init__(self):
+        self.folders: dict[str, str] = {}  # a folder as spelled -> resolved: a collection has few
+
+    def __call__(self, spelled: str | Path) -> str:
+        folder, name = os.path.split(os.fspath(spelled))
+        if name in ("", ".", ".."):
+            return os.path.realpath(spelled)
+        if folder not in self.folders:
+            self.folders[folder] = os.path.realpath(folder)
+        path = os.path.join(self.folders[folder], name)
+        return os.path.realpath(path) if os.path.islink(path) else path
