@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from captioning.data import features
-from captioning.data.karpathy import ImageRecord
+from captioning.data.records import ImageRecord
 
 
 def main() -> None:

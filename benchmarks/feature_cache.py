@@ -21,8 +21,8 @@ from pathlib import Path
 import torch
 
 from captioning.config import load_config
-from captioning.data.coco import read_records
 from captioning.data.features import write_cache
+from captioning.data.records import read_records
 from captioning.data.sampling import epoch_batches
 from captioning.data.shapes.scenes import SHAPES_DEFAULT_COUNTS, make_shapes
 from captioning.data.splits import load_splits

@@ -132,7 +132,7 @@ def scst_child(data: Path, out: Path) -> None:
     then a reward for every training image once, as an epoch leaves the store of reference vectors.
     Prints the times as JSON."""
     from captioning.config import load_config
-    from captioning.data.coco import read_records
+    from captioning.data.records import read_records
     from captioning.data.tokenized import tokenized, tokens_dir
     from captioning.data.vocab import Vocabulary
     from captioning.train.scst import SelfCritical
@@ -318,8 +318,8 @@ def workers(root: Path) -> None:
     from torch.utils.data import DataLoader
 
     from captioning.config import load_config
-    from captioning.data.coco import read_records
     from captioning.data.dataset import CaptionPairs
+    from captioning.data.records import read_records
     from captioning.data.tokenized import tokenized, tokens_dir
     from captioning.data.vocab import Vocabulary
 

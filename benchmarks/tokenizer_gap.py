@@ -36,7 +36,7 @@ def gap(references: dict[int, list[str]]) -> dict[str, tuple[float, float]]:
 
 
 def shapes_references(images: int = 200) -> dict[int, list[str]]:
-    from captioning.data.karpathy import read_split
+    from captioning.data.formats.karpathy import read_split
     from captioning.data.shapes.scenes import make_shapes
 
     with tempfile.TemporaryDirectory() as folder:

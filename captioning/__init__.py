@@ -10,6 +10,17 @@ captioning.train, evaluation captioning.eval, data captioning.data. A run is des
 
 from typing import TYPE_CHECKING, Any
 
+# Every module that registers a score, a window, a dataset format or an objective
+# (captioning.config.registry): importing them here, before any other module of the package runs,
+# fills the registries that the config's checks read. A new one is its module plus a line here.
+import captioning.data.formats.coco_official
+import captioning.data.formats.folder
+import captioning.data.formats.karpathy
+import captioning.data.formats.shapes
+import captioning.model.extras.window
+import captioning.model.scores
+import captioning.train.cross_entropy
+import captioning.train.scst  # noqa: F401  (the imports above and this one register, nothing more)
 from captioning.config import load_config
 
 if TYPE_CHECKING:
@@ -19,7 +30,7 @@ __all__ = ["Captioned", "Captioner", "Unreadable", "load_config"]
 
 
 def __getattr__(name: str) -> Any:
-    """The API on first use: `import captioning` alone (e.g. for the config) does not load torch."""
+    """The API on first use (it is the top layer: importing it here would import it for everyone)."""
     if name in ("Captioned", "Captioner", "Unreadable"):
         from captioning import api
 

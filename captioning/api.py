@@ -29,7 +29,7 @@ from PIL import Image
 from captioning.checkpoint import load_trained, pretrained_path
 from captioning.config import Config
 from captioning.data.images import ImageFiles, ImageReadError, collate_pixels, load_image, to_tensor, upright_rgb
-from captioning.data.karpathy import ImageRecord
+from captioning.data.records import ImageRecord
 from captioning.data.vocab import Vocabulary
 from captioning.eval.overlays import overlay, overlay_grid, save_overlays
 from captioning.model.attention import refuse_hard_choice

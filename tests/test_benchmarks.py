@@ -49,7 +49,7 @@ def test_the_scale_stand_in_has_cocos_splits_and_reads_as_a_coco_split_file(monk
     """benchmarks/scale.py at 1 000 images: Karpathy's splits in COCO's proportions, five to seven
     captions an image, and files the project's own reader finds."""
     from captioning.config import load_config
-    from captioning.data.coco import read_records
+    from captioning.data.records import read_records
 
     monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
     scale = importlib.import_module("scale")

@@ -143,6 +143,18 @@ def test_unknown_override_keys_raise_naming_the_key(override, message):
     ("encoder.layer=stride8", "encoder.layer 'stride8'"),
     ("model.deep_output=relu", "model.deep_output 'relu' is not one of linear, tanh"),
     ("model.extras.init=zeros", "model.extras.init 'zeros' is not one of mean, layout"),
+    ("model.gate=diagonal", "model.gate 'diagonal' is not one of scalar, vector"),
+    ("encoder.name=vgg", "encoder.name 'vgg' is not one of efficientnet_lite0"),
+    ("model.hard.coin=epoch", "model.hard.coin 'epoch' is not one of image, batch"),
+    ("decode.hard_choice=mode", "decode.hard_choice 'mode' is not one of expectation, argmax, sample"),
+    ("model.cosine.sharpness=0.0", "model.cosine.sharpness must be positive"),
+    ("model.local.window=square", "model.local.window 'square' is not one of gaussian, learned"),
+    ("data.dataset=imagenet", "data.dataset 'imagenet' is not one of "),
+    ("train.objective=rl", "train.objective 'rl' is not one of xe, scst"),
+    ("train.reinforce.warmup=-1", "train.reinforce.warmup must be at least 0"),
+    ("train.reinforce.samples=0", "train.reinforce.samples must be at least 1"),
+    ("train.reinforce.baseline=critic", "train.reinforce.baseline 'critic' is not one of none, moving_average, "
+                                        "leave_one_out"),
 ])
 def test_values_no_run_could_use_raise_before_anything_is_built(override, message):
     with pytest.raises(ConfigError, match=message):
@@ -205,6 +217,7 @@ def test_round_trip_through_to_dict_and_from_dict():
      "leave_one_out needs train.reinforce.samples >= 2"),
     (["model.extras.glimpses=2", "model.attention=hard"], "model.extras.glimpses=2 needs model.attention=soft"),
     (["model.local.sigma=2.0"], "model.local applies to the local score only"),
+    (["model.score=local", "model.local.sigma=0.0"], "model.local.sigma must be positive"),
     (["decode.hard_choice=argmax"], "decode.hard_choice=argmax applies to hard attention only"),
     (["encoder.fine_tune_from=layer9"], "encoder.fine_tune_from 'layer9' is not a stage of efficientnet_lite0"),
     (["encoder.name=vgg19", "encoder.layer=head"], "encoder.layer=head is an EfficientNet's; vgg19 takes stride16 or"),

@@ -138,8 +138,8 @@ def _prepare(args: argparse.Namespace) -> int:
 @guarded
 def _prepare_features(args: argparse.Namespace) -> int:
     from captioning.config import load_config
-    from captioning.data.coco import held_out_note
     from captioning.data.prepare import prepare_features
+    from captioning.data.records import held_out_note
     from captioning.data.splits import ensure_shapes, features_dir
 
     config = load_config(args.config, args.overrides)

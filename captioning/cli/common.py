@@ -9,8 +9,9 @@ from collections.abc import Callable
 
 from captioning.checkpoint import CheckpointError
 from captioning.config import ConfigError
+from captioning.config.choices import HARD_CHOICES
 from captioning.data.images import ImageReadError
-from captioning.data.karpathy import DatasetError
+from captioning.data.records import DatasetError
 from captioning.model.encoder import EncoderWeightsError
 from captioning.progress import quiet
 from captioning.runtime.distributed import DistributedError
@@ -38,10 +39,8 @@ def add_quiet_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def add_hard_choice_argument(parser: argparse.ArgumentParser) -> None:
-    from captioning.model.attention import HardAttention
-
-    parser.add_argument("--hard-choice", choices=HardAttention.CHOICES,
+    parser.add_argument("--hard-choice", choices=HARD_CHOICES,
                         help="how a hard attention model picks its cell per word (default: the checkpoint config's "
                              "decode.hard_choice, normally expectation); soft models take only expectation")
     # its name before the config had one word for it (decode.hard_attention)
-    parser.add_argument("--hard-attention", dest="hard_choice", choices=HardAttention.CHOICES, help=argparse.SUPPRESS)
+    parser.add_argument("--hard-attention", dest="hard_choice", choices=HARD_CHOICES, help=argparse.SUPPRESS)

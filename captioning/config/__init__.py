@@ -1,7 +1,7 @@
 """Experiment configuration: nested dataclasses by section, loaded from YAML plus `key.sub=value` overrides.
 
-A YAML file may name one `base:` file (relative to itself) whose values it overrides; bases do not
-chain further, so any config can be read in two files at most. Unknown keys are errors, never
+A YAML file may name a `base:` file (relative to itself) whose values it overrides, and that file
+a base of its own, and so on. Unknown keys are errors, never
 silently ignored: a misspelt key that did nothing has cost people whole training runs.
 
 Every value is checked when the config is loaded, before any data, feature or model work; old
@@ -9,12 +9,12 @@ keys of checkpoint format 1 (and settings renamed with a new meaning) are migrat
 refused, with their new names, in a file.
 
 Modules: schema.py (the sections and their defaults), loading.py (files, overrides, plain data),
-checks.py (`validate`), choices.py (what each setting may be), migration.py (old keys and removed
-settings).
+checks.py (`validate`: every rule on a setting's value, in one place), choices.py (what each fixed
+choice may be), registry.py (the pluggable ones: scores, dataset formats, objectives), migration.py
+(old keys and removed settings).
 """
 
 from captioning.config.checks import validate
-from captioning.config.choices import DATASETS
 from captioning.config.loading import apply_overrides, from_dict, load_config
 from captioning.config.migration import REMOVED, RENAMED, migrate
 from captioning.config.schema import (
@@ -34,7 +34,7 @@ from captioning.config.schema import (
 )
 
 __all__ = [
-    "DATASETS", "REMOVED", "RENAMED", "Config", "ConfigError", "CosineConfig", "DataConfig", "DecodeConfig",
+    "REMOVED", "RENAMED", "Config", "ConfigError", "CosineConfig", "DataConfig", "DecodeConfig",
     "EncoderConfig", "ExtrasConfig", "HardConfig", "LocalConfig", "ModelConfig", "ReinforceConfig", "ScstConfig",
     "TrainConfig", "apply_overrides", "from_dict", "load_config", "migrate", "validate",
 ]

@@ -9,6 +9,7 @@ import typing
 from typing import Any
 
 import captioning.config.choices as choices
+import captioning.config.registry as registry
 from captioning.config.schema import Config, ConfigError, CosineConfig, LocalConfig
 
 
@@ -36,19 +37,20 @@ def _check_types(section: Any, where: str, prefix: str) -> None:
 
 
 def _choices(config: Config) -> dict[str, tuple[str, tuple[str, ...]]]:
-    c, m, t = choices, config.model, config.train
+    c, r, m, t = choices, registry, config.model, config.train
     return {
-        "data.dataset": (config.data.dataset, c.DATASETS), "encoder.name": (config.encoder.name, c.ENCODERS),
+        "data.dataset": (config.data.dataset, r.DATASETS.names()), "encoder.name": (config.encoder.name, c.ENCODERS),
         "encoder.layer": (config.encoder.layer, c.LAYERS), "encoder.padding": (config.encoder.padding, c.PADDINGS),
-        "model.attention": (m.attention, c.ATTENTIONS), "model.score": (m.score, c.SCORES),
+        "model.attention": (m.attention, c.ATTENTIONS), "model.score": (m.score, r.SCORES.names()),
         "model.gate": (m.gate, c.GATES), "model.deep_output": (m.deep_output, c.DEEP_OUTPUTS),
         "model.hard.coin": (m.hard.coin, c.COINS),
-        "model.local.base": (m.local.base, tuple(s for s in c.SCORES if s != "local")),
-        "model.local.window": (m.local.window, c.LOCAL_WINDOWS),
+        "model.local.base": (m.local.base, tuple(s for s in r.SCORES if s != "local")),
+        "model.local.window": (m.local.window, r.LOCAL_WINDOWS.names()),
         "model.extras.init": (m.extras.init, c.INITS), "model.extras.position": (m.extras.position, c.POSITIONS),
         "train.optimizer": (t.optimizer, c.OPTIMIZERS),
         "train.reinforce.baseline": (t.reinforce.baseline, c.BASELINES),
-        "train.objective": (t.objective, c.OBJECTIVES), "train.scst.baseline": (t.scst.baseline, c.SCST_BASELINES),
+        "train.objective": (t.objective, r.OBJECTIVES.names()),
+        "train.scst.baseline": (t.scst.baseline, c.SCST_BASELINES),
         "decode.hard_choice": (config.decode.hard_choice, c.HARD_CHOICES),
     }
 

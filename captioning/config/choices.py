@@ -1,14 +1,14 @@
-"""The choices every setting takes, owned by the config: it checks a value against them without
-importing the code that implements them (the config is the lowest layer, docs/architecture.md).
+"""The choices of the settings that pick among a few fixed ways, owned by the config: it checks a
+value against them without importing the code (the config is the lowest layer,
+docs/architecture.md), and the code takes its lists from here (hard attention's coins and choices,
+REINFORCE's baselines, the encoders and their stages).
 
-The code takes its own lists from here (HardAttention's coins and choices, REINFORCE's baselines,
-the encoders' stages); where the code keeps a registry of its own (the score classes, the metrics
-validation computes), tests/test_layers.py holds it to the names listed here.
+The settings that pick a pluggable implementation (model.score, model.local.window, data.dataset,
+train.objective) have a registry instead (captioning.config.registry): their names are written
+where their code is.
 """
 
 from __future__ import annotations
-
-DATASETS = ("shapes", "coco", "flickr8k", "flickr30k", "karpathy", "coco_official", "folder")
 
 # Encoders, the layer they are cut at, how their convolutions pad, and the stages fine-tuning can
 # start from (captioning.model.encoder builds them from these names).
@@ -50,19 +50,16 @@ def stage_names(name: str, layer: str) -> list[str]:
 
 # The model.
 ATTENTIONS = ("soft", "hard")  # how the weights are used (Sec. 4.2, Sec. 4.1)
-SCORES = ("additive", "concat", "general", "dot", "scaled_dot", "cosine", "location", "local")  # model.scores.SCORES
 GATES = ("scalar", "vector")
 DEEP_OUTPUTS = ("linear", "tanh")
 COINS = ("image", "batch")  # hard attention's coin: one per image (the paper) or per batch (the authors' code)
 HARD_CHOICES = ("expectation", "argmax", "sample")  # how hard attention picks its cell at test time
-LOCAL_WINDOWS = ("gaussian", "learned")
 INITS = ("mean", "layout")
 POSITIONS = ("none", "learned", "coordinates")
 
 # Training.
 OPTIMIZERS = ("adam", "rmsprop")
 BASELINES = ("none", "moving_average", "leave_one_out")  # REINFORCE's baselines
-OBJECTIVES = ("xe", "scst")
 SCST_BASELINES = ("greedy", "mean")
 
 # What validation scores, which train.val_metric can pick (captioning.eval.metrics and, on the shapes

@@ -14,8 +14,8 @@ from PIL import Image
 from torch.utils.data import Dataset
 
 from captioning.data.images import ImageReadError, augment, load_image, to_tensor
-from captioning.data.karpathy import ImageRecord
 from captioning.data.mapped import by_reference
+from captioning.data.records import ImageRecord
 from captioning.data.tokenized import Tokenized
 from captioning.data.vocab import Vocabulary
 

@@ -43,7 +43,7 @@ from PIL import Image
 from torch.utils.data import DataLoader
 
 from captioning.data.images import ImageFiles, ImageReadError, Resolver, collate_pixels, warn_unreadable
-from captioning.data.karpathy import DatasetError, ImageRecord, first_names
+from captioning.data.records import DatasetError, ImageRecord, first_names
 from captioning.model.encoder import Encoder
 from captioning.progress import bar as progress_bar
 

@@ -21,7 +21,7 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 from torch.utils.data import Dataset
 from tqdm import tqdm
 
-from captioning.data.karpathy import ImageRecord
+from captioning.data.records import ImageRecord
 
 
 class ImageReadError(ValueError):

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from captioning.config import DataConfig
-from captioning.data.karpathy import DatasetError
+from captioning.data.records import DatasetError
 
 # The datasets whose images COCO's instances files annotate.
 COCO_DATASETS = ("coco", "coco_official")

@@ -12,12 +12,11 @@ import torch
 from torch.utils.data import Dataset
 
 from captioning.config import Config
-from captioning.data.coco import held_out_note
 from captioning.data.dataset import Batch, CaptionPairs, ImageCaptionPairs, collate, collate_image_pairs
 from captioning.data.features import EncodedImages
-from captioning.data.karpathy import DatasetError
 from captioning.data.mirror import MirroredPairs, mirror_image, mirror_words
 from captioning.data.prepare import run_vocabulary
+from captioning.data.records import DatasetError, held_out_note
 from captioning.data.splits import Split, load_splits, missing_caches
 from captioning.data.tokenized import Tokenized, tokenized, tokens_dir
 from captioning.data.vocab import Vocabulary

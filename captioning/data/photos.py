@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from captioning.data.karpathy import DatasetError
+from captioning.data.records import DatasetError
 
 # name -> how skimage.data gives it (stereo_motorcycle is a pair and its disparity: the left photo)
 SAMPLE_PHOTOS = ("astronaut", "chelsea", "coffee", "motorcycle", "rocket")

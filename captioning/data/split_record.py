@@ -22,7 +22,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from captioning.data.karpathy import DatasetError
+from captioning.data.records import DatasetError
 
 COLUMNS = ["image", "split", "given"]
 

@@ -13,12 +13,11 @@ import numpy as np
 import torch
 
 from captioning.config import Config
-from captioning.data.coco import read_records
 from captioning.data.features import cache_dir, load_or_compute
 from captioning.data.instances import Instances, split_instances
-from captioning.data.karpathy import DatasetError, ImageRecord, first_names, too_many_unreadable
 from captioning.data.mapped import by_reference
 from captioning.data.mirror import mirror_image
+from captioning.data.records import DatasetError, ImageRecord, first_names, read_records, too_many_unreadable
 from captioning.data.shapes.scenes import SHAPES_DEFAULT_COUNTS, Grounding, make_shapes, read_grounding
 from captioning.model.encoder import Encoder, weights_identity
 

@@ -29,7 +29,7 @@ import numpy as np
 
 from captioning import progress
 from captioning.config import DataConfig
-from captioning.data.karpathy import ImageRecord
+from captioning.data.records import ImageRecord
 from captioning.data.vocab import TOKENIZATION, Vocabulary, tokenize
 
 

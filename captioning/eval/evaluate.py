@@ -22,7 +22,7 @@ import torch
 from captioning import progress
 from captioning.checkpoint import load_trained
 from captioning.config import Config
-from captioning.data.karpathy import DatasetError, too_many_unreadable
+from captioning.data.records import DatasetError, too_many_unreadable
 from captioning.data.vocab import Vocabulary
 from captioning.eval.diagnostics import caption_diagnostics
 from captioning.eval.metrics import OWN_TOKENIZER, caption_metrics, metrics_tokenizer

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from captioning.config.choices import COINS, HARD_CHOICES
+from captioning.config.choices import HARD_CHOICES
 from captioning.config.schema import ConfigError
 
 
@@ -120,8 +120,6 @@ class _Attention(nn.Module):
 
     def __init__(self, score: nn.Module, *, temperature: float = 1.0, inputs: tuple[nn.Module, ...] = ()):
         super().__init__()
-        if temperature <= 0:
-            raise ValueError(f"the softmax temperature must be positive, got {temperature}")
         self.score = score
         self.temperature = temperature
         self.inputs = nn.Sequential(*inputs)  # empty: the annotations as they are
@@ -170,18 +168,9 @@ class HardAttention(_Attention):
     `choosing` changes it for one decoding.
     """
 
-    CHOICES = HARD_CHOICES
-    COINS = COINS
-
     def __init__(self, score: nn.Module, *, temperature: float = 1.0, inputs: tuple[nn.Module, ...] = (),
                  expectation_prob: float = 0.5, coin: str = "image", choice: str = "expectation"):
         super().__init__(score, temperature=temperature, inputs=inputs)
-        if not 0.0 <= expectation_prob <= 1.0:
-            raise ValueError(f"expectation_prob must lie in [0, 1], got {expectation_prob}")
-        if coin not in self.COINS:
-            raise ValueError(f"unknown coin '{coin}' (known: {', '.join(self.COINS)})")
-        if choice not in self.CHOICES:
-            raise ValueError(f"unknown hard attention choice '{choice}' (known: {', '.join(self.CHOICES)})")
         self.expectation_prob = expectation_prob
         self.coin = coin
         self.choice = choice
@@ -233,8 +222,6 @@ def shared_coins(draws: torch.Tensor, *, group: int, coin: str) -> torch.Tensor:
     the rows come image by image, `group` rows each (an image's K samples of locations), and each
     takes its image's first row's draw; with `coin="batch"` (the authors' code) every row takes row
     0's, one coin for the whole batch. The one place where a run's coins are shared out."""
-    if coin not in HardAttention.COINS:
-        raise ValueError(f"unknown coin '{coin}' (known: {', '.join(HardAttention.COINS)})")
     rows = draws.shape[0]
     by_image = draws[::group, 0].repeat_interleave(group)[:rows]  # [R]
     coins = draws[:1, 0].expand(rows) if coin == "batch" else by_image  # [R]
@@ -292,8 +279,8 @@ def refuse_hard_choice(module: nn.Module, choice: str | None, name: str = "this 
     ignored. `name` names the model in the message (a checkpoint's path); None asks nothing."""
     if choice is None:
         return
-    if choice not in HardAttention.CHOICES:
-        raise ConfigError(f"unknown hard attention choice '{choice}' (known: {', '.join(HardAttention.CHOICES)})")
+    if choice not in HARD_CHOICES:
+        raise ConfigError(f"unknown hard attention choice '{choice}' (known: {', '.join(HARD_CHOICES)})")
     if choice != "expectation" and hard_attention(module) is None:
         raise ConfigError(f"hard choice {choice}: {name} uses soft attention (only expectation applies)")
 

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from captioning.config import Config, ModelConfig
+from captioning.config.registry import SCORES
 from captioning.model.attention import Draws, HardAttention, SoftAttention
 from captioning.model.decoder import AttentionDecoder, DecoderOutput, MeanAnnotation
 from captioning.model.decoding import Captions, decode
@@ -28,22 +29,14 @@ from captioning.model.extras.layout import LayoutSummary
 from captioning.model.extras.position import GridCoordinates, GridPosition
 from captioning.model.extras.query_word import WordInQuery
 from captioning.model.extras.unit_annotations import UnitAnnotations
-from captioning.model.extras.window import LearnedWindowScore
 from captioning.model.extras.word_attention import WordSelfAttention
 from captioning.model.query import PreviousState
-from captioning.model.scores import SCORES, LocalScore
 
 
 def build_score(model: ModelConfig, *, annotation_dim: int, query_dim: int,
                 grid: tuple[int, int] | None) -> nn.Module:
-    """model.score with its own section's settings (model.local, model.cosine)."""
-    dims = {"annotation_dim": annotation_dim, "hidden_dim": query_dim, "attention_dim": model.attention_dim,
-            "grid": grid}
-    sharpness = {"sharpness": model.cosine.sharpness} if model.cosine.sharpness is not None else {}
-    if model.score == "local":
-        local = LearnedWindowScore if model.local.window == "learned" else LocalScore
-        return local(**dims, base=model.local.base, sigma=model.local.sigma, base_options=sharpness)
-    return SCORES[model.score](**dims, **sharpness)
+    """model.score, with the settings of its own section where it has one (model.cosine, model.local)."""
+    return SCORES[model.score].from_config(model, annotation_dim=annotation_dim, hidden_dim=query_dim, grid=grid)
 
 
 def _inputs(model: ModelConfig, *, annotation_dim: int, grid: tuple[int, int] | None) -> tuple[nn.Module, ...]:

@@ -132,10 +132,6 @@ class AttentionDecoder(nn.Module):
         path (captioning.model.fused) compute the steps where it can; False runs `_advance` always."""
         super().__init__()
         self.fused = fused
-        if gate not in ("scalar", "vector"):
-            raise ValueError(f"unknown gate '{gate}' (known: scalar, vector)")
-        if deep_output not in ("linear", "tanh"):
-            raise ValueError(f"unknown deep_output '{deep_output}' (known: linear, tanh)")
         self.attention = attention
         self.query = query if query is not None else PreviousState()
         self.embed = nn.Embedding(vocab_size, embed_dim)  # E

@@ -34,10 +34,7 @@ from torch import nn
 from captioning.config.choices import (
     EFFICIENTNET_LAST_BLOCK,
     EFFICIENTNETS,
-    ENCODERS,
-    PADDINGS,
     RESNET_LAST_STAGE,
-    RESNETS,
     VGG_LAST_STAGE,
 )
 from captioning.config.schema import EncoderConfig
@@ -71,10 +68,7 @@ class Encoder(nn.Module):
 
     def fine_tune(self, first: str | None) -> Encoder:
         """Freeze everything, then let stage `first` and every later stage train (None: all frozen)."""
-        names = [name for name, _ in self.body.named_children()]
-        if first is not None and first not in names:
-            raise ValueError(f"encoder.fine_tune_from '{first}' is not a stage of this encoder "
-                             f"(stages: {', '.join(names)})")
+        names = [name for name, _ in self.body.named_children()]  # choices.stage_names, which the config checks
         self.trainable = [] if first is None else names[names.index(first):]
         self.requires_grad_(False)
         for name in self.trainable:
@@ -260,14 +254,6 @@ def build_encoder(*, name: str = "efficientnet_lite0", layer: str = "stride16", 
                   fine_tune_from: str | None = None, padding: str = "zeros") -> Encoder:
     """A pretrained encoder cut at the chosen layer: frozen and in eval mode, but for the stages
     from `fine_tune_from` on; its convolutions pad by `padding` (zeros, reflect, replicate)."""
-    layers = {**{lite: EFFICIENTNET_LAST_BLOCK for lite in EFFICIENTNETS}, "vgg19": VGG_LAST_STAGE,
-              **{resnet: RESNET_LAST_STAGE for resnet in RESNETS}}
-    if name not in layers:
-        raise ValueError(f"unknown encoder '{name}' (known: {', '.join(ENCODERS)})")
-    if layer not in layers[name]:
-        raise ValueError(f"encoder layer '{layer}' unknown for {name} (known: {', '.join(layers[name])})")
-    if padding not in PADDINGS:
-        raise ValueError(f"unknown encoder padding '{padding}' (known: {', '.join(PADDINGS)})")
     if name in EFFICIENTNETS:
         model = efficientnet_imagenet(name, weights_path=weights_path)
         last = EFFICIENTNET_LAST_BLOCK[layer]

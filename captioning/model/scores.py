@@ -15,12 +15,33 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from captioning.config import ModelConfig
+from captioning.config.registry import LOCAL_WINDOWS, SCORES
+
 # Scores ------------------------------------------------------------------------------------------
 #
-# Every score takes the same keyword arguments (so that SCORES can build any of them alike) and has
+# Every score registers under its model.score name (captioning.config.registry), takes the same
+# keyword arguments (so that SCORES can build any of them alike) and has
 #   prepare(annotations [B, L, D]) -> keys, the image-only work, once per image;
 #   forward(keys, hidden [B, H]) -> e [B, L], once per step.
-# `grid` (Hg, Wg) is needed only by the scores that know where cells are (location, local).
+# `grid` (Hg, Wg) is needed only by the scores that know where cells are (location, local). A score
+# with settings of its own (a section of model:, checked by captioning.config.checks) reads them
+# in `options`.
+
+
+class Score(nn.Module):
+    """What every score shares: how a config builds it."""
+
+    @classmethod
+    def options(cls, model: ModelConfig) -> dict:
+        """The keyword arguments this score takes from its own section of `model:` (none here)."""
+        return {}
+
+    @classmethod
+    def from_config(cls, model: ModelConfig, *, annotation_dim: int, hidden_dim: int,
+                    grid: tuple[int, int] | None) -> Score:
+        return cls(annotation_dim=annotation_dim, hidden_dim=hidden_dim, attention_dim=model.attention_dim,
+                   grid=grid, **cls.options(model))
 
 
 def _query(hidden_dim: int, annotation_dim: int) -> nn.Module:
@@ -34,7 +55,8 @@ def check_cells(annotations: torch.Tensor, cells: int, name: str) -> None:
                          f"{annotations.shape[1]}")
 
 
-class AdditiveScore(nn.Module):
+@SCORES.register("additive")
+class AdditiveScore(Score):
     """Bahdanau's score, the paper's f_att: e_ti = v^T tanh(W_a a_i + W_h h_{t-1})."""
 
     def __init__(self, *, annotation_dim: int, hidden_dim: int, attention_dim: int,
@@ -52,7 +74,8 @@ class AdditiveScore(nn.Module):
         return self.v(torch.tanh(keys + query[:, None, :])).squeeze(2)  # [B, L]
 
 
-class ConcatScore(nn.Module):
+@SCORES.register("concat")
+class ConcatScore(Score):
     """Luong's concat: e_ti = v^T tanh(W [h_{t-1}; a_i] + b), one matrix W over the concatenation.
 
     As a function this is the additive score in another parametrization: W [h; a] = W_h h + W_a a,
@@ -77,7 +100,8 @@ class ConcatScore(nn.Module):
         return self.v(torch.tanh(keys + query[:, None, :])).squeeze(2)  # [B, L]
 
 
-class GeneralScore(nn.Module):
+@SCORES.register("general")
+class GeneralScore(Score):
     """Luong's general (bilinear) score: e_ti = h_{t-1}^T W a_i; W a_i runs once per image."""
 
     def __init__(self, *, annotation_dim: int, hidden_dim: int, attention_dim: int,
@@ -92,7 +116,8 @@ class GeneralScore(nn.Module):
         return torch.bmm(keys, hidden[:, :, None]).squeeze(2)  # [B, L]
 
 
-class DotScore(nn.Module):
+@SCORES.register("dot")
+class DotScore(Score):
     """Luong's dot score: e_ti = q^T a_i, q = h_{t-1} (or W_q h_{t-1} when H != D)."""
 
     def __init__(self, *, annotation_dim: int, hidden_dim: int, attention_dim: int,
@@ -109,6 +134,7 @@ class DotScore(nn.Module):
         return torch.bmm(keys, query[:, :, None]).squeeze(2) * self.scale  # [B, L]
 
 
+@SCORES.register("scaled_dot")
 class ScaledDotScore(DotScore):
     """Vaswani et al.'s scaled dot product: e_ti = q^T a_i / sqrt(D), which keeps the softmax out of
     saturation when D is large."""
@@ -119,18 +145,22 @@ class ScaledDotScore(DotScore):
         self.scale = 1.0 / math.sqrt(annotation_dim)
 
 
-class CosineScore(nn.Module):
+@SCORES.register("cosine")
+class CosineScore(Score):
     """Graves' content-based score: e_ti = beta * cos(q, a_i), q = h_{t-1} (or W_q h_{t-1}).
 
     A cosine lies in [-1, 1], so over L = 196 cells its softmax is nearly flat; a sharpness
     beta > 0 (learned by default, through log beta) lets the map become peaked.
     """
 
+    @classmethod
+    def options(cls, model: ModelConfig) -> dict:
+        sharpness = model.cosine.sharpness  # None: the default beta
+        return {} if sharpness is None else {"sharpness": sharpness}
+
     def __init__(self, *, annotation_dim: int, hidden_dim: int, attention_dim: int,
                  grid: tuple[int, int] | None = None, sharpness: float = 5.0, learn_sharpness: bool = True):
         super().__init__()
-        if not sharpness > 0:
-            raise ValueError(f"the cosine score's sharpness must be positive, got {sharpness}")
         self.query = _query(hidden_dim, annotation_dim)
         log_sharpness = torch.tensor(math.log(sharpness))
         if learn_sharpness:
@@ -146,7 +176,8 @@ class CosineScore(nn.Module):
         return self.log_sharpness.exp() * torch.bmm(keys, query[:, :, None]).squeeze(2)  # [B, L]
 
 
-class LocationScore(nn.Module):
+@SCORES.register("location")
+class LocationScore(Score):
     """Luong's location-based score: e_t = W_loc h_{t-1} + b, one number per cell; the content of
     the cells is ignored, so it can only learn *where* captions tend to look at each step."""
 
@@ -166,7 +197,9 @@ class LocationScore(nn.Module):
         return self.W(hidden)  # [B, L]
 
 
-class LocalScore(nn.Module):
+@SCORES.register("local")
+@LOCAL_WINDOWS.register("gaussian")
+class LocalScore(Score):
     """Luong's local-p attention in 2-D: a base score plus the log of a Gaussian window.
 
       p_t  = (Hg, Wg) * sigmoid(W_p tanh(V_p h_{t-1}))        the predicted centre, in cell units
@@ -178,15 +211,25 @@ class LocalScore(nn.Module):
     model/extras/window.py adds a learned shape to the window (not in Luong or the paper).
     """
 
+    @classmethod
+    def options(cls, model: ModelConfig) -> dict:
+        local = model.local  # the base score's own options too, e.g. a cosine base's sharpness
+        return {"base": local.base, "sigma": local.sigma, "base_options": SCORES[local.base].options(model)}
+
+    @classmethod
+    def from_config(cls, model: ModelConfig, *, annotation_dim: int, hidden_dim: int,
+                    grid: tuple[int, int] | None) -> Score:
+        """The local score with the window model.local.window names (this Gaussian, or a subclass's)."""
+        window = LOCAL_WINDOWS[model.local.window]
+        return window(annotation_dim=annotation_dim, hidden_dim=hidden_dim, attention_dim=model.attention_dim,
+                      grid=grid, **cls.options(model))
+
     def __init__(self, *, annotation_dim: int, hidden_dim: int, attention_dim: int,
                  grid: tuple[int, int] | None = None, base: str = "additive", sigma: float | None = None,
                  base_options: dict | None = None):
         super().__init__()
         if grid is None:
             raise ValueError("the local score needs the grid (Hg, Wg): its window lives on the grid")
-        if base not in SCORES or base == "local":
-            raise ValueError(f"unknown base score '{base}' for the local score "
-                             f"(known: {', '.join(s for s in SCORES if s != 'local')})")
         self.base = SCORES[base](annotation_dim=annotation_dim, hidden_dim=hidden_dim, attention_dim=attention_dim,
                                  grid=grid, **(base_options or {}))  # e.g. the cosine base's sharpness
         self.centre = nn.Sequential(nn.Linear(hidden_dim, attention_dim), nn.Tanh(),  # V_p
@@ -195,8 +238,6 @@ class LocalScore(nn.Module):
         # Fixed geometry, not weights: kept out of the state dict, but moved by .to(device/dtype).
         self.register_buffer("cells", torch.stack([rows, columns], dim=2).view(-1, 2), persistent=False)  # [L, 2]
         self.register_buffer("extent", torch.tensor([float(grid[0]), float(grid[1])]), persistent=False)  # [2]
-        if sigma is not None and not sigma > 0:
-            raise ValueError(f"the local window's width sigma must be positive, got {sigma}")
         self.sigma = float(sigma) if sigma is not None else max(grid) / 4
 
     def prepare(self, annotations: torch.Tensor) -> torch.Tensor | None:
@@ -218,8 +259,3 @@ class LocalScore(nn.Module):
     def forward(self, keys: torch.Tensor | None, hidden: torch.Tensor) -> torch.Tensor:
         return self.window_scores(keys, hidden, self.offset(hidden))  # [B, L]
 
-
-SCORES: dict[str, type[nn.Module]] = {
-    "additive": AdditiveScore, "concat": ConcatScore, "general": GeneralScore, "dot": DotScore,
-    "scaled_dot": ScaledDotScore, "cosine": CosineScore, "location": LocationScore, "local": LocalScore,
-}

@@ -17,10 +17,11 @@ from torch import nn
 from tqdm import tqdm
 
 from captioning.config import Config
+from captioning.config.registry import OBJECTIVES
 from captioning.data.dataset import Batch
-from captioning.data.karpathy import too_many_unreadable
 from captioning.data.loading import RunData
 from captioning.data.mirror import mirror_batches
+from captioning.data.records import too_many_unreadable
 from captioning.data.sampling import epoch_batches
 from captioning.data.vocab import Vocabulary
 from captioning.runtime import distributed
@@ -32,6 +33,7 @@ from captioning.train.objective import StepResult
 from captioning.train.step import TrainingError, row_draws, stand_in_batch, train_step
 
 
+@OBJECTIVES.register("xe")
 class CrossEntropy:
     """Eq. 14 (and Sec. 4.1's terms for hard attention) on the run's training pairs."""
 

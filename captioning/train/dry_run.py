@@ -22,7 +22,7 @@ import torch
 
 from captioning.checkpoint import load_checkpoint, load_trained
 from captioning.config import Config, validate
-from captioning.data.coco import read_records
+from captioning.data.records import read_records
 from captioning.data.shapes.scenes import make_shapes
 from captioning.train.loop import fit
 

@@ -39,6 +39,7 @@ from tqdm import tqdm
 
 from captioning.checkpoint import load_checkpoint, save_checkpoint
 from captioning.config import Config
+from captioning.config.registry import OBJECTIVES
 from captioning.data.loading import RunData, load_run_data
 from captioning.data.sampling import rank_batches
 from captioning.model.captioner import EncoderDecoder
@@ -46,19 +47,15 @@ from captioning.progress import bar
 from captioning.runtime import distributed
 from captioning.runtime.hardware import Hardware
 from captioning.train.build import RunModel, build_encoder, build_model, build_optimizer
-from captioning.train.cross_entropy import CrossEntropy
 from captioning.train.lock import run_folder
 from captioning.train.logs import RunLog
 from captioning.train.objective import Objective
 from captioning.train.record import run_record, run_weights
 from captioning.train.resume import Progress, restore_run, run_payload
-from captioning.train.scst import SelfCriticalObjective
 from captioning.train.signals import StopSignals
 from captioning.train.step import TrainingError
 from captioning.train.validation import report, validate
 from captioning.train.warm_start import warm_start, warm_vocabulary
-
-OBJECTIVES = {"xe": CrossEntropy, "scst": SelfCriticalObjective}  # train.objective -> its module
 
 
 class Run:

@@ -15,7 +15,6 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from captioning.config.choices import BASELINES
 from captioning.config.schema import ReinforceConfig
 from captioning.runtime.host import floats
 
@@ -120,21 +119,12 @@ class Reinforce:
     the decoder through the cross-entropy meanwhile.
     """
 
-    BASELINES = BASELINES
-
     def __init__(self, *, weight: float = 1.0, entropy_weight: float = 0.0, baseline: str = "moving_average",
                  baseline_decay: float = 0.9, samples: int = 1, warmup: int = 0,
                  across: Callable[[torch.Tensor], torch.Tensor] = _alone):
         """`across` sums a tensor over the processes of a run (captioning.runtime.distributed.summed;
         itself for one process): the baseline then moves by the *global* batch's mean reward, so that
         every process keeps the same b, the one-process b."""
-        if baseline not in self.BASELINES:
-            raise ValueError(f"unknown baseline '{baseline}' (known: {', '.join(self.BASELINES)})")
-        if samples < 1 or (baseline == "leave_one_out" and samples < 2):
-            raise ValueError(f"the {baseline} baseline cannot use {samples} sample(s) per caption"
-                             + (" (leave_one_out needs at least 2)" if baseline == "leave_one_out" else ""))
-        if warmup < 0:
-            raise ValueError(f"the REINFORCE warm-up must be >= 0 steps, got {warmup}")
         self.weight, self.entropy_weight = weight, entropy_weight
         self.baseline, self.decay, self.samples, self.warmup = baseline, baseline_decay, samples, warmup
         self.value: float | None = None  # the moving average b; None until the first sampled batch

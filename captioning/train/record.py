@@ -25,8 +25,7 @@ from typing import Any
 import torch
 
 from captioning.config import Config
-from captioning.data.coco import read_records
-from captioning.data.karpathy import DatasetError, ImageRecord
+from captioning.data.records import DatasetError, ImageRecord, read_records
 from captioning.eval.metrics import OWN_TOKENIZER
 from captioning.model.encoder import normalization, weights_identity
 

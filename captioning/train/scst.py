@@ -27,6 +27,7 @@ import torch
 from torch.utils.data import Dataset
 
 from captioning.config import Config, ScstConfig
+from captioning.config.registry import OBJECTIVES
 from captioning.data.loading import RunData
 from captioning.data.mapped import by_reference
 from captioning.data.vocab import Vocabulary
@@ -157,6 +158,7 @@ class SelfCritical:
         return StepResult({"loss": loss.item(), "grad_norm": norm.item(), **stats}, skipped=skipped)
 
 
+@OBJECTIVES.register("scst")
 class SelfCriticalObjective:
     """train.objective: scst as a run's objective: batches of training images (their cached
     annotations), each stepped by SelfCritical, in one process (a run refuses it under torchrun)."""

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from captioning.checkpoint import CheckpointError, load_checkpoint, load_trained
-from captioning.data.coco import read_records
+from captioning.data.records import read_records
 from captioning.train.record import run_record, run_weights
 from captioning.train.validation import validate
 

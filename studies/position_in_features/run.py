@@ -26,9 +26,9 @@ import numpy as np
 import torch
 
 from captioning.config import load_config
+from captioning.config.choices import PADDINGS
 from captioning.data.shapes.scenes import make_shapes
 from captioning.data.splits import load_splits
-from captioning.model.encoder import PADDINGS
 from studies.tables import REPO, study_parser, write_between
 
 COUNTS = {"train": 1500, "val": 150, "test": 300}  # the attention study's data (studies/attention_table/run.py)

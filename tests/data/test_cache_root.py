@@ -12,7 +12,7 @@ import pytest
 
 from captioning.cli import main
 from captioning.config import load_config
-from captioning.data.coco import held_out_note
+from captioning.data.records import held_out_note
 from tests.tiny import TINY
 
 

@@ -20,10 +20,11 @@ from PIL import Image
 
 from captioning.cli import main
 from captioning.config import ConfigError, load_config
-from captioning.data.coco import read_coco_captions, read_records
 from captioning.data.features import EncodedImages, read_cache, write_cache
-from captioning.data.karpathy import DatasetError, read_split
+from captioning.data.formats.coco_official import read_coco_captions
+from captioning.data.formats.karpathy import read_split
 from captioning.data.prepare import build_vocabulary, prepare_vocabulary
+from captioning.data.records import DatasetError, read_records
 from captioning.data.splits import features_dir, load_splits
 from captioning.data.tokenized import Tokenized
 from captioning.data.vocab import tokenize

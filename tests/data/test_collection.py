@@ -15,8 +15,7 @@ from PIL import Image
 
 from captioning.cli import main
 from captioning.config import load_config
-from captioning.data.coco import read_records
-from captioning.data.collection import (
+from captioning.data.formats.folder import (
     check,
     collection_of,
     describe_made,
@@ -24,7 +23,7 @@ from captioning.data.collection import (
     split_counts,
     write_splits,
 )
-from captioning.data.karpathy import DatasetError
+from captioning.data.records import DatasetError, read_records
 from captioning.eval.evaluate import evaluate_checkpoint
 from captioning.train.loop import fit
 from tests.tiny import TINY

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from captioning.data.dataset import CaptionPairs, collate
-from captioning.data.karpathy import ImageRecord
+from captioning.data.records import ImageRecord
 from captioning.data.tokenized import Tokenized
 from captioning.data.vocab import Vocabulary, tokenize
 

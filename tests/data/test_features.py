@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from captioning.data.features import cache_dir, load_or_compute
+from captioning.data.formats.karpathy import read_split
 from captioning.data.images import load_image, to_tensor
-from captioning.data.karpathy import read_split
 from captioning.data.splits import features_dir
 
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from captioning.data.dataset import Batch, CaptionPairs, collate
-from captioning.data.karpathy import ImageRecord
+from captioning.data.records import ImageRecord
 from captioning.data.tokenized import Tokenized
 from captioning.data.vocab import Vocabulary, tokenize
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from captioning.data.instances import ImageObjects, Instances, instance_mask, read_instances
-from captioning.data.karpathy import DatasetError
+from captioning.data.records import DatasetError
 
 SQUARE = [1, 1, 3, 1, 3, 3, 1, 3]  # a polygon with corners (1, 1) and (3, 3): rows and columns 1-2
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from captioning.data.karpathy import DatasetError, read_split
+from captioning.data.formats.karpathy import read_split
+from captioning.data.records import DatasetError
 from captioning.data.shapes.scenes import make_shapes
 
 

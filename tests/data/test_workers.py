@@ -12,9 +12,9 @@ import torch
 from torch.utils.data import DataLoader
 
 from captioning.data.dataset import CaptionPairs, collate
-from captioning.data.karpathy import ImageRecord
 from captioning.data.mapped import MappedFile
 from captioning.data.mirror import MirroredPairs, mirror_words
+from captioning.data.records import ImageRecord
 from captioning.data.splits import Rows
 from captioning.data.tokenized import Tokenized
 from captioning.data.vocab import Vocabulary, tokenize

@@ -12,7 +12,7 @@ import pytest
 
 import captioning.eval.metrics as evaluation
 from captioning.cli import eval_main
-from captioning.data.karpathy import read_split
+from captioning.data.formats.karpathy import read_split
 from captioning.data.shapes.scenes import Grounding, ShapeObject
 from captioning.eval.grounding import box_mass, box_share
 from captioning.eval.metrics import OWN_TOKENIZER, PTB_TOKENIZER, caption_metrics, java_available

@@ -104,7 +104,7 @@ def test_the_java_free_tokenization_scores_the_shapes_and_fake_coco_captions_as_
     references and the fake COCO's typed captions (curly quotes, capitals, punctuation) the numbers
     equal the PTB tokenizer's (docs/metrics.md); captions with contractions, hyphens and numbers move
     them (benchmarks/tokenizer_gap.py: up to 0.25 CIDEr on its hard cases), which this test also sees."""
-    from captioning.data.karpathy import read_split
+    from captioning.data.formats.karpathy import read_split
 
     monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
     from tokenizer_gap import HARD_CASES, fake_coco_references, gap

@@ -180,17 +180,6 @@ def test_border_padding_on_a_torchvision_encoder(resnet18_file):
     torch.testing.assert_close(annotations, annotations[:, :1].expand_as(annotations), rtol=0, atol=1e-4)
 
 
-def test_unknown_encoder_or_layer_is_an_error():
-    with pytest.raises(ValueError, match="vgg"):
-        build_encoder(name="vgg", layer="stride16")
-    with pytest.raises(ValueError, match="stride8"):
-        build_encoder(name="efficientnet_lite0", layer="stride8")
-    with pytest.raises(ValueError, match="stride8"):
-        build_encoder(name="resnet101", layer="stride8")
-    with pytest.raises(ValueError, match="circular"):
-        build_encoder(name="efficientnet_lite0", layer="stride16", padding="circular")
-
-
 # ResNet through a local weights file ------------------------------------------------------------------
 
 @pytest.fixture(scope="module")

@@ -111,8 +111,6 @@ def test_cosine_sharpness_comes_from_the_config_and_reaches_both_glimpses():
         assert float(score.log_sharpness.detach().exp()) == pytest.approx(12.0)
     default = build_decoder(model_section("score=cosine"), vocab_size=11, annotation_dim=D, grid=GRID)
     assert float(default.attention.score.log_sharpness.detach().exp()) == pytest.approx(5.0)
-    with pytest.raises(ValueError, match="must be positive"):
-        make_score("cosine", sharpness=0.0)
     with pytest.raises(ConfigError, match="model.cosine applies to the cosine score"):
         model_section("cosine.sharpness=12.0")
     on_cosine = model_section("score=local", "local.base=cosine", "extras.glimpses=2", "cosine.sharpness=12.0")
@@ -197,8 +195,6 @@ def test_local_window_width_comes_from_the_config_and_reaches_both_glimpses():
                   (("wide", wide), ("narrow", narrow))}  # [B, L]: -||c_i - p_t||^2 / (2 sigma^2)
     fall_off = log_window["narrow"] / log_window["wide"]
     torch.testing.assert_close(fall_off, torch.full_like(fall_off, 4.0))
-    with pytest.raises(ValueError, match="must be positive"):
-        make_score("local", sigma=0.0)
     with pytest.raises(ConfigError, match="model.local applies to the local score only"):
         model_section("local.sigma=1.5")
 
@@ -220,8 +216,6 @@ def test_local_takes_any_content_score_as_its_base():
     assert type(attention.score.base).__name__ == "GeneralScore"
     with pytest.raises(ConfigError, match="model.local.base 'local' is not one of"):
         model_section("score=local", "local.base=local")
-    with pytest.raises(ValueError, match="base score"):
-        LocalScore(annotation_dim=D, hidden_dim=H, attention_dim=A, grid=GRID, base="local")
 
 
 @pytest.mark.parametrize("name", ["location", "local"])
@@ -242,8 +236,6 @@ def test_softmax_temperature_divides_the_scores():
     torch.testing.assert_close(alpha, torch.softmax(scores_of(hot.score, a, h) / 2.5, dim=1))
     with pytest.raises(ConfigError, match="model.extras.temperature must be positive"):
         model_section("extras.temperature=0.0")
-    with pytest.raises(ValueError, match="temperature"):
-        SoftAttention(hot.score, temperature=0.0)
 
 
 def test_learned_position_is_added_per_row_and_column():

@@ -10,7 +10,7 @@ import torch
 
 from captioning.cli import train_main
 from captioning.config import load_config
-from captioning.data.coco import read_records
+from captioning.data.records import read_records
 from tests.tiny import REPO
 
 

@@ -17,7 +17,7 @@ import captioning.train.step as training_step
 from captioning.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from captioning.config import ConfigError, HardConfig, ModelConfig, from_dict
 from captioning.data.dataset import Batch
-from captioning.data.karpathy import read_split
+from captioning.data.formats.karpathy import read_split
 from captioning.data.vocab import SPECIALS, Vocabulary
 from captioning.model.captioner import build_decoder
 from captioning.train.extras.word_weights import word_weight_vector

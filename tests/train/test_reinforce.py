@@ -228,8 +228,6 @@ def test_the_warmup_brings_both_terms_in_linearly_by_the_runs_step():
             reference.load_state_dict(full.state_dict())
             assert resumed.value == ramped.value and resumed.value is not None
             assert surrogate(resumed, 2) == pytest.approx(0.75 * surrogate(reference, 2), rel=1e-6)
-    with pytest.raises(ValueError, match="warm-up"):
-        Reinforce(warmup=-1)
 
 
 # (c) the baseline ------------------------------------------------------------------------------------
@@ -348,30 +346,13 @@ def test_the_moving_average_baseline_ignores_the_other_samples_of_a_caption():
     torch.testing.assert_close(reinforce.baselines(rewards, sampled), torch.full((4,), -20.0))
 
 
-def test_reinforce_options_are_checked():
-    with pytest.raises(ValueError, match="baseline"):
-        Reinforce(baseline="critic")
-    with pytest.raises(ValueError, match="at least 2"):
-        Reinforce(baseline="leave_one_out", samples=1)
-
-
-def test_the_defaults_are_the_papers_and_the_option_errors_say_exactly_what_is_wrong():
+def test_the_defaults_are_the_papers():
     """Sec. 4.1: lambda_r = 1, no entropy term, the moving average b <- 0.9 b + 0.1 r, one sample, no
     warm-up (both terms count fully from the first step)."""
     paper = Reinforce()
     assert (paper.weight, paper.entropy_weight, paper.baseline, paper.decay, paper.samples, paper.warmup) == (
         1.0, 0.0, "moving_average", 0.9, 1, 0)
     assert paper.scale(0) == 1.0
-    with pytest.raises(ValueError) as unknown:
-        Reinforce(baseline="critic")
-    assert str(unknown.value) == "unknown baseline 'critic' (known: none, moving_average, leave_one_out)"
-    with pytest.raises(ValueError) as none:
-        Reinforce(samples=0)
-    assert str(none.value) == "the moving_average baseline cannot use 0 sample(s) per caption"
-    with pytest.raises(ValueError) as lone:
-        Reinforce(baseline="leave_one_out", samples=1)
-    assert str(lone.value) == ("the leave_one_out baseline cannot use 1 sample(s) per caption"
-                               " (leave_one_out needs at least 2)")
 
 
 def test_hard_attention_training_keeps_the_baseline_in_checkpoints_and_resumes_exactly(tmp_path, tiny_config):

@@ -143,7 +143,7 @@ def test_a_run_tokenizes_each_training_caption_once_and_its_resume_none(tiny_con
     """On COCO, tokenizing the 566 747 training captions takes most of a minute: a run used to do it
     twice as it started (the vocabulary, then the pairs) and again at every resume (docs/scale.md)."""
     import captioning.data.tokenized as tokenized_module
-    from captioning.data.coco import read_records
+    from captioning.data.records import read_records
 
     calls = []
     real = tokenized_module.tokenize

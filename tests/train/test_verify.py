@@ -12,7 +12,7 @@ import torch
 from captioning.checkpoint import CheckpointError, describe, load_checkpoint
 from captioning.cli import main
 from captioning.config import load_config
-from captioning.data.coco import read_records
+from captioning.data.records import read_records
 from captioning.train.verify import report, verify
 
 

@@ -18,9 +18,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from captioning.config.registry import LOCAL_WINDOWS
 from captioning.model.scores import LocalScore
 
 
+@LOCAL_WINDOWS.register("learned")
 class LearnedWindowScore(LocalScore):
     def __init__(self, *, annotation_dim: int, hidden_dim: int, attention_dim: int,
                  grid: tuple[int, int] | None = None, base: str = "additive", sigma: float | None = None,

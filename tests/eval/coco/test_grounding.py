@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from captioning.data.instances import ImageObjects, Instances
-from captioning.data.karpathy import ImageRecord
+from captioning.data.records import ImageRecord
 from captioning.data.splits import Split
 from captioning.data.vocab import Vocabulary
 from captioning.eval.coco.grounding import CocoScorer

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from captioning.config import load_config
-from captioning.config.choices import SCORES
+from captioning.config.registry import SCORES
 from captioning.model.captioner import build_decoder
 from captioning.model.decoder import AttentionDecoder
 from captioning.model.decoding import beam_search, greedy

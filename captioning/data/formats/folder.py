@@ -1,4 +1,4 @@
-"""A collection of your own: a folder of images and a captions file (data.dataset=folder).
+"""A folder of your own images and a captions file (data.dataset=folder): a collection.
 
 The captions file (data.captions_file, relative to data.root) has one row per caption, in either
 form:
@@ -40,12 +40,12 @@ from pathlib import Path
 from PIL import Image, UnidentifiedImageError
 
 from captioning.config import DataConfig
+from captioning.config.registry import DATASETS
 from captioning.data.images import Resolver
-from captioning.data.karpathy import DatasetError, ImageRecord, first_names
+from captioning.data.records import SPLITS, DatasetError, ImageRecord, data_root, first_names
 from captioning.data.split_record import assign_splits, read_record, record_path, write_record
 from captioning.data.vocab import normalize
 
-SPLITS = ("train", "val", "test")
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff")
 SHOWN = 3  # names given in a finding's line; the count says how many there are
 
@@ -239,6 +239,13 @@ class _ImageKeys:
                 raise DatasetError(f"{self.source}: line {row.line}: {row.image} is outside the image folder "
                                    f"{self.root} (it is {path}); data.allow_outside_images=true lets such paths in")
         return self.known[row.image]
+
+
+@DATASETS.register("folder")
+def read_folder(data: DataConfig, split: str) -> list[ImageRecord]:
+    """One split of the collection the config names."""
+    data_root(data, where="docs/data.md says what a folder of your own images holds")
+    return folder_collection(data).records(split)
 
 
 def folder_collection(data: DataConfig) -> Collection:

@@ -1,56 +1,27 @@
 """Karpathy-style split files: one JSON listing every image with its split and its sentences.
 
 The format of `dataset_coco.json`, `dataset_flickr8k.json` and `dataset_flickr30k.json` (entries
-with `filepath` + `filename`, or `filename` alone for Flickr), and of the shapes dataset.
+with `filepath` + `filename`, or `filename` alone for Flickr: all images in one folder,
+data.image_dir), and of any file of that form (data.dataset=karpathy). For COCO 2014 these are
+the splits every paper since 2015 reports on: `train` + `restval` for training (113 287 images),
+`val` and `test` with 5 000 images each; images at ROOT/IMAGE_DIR/filepath/filename.
 """
 
 from __future__ import annotations
 
 import json
-import sys
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
-
-class DatasetError(ValueError):
-    """A dataset file that is missing or malformed; the message names it."""
-
-
-@dataclass(frozen=True)
-class ImageRecord:
-    image_id: int
-    path: Path
-    captions: tuple[str, ...]  # raw reference sentences
+from captioning.config import DataConfig
+from captioning.config.registry import DATASETS
+from captioning.data.records import DatasetError, ImageRecord, data_root, note_dropped, usable
 
 
-def usable(captions: Iterable[object]) -> tuple[str, ...]:
-    """The captions that are text with a word in them (annotation files hold the odd empty string,
-    whitespace or null)."""
-    return tuple(c for c in captions if isinstance(c, str) and c.strip())
-
-
-def note_dropped(source: str | Path, split: str, captions: int, images: int) -> None:
-    """One line for what a split lost to unusable captions, if anything."""
-    if captions:
-        left = f"; {images} images had none left and are left out" if images else ""
-        print(f"note: {source}: {split}: {captions} empty or non-text captions dropped{left}", file=sys.stderr)
-
-
-def first_names(names: Sequence[object], shown: int = 3) -> str:
-    """The first few of a list of files or images, for a one-line message that gives their count:
-    "a.jpg, b.jpg, c.jpg, ..." (the dots where there are more)."""
-    return ", ".join(str(name) for name in names[:shown]) + (", ..." if len(names) > shown else "")
-
-
-def too_many_unreadable(split: str, paths: Sequence[str | Path], total: int, *, limit: float) -> str | None:
-    """The one line that stops a run when more than `limit` (data.max_bad_images) of a split's
-    `total` images cannot be read, naming how many and the first few; None while they are fewer."""
-    if len(paths) <= limit * total:
-        return None
-    names = first_names(list(paths))
-    return (f"{split}: {len(paths)} of {total} images cannot be read ({names}), more than "
-            f"data.max_bad_images={limit:g} of them; repair or remove them, or raise the limit")
+@DATASETS.register("coco", "flickr8k", "flickr30k", "karpathy")
+def read_karpathy(data: DataConfig, split: str) -> list[ImageRecord]:
+    """One split of data.root/data.split_file."""
+    root = data_root(data, where=f"docs/coco.md says what the {data.dataset} data holds")
+    return read_split(root / data.split_file, split, image_root=root / data.image_dir)
 
 
 def read_split(split_file: str | Path, split: str, *, image_root: str | Path | None = None) -> list[ImageRecord]:

@@ -1,0 +1,70 @@
+"""The registries: for each pluggable setting, the names it may take, each bound to what implements it.
+
+An implementation registers itself where it is defined, under the name a config gives:
+
+    @SCORES.register("additive")
+    class AdditiveScore(Score): ...
+
+The config's checks read a registry's names; the code builds from its entries. So a name is
+written once, where its code is, and the config (the lowest layer, docs/architecture.md) still
+imports none of that code: `captioning/__init__.py` imports every module that registers, and
+Python runs it before any module of the package, so the registries are full before any config is
+checked. A new score, dataset format or objective is its module plus one line there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any, Generic, TypeVar
+
+from captioning.config.schema import ConfigError
+
+T = TypeVar("T")
+
+
+class Registry(Generic[T]):
+    """One setting's names, in the order they were registered, and their implementations."""
+
+    def __init__(self, setting: str):
+        self.setting = setting  # the config key that picks an entry, e.g. model.score
+        self._entries: dict[str, T] = {}
+
+    def register(self, *names: str) -> Callable[[T], T]:
+        """A decorator: the class or function it decorates answers to each of `names`."""
+        def add(entry: T) -> T:
+            for name in names:
+                if name in self._entries:
+                    raise ValueError(f"{self.setting} '{name}' is registered twice: {self._entries[name]!r} "
+                                     f"and {entry!r}")
+                self._entries[name] = entry
+            return entry
+        return add
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(self._entries)
+
+    def __contains__(self, name: Any) -> bool:
+        return name in self._entries
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __getitem__(self, name: str) -> T:
+        if name not in self._entries:
+            raise ConfigError(f"{self.setting} '{name}' is not one of {', '.join(self._entries)}")
+        return self._entries[name]
+
+
+# The attention scores (captioning.model.scores; model.local.base takes any of them but local).
+SCORES: Registry[Any] = Registry("model.score")
+# The local score's window: Luong's Gaussian (captioning.model.scores) or a learned shape around it
+# (captioning.model.extras.window).
+LOCAL_WINDOWS: Registry[Any] = Registry("model.local.window")
+# The dataset formats: a reader per format (captioning.data.formats, captioning.data.shapes), each
+# registered under the names of the datasets it reads; (data, split) -> that split's image records.
+DATASETS: Registry[Callable[..., Any]] = Registry("data.dataset")
+# The training objectives (captioning.train.cross_entropy, captioning.train.scst).
+OBJECTIVES: Registry[Any] = Registry("train.objective")

@@ -1,0 +1,89 @@
+"""What every dataset reaches the rest as: a list of image records per split.
+
+data.dataset names a reader (captioning.config.registry.DATASETS), one per format in
+captioning/data/formats/; `read_records` asks it for a split's records, and the helpers here say
+what a reader dropped or could not read, one line each.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from captioning.config import DataConfig
+from captioning.config.registry import DATASETS
+
+SPLITS = ("train", "val", "test")
+
+
+class DatasetError(ValueError):
+    """A dataset file that is missing or malformed; the message names it."""
+
+
+@dataclass(frozen=True)
+class ImageRecord:
+    image_id: int
+    path: Path
+    captions: tuple[str, ...]  # raw reference sentences
+
+
+def usable(captions: Iterable[object]) -> tuple[str, ...]:
+    """The captions that are text with a word in them (annotation files hold the odd empty string,
+    whitespace or null)."""
+    return tuple(c for c in captions if isinstance(c, str) and c.strip())
+
+
+def note_dropped(source: str | Path, split: str, captions: int, images: int) -> None:
+    """One line for what a split lost to unusable captions, if anything."""
+    if captions:
+        left = f"; {images} images had none left and are left out" if images else ""
+        print(f"note: {source}: {split}: {captions} empty or non-text captions dropped{left}", file=sys.stderr)
+
+
+def first_names(names: Sequence[object], shown: int = 3) -> str:
+    """The first few of a list of files or images, for a one-line message that gives their count:
+    "a.jpg, b.jpg, c.jpg, ..." (the dots where there are more)."""
+    return ", ".join(str(name) for name in names[:shown]) + (", ..." if len(names) > shown else "")
+
+
+def too_many_unreadable(split: str, paths: Sequence[str | Path], total: int, *, limit: float) -> str | None:
+    """The one line that stops a run when more than `limit` (data.max_bad_images) of a split's
+    `total` images cannot be read, naming how many and the first few; None while they are fewer."""
+    if len(paths) <= limit * total:
+        return None
+    names = first_names(list(paths))
+    return (f"{split}: {len(paths)} of {total} images cannot be read ({names}), more than "
+            f"data.max_bad_images={limit:g} of them; repair or remove them, or raise the limit")
+
+
+def read_records(data: DataConfig, split: str) -> list[ImageRecord]:
+    """The images and raw reference captions of one split of the configured dataset (with
+    data.max_images, only the first that many whose files exist)."""
+    if split not in SPLITS:
+        raise DatasetError(f"unknown split '{split}' (known: {', '.join(SPLITS)})")
+    records = DATASETS[data.dataset](data, split)
+    if data.max_images is None:
+        return records
+    return list(itertools.islice((r for r in records if r.path.is_file()), data.max_images))
+
+
+def held_out_note(data: DataConfig) -> str | None:
+    """One line where the data has no test split (a split file whose test images are held out, as a
+    user holding back their own test set has): training and `eval.py --split val` need none."""
+    try:
+        read_records(data, "test")
+    except DatasetError as error:
+        return (f"note: no test split ({error}): models are selected and scored on val "
+                "(eval.py --split val); the checkpoints' record names no test images")
+    return None
+
+
+def data_root(data: DataConfig, *, where: str) -> Path:
+    """data.root, which must be a folder; `where` says where the data comes from when it is not."""
+    root = Path(data.root)
+    if not root.is_dir():
+        raise DatasetError(f"{root}: data.root is not a folder ({where})")
+    return root

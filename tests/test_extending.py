@@ -1,0 +1,78 @@
+"""docs/architecture.md's three worked examples (a new score, a dataset format, an objective) run as
+written there, and a config then uses each one by its name: one module and its registration is all
+each needs."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+from captioning.config import load_config
+from captioning.config.registry import DATASETS, OBJECTIVES, SCORES
+from captioning.data.records import read_records
+from captioning.model.captioner import build_decoder
+from tests.tiny import REPO
+
+
+def example(title: str) -> str:
+    """The code block under `### {title}` in the section on adding things."""
+    text = (REPO / "docs" / "architecture.md").read_text()
+    section = text[text.index(f"### {title}\n"):]
+    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+
+
+@pytest.fixture
+def registries(monkeypatch):
+    """The registries as they are, given back after the test (an example's name stays in no other test)."""
+    for registry in (SCORES, DATASETS, OBJECTIVES):
+        monkeypatch.setattr(registry, "_entries", dict(registry._entries))
+
+
+def test_the_score_example_trains_under_its_name_with_soft_and_hard_attention(registries):
+    namespace: dict = {}
+    exec(compile(example("A score"), "docs/architecture.md", "exec"), namespace)
+    for attention in ("soft", "hard"):
+        model = load_config(None, ["model.score=additive_relu", f"model.attention={attention}", "model.embed_dim=8",
+                                   "model.hidden_dim=8", "model.attention_dim=8"]).model
+        torch.manual_seed(0)
+        decoder = build_decoder(model, vocab_size=9, annotation_dim=6, grid=(2, 2))
+        assert type(decoder.attention.score).__name__ == "AdditiveReluScore"
+        output = decoder(torch.randn(3, 4, 6), torch.randint(3, 9, (3, 5)))
+        output.logits.logsumexp(-1).sum().backward()
+        assert torch.allclose(output.alphas.sum(-1), torch.ones(3, 5))  # weights over the 4 cells
+        assert decoder.attention.score.key.weight.grad.abs().sum() > 0  # the score is trained
+
+
+def test_the_dataset_format_example_reads_a_split_under_its_name(registries, tmp_path):
+    namespace: dict = {}
+    exec(compile(example("A dataset format"), "docs/architecture.md", "exec"), namespace)
+    (tmp_path / "captions.tsv").write_text("b.jpg\ta dog\ttrain\na.jpg\ta cat\ttrain\na.jpg\ta cat sits\ttrain\n"
+                                           "c.jpg\ta bird\tval\n")
+    data = load_config(None, ["data.dataset=tsv", f"data.root={tmp_path}", "data.captions_file=captions.tsv"]).data
+    train = read_records(data, "train")
+    assert [(r.path.name, r.captions) for r in train] == [("a.jpg", ("a cat", "a cat sits")), ("b.jpg", ("a dog",))]
+    assert [r.path for r in read_records(data, "val")] == [tmp_path / "c.jpg"]
+
+
+def test_the_objective_example_orders_its_first_epoch_and_trains_a_run_under_its_name(registries, tiny_config,
+                                                                                      tmp_path):
+    from captioning.train.loop import fit
+
+    namespace: dict = {}
+    exec(compile(example("An objective"), "docs/architecture.md", "exec"), namespace)
+    objective = OBJECTIVES["xe_short_first"]
+    assert objective is namespace["ShortCaptionsFirst"]
+    # its batches, on pairs of these lengths: the first epoch's shortest first, the others as cross-entropy's
+    lengths = torch.tensor([7, 3, 9, 2, 5, 8, 4, 6, 1, 10])
+    config = tiny_config(tmp_path / "run", "train.objective=xe_short_first", "train.max_steps=3",
+                         "train.batch_size=2", "data.bucket_batches=false")
+    probe = object.__new__(objective)
+    probe.config, probe.data = config, type("Data", (), {"pairs": type("Pairs", (), {"lengths": lengths})})
+    longest = [max(int(lengths[i]) for i in batch) for batch in probe.batches(0)]
+    assert longest == sorted(longest) and sorted(i for b in probe.batches(0) for i in b) == list(range(10))
+    later = [max(int(lengths[i]) for i in batch) for batch in probe.batches(1)]
+    assert later != sorted(later)  # a shuffled epoch (seeded), not the curriculum
+    fit(config)
+    assert (tmp_path / "run" / "last.pt").is_file()
