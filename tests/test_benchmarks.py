@@ -12,7 +12,7 @@ import pytest
 
 from tests.tiny import REPO
 
-SCRIPTS = ("run", "ab", "flops", "feature_cache", "cache_check", "cpu_precision", "cache_sizes",
+SCRIPTS = ("run", "ab", "flops", "feature_cache", "cpu_precision", "cache_sizes",
            "scale", "dry_runs")
 
 
