@@ -12,8 +12,7 @@ import pytest
 
 from tests.tiny import REPO
 
-SCRIPTS = ("run", "ab", "flops", "feature_cache", "cpu_precision", "cache_sizes",
-           "scale", "dry_runs")
+SCRIPTS = ("run", "ab", "flops", "feature_cache", "cpu_precision", "scale")
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
