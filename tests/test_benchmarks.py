@@ -12,7 +12,7 @@ import pytest
 
 from tests.tiny import REPO
 
-SCRIPTS = ("run", "ab", "flops", "feature_cache", "cpu_precision", "scale")
+SCRIPTS = ("run", "ab", "flops", "feature_cache", "scale")
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
