@@ -12,7 +12,7 @@ import pytest
 
 from tests.tiny import REPO
 
-SCRIPTS = ("run", "ab", "flops", "feature_cache", "scale")
+SCRIPTS = ("run", "ab", "flops", "scale")
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
