@@ -12,7 +12,7 @@ import pytest
 
 from tests.tiny import REPO
 
-SCRIPTS = ("run", "ab", "flops", "scale")
+SCRIPTS = ("run", "ab", "scale")
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
