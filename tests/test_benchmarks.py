@@ -12,7 +12,7 @@ import pytest
 
 from tests.tiny import REPO
 
-SCRIPTS = ("run", "ab", "scale")
+SCRIPTS = ("run", "ab", "scale", "scale_probe")
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
