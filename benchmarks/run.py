@@ -1,6 +1,6 @@
 """Throughput and peak memory of the decoder: five cases, one line each.
 
-    python benchmarks/run.py --cases a,b,c3,c5,d [--json PATH] [--threads N] [--repeats R]
+    python benchmarks/run.py --cases a,b,c3,c5,d,caption,encoder [--json PATH] [--threads N] [--repeats R]
                              [--impl fast|reference|port] [--device cpu|cuda] [--amp bf16] [--compile]
 
 Cases (model dims as in the paper's COCO setting: embedding = attention = hidden = 512, V = 10 000):
@@ -21,6 +21,11 @@ Cases (model dims as in the paper's COCO setting: embedding = attention = hidden
       image), one image at a time through the API, then in batches, overlays off and on; the same
       captions each way; and how the batched time splits into reading, encoding, decoding and
       overlays. images/s.
+  encoder
+      the embedded default's encoder alone (EfficientNet-Lite0 at 224², frozen, random input): images/s
+      for each batch size of --encoder-batches, in the default (NCHW) layout and in channels-last,
+      --encoder-seconds each after two warm-up batches. What `captioning caption` encodes at once on a
+      CPU (captioning.model.captioner.CPU_ENCODER_CHUNK, channels-last) was chosen from this.
 
 --impl picks whose code runs: `fast` (the package), `stepwise` (the package with model.fused=false:
 the decoder's `_advance` at every step, what the fused path accelerates), `reference`
@@ -59,7 +64,7 @@ from captioning.train.losses import cross_entropy, doubly_stochastic
 
 REPO = Path(__file__).resolve().parents[1]
 
-CASES = ("a", "b", "c3", "c5", "d", "caption")
+CASES = ("a", "b", "c3", "c5", "d", "caption", "encoder")
 VOCAB, EMBED, HIDDEN, ATTENTION = 10_000, 512, 512, 512
 SHORTEST, LONGEST = 10, 22  # caption tokens, <start> and <end> included
 BEAM_STEPS = 50
@@ -371,6 +376,30 @@ def caption_case(args: argparse.Namespace) -> dict[str, object]:
                                                             "batched_total": in_batches}}
 
 
+def encoder_case(args: argparse.Namespace) -> dict[str, object]:
+    from captioning.model.encoder import build_encoder
+
+    encoder = build_encoder(name="efficientnet_lite0", layer="stride16").eval().to(args.device)
+    rates: dict[str, dict[str, float]] = {"nchw": {}, "channels_last": {}}
+    with torch.no_grad():
+        for batch in args.encoder_batches:
+            for layout, memory_format in (("nchw", torch.contiguous_format), ("channels_last", torch.channels_last)):
+                encoder = encoder.to(memory_format=memory_format)
+                pixels = torch.randn(batch, 3, 224, 224).to(args.device).contiguous(memory_format=memory_format)
+                for _ in range(2):  # warm-up
+                    encoder(pixels)
+                start, done = time.perf_counter(), 0
+                while time.perf_counter() - start < args.encoder_seconds:
+                    encoder(pixels)
+                    done += batch
+                if args.device.startswith("cuda"):
+                    torch.cuda.synchronize()
+                rates[layout][str(batch)] = done / (time.perf_counter() - start)
+    layout, batch = max(((layout, batch) for layout in rates for batch in rates[layout]),
+                        key=lambda key: rates[key[0]][key[1]])
+    return {"images_per_s": rates[layout][batch], "batch": int(batch), "layout": layout, "images_per_s_by_batch": rates}
+
+
 def run_case(case: str, args: argparse.Namespace) -> dict[str, float]:
     impl = Implementation(args.impl)
     if case == "a":
@@ -383,6 +412,8 @@ def run_case(case: str, args: argparse.Namespace) -> dict[str, float]:
         result = training_case(args, impl, batch=8, cells=0, channels=0, with_encoder=True)
     elif case == "caption":
         result = caption_case(args)
+    elif case == "encoder":
+        result = encoder_case(args)
     else:
         raise ValueError(f"unknown case '{case}' (known: {', '.join(CASES)})")
     result["peak_rss_mib"] = peak_rss_mib()
@@ -402,6 +433,12 @@ def describe(case: str, result: dict) -> str:
                 f"{result['images']} images, {result['words']} words each, same captions: {result['same_captions']}; "
                 f"stages alone: {split} (batched total {stages['batched_total']:.1f} s)  "
                 f"peak RSS {result['peak_rss_mib']:.0f} MiB")
+    if case == "encoder":
+        rates = result["images_per_s_by_batch"]
+        cells = ", ".join(f"{batch}: {rates['nchw'][batch]:.1f} / {rates['channels_last'][batch]:.1f}"
+                          for batch in rates["nchw"])
+        return (f"encoder images/s by batch, NCHW / channels-last: {cells}; fastest {result['images_per_s']:.1f} "
+                f"at {result['batch']} in {result['layout']}  peak RSS {result['peak_rss_mib']:.0f} MiB")
     unit = "captions/s" if "captions_per_s" in result else "images/s"
     rate = result.get("captions_per_s", result.get("images_per_s"))
     extra = f", tried {result['trial_images_per_s']}" if "trial_images_per_s" in result else ""
@@ -433,9 +470,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--caption-batch", type=int, default=16, help="caption: images per batch")
     parser.add_argument("--caption-workers", type=int, help="caption: processes reading the images (default: "
                         "what `captioning caption` takes, captioning.api.reading_workers)")
+    parser.add_argument("--encoder-batches", default="1,2,4,8,16", help="encoder: images at once to time")
+    parser.add_argument("--encoder-seconds", type=float, default=3.0, help="encoder: seconds per batch size and layout")
     parser.add_argument("--one-case", help=argparse.SUPPRESS)  # internal: run one case in this process
     args = parser.parse_args(argv)
     args.beam_batches = [int(x) for x in args.beam_batches.split(",")]
+    args.encoder_batches = [int(x) for x in args.encoder_batches.split(",")]
     if args.threads is not None:
         torch.set_num_threads(args.threads)
 

@@ -18,6 +18,7 @@ training finds it as it would find the real one.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
@@ -194,8 +195,19 @@ def finish(memory: Memory, events: dict) -> None:
     print(json.dumps({**events, **memory.report(), "end": time.time()}), flush=True)
 
 
+STAGES = ("features", "first-steps", "train", "resume", "eval", "caption")
+
+
 def main() -> int:
-    stage, started, argv = sys.argv[1], float(sys.argv[2]), sys.argv[4:]
+    own, argv = sys.argv[1:], []
+    if "--" in own:  # what follows is captioning's, not ours
+        own, argv = own[:own.index("--")], own[own.index("--") + 1:]
+    parser = argparse.ArgumentParser(usage="python benchmarks/scale_probe.py STAGE START -- ARGS...",
+                                     description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("stage", choices=STAGES)
+    parser.add_argument("start", type=float, help="the parent's time.time() when it started this process")
+    args = parser.parse_args(own)
+    stage, started = args.stage, args.start
     memory = Memory()
     events: dict = {"started": started, "imported": None}
     from captioning import cli

@@ -12,8 +12,7 @@ import pytest
 
 from tests.tiny import REPO
 
-SCRIPTS = ("run", "ab", "flops", "feature_cache", "encoder_batch", "cache_check", "cpu_precision", "cache_sizes",
-           "scale", "dry_runs")
+SCRIPTS = ("run", "ab", "scale", "scale_probe")
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
@@ -65,3 +64,18 @@ def test_the_scale_stand_in_has_cocos_splits_and_reads_as_a_coco_split_file(monk
     official_train, val2014 = read_records(official, "train"), read_records(official, "val")
     assert (len(official_train), len(val2014)) == (673, 247 + 40 + 40)  # as COCO: restval, val, test in val2014
     assert {r.image_id: r.captions for r in official_train} == {r.image_id: r.captions for r in train[:673]}
+
+
+def test_the_encoder_case_times_both_layouts_at_each_batch(monkeypatch, capsys):
+    """`benchmarks/run.py --cases encoder`: images/s for every batch size, NCHW and channels-last."""
+    import json
+
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    run = importlib.import_module("run")
+    monkeypatch.setattr(sys, "argv", ["run.py", "--one-case", "encoder", "--encoder-batches", "1,2",
+                                      "--encoder-seconds", "0.01", "--threads", "1"])
+    run.main()
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert {layout: set(rates) for layout, rates in result["images_per_s_by_batch"].items()} == {
+        "nchw": {"1", "2"}, "channels_last": {"1", "2"}}
+    assert result["images_per_s"] == max(max(rates.values()) for rates in result["images_per_s_by_batch"].values())

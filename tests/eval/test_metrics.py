@@ -16,7 +16,6 @@ import pytest
 
 from captioning.eval.metrics import _java_chatter_held, caption_metrics, java_available
 from captioning.train.cider import CiderD
-from tests.tiny import REPO
 
 # BLEU: one image, two references, all of 7 words: no brevity penalty.
 BLEU_REFERENCES = {0: ["a red circle above a blue square", "a blue square below a red circle"]}
@@ -97,20 +96,47 @@ def test_what_java_printed_is_shown_when_the_call_fails(capfd: pytest.CaptureFix
     assert capfd.readouterr().err == "after\n"  # stderr is the process's again
 
 
+# Where the two tokenizers can part: contractions, hyphens, numbers, quotes, symbols (docs/metrics.md).
+HARD_CASES = {
+    1: ["A man in a t-shirt can't find his e-mail.", "a man in a T-shirt cannot find the e-mail",
+        "The man's t-shirt is blue; he's reading e-mail."],
+    2: ["Two dogs ($5 each) are gonna run 3.5 miles!", "two dogs are going to run 3.5 miles",
+        "2 dogs run for 3.5 miles, they're fast."],
+    3: ["A 5'10\" woman holds a \"STOP\" sign.", "a woman holding a stop sign",
+        "The woman's sign says 'stop' in red."],
+    4: ["Don't park here: a no-parking sign & a cone.", "a no parking sign next to a cone",
+        "A sign that reads \"don't park\", and an orange cone."],
+}
+
+
+def _tokenizer_gap(references: dict[int, list[str]]) -> dict[str, tuple[float, float]]:
+    """metric -> (PTB tokenizer with Java, the project's tokenizer), each image's first reference
+    scored as the candidate against its others."""
+    from unittest import mock
+
+    import captioning.eval.metrics as metrics
+
+    candidates = {i: refs[0] for i, refs in references.items()}
+    rest = {i: refs[1:] for i, refs in references.items()}
+    standard = metrics.caption_metrics(rest, candidates, full=True)
+    with mock.patch.object(metrics, "java_available", lambda: False), mock.patch("sys.stderr"):
+        fallback = metrics.caption_metrics(rest, candidates, full=True)
+    return {name: (standard[name], fallback[name]) for name in fallback}
+
+
 @pytest.mark.skipif(not java_available(), reason="java is not installed (make test requires it)")
 def test_the_java_free_tokenization_scores_the_shapes_and_fake_coco_captions_as_the_ptb_tokenizer_does(
-        shapes_root, monkeypatch) -> None:
+        shapes_root) -> None:
     """Without Java, BLEU, ROUGE-L and CIDEr are computed on the project's tokenization. On the shapes
     references and the fake COCO's typed captions (curly quotes, capitals, punctuation) the numbers
     equal the PTB tokenizer's (docs/metrics.md); captions with contractions, hyphens and numbers move
-    them (benchmarks/tokenizer_gap.py: up to 0.25 CIDEr on its hard cases), which this test also sees."""
+    them (up to 0.25 CIDEr on HARD_CASES), which this test also sees."""
     from captioning.data.formats.karpathy import read_split
-
-    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
-    from tokenizer_gap import HARD_CASES, fake_coco_references, gap
+    from tests.data.test_coco import _captions
 
     shapes = {r.image_id: list(r.captions) for r in read_split(shapes_root / "dataset_shapes.json", "test")}
-    for references in (shapes, fake_coco_references()):
-        for name, (ptb, own) in gap(references).items():
+    fake_coco = {i: _captions(split, i) for i, split in enumerate(["train"] * 5 + ["val"])}
+    for references in (shapes, fake_coco):
+        for name, (ptb, own) in _tokenizer_gap(references).items():
             assert own == pytest.approx(ptb, abs=1e-9), name
-    assert max(abs(ptb - own) for ptb, own in gap(HARD_CASES).values()) > 0.1  # the two do part elsewhere
+    assert max(abs(ptb - own) for ptb, own in _tokenizer_gap(HARD_CASES).values()) > 0.1  # they part elsewhere
