@@ -25,7 +25,7 @@ Cases (model dims as in the paper's COCO setting: embedding = attention = hidden
       the embedded default's encoder alone (EfficientNet-Lite0 at 224², frozen, random input): images/s
       for each batch size of --encoder-batches, in the default (NCHW) layout and in channels-last,
       --encoder-seconds each after two warm-up batches. What `captioning caption` encodes at once on a
-      CPU (captioning.model.captioner.CPU_ENCODER_CHUNK, channels-last) was chosen from this.
+      CPU (captioning.model.encoder_decoder.CPU_ENCODER_CHUNK, channels-last) was chosen from this.
 
 --impl picks whose code runs: `fast` (the package), `stepwise` (the package with model.fused=false:
 the decoder's `_advance` at every step, what the fused path accelerates), `reference`
@@ -303,8 +303,8 @@ def caption_case(args: argparse.Namespace) -> dict[str, object]:
     from captioning.config import load_config
     from captioning.data.images import load_image, to_tensor
     from captioning.data.vocab import SPECIALS
-    from captioning.model.captioner import EncoderDecoder
     from captioning.model.decoding import decode
+    from captioning.model.encoder_decoder import EncoderDecoder
 
     config = load_config(None, [f"decode.max_length={args.caption_words}"])  # the embedded default
     torch.manual_seed(0)

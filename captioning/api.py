@@ -33,7 +33,7 @@ from captioning.data.records import ImageRecord
 from captioning.data.vocab import Vocabulary
 from captioning.eval.overlays import overlay, overlay_grid, save_overlays
 from captioning.model.attention import refuse_hard_choice
-from captioning.model.captioner import EncoderDecoder
+from captioning.model.encoder_decoder import EncoderDecoder
 from captioning.progress import bar as progress_bar
 from captioning.runtime.hardware import default_device
 

@@ -26,9 +26,9 @@ from captioning.config import Config, ConfigError, apply_overrides, from_dict, m
 from captioning.data.features import EncodedImages
 from captioning.data.splits import Split, load_splits
 from captioning.data.vocab import Vocabulary
-from captioning.model.captioner import EncoderDecoder, build_decoder
 from captioning.model.decoder import AttentionDecoder
 from captioning.model.encoder import Encoder
+from captioning.model.encoder_decoder import EncoderDecoder, build_decoder
 
 FORMAT_VERSION = 2
 # The models that ship inside the package (decoder and vocabulary; the encoder's weights come from

@@ -219,7 +219,7 @@ def test_both_calls_decode_in_batches_with_the_settings_they_are_given(captioner
 
 def test_the_checkpoints_decoding_settings_and_their_overrides_reach_the_search(tiny_run, photos,
                                                                                 monkeypatch) -> None:
-    import captioning.model.captioner as captioner_module
+    import captioning.model.encoder_decoder as captioner_module
 
     calls, search = [], captioner_module.decode
 
@@ -241,7 +241,7 @@ def test_a_result_carries_the_chosen_cells_only_where_a_cell_was_chosen(captione
                                                                         expected) -> None:
     """locations: None where every word used the expectation (-1: soft attention, hard's expectation);
     else the cell of each word, cell 0 included."""
-    import captioning.model.captioner as captioner_module
+    import captioning.model.encoder_decoder as captioner_module
 
     search = captioner_module.decode
 

@@ -326,3 +326,19 @@ def test_the_doubly_stochastic_target_was_removed_and_checkpoints_that_record_it
     values = Config().to_dict()
     values["train"]["ds_target"] = "length"
     assert from_dict(values, where="last.pt: config") == Config()
+
+
+def test_the_scst_baseline_once_called_mean_is_refused_in_a_file_and_read_from_a_checkpoint(tmp_path):
+    """train.scst.baseline 'mean' is REINFORCE's leave_one_out (the mean of the other samples) and
+    took that name: a file or an override is told the new one, a checkpoint's config reads as it."""
+    path = tmp_path / "old.yaml"
+    path.write_text("train:\n  objective: scst\n  scst:\n    baseline: mean\n")
+    with pytest.raises(ConfigError, match=r"old.yaml: train.scst.baseline 'mean' is now 'leave_one_out'"):
+        load_config(path, [])
+    with pytest.raises(ConfigError, match=r"train.scst.baseline 'mean' is now 'leave_one_out'"):
+        load_config(None, ["train.scst.baseline=mean"])
+    values = Config().to_dict()
+    values["train"]["scst"]["baseline"] = "mean"
+    assert from_dict(values, where="last.pt: config").train.scst.baseline == "leave_one_out"
+    assert values["train"]["scst"]["baseline"] == "mean"  # the caller's dict is left as it was
+    assert from_dict(Config().to_dict()).train.scst.baseline == "greedy"  # nothing else is renamed

@@ -12,7 +12,7 @@ import torch
 from captioning.config import load_config
 from captioning.config.registry import DATASETS, OBJECTIVES, SCORES
 from captioning.data.records import read_records
-from captioning.model.captioner import build_decoder
+from captioning.model.encoder_decoder import build_decoder
 from tests.tiny import REPO
 
 

@@ -109,7 +109,7 @@ def test_the_layers_in_the_design_document_are_these() -> None:
 def test_every_model_choice_the_config_accepts_builds_a_decoder() -> None:
     """Each value of each model choice list, alone on the defaults (with what it needs), gives a
     decoder that runs a step: no value the config accepts is one the model does not know."""
-    from captioning.model.captioner import build_decoder
+    from captioning.model.encoder_decoder import build_decoder
 
     needs = {"model.attention=hard": (), "model.score=local": (), "model.local.window=learned": ("model.score=local",),
              "model.extras.glimpses=2": ()}

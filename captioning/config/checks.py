@@ -144,8 +144,8 @@ def _combinations(config: Config) -> list[str]:
 def _scst_problems(config: Config) -> list[str]:
     t = config.train
     problems = []
-    if t.scst.baseline == "mean" and t.scst.samples < 2:
-        problems.append(f"train.scst.baseline=mean needs train.scst.samples >= 2 (the image's other samples), "
+    if t.scst.baseline == "leave_one_out" and t.scst.samples < 2:
+        problems.append(f"train.scst.baseline=leave_one_out needs train.scst.samples >= 2 (the image's other samples), "
                         f"got {t.scst.samples}")
     if config.encoder.fine_tune_from is not None or not config.data.feature_cache:
         problems.append("train.objective=scst trains the decoder on cached annotations: not with "

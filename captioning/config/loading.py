@@ -12,7 +12,15 @@ from typing import Any
 import yaml
 
 from captioning.config.checks import validate
-from captioning.config.migration import REDEFINED, REMOVED, RENAMED, carried_over, without_removed
+from captioning.config.migration import (
+    REDEFINED,
+    REMOVED,
+    RENAMED,
+    RENAMED_VALUES,
+    carried_over,
+    with_values_renamed,
+    without_removed,
+)
 from captioning.config.schema import Config, ConfigError
 
 
@@ -57,6 +65,10 @@ def _merge(target: Any, values: dict[str, Any], where: str, prefix: str = "", so
                     value = float(value)
                 except ValueError:
                     raise ConfigError(f"{where}: '{key}' must be a number, got '{value}'") from None
+            renamed = RENAMED_VALUES.get(dotted, {})
+            if isinstance(value, str) and value in renamed:
+                raise ConfigError(f"{source}: {dotted} '{value}' is now '{renamed[value]}' (the same setting, "
+                                  "named as everywhere else in the config)")
             setattr(target, key, value)
 
 
@@ -65,7 +77,7 @@ def from_dict(values: dict[str, Any], where: str = "config") -> Config:
     are dropped: a checkpoint records every setting of its day, and none of them shaped its weights;
     settings since renamed with a new meaning (REDEFINED) are read under their new name."""
     config = Config()
-    _merge(config, carried_over(without_removed(values)), where)
+    _merge(config, with_values_renamed(carried_over(without_removed(values))), where)
     return validate(config, where)
 
 

@@ -12,6 +12,7 @@ the reason, and dropped from a checkpoint's config, which records every setting 
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 # The flat keys of checkpoint format 1, and where each setting lives now.
@@ -35,6 +36,12 @@ REDEFINED = {
                         "word costs, as lambda in Eq. 14 (ds_weight weighed a mean per image against a mean per "
                         "word: ds_lambda = ds_weight x the mean caption length in words, <end> included; the "
                         "authors' COCO scripts use ds_lambda 1)"),
+}
+
+# Values that took a new name, setting -> {old value: new value}: a checkpoint's config is read with
+# the new one, a file or an override naming the old one is refused with it.
+RENAMED_VALUES = {
+    "train.scst.baseline": {"mean": "leave_one_out"},  # REINFORCE's name for the same baseline
 }
 
 # Settings that no longer exist, and why: a file or override naming one is refused with the reason.
@@ -61,6 +68,20 @@ def migrate(values: dict[str, Any]) -> dict[str, Any]:
                 target = target.setdefault(part, {})
             target[last] = value
     return moved
+
+
+def with_values_renamed(values: dict[str, Any]) -> dict[str, Any]:
+    """`values` (a checkpoint's config as plain data) with each RENAMED_VALUES value under its new
+    name (a copy; sections copied as needed)."""
+    kept = copy.deepcopy(values)
+    for dotted, renamed in RENAMED_VALUES.items():
+        *path, key = dotted.split(".")
+        body = kept
+        for part in path:
+            body = body.get(part) if isinstance(body, dict) else None
+        if isinstance(body, dict) and isinstance(body.get(key), str) and body[key] in renamed:
+            body[key] = renamed[body[key]]
+    return kept
 
 
 def without_removed(values: dict[str, Any]) -> dict[str, Any]:

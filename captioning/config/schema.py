@@ -19,7 +19,7 @@ class DataConfig:
     # folder: a folder of your own images and `captions_file` (data/collection.py, docs/data.md).
     dataset: str = "shapes"
     root: str = "data/shapes"  # every relative path below is relative to this folder
-    # Where a run keeps what it computes from the data (features/: the annotation caches, tokens/:
+    # Where a run keeps what it computes from the data (features/: the feature caches, tokens/:
     # the tokenized captions); None: data.root. Set it where data.root is read-only (a cluster's
     # dataset mount, a shared download).
     cache_root: str | None = None

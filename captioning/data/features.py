@@ -1,4 +1,4 @@
-"""The annotation cache: a frozen encoder's output, computed once per image and stored as fp16.
+"""The feature cache: a frozen encoder's output, computed once per image and stored as fp16.
 
 Notation: N images, L grid cells, D channels.
 

@@ -1,4 +1,4 @@
-"""`captioning prepare` and `captioning prepare-features`: the vocabulary and the annotation cache
+"""`captioning prepare` and `captioning prepare-features`: the vocabulary and the feature cache
 of a config, made once before training (training makes whatever is missing itself, the same way).
 
 The vocabulary comes from the *training* split alone: words seen fewer than `data.min_word_count`
@@ -78,5 +78,5 @@ def run_vocabulary(config: Config) -> Vocabulary:
 
 def prepare_features(config: Config, *, splits: tuple[str, ...] = ("train", "val", "test"),
                      device: str | torch.device = "cpu") -> dict[str, Split]:
-    """The fp16 annotation cache of every split (resuming an interrupted run where it stopped)."""
+    """The fp16 feature cache of every split (resuming an interrupted run where it stopped)."""
     return load_splits(config, splits, device=device, features=True, num_workers=config.train.num_workers)

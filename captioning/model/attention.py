@@ -84,23 +84,23 @@ class AttentionOutput:
 class Draws:
     """Hard attention's randomness for one training forward, as the training step hands it in (Sec. 4.1).
 
-    `chance`: the chance that a caption uses the soft expectation instead of samples, at this point
-    of the run (the paper's 0.5; the training step owns its warm-up:
-    captioning.train.step.expectation_chance). `coins`: each row's uniform draw that decides it (a
-    row uses the expectation where coin < chance), already shared out one per image or per batch
-    (shared_coins); None: `prepare` flips them with torch's RNG. `cells`: each row's uniform draws
-    that pick its cell at every step by inverse CDF, so that a run's samples do not depend on how it
-    splits or orders its batch; None: torch's RNG samples them.
+    `expectation_prob`: the probability that a caption uses the soft expectation instead of
+    samples, at this point of the run (model.hard.expectation_prob, the paper's 0.5; the training
+    step owns its warm-up: captioning.train.step.expectation_prob_at). `coins`: each row's uniform
+    draw that decides it (a row uses the expectation where coin < expectation_prob), already shared
+    out one per image or per batch (shared_coins); None: `prepare` flips them with torch's RNG.
+    `cells`: each row's uniform draws that pick its cell at every step by inverse CDF, so that a
+    run's samples do not depend on how it splits or orders its batch; None: torch's RNG samples them.
     """
 
-    chance: float
+    expectation_prob: float
     coins: torch.Tensor | None = None  # [B], uniform in [0, 1)
     cells: torch.Tensor | None = None  # [B, T], uniform in [0, 1)
 
     @classmethod
-    def from_uniform(cls, uniform: torch.Tensor, *, chance: float) -> Draws:
+    def from_uniform(cls, uniform: torch.Tensor, *, expectation_prob: float) -> Draws:
         """From uniform draws [B, 1 + T]: column 0 each row's coin, then one column per step."""
-        return cls(chance=chance, coins=uniform[:, 0], cells=uniform[:, 1:])
+        return cls(expectation_prob=expectation_prob, coins=uniform[:, 0], cells=uniform[:, 1:])
 
     def select(self, index: torch.Tensor) -> Draws:
         """Rows of the batch (the decoder sorts them by caption length)."""
@@ -108,7 +108,7 @@ class Draws:
         def pick(tensor: torch.Tensor | None) -> torch.Tensor | None:
             return None if tensor is None else tensor.index_select(0, index)
 
-        return Draws(self.chance, pick(self.coins), pick(self.cells))
+        return Draws(self.expectation_prob, pick(self.coins), pick(self.cells))
 
 
 class _Attention(nn.Module):
@@ -158,8 +158,8 @@ class HardAttention(_Attention):
     (captioning.train.losses) gets nothing from them, and their location is -1.
 
     The module holds no training schedule. Without `draws`, `prepare` flips each row's coin at
-    `expectation_prob` (each row one image). A training step hands its `Draws` in: the chance of the
-    expectation where the run warms it up (model.hard.warmup: captioning.train.step.expectation_chance),
+    `expectation_prob` (each row one image). A training step hands its `Draws` in: the probability of the
+    expectation where the run warms it up (model.hard.warmup: captioning.train.step.expectation_prob_at),
     and a run's own coins, shared out one per image (the K rows of an image's K samples of
     locations) or one per global batch (`shared_coins`), with the draws for its cells.
 
@@ -178,12 +178,12 @@ class HardAttention(_Attention):
     def prepare(self, annotations: torch.Tensor, draws: Draws | None = None) -> Memory:
         memory = super().prepare(annotations)
         if self.training:
-            draws = draws if draws is not None else Draws(chance=self.expectation_prob)  # the paper's mixture
+            draws = draws if draws is not None else Draws(expectation_prob=self.expectation_prob)  # the paper's mixture
             coins = draws.coins
             if coins is None:  # each row an image with its own coin (or one for all: coin="batch")
                 uniform = torch.rand(annotations.shape[0], 1, device=annotations.device)  # [B, 1]
                 coins = shared_coins(uniform, group=1, coin=self.coin)[:, 0]  # [B]
-            memory.expectation, memory.draws = coins < draws.chance, draws.cells  # [B] (Sec. 4.1), [B, T]
+            memory.expectation, memory.draws = coins < draws.expectation_prob, draws.cells  # [B] (Sec. 4.1), [B, T]
         return memory
 
     def _choose(self, alpha: torch.Tensor, memory: Memory) -> tuple[torch.Tensor, torch.Tensor]:

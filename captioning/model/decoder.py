@@ -16,7 +16,7 @@ tanh before L_o (deep_output="tanh"). The paper's beta_t is a scalar; some ports
 of z_t instead (gate="vector").
 
 Three seams take the options that are not in the paper (captioning/model/extras), each a module
-handed in by captioning.model.captioner: `summary`, what the initial state is computed from (the
+handed in by captioning.model.encoder_decoder: `summary`, what the initial state is computed from (the
 paper: MeanAnnotation); `query`, what attention is queried with (the paper: PreviousState,
 captioning.model.query); and `attention` itself (soft or hard, any score; TwoGlimpses wraps two).
 This module never asks which one it holds: the fused recurrence says which decoders it computes

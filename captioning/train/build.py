@@ -13,9 +13,9 @@ from torch import nn
 from captioning.config import Config
 from captioning.data.loading import RunData
 from captioning.data.splits import uses_feature_cache
-from captioning.model.captioner import build_decoder
 from captioning.model.decoder import AttentionDecoder
 from captioning.model.encoder import Encoder
+from captioning.model.encoder_decoder import build_decoder
 from captioning.runtime import distributed
 from captioning.train.extras.averaging import WeightAverage
 

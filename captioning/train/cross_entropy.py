@@ -93,7 +93,7 @@ class CrossEntropy:
                             agree=agree, reinforce=self.reinforce, word_weights=self.word_weights, step=step,
                             draws=self.draws(step=step, size=size, rows=batch.tokens.shape[0],
                                              positions=batch.positions),
-                            coin_warmup=self.config.model.hard.warmup, stand_in=not own)
+                            hard_warmup=self.config.model.hard.warmup, stand_in=not own)
         if self.context.enabled and result.agreement.named:  # every process names every process's new ones
             self.name_unreadable([reason for part in distributed.everyone(self.context, new) for reason in part])
         return result if own else StepResult({}, skipped=result.skipped, agreement=result.agreement)

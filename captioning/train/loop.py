@@ -7,7 +7,7 @@ Notation: B batch, T caption steps, L grid cells, D channels, S input side.
       Run.start              the checkpoint to resume (or warm-start from), the data, build_model,
                              build_optimizer (build.py), restore (or warm_start)
       Run.fit                epochs of Run.step (one optimizer step of the objective: objective.py,
-                             cross_entropy.py, scst.py), Run.validate after each epoch (and every
+                             cross_entropy.py, scst.py), Run.validation_round after each epoch (and every
                              train.eval_every_steps), checkpoints (captioning/checkpoint.py)
 
 Under torchrun the processes agree, once per step, on everything that changes their path (stop
@@ -42,7 +42,7 @@ from captioning.config import Config
 from captioning.config.registry import OBJECTIVES
 from captioning.data.loading import RunData, load_run_data
 from captioning.data.sampling import rank_batches
-from captioning.model.captioner import EncoderDecoder
+from captioning.model.encoder_decoder import EncoderDecoder
 from captioning.progress import bar
 from captioning.runtime import distributed
 from captioning.runtime.hardware import Hardware
@@ -54,7 +54,7 @@ from captioning.train.record import run_record, run_weights
 from captioning.train.resume import Progress, restore_run, run_payload
 from captioning.train.signals import StopSignals
 from captioning.train.step import TrainingError
-from captioning.train.validation import report, validate
+from captioning.train.validation import report, validation_metrics
 from captioning.train.warm_start import warm_start, warm_vocabulary
 
 
@@ -201,7 +201,7 @@ class Run:
                     break
                 mid_epoch = progress.batch_in_epoch < len(batches)
                 if t.eval_every_steps and progress.step % t.eval_every_steps == 0 and mid_epoch:
-                    stop = early_stopped = self.validate()
+                    stop = early_stopped = self.validation_round()
                     if stop:
                         break
                 elif t.save_every_steps and progress.step % t.save_every_steps == 0:
@@ -212,7 +212,7 @@ class Run:
             if progress.batch_in_epoch >= len(batches):
                 progress.epoch, progress.batch_in_epoch = progress.epoch + 1, 0
             if not early_stopped:
-                stop = self.validate() or stop
+                stop = self.validation_round() or stop
             if self.context.enabled:
                 signum = distributed.agree_signal(self.context, signals.received)
                 self.agreement = distributed.Agreement(signal=signum)
@@ -234,13 +234,14 @@ class Run:
 
     # validation
 
-    def validate(self) -> bool:
+    def validation_round(self) -> bool:
         """Validate (every process its part), decay the learning rate, keep the best; True when it is
         time to stop early."""
         t, progress = self.config.train, self.progress
         distributed.now_doing(self.context, f"validating at step {progress.step}")
-        metrics = validate(self.model.validated, self.data.val, self.data.vocab, self.config, device=self.device,
-                           annotations=self.data.val_annotations, context=self.context) or {}
+        metrics = validation_metrics(self.model.validated, self.data.val, self.data.vocab, self.config,
+                                     device=self.device, annotations=self.data.val_annotations,
+                                     context=self.context) or {}
         value = distributed.broadcast_float(self.context, metrics.get(t.val_metric, math.nan))
         self.scheduler.step(value)
         progress.history.append({"step": progress.step, "epoch": progress.epoch, **metrics, t.val_metric: value,

@@ -9,9 +9,10 @@ baseline:
 
 with r the CIDEr-D against the image's references (document frequencies of the training
 references, captioning.train.cider) and b the greedy caption's reward (Rennie et al.; decoded in
-eval mode, as at test time) or the mean reward of the image's other samples (Luo, 2020). With hard
-attention the cells sampled on the way are part of the policy: their log alpha_t[s_t] joins the
-words' log-probabilities with the same sequence reward.
+eval mode, as at test time) or the mean reward of the image's other samples (Luo, 2020;
+leave_one_out, as REINFORCE's baseline of that name). With hard attention the cells sampled on
+the way are part of the policy: their log alpha_t[s_t] joins the words' log-probabilities with the
+same sequence reward.
 
 Notation: B images, K samples per image, N = B*K rows, T steps, L cells, D channels.
 """
@@ -41,7 +42,7 @@ from captioning.train.build import RunModel
 from captioning.train.cider import CiderD
 from captioning.train.losses import leave_one_out
 from captioning.train.objective import StepResult
-from captioning.train.step import apply_gradients, expectation_chance
+from captioning.train.step import apply_gradients, expectation_prob_at
 
 
 @dataclass
@@ -102,7 +103,7 @@ class SelfCritical:
         The loop is greedy decoding's (captioning.model.decoding.unroll), sampling instead of taking
         the most likely word. Words are drawn from the vocabulary less <pad> and <start>, which no
         caption contains: a sampled <pad> would leave the loss while its caption went on. Hard
-        attention's coin is flipped once per image in `prepare` (at `draws.chance`), before its K
+        attention's coin is flipped once per image in `prepare` (at `draws.expectation_prob`), before its K
         rows are made, so they share it. A step whose distribution is not finite draws its words
         uniformly (attention.sample) and its loss is not finite: the step is skipped rather than the
         run stopped."""
@@ -144,14 +145,14 @@ class SelfCritical:
     def step(self, decoder: AttentionDecoder, batch: ImageRows, optimizer: torch.optim.Optimizer, *,
              grad_clip: float, step: int, precision: Precision = FULL_PRECISION,
              scaler: torch.amp.GradScaler | None = None, hard_choice: str | None = None,
-             coin_warmup: int = 0) -> StepResult:
+             hard_warmup: int = 0) -> StepResult:
         """One optimizer step of the self-critical loss (skipped where not finite: apply_gradients).
         Hard attention's coins are flipped at the run's chance of the expectation at `step`, which
-        warms up over `coin_warmup` steps (captioning.train.step.expectation_chance)."""
+        warms up over `hard_warmup` steps (captioning.train.step.expectation_prob_at)."""
         decoder.train()
         hard = hard_attention(decoder)
-        draws = None if hard is None else Draws(chance=expectation_chance(step, final=hard.expectation_prob,
-                                                                          warmup=coin_warmup))
+        draws = None if hard is None else Draws(expectation_prob=expectation_prob_at(
+            step, expectation_prob=hard.expectation_prob, warmup=hard_warmup))
         loss, stats = self.loss(decoder, batch, precision=precision, hard_choice=hard_choice, draws=draws)
         norm, skipped = apply_gradients(loss, loss, list(decoder.parameters()), optimizer, grad_clip=grad_clip,
                                         scaler=scaler)
@@ -183,7 +184,7 @@ class SelfCriticalObjective:
         result = self.critic.step(self.decoder, batch.to(self.hardware.device), self.optimizer,
                                   grad_clip=self.config.train.grad_clip, step=step, precision=self.hardware.precision,
                                   scaler=self.scaler, hard_choice=self.hard_choice,
-                                  coin_warmup=self.config.model.hard.warmup)
+                                  hard_warmup=self.config.model.hard.warmup)
         return StepResult(result.losses, skipped=result.skipped, agreement=Agreement(signal=received))
 
     def state_dict(self) -> dict[str, Any]:

@@ -78,16 +78,16 @@ def step_unless_skipped(optimizer: torch.optim.Optimizer, *, skipped: bool,
         optimizer.zero_grad(set_to_none=True)
 
 
-def expectation_chance(step: int, *, final: float, warmup: int) -> float:
-    """Hard attention's chance of using the expectation for a caption at the run's optimizer step
-    `step`: the paper's `final` (expectation_prob, 0.5; Sec. 4.1) after a warm-up (model.hard.warmup,
-    not in the paper) in which it falls linearly from 1, so that attention first learns where objects
-    are the soft way. The schedule belongs to the run, not the model: the step reads it and hands
-    the coins in (Draws)."""
+def expectation_prob_at(step: int, *, expectation_prob: float, warmup: int) -> float:
+    """Hard attention's probability of using the expectation for a caption at the run's optimizer
+    step `step`: the paper's `expectation_prob` (model.hard.expectation_prob, 0.5; Sec. 4.1) after a
+    warm-up of `warmup` steps (model.hard.warmup, not in the paper) in which it falls linearly from
+    1, so that attention first learns where objects are the soft way. The schedule belongs to the
+    run, not the model: the step reads it and hands the coins in (Draws)."""
     if warmup == 0:
-        return final
+        return expectation_prob
     done = min(1.0, step / warmup)
-    return 1.0 - (1.0 - final) * done
+    return 1.0 - (1.0 - expectation_prob) * done
 
 
 def row_draws(*, seed: int, step: int, size: int, start: int, rows: int, samples: int, width: int,
@@ -120,7 +120,7 @@ def train_step(model: nn.Module, batch: Batch, optimizer: torch.optim.Optimizer,
                ds_lambda: float, precision: Precision = FULL_PRECISION,
                scaler: torch.amp.GradScaler | None = None, agree: Callable[[torch.Tensor], Agreement] | None = None,
                reinforce: Reinforce | None = None, word_weights: torch.Tensor | None = None,
-               step: int = 0, draws: torch.Tensor | None = None, coin_warmup: int = 0,
+               step: int = 0, draws: torch.Tensor | None = None, hard_warmup: int = 0,
                stand_in: bool = False) -> StepResult:
     """One optimizer step of Eq. 14 (cross-entropy plus lambda times the doubly stochastic term),
     plus, when the decoder's attention samples locations (hard attention), the REINFORCE terms of
@@ -134,8 +134,8 @@ def train_step(model: nn.Module, batch: Batch, optimizer: torch.optim.Optimizer,
     share of the global batch's words, and no process updates unless every loss was finite. The
     losses returned are this process's own. `word_weights`
     [V] weight each target word's cross-entropy (losses.cross_entropy; None: all 1). `step` is the
-    run's optimizer steps so far: every warm-up (hard attention's coin over `coin_warmup` steps:
-    expectation_chance; the REINFORCE terms) reads it. `draws` [B*K, 1 + T] (hard attention): each
+    run's optimizer steps so far: every warm-up (hard attention's coin over `hard_warmup` steps:
+    expectation_prob_at; the REINFORCE terms) reads it. `draws` [B*K, 1 + T] (hard attention): each
     row's uniform draws (Draws.from_uniform; a run's come from row_draws) instead of torch's RNG, so
     that the samples do not depend on how a run splits its batch. Without them hard attention draws
     from torch's RNG: each row its own coin, or, with `reinforce.samples` > 1, draws made here whose
@@ -153,13 +153,13 @@ def train_step(model: nn.Module, batch: Batch, optimizer: torch.optim.Optimizer,
     mask = (targets != Vocabulary.pad_id).float()  # [B, T-1], padding reaches no term
     repeats = {"repeats": samples} if samples > 1 else {}
     hard = hard_attention(model)
-    if hard is not None:  # the coins, flipped at this step's chance of the expectation (Sec. 4.1)
-        chance = expectation_chance(step, final=hard.expectation_prob, warmup=coin_warmup)
+    if hard is not None:  # the coins, flipped at this step's probability of the expectation (Sec. 4.1)
+        now = expectation_prob_at(step, expectation_prob=hard.expectation_prob, warmup=hard_warmup)
         if draws is None and samples > 1:  # an image's K rows share its coin
             uniform = torch.rand(tokens.shape[0], inputs.shape[1] + 1, device=tokens.device)  # [B*K, 1 + T-1]
             draws = shared_coins(uniform, group=samples, coin=hard.coin)
-        repeats["draws"] = (Draws(chance=chance) if draws is None else  # coins from torch's RNG
-                            Draws.from_uniform(draws[:, : inputs.shape[1] + 1], chance=chance))  # [B*K, 1 + T-1]
+        repeats["draws"] = (Draws(expectation_prob=now) if draws is None else  # coins from torch's RNG
+                            Draws.from_uniform(draws[:, : inputs.shape[1] + 1], expectation_prob=now))  # [B*K, 1 + T-1]
     with precision.autocast():
         output = model(batch.source, inputs, lengths=mask.sum(1).long(), **repeats)  # padded steps not computed
     logits = output.logits.float()  # [B, T-1, V]

@@ -29,9 +29,9 @@ from captioning.runtime.distributed import ONE_PROCESS, Distributed
 from captioning.train.logs import RunLog
 
 
-def validate(decoder: AttentionDecoder, split: Split, vocab: Vocabulary, config: Config, *,
-             device: str | torch.device, annotations: Any = None,
-             context: Distributed = ONE_PROCESS) -> dict[str, float] | None:
+def validation_metrics(decoder: AttentionDecoder, split: Split, vocab: Vocabulary, config: Config, *,
+                       device: str | torch.device, annotations: Any = None,
+                       context: Distributed = ONE_PROCESS) -> dict[str, float] | None:
     """Greedy captions of (the first val_images of) a split, scored with the Java-free metrics.
 
     Under torchrun every process decodes its own contiguous part of the images; rank 0 gathers the

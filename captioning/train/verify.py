@@ -16,7 +16,7 @@ import torch
 from captioning.checkpoint import CheckpointError, load_checkpoint, load_trained
 from captioning.data.records import read_records
 from captioning.train.record import run_record, run_weights
-from captioning.train.validation import validate
+from captioning.train.validation import validation_metrics
 
 TOLERANCE = 1e-4  # the same machine gives the same numbers; another CPU or a GPU moves the last digits
 NOT_METRICS = ("step", "epoch", "lr", "seconds")
@@ -69,7 +69,7 @@ def verify(path: str | Path, *, overrides: tuple[str, ...] = (), device: str | t
     trained = load_trained(path, overrides=overrides, device=device, payload=payload)
     config = trained.config
     val, annotations = trained.split("val")  # a fine-tuned encoder's own annotations, as its validation read them
-    now = validate(trained.decoder, val, trained.vocab, config, device=device, annotations=annotations) or {}
+    now = validation_metrics(trained.decoder, val, trained.vocab, config, device=device, annotations=annotations) or {}
     current = {**run_record(config, train=read_records(config.data, "train"), val=val.records,
                             vocab=trained.vocab.words),
                "weights": run_weights(payload)}

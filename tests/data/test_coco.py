@@ -616,7 +616,7 @@ def test_an_unreadable_image_encoded_on_the_fly_is_named_once_and_left_out_of_th
 
     from captioning.data.vocab import Vocabulary
     from captioning.eval.evaluate import evaluate_split
-    from captioning.model.captioner import build_decoder
+    from captioning.model.encoder_decoder import build_decoder
 
     config = _coco_config(fake_coco, tmp_path, resnet18_file)
     records = read_records(config.data, "val")
@@ -642,7 +642,7 @@ def test_validation_on_the_fly_encodes_a_batch_at_a_time_and_stops_when_too_many
 
     from captioning.data.splits import load_splits as splits_of
     from captioning.data.vocab import Vocabulary
-    from captioning.model.captioner import build_decoder
+    from captioning.model.encoder_decoder import build_decoder
     from captioning.train.validation import validate
 
     config = _coco_config(fake_coco, tmp_path, resnet18_file, "train.val_images=3", "data.max_bad_images=0.5")

@@ -1,4 +1,4 @@
-"""The annotation cache: one per encoder setting, equal to the encoder's output, computed once."""
+"""The feature cache: one per encoder setting, equal to the encoder's output, computed once."""
 
 from __future__ import annotations
 

@@ -28,8 +28,8 @@ def model_section(*overrides: str):
 
 def make_attention(*overrides: str, query_dim: int = H, grid: tuple[int, int] | None = GRID, annotation_dim: int = D,
                    kind: str | None = None):
-    """Attention as captioning.model.captioner builds it from model_section(*overrides)."""
-    from captioning.model.captioner import build_attention
+    """Attention as captioning.model.encoder_decoder builds it from model_section(*overrides)."""
+    from captioning.model.encoder_decoder import build_attention
 
     return build_attention(model_section(*overrides), annotation_dim=annotation_dim, query_dim=query_dim, grid=grid,
                            kind=kind)

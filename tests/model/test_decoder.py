@@ -163,7 +163,7 @@ def test_layout_init_adds_every_cell_in_grid_order_to_the_mean():
 
 def test_layout_init_needs_the_grid():
     from captioning.config import load_config
-    from captioning.model.captioner import build_decoder
+    from captioning.model.encoder_decoder import build_decoder
 
     model = load_config(None, ["model.extras.init=layout"]).model
     assert build_decoder(model, vocab_size=V, annotation_dim=D, grid=(3, 3)).init_h.in_features == D + 9 * 8

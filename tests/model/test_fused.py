@@ -248,7 +248,7 @@ def test_model_fused_false_reaches_the_decoder_and_leaves_the_records_model_dige
     """The switch a researcher sets (`model.fused=false`) runs `_advance`; it changes how the numbers
     are computed, not what they are, so a checkpoint's record does not call it a different model."""
     from captioning.config import load_config
-    from captioning.model.captioner import build_decoder
+    from captioning.model.encoder_decoder import build_decoder
     from captioning.train.record import model_settings
 
     default = load_config(None, [])

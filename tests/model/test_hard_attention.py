@@ -103,7 +103,7 @@ def test_copies_of_a_caption_share_their_image_coin_through_the_length_sort():
     tokens = torch.randint(4, V, (images, 7), generator=generator)
     lengths = torch.randint(2, 8, (images,), generator=generator)  # captions of mixed length
     uniform = shared_coins(torch.rand(images * samples, 8, generator=generator), group=samples, coin="image")
-    draws = Draws.from_uniform(uniform, chance=0.5)
+    draws = Draws.from_uniform(uniform, expectation_prob=0.5)
     with torch.no_grad():
         out = decoder(a.repeat_interleave(samples, 0), tokens.repeat_interleave(samples, 0),
                       lengths=lengths.repeat_interleave(samples), draws=draws)
@@ -152,7 +152,7 @@ def test_given_draws_pick_cells_with_alphas_probabilities_and_decide_the_coin():
     draws = torch.rand(count, 3, generator=torch.Generator().manual_seed(5))  # [rows, coin + 2 steps]
     draws = shared_coins(draws, group=2, coin="image")
     with torch.no_grad():
-        memory = attention.prepare(a.expand(count, L, D), draws=Draws.from_uniform(draws, chance=0.5))
+        memory = attention.prepare(a.expand(count, L, D), draws=Draws.from_uniform(draws, expectation_prob=0.5))
         out = attention(memory, h.expand(count, H))
     alpha = out.alpha[0]
     expected = torch.searchsorted(alpha.cumsum(0), draws[:, 1].contiguous(), right=True)  # by hand
@@ -173,7 +173,8 @@ def test_given_draws_decide_the_coin_per_image_or_once_for_the_batch(coin, expec
     attention = make(expectation_prob=0.5, coin=coin).train()
     a, _ = inputs(batch=4)
     draws = torch.tensor([[0.2, 0.5], [0.5, 0.5], [0.9, 0.5], [0.49, 0.5]])  # [rows, coin + 1 step]
-    memory = attention.prepare(a, draws=Draws.from_uniform(shared_coins(draws, group=1, coin=coin), chance=0.5))
+    shared = shared_coins(draws, group=1, coin=coin)
+    memory = attention.prepare(a, draws=Draws.from_uniform(shared, expectation_prob=0.5))
     assert memory.expectation.tolist() == expected
 
 
@@ -184,7 +185,7 @@ def test_each_step_takes_its_own_column_of_draws_and_a_draw_past_the_last_bounda
     a, h = inputs(batch=1)
     draws = torch.tensor([[0.9, 1e-6, 0.999999, 0.5, 2.0]])  # [1, coin + 4 steps]
     with torch.no_grad():
-        memory = attention.prepare(a, draws=Draws.from_uniform(draws, chance=0.0))
+        memory = attention.prepare(a, draws=Draws.from_uniform(draws, expectation_prob=0.0))
         cells = [int(attention(memory, h).location) for _ in range(4)]
         alpha = attention(attention.prepare(a), h).alpha[0]  # the same map at every step (same h)
     cumulative = alpha.cumsum(0)
@@ -206,7 +207,7 @@ def test_given_draws_give_a_caption_the_same_samples_in_any_batch_order_or_split
     uniform = torch.rand(rows, 8, generator=generator)
 
     def draws(part) -> Draws:
-        return Draws.from_uniform(uniform[part], chance=0.3)
+        return Draws.from_uniform(uniform[part], expectation_prob=0.3)
 
     with torch.no_grad():
         whole = decoder(a, tokens, lengths=lengths, draws=draws(slice(None)))
@@ -316,7 +317,7 @@ def test_validation_decodes_hard_attention_as_the_config_says(kind, monkeypatch)
 
     choice = ["decode.hard_choice=argmax"] if kind == "hard" else []  # soft attention is the expectation
     config = load_config("configs/shapes_soft.yaml", [f"model.attention={kind}", *choice])
-    validation.validate(None, Split(), None, config, device="cpu")
+    validation.validation_metrics(None, Split(), None, config, device="cpu")
     assert seen["hard_choice"] == ("argmax" if kind == "hard" else None)
     with pytest.raises(ConfigError, match="decode.hard_choice=argmax applies to hard attention only"):
         load_config("configs/shapes_soft.yaml", ["decode.hard_choice=argmax"])

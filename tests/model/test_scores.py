@@ -10,8 +10,8 @@ import torch
 
 from captioning.config import ConfigError
 from captioning.model.attention import HardAttention, SoftAttention, choosing
-from captioning.model.captioner import build_decoder
 from captioning.model.decoder import AttentionDecoder
+from captioning.model.encoder_decoder import build_decoder
 from captioning.model.extras.position import GridCoordinates, GridPosition
 from captioning.model.extras.window import LearnedWindowScore
 from captioning.model.scores import SCORES, CosineScore, DotScore, LocalScore

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from captioning.data.dataset import Batch
-from captioning.model.captioner import build_decoder
+from captioning.model.encoder_decoder import build_decoder
 from captioning.runtime import hardware, precision
 from captioning.runtime.precision import Precision, allow_tf32, precision_for
 from captioning.train.loop import fit

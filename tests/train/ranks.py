@@ -109,14 +109,14 @@ def _plant(faults: list[tuple[str, int | None, int]]) -> None:
 
     step_module.cross_entropy = cross_entropy_with_fault
 
-    validate = validation.validate
+    validate = validation.validation_metrics
 
     def slow_validate(*args, **kwargs):
         if now("slow"):
             time.sleep(float(os.environ["CAPTIONING_TEST_SLEEP"]))
         return validate(*args, **kwargs)
 
-    loop.validate = slow_validate
+    loop.validation_metrics = slow_validate
 
     close = loop.Run.close
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from captioning.model.captioner import build_decoder
+from captioning.model.encoder_decoder import build_decoder
 from captioning.runtime.hardware import Hardware
 from captioning.train.loop import Run, fit
 from tests.tiny import REPO

@@ -19,7 +19,7 @@ from captioning.config import ConfigError, HardConfig, ModelConfig, from_dict
 from captioning.data.dataset import Batch
 from captioning.data.formats.karpathy import read_split
 from captioning.data.vocab import SPECIALS, Vocabulary
-from captioning.model.captioner import build_decoder
+from captioning.model.encoder_decoder import build_decoder
 from captioning.train.extras.word_weights import word_weight_vector
 from captioning.train.loop import fit
 from captioning.train.step import TrainingError, train_step
@@ -154,13 +154,13 @@ def test_the_average_follows_its_formula_and_is_what_is_validated(tmp_path: Path
     checkpoint's "decoder" (what eval.py and caption load) and validation both use it."""
     decay = 0.75
     validated = []
-    real_validate = captioning.train.loop.validate
+    real_validate = captioning.train.loop.validation_metrics
 
     def spy(decoder, *args, **kwargs):
         validated.append({name: value.clone() for name, value in decoder.state_dict().items()})
         return real_validate(decoder, *args, **kwargs)
 
-    monkeypatch.setattr(captioning.train.loop, "validate", spy)
+    monkeypatch.setattr(captioning.train.loop, "validation_metrics", spy)
     fit(tiny_config(tmp_path / "one", "train.max_steps=1", f"train.ema_decay={decay}"))
     one = _state(tmp_path / "one" / "last.pt")
     fit(tiny_config(tmp_path / "two", "train.max_steps=2", f"train.ema_decay={decay}"))
@@ -260,7 +260,7 @@ def test_a_run_with_word_weights_trains_resumes_from_its_config_and_rejects_unkn
 def test_the_samples_of_a_caption_share_one_pass_of_the_encoder() -> None:
     """train.reinforce.samples = K copies of each caption for leave-one-out: the CNN still sees each image once,
     and the decoder gets each image's annotations K times, in the rows of that caption's copies."""
-    from captioning.model.captioner import EncoderDecoder
+    from captioning.model.encoder_decoder import EncoderDecoder
     from captioning.train.losses import Reinforce
 
     class Encoder(torch.nn.Module):  # stands in for a fine-tuned CNN: images [B, 8, 3, 3] -> [B, 9, 8]

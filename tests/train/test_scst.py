@@ -12,7 +12,7 @@ import torch
 
 from captioning.config import ConfigError, ScstConfig
 from captioning.data.vocab import SPECIALS, Vocabulary
-from captioning.model.captioner import build_decoder
+from captioning.model.encoder_decoder import build_decoder
 from captioning.train.loop import fit
 from captioning.train.scst import ImageRows, SelfCritical, image_batches
 from tests.model.sizes import model_section
@@ -27,7 +27,7 @@ def _decoder(*overrides: str) -> torch.nn.Module:
     return build_decoder(model, vocab_size=len(SPECIALS) + len(WORDS), annotation_dim=6, grid=(2, 2))
 
 
-def _critic(samples: int = 4, baseline: str = "mean") -> SelfCritical:
+def _critic(samples: int = 4, baseline: str = "leave_one_out") -> SelfCritical:
     references = [[["a", "red", "square"], ["a", "square"]], [["a", "green", "circle"]]]
     return SelfCritical(ScstConfig(samples=samples, baseline=baseline), references=references,
                         vocab=Vocabulary([*SPECIALS, *WORDS]), max_length=6)
@@ -64,7 +64,7 @@ def _advantages(critic: SelfCritical, decoder, rewards: np.ndarray, monkeypatch)
 def test_each_baseline_gives_the_advantages_of_its_paper(monkeypatch) -> None:
     rewards = np.array([1.0, 2.0, 6.0, 0.0, 0.0, 3.0])  # 2 images x 3 samples
     decoder = _decoder().train()
-    mean = _advantages(_critic(samples=3, baseline="mean"), decoder, rewards, monkeypatch)
+    mean = _advantages(_critic(samples=3, baseline="leave_one_out"), decoder, rewards, monkeypatch)
     np.testing.assert_allclose(mean, [1 - 4, 2 - 3.5, 6 - 1.5, 0 - 1.5, 0 - 1.5, 3 - 0], atol=1e-6)  # Luo, 2020
     greedy = _advantages(_critic(samples=3, baseline="greedy"), decoder, rewards, monkeypatch)
     np.testing.assert_allclose(greedy, [1 - 2, 2 - 2, 6 - 2, 0 - 1, 0 - 1, 3 - 1], atol=1e-6)  # Rennie et al.
@@ -77,7 +77,7 @@ def test_equal_rewards_give_no_gradient(monkeypatch) -> None:
     assert abs(loss.item()) < 1e-9
 
 
-@pytest.mark.parametrize("baseline", ["mean", "greedy"])
+@pytest.mark.parametrize("baseline", ["leave_one_out", "greedy"])
 def test_the_gradient_moves_towards_the_rewarded_word(baseline: str, monkeypatch) -> None:
     """Reward = 1 when the caption starts with "red": a few steps must make it likelier, whichever baseline."""
     decoder, critic = _decoder(), _critic(samples=8, baseline=baseline)
@@ -202,7 +202,7 @@ def test_image_batches_cover_every_image_once_per_epoch_in_a_seeded_order() -> N
 
 
 @pytest.mark.parametrize(("overrides", "said"), [
-    (["train.scst.baseline=mean", "train.scst.samples=1"], "needs train.scst.samples >= 2"),
+    (["train.scst.baseline=leave_one_out", "train.scst.samples=1"], "needs train.scst.samples >= 2"),
     (["encoder.fine_tune_from=block6"], "cached annotations"),
     (["data.mirror=true"], "data.mirror=false"),
 ])
@@ -251,13 +251,13 @@ def test_a_self_critical_run_with_hard_attention_and_an_odd_batch_of_images(tiny
 def test_self_critical_steps_flip_each_images_coin_at_the_chance_of_the_runs_step(step, low, high,
                                                                                 monkeypatch) -> None:
     """Hard attention under SCST warms up as under cross-entropy (model.hard.warmup): the step hands
-    `prepare` one coin per image at expectation_chance(step), which the image's K samples share."""
+    `prepare` one coin per image at expectation_prob_at(step), which the image's K samples share."""
     decoder, critic = _decoder("attention=hard", "hard.expectation_prob=0.5"), _critic(samples=2)
     seen = handed_coins(monkeypatch, decoder)
     monkeypatch.setattr(critic, "rewards", lambda tokens, images: np.zeros(len(images)))
     optimizer = torch.optim.SGD(decoder.parameters(), lr=0.0)
     torch.manual_seed(0)
     critic.step(decoder, ImageRows(torch.arange(200) % 2, torch.randn(200, 4, 6)), optimizer, grad_clip=1.0,
-                step=step, coin_warmup=4)
+                step=step, hard_warmup=4)
     coins = seen[0]  # the samples' forward; the greedy baseline's is in eval mode
     assert coins.shape == (200,) and low <= float(coins.float().mean()) <= high

@@ -21,7 +21,7 @@ from captioning.model.decoder import AttentionDecoder
 from captioning.model.scores import AdditiveScore
 from captioning.runtime.distributed import Agreement
 from captioning.train.losses import Reinforce
-from captioning.train.step import apply_gradients, expectation_chance, row_draws, stand_in_batch, train_step
+from captioning.train.step import apply_gradients, expectation_prob_at, row_draws, stand_in_batch, train_step
 
 B, L, D, H, V = 4, 9, 8, 16, 12
 PAD, START, END = Vocabulary.pad_id, Vocabulary.start_id, Vocabulary.end_id
@@ -53,7 +53,7 @@ def objective_by_hand(decoder: AttentionDecoder, batch: Batch, *, hard: bool) ->
     mask = (targets != PAD).float()  # [B, T]
     decoder.train()
     # hard attention: each caption's coin at the paper's chance, flipped by the step before the forward
-    draws = Draws(chance=0.5) if hard else None
+    draws = Draws(expectation_prob=0.5) if hard else None
     out = decoder(batch.annotations, inputs, lengths=mask.sum(1).long(), draws=draws)
     word_log_probs = torch.log_softmax(out.logits, dim=2).gather(2, targets[:, :, None])[:, :, 0]  # [B, T]
     words = mask.sum()
@@ -329,8 +329,9 @@ def test_apply_gradients_skips_on_non_finite_gradients_even_with_a_finite_loss()
 
 def test_the_coins_warm_up_from_the_expectation_to_the_papers_chance_by_the_runs_step():
     """model.hard.warmup is the run's schedule, not the model's: linear from 1 to expectation_prob."""
-    assert [expectation_chance(step, final=0.5, warmup=4) for step in range(6)] == [1, 0.875, 0.75, 0.625, 0.5, 0.5]
-    assert expectation_chance(0, final=0.3, warmup=0) == 0.3
+    schedule = [expectation_prob_at(step, expectation_prob=0.5, warmup=4) for step in range(6)]
+    assert schedule == [1, 0.875, 0.75, 0.625, 0.5, 0.5]
+    assert expectation_prob_at(0, expectation_prob=0.3, warmup=0) == 0.3
 
 
 def handed_coins(monkeypatch, decoder: AttentionDecoder) -> list[torch.Tensor]:
@@ -348,7 +349,7 @@ def handed_coins(monkeypatch, decoder: AttentionDecoder) -> list[torch.Tensor]:
 
 @pytest.mark.parametrize(("step", "low", "high"), [(0, 1.0, 1.0), (2, 0.65, 0.85), (9, 0.42, 0.58)])
 def test_the_training_step_flips_the_coins_at_the_chance_of_its_step(step, low, high, monkeypatch):
-    """train_step hands hard attention coins at expectation_chance(step) over `coin_warmup` steps, with
+    """train_step hands hard attention coins at expectation_prob_at(step) over `hard_warmup` steps, with
     the run's own draws (row_draws) and without them: a resumed run at step 2 is where the schedule was."""
     decoder, batch = make_decoder("hard"), make_batch()
     many = Batch(annotations=batch.annotations.repeat(100, 1, 1), tokens=batch.tokens.repeat(100, 1),
@@ -356,8 +357,8 @@ def test_the_training_step_flips_the_coins_at_the_chance_of_its_step(step, low, 
     seen = handed_coins(monkeypatch, decoder)
     optimizer = torch.optim.SGD(decoder.parameters(), lr=0.0)
     torch.manual_seed(0)
-    train_step(decoder, many, optimizer, grad_clip=1.0, ds_lambda=1.0, step=step, coin_warmup=4)
+    train_step(decoder, many, optimizer, grad_clip=1.0, ds_lambda=1.0, step=step, hard_warmup=4)
     draws = row_draws(seed=0, step=step, size=400, start=0, rows=400, samples=1, width=8)
-    train_step(decoder, many, optimizer, grad_clip=1.0, ds_lambda=1.0, step=step, coin_warmup=4,
+    train_step(decoder, many, optimizer, grad_clip=1.0, ds_lambda=1.0, step=step, hard_warmup=4,
                draws=draws)
     assert all(low <= float(coins.float().mean()) <= high for coins in seen) and len(seen) == 2

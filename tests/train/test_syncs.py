@@ -24,7 +24,7 @@ import torch
 from captioning.config import load_config
 from captioning.data.dataset import Batch
 from captioning.data.vocab import Vocabulary
-from captioning.model.captioner import EncoderDecoder, build_decoder
+from captioning.model.encoder_decoder import EncoderDecoder, build_decoder
 from captioning.train.losses import Reinforce
 from captioning.train.step import train_step
 from tests.syncs import counting_syncs

@@ -29,7 +29,7 @@ def test_validation_in_parts_gives_the_one_process_metrics(monkeypatch, tiny_run
     decoder = decoder_from_checkpoint(payload, config)
     vocab = Vocabulary(payload["vocab"])
     val = load_splits(config, ("val",))["val"]
-    alone = validation.validate(decoder, val, vocab, config, device="cpu")
+    alone = validation.validation_metrics(decoder, val, vocab, config, device="cpu")
     assert alone["attention_words"] > 0  # the shapes scorer took part: its counts must be gathered too
 
     sent = {}
@@ -40,7 +40,7 @@ def test_validation_in_parts_gives_the_one_process_metrics(monkeypatch, tiny_run
 
     monkeypatch.setattr(validation.distributed, "gather", gather)
     for rank in reversed(range(processes)):  # rank 0 last: it scores what the others sent
-        metrics = validation.validate(decoder, val, vocab, config, device="cpu",
+        metrics = validation.validation_metrics(decoder, val, vocab, config, device="cpu",
                                       context=Distributed(rank=rank, world_size=processes))
         assert (metrics is None) == (rank != 0)
     parts = [len(sent[rank][0].results) for rank in range(processes)]
@@ -55,11 +55,11 @@ def test_a_validation_part_of_no_images_is_fine(monkeypatch, tiny_run) -> None:
     config.train.val_images = 1
     decoder, vocab = decoder_from_checkpoint(payload, config), Vocabulary(payload["vocab"])
     val = load_splits(config, ("val",))["val"]
-    alone = validation.validate(decoder, val, vocab, config, device="cpu")
+    alone = validation.validation_metrics(decoder, val, vocab, config, device="cpu")
     sent = {}
     monkeypatch.setattr(validation.distributed, "gather", lambda context, value: (
         sent.__setitem__(context.rank, value) or ([sent[r] for r in range(2)] if context.is_main else None)))
-    validation.validate(decoder, val, vocab, config, device="cpu", context=Distributed(rank=1, world_size=2))
-    _equal(validation.validate(decoder, val, vocab, config, device="cpu", context=Distributed(rank=0, world_size=2)),
-           alone)
+    validation.validation_metrics(decoder, val, vocab, config, device="cpu", context=Distributed(rank=1, world_size=2))
+    _equal(validation.validation_metrics(decoder, val, vocab, config, device="cpu",
+                                         context=Distributed(rank=0, world_size=2)), alone)
     assert [len(sent[r][0].results) for r in (0, 1)] == [0, 1]

@@ -8,9 +8,9 @@ import torch
 from captioning.config import ConfigError, load_config
 from captioning.data.vocab import Vocabulary
 from captioning.model.attention import Memory
-from captioning.model.captioner import build_attention, build_decoder
 from captioning.model.decoder import AttentionDecoder
 from captioning.model.decoding import beam_search, greedy
+from captioning.model.encoder_decoder import build_attention, build_decoder
 from captioning.model.extras.glimpses import TwoGlimpses
 
 B, GRID, D, E, H, A, V, T = 3, (3, 4), 8, 8, 16, 8, 11, 7
