@@ -154,9 +154,9 @@ class SelfCritical:
         draws = None if hard is None else Draws(expectation_prob=expectation_prob_at(
             step, expectation_prob=hard.expectation_prob, warmup=hard_warmup))
         loss, stats = self.loss(decoder, batch, precision=precision, hard_choice=hard_choice, draws=draws)
-        norm, skipped = apply_gradients(loss, loss, list(decoder.parameters()), optimizer, grad_clip=grad_clip,
-                                        scaler=scaler)
-        return StepResult({"loss": loss.item(), "grad_norm": norm.item(), **stats}, skipped=skipped)
+        applied = apply_gradients(loss, loss, list(decoder.parameters()), optimizer, grad_clip=grad_clip,
+                                  scaler=scaler)
+        return StepResult({"loss": applied.loss, "grad_norm": applied.norm, **stats}, skipped=applied.skipped)
 
 
 @OBJECTIVES.register("scst")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -28,22 +29,38 @@ class TrainingError(RuntimeError):
     """Training cannot go on (e.g. non-finite losses step after step); the last good checkpoint is kept."""
 
 
+@dataclass(frozen=True)
+class Applied:
+    """What apply_gradients did: the loss and the gradient norm, on the host; the values asked for
+    beside them (`also`); whether the step was skipped."""
+
+    loss: float
+    norm: float
+    values: tuple[float, ...]
+    skipped: bool
+
+
 def apply_gradients(loss: torch.Tensor, objective: torch.Tensor, parameters: list[torch.Tensor],
                     optimizer: torch.optim.Optimizer, *, grad_clip: float,
-                    scaler: torch.amp.GradScaler | None = None) -> tuple[torch.Tensor, bool]:
-    """Backward, clip and step; returns the gradient norm and whether the step was skipped.
+                    scaler: torch.amp.GradScaler | None = None, agreement: Agreement | None = None,
+                    also: tuple[torch.Tensor, ...] = ()) -> Applied:
+    """Backward `objective`, clip and step, unless the step is skipped.
 
-    A non-finite loss or gradient norm skips the update (the weights and the optimizer's moments stay
-    as they were) instead of writing NaN into them: mixed precision has isolated spikes that a run
-    should survive; the caller counts them and stops after too many in a row. The backward always
+    A non-finite `loss` or gradient norm skips the update (the weights and the optimizer's moments
+    stay as they were) instead of writing NaN into them: mixed precision has isolated spikes that a
+    run should survive; the caller counts them and stops after too many in a row. The backward always
     runs, so that under DistributedDataParallel every process takes part in the same all-reduce and
-    all of them see the same non-finite norm and skip together (a loss that is not finite in one
-    process only is agreed on before: train_step's `agree`).
+    all of them see the same non-finite norm and skip together; `agreement` is what the processes
+    agreed on before (train_step's `agree`): a loss not finite in another process, or no image in
+    any, skips here too. `also`: 0-dim tensors brought to the host in the same trip as the loss and
+    the norm (one trip for everything the step reports).
     """
     norm = backward_and_clip(objective, parameters, optimizer, grad_clip=grad_clip, scaler=scaler)
-    skipped = not bool(torch.isfinite(norm) & torch.isfinite(loss))  # one trip to the host
+    loss_value, norm_value, *values = floats(loss, norm, *also)
+    agreed = agreement is None or (agreement.finite and not agreement.empty)
+    skipped = not (agreed and math.isfinite(norm_value) and math.isfinite(loss_value))
     step_unless_skipped(optimizer, skipped=skipped, scaler=scaler)
-    return norm, skipped
+    return Applied(loss=loss_value, norm=norm_value, values=tuple(values), skipped=skipped)
 
 
 def backward_and_clip(objective: torch.Tensor, parameters: list[torch.Tensor], optimizer: torch.optim.Optimizer, *,
@@ -176,14 +193,11 @@ def train_step(model: nn.Module, batch: Batch, optimizer: torch.optim.Optimizer,
     # Every term is a sum over this process's captions divided by its real words: its share of the
     # global batch's words makes DDP's average the one-process objective.
     objective = agreement.share * loss
-    # apply_gradients, with the losses brought to the host in the same trip as the finiteness check.
-    norm = backward_and_clip(objective, list(model.parameters()), optimizer, grad_clip=grad_clip, scaler=scaler)
-    loss_value, xe_value, ds_value, norm_value = floats(loss, xe, ds, norm)
-    skipped = (not agreement.finite or agreement.empty
-               or not (math.isfinite(norm_value) and math.isfinite(loss_value)))
-    step_unless_skipped(optimizer, skipped=skipped, scaler=scaler)
-    if terms is not None and not skipped:
+    applied = apply_gradients(loss, objective, list(model.parameters()), optimizer, grad_clip=grad_clip,
+                              scaler=scaler, agreement=agreement, also=(xe, ds))
+    if terms is not None and not applied.skipped:
         reinforce.move(terms)
+    xe_value, ds_value = applied.values
     extra = {} if terms is None else terms.stats
-    return StepResult({"loss": loss_value, "xe": xe_value, "ds": ds_value, "grad_norm": norm_value, **extra},
-                      skipped=skipped, agreement=agreement)
+    return StepResult({"loss": applied.loss, "xe": xe_value, "ds": ds_value, "grad_norm": applied.norm, **extra},
+                      skipped=applied.skipped, agreement=agreement)

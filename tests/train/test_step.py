@@ -292,9 +292,9 @@ def linear_objective(scale: float = 1.0) -> tuple[torch.nn.Parameter, torch.Tens
 def test_apply_gradients_steps_by_the_gradient_and_returns_its_norm() -> None:
     weight, objective, x = linear_objective()
     optimizer = torch.optim.SGD([weight], lr=1.0)
-    norm, skipped = apply_gradients(objective.detach(), objective, [weight], optimizer, grad_clip=1e9)
-    assert not skipped
-    assert float(norm) == pytest.approx(float(x.norm()), rel=1e-6)
+    applied = apply_gradients(objective.detach(), objective, [weight], optimizer, grad_clip=1e9)
+    assert not applied.skipped
+    assert applied.norm == pytest.approx(float(x.norm()), rel=1e-6)
     torch.testing.assert_close(weight.detach(), torch.tensor([1.0, -2.0, 0.5]) - x)
 
 
@@ -303,9 +303,9 @@ def test_apply_gradients_with_a_scaler_steps_by_the_true_gradient_and_updates_th
     optimizer = torch.optim.SGD([weight], lr=1.0)
     # growth_interval=1: one finite step doubles the scale, so a scaler that was not updated shows
     scaler = torch.amp.GradScaler("cpu", init_scale=4.0, growth_interval=1)
-    norm, skipped = apply_gradients(objective.detach(), objective, [weight], optimizer, grad_clip=1e9, scaler=scaler)
-    assert not skipped
-    assert float(norm) == pytest.approx(float(x.norm()), rel=1e-6)  # the norm of the unscaled gradient
+    applied = apply_gradients(objective.detach(), objective, [weight], optimizer, grad_clip=1e9, scaler=scaler)
+    assert not applied.skipped
+    assert applied.norm == pytest.approx(float(x.norm()), rel=1e-6)  # the norm of the unscaled gradient
     torch.testing.assert_close(weight.detach(), torch.tensor([1.0, -2.0, 0.5]) - x)
     assert scaler.get_scale() == 8.0
 
@@ -314,17 +314,34 @@ def test_apply_gradients_skips_on_a_non_finite_loss_even_with_finite_gradients()
     """The reported loss can be non-finite while the objective's gradient is not (scst's rewards)."""
     weight, objective, _ = linear_objective()
     optimizer = torch.optim.SGD([weight], lr=1.0)
-    norm, skipped = apply_gradients(torch.tensor(float("nan")), objective, [weight], optimizer, grad_clip=1e9)
-    assert skipped and math.isfinite(float(norm))
+    applied = apply_gradients(torch.tensor(float("nan")), objective, [weight], optimizer, grad_clip=1e9)
+    assert applied.skipped and math.isfinite(applied.norm)
     assert weight.detach().tolist() == [1.0, -2.0, 0.5] and weight.grad is None
 
 
 def test_apply_gradients_skips_on_non_finite_gradients_even_with_a_finite_loss() -> None:
     weight, objective, _ = linear_objective(scale=float("inf"))
     optimizer = torch.optim.SGD([weight], lr=1.0)
-    norm, skipped = apply_gradients(torch.tensor(0.0), objective, [weight], optimizer, grad_clip=1e9)
-    assert skipped and not math.isfinite(float(norm))
+    applied = apply_gradients(torch.tensor(0.0), objective, [weight], optimizer, grad_clip=1e9)
+    assert applied.skipped and not math.isfinite(applied.norm)
     assert weight.detach().tolist() == [1.0, -2.0, 0.5] and weight.grad is None
+
+
+def test_apply_gradients_skips_where_the_processes_agreed_to_and_brings_the_asked_values_to_the_host() -> None:
+    """Another process's loss not finite, or no image in any process: this one skips too, though its
+    own loss and gradient are finite; `also` comes back as floats, in order, skipped or not."""
+    for agreement in (Agreement(finite=False), Agreement(empty=True)):
+        weight, objective, x = linear_objective()
+        optimizer = torch.optim.SGD([weight], lr=1.0)
+        applied = apply_gradients(objective.detach(), objective, [weight], optimizer, grad_clip=1e9,
+                                  agreement=agreement, also=(torch.tensor(2.5), torch.tensor(3)))
+        assert applied.skipped and applied.values == (2.5, 3.0) and applied.loss == float(objective)
+        assert weight.detach().tolist() == [1.0, -2.0, 0.5] and weight.grad is None
+    weight, objective, x = linear_objective()
+    applied = apply_gradients(objective.detach(), objective, [weight], torch.optim.SGD([weight], lr=1.0),
+                              grad_clip=1e9, agreement=Agreement(), also=(torch.tensor(-1.0),))
+    assert not applied.skipped and applied.values == (-1.0,)
+    torch.testing.assert_close(weight.detach(), torch.tensor([1.0, -2.0, 0.5]) - x)
 
 
 def test_the_coins_warm_up_from_the_expectation_to_the_papers_chance_by_the_runs_step():
