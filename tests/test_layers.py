@@ -149,7 +149,7 @@ def test_the_metrics_validation_may_pick_are_those_it_computes(tiny_run) -> None
 def test_the_metrics_validation_may_pick_are_those_where_higher_is_better() -> None:
     """train.val_metric keeps the checkpoint with the highest value: CHAIR (lower is better, on the
     shapes data and on COCO) is never a choice, nor COCO's scores (only where its instances files are)."""
-    from captioning.eval.coco.grounding import CocoScorer
+    from captioning.eval.coco.scorer import CocoScorer
 
     picked = set(choices.VALIDATION_METRICS) | set(choices.SHAPES_METRICS)
     assert not {name for name in picked if name.startswith("CHAIR")}

@@ -63,7 +63,7 @@ BASELINES = ("none", "moving_average", "leave_one_out")  # REINFORCE's baselines
 SCST_BASELINES = ("greedy", "leave_one_out")  # leave_one_out: the mean of the image's other samples
 
 # What validation scores, which train.val_metric can pick (captioning.eval.metrics and, on the shapes
-# data, captioning.eval.shapes.grounding compute them); a higher value is better. CHAIR (lower is
+# data, captioning.eval.shapes.scorer compute them); a higher value is better. CHAIR (lower is
 # better) and COCO's scores (there only where its instances files are) are never picked by.
 VALIDATION_METRICS = ("Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4", "CIDEr")
 SHAPES_METRICS = ("attention_correctness", "relation_accuracy", "relation_probe_accuracy", "relation_probe_axis",

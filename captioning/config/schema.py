@@ -55,7 +55,7 @@ class DataConfig:
     max_images: int | None = None
     # The share of a split's images that may be unreadable (left out, and named) before the run stops.
     max_bad_images: float = 0.01
-    # COCO's instances annotations (coco and coco_official), for CHAIR and attention grounding on the
+    # COCO's instances annotations (coco and coco_official), for CHAIR and attention correctness on the
     # object masks (eval/coco/); where neither file is there, evaluation says so and goes on without.
     train_instances: str = "annotations/instances_train2014.json"
     val_instances: str = "annotations/instances_val2014.json"

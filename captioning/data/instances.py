@@ -1,6 +1,6 @@
 """COCO's instances annotations: which objects each image holds, and where (their segmentations).
 
-Evaluation scores object hallucination (CHAIR) and attention grounding against them
+Evaluation scores object hallucination (CHAIR) and attention correctness against them
 (captioning.eval.coco). The files are large (instances_train2014.json is about 330 MB), so a split
 reads them once, when first asked, and keeps only its own images' objects: each object's category
 name and its segmentation as the file stores it (polygons or run-length encoding). A mask is
@@ -113,14 +113,14 @@ class Instances:
     def _load(self) -> list[ImageObjects | None] | None:
         names = ", ".join(str(f) for f in self.files)
         if not any(f.is_file() for f in self.files):
-            print(f"note: no COCO instances file ({names}): evaluating without CHAIR and attention grounding",
+            print(f"note: no COCO instances file ({names}): evaluating without CHAIR and attention correctness",
                   file=sys.stderr)
             return None
         found = read_instances(self.files, self.image_ids)
         missing = sum(i not in found for i in self.image_ids)
         if missing:
             print(f"note: {missing} of {len(self.image_ids)} images are in no instances file ({names}): "
-                  "left out of CHAIR and attention grounding", file=sys.stderr)
+                  "left out of CHAIR and attention correctness", file=sys.stderr)
         return [found.get(i) for i in self.image_ids]
 
 

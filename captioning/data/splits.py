@@ -18,7 +18,7 @@ from captioning.data.instances import Instances, split_instances
 from captioning.data.mapped import by_reference
 from captioning.data.mirror import mirror_image
 from captioning.data.records import DatasetError, ImageRecord, first_names, read_records, too_many_unreadable
-from captioning.data.shapes.scenes import SHAPES_DEFAULT_COUNTS, Grounding, make_shapes, read_grounding
+from captioning.data.shapes.scenes import SHAPES_DEFAULT_COUNTS, SceneObjects, make_shapes, read_scene_objects
 from captioning.model.encoder import Encoder, weights_identity
 
 
@@ -52,7 +52,7 @@ class Split:
     records: list[ImageRecord]
     annotations: np.ndarray | Rows | None  # [N, L, D] fp16, memory-mapped; None when the encoder runs on the fly
     grid: tuple[int, int] | None  # (Hg, Wg), L = Hg * Wg; known once annotations exist
-    grounding: list[Grounding] | None  # per image, for attention correctness (captioning.eval.shapes)
+    scenes: list[SceneObjects] | None  # per image, for attention correctness (captioning.eval.shapes)
     unreadable: int = 0  # images of the split skipped because they could not be read
     # the same images' annotations from their mirror images [N, L, D]: the train split, with data.mirror
     mirrored_annotations: np.ndarray | None = None
@@ -123,9 +123,9 @@ def load_splits(config: Config, names: tuple[str, ...], *, device: str | torch.d
     for name in names:
         records = read_records(config.data, name)
         shapes = config.data.dataset == "shapes" and objects.exists()
-        grounding = read_grounding(objects, [r.image_id for r in records]) if shapes else None
+        scenes = read_scene_objects(objects, [r.image_id for r in records]) if shapes else None
         if not features:
-            splits[name] = Split(name, records, None, None, grounding,
+            splits[name] = Split(name, records, None, None, scenes,
                                  instances=split_instances(config.data, [r.image_id for r in records]))
             continue
         cached = cache(name, records)
@@ -137,11 +137,11 @@ def load_splits(config: Config, names: tuple[str, ...], *, device: str | torch.d
             keep = [i for i in range(len(records)) if i not in bad]
             annotations = Rows(cached.annotations, keep)
             records = [records[i] for i in keep]
-            grounding = [grounding[i] for i in keep] if grounding is not None else None
+            scenes = [scenes[i] for i in keep] if scenes is not None else None
         mirrored = None
         if name == "train" and config.data.mirror:  # a cache of their own, of the readable images
             mirrored = cache("train_mirrored", records, transform=mirror_image).annotations
-        splits[name] = Split(name, records, annotations, cached.grid, grounding, unreadable=len(cached.unreadable),
+        splits[name] = Split(name, records, annotations, cached.grid, scenes, unreadable=len(cached.unreadable),
                              mirrored_annotations=mirrored,
                              instances=split_instances(config.data, [r.image_id for r in records]))
     return splits

@@ -4,7 +4,7 @@ Notation: N images, L grid cells, D channels, (Hg, Wg) the grid.
 
 The caption metrics (captioning.eval.metrics) apply to every dataset. A dataset that knows more of
 its images adds its own scores through `scorer` (captioning.eval.scorers picks it: the shapes
-data's captioning.eval.shapes.grounding, COCO's captioning.eval.coco.grounding), called once per
+data's captioning.eval.shapes.scorer, COCO's captioning.eval.coco.scorer), called once per
 caption with its per-word maps and once per batch of images.
 """
 
@@ -33,8 +33,8 @@ from captioning.model.decoding import decode
 
 
 class Scorer(Protocol):
-    """A dataset's own scores of a split's captions (captioning.eval.shapes.grounding.ShapesScorer,
-    captioning.eval.coco.grounding.CocoScorer)."""
+    """A dataset's own scores of a split's captions (captioning.eval.shapes.scorer.ShapesScorer,
+    captioning.eval.coco.scorer.CocoScorer)."""
 
     def caption(self, index: int, words: Sequence[str], alphas: np.ndarray) -> None:
         """Image `index`'s generated words and the map behind each, [n_words, Hg, Wg]."""

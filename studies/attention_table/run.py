@@ -159,7 +159,7 @@ def annotation_norms(data: Path, images: int = 200) -> str:
     config = load_config(REPO / BASE[0], [f"data.root={data}"])
     test = load_splits(config, ("test",))["test"]
     annotations = torch.from_numpy(np.asarray(test.annotations[:images], dtype=np.float32))  # [N, L, D]
-    inside = [truth.object_cells(*test.grid) for truth in test.grounding[:images]]
+    inside = [truth.object_cells(*test.grid) for truth in test.scenes[:images]]
     inside_t = torch.from_numpy(np.stack(inside))  # [N, L]
     norms = annotations.norm(dim=2)  # [N, L]
     mean = annotations.mean(dim=1).norm(dim=1).mean()

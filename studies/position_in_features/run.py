@@ -37,7 +37,7 @@ CELLS = {"all cells": "all", "background cells": "background", "inner cells": "i
 
 def cell_masks(test, rows: int, columns: int) -> dict[str, torch.Tensor]:
     """[N, L] bool per kind of cell: all, background (no box holds the centre), inner (not the outer ring)."""
-    objects = np.stack([truth.object_cells(rows, columns) for truth in test.grounding])  # [N, L]
+    objects = np.stack([truth.object_cells(rows, columns) for truth in test.scenes])  # [N, L]
     background_t = ~torch.from_numpy(objects)
     inner = torch.zeros(rows, columns, dtype=torch.bool)
     inner[1:-1, 1:-1] = True

@@ -16,7 +16,7 @@ the decoder rates likeliest. Where a reference caption's first object shares its
 (a red square beside a yellow square), it says where the map that predicts that shape sits, fed the
 colour: on the red square, or on its twin. With
 `--captions` (eval.py's COCO-format results for the same split) it also splits the verdicts of the
-relations the captions state (captioning.eval.shapes.grounding.VERDICTS) by object count, and says why each
+relations the captions state (captioning.eval.shapes.scorer.VERDICTS) by object count, and says why each
 false one is false (CAUSES): no object lies that way of A, or one does and B named another, or a
 phrase names no object, and splits them by whether two objects of the image share a shape; and,
 teacher-forced on those captions, where the maps sit at the first stated relation's first word,
@@ -36,12 +36,12 @@ import torch
 
 from captioning.checkpoint import decoder_from_checkpoint, load_checkpoint
 from captioning.config import apply_overrides, from_dict
-from captioning.data.shapes.scenes import RELATIONS, SHAPES, Grounding, ShapeObject, relation
+from captioning.data.shapes.scenes import RELATIONS, SHAPES, SceneObjects, ShapeObject, relation
 from captioning.data.splits import Split, load_splits
 from captioning.data.vocab import Vocabulary
-from captioning.eval.grounding import box_mass
-from captioning.eval.shapes.grounding import VERDICTS, relation_verdict, stated_relations, word_objects
+from captioning.eval.correctness import box_mass
 from captioning.eval.shapes.probe import relation_probe
+from captioning.eval.shapes.scorer import VERDICTS, relation_verdict, stated_relations, word_objects
 from captioning.model.extras.glimpses import TwoGlimpses
 
 MARGINS = (0.0, 0.05, 0.1, 0.2, 0.3, 1.0)  # bins of | |dx| - |dy| | as a share of the image side
@@ -49,10 +49,10 @@ HORIZONTAL = np.array(["left" in stated or "right" in stated for stated in RELAT
 FIRST_WORDS = {stated.split()[0] for stated in RELATIONS}  # "to", "above", "below"
 
 
-def pair_geometry(grounding) -> list[tuple[float, int]]:
+def pair_geometry(scenes) -> list[tuple[float, int]]:
     """Per ordered pair (A, B), in relation_probe's order: (|dx| - |dy|) / side, and the object count."""
     rows = []
-    for truth in grounding:
+    for truth in scenes:
         objects = truth.objects
         for a in range(len(objects)):
             for b in range(len(objects)):
@@ -68,9 +68,9 @@ def shares_a_shape(objects: list[ShapeObject]) -> bool:
     return len({o.shape for o in objects}) < len(objects)
 
 
-def pair_twins(grounding) -> list[bool]:
+def pair_twins(scenes) -> list[bool]:
     """Per ordered pair (A, B), in relation_probe's order: whether two objects of its image share a shape."""
-    return [shares_a_shape(truth.objects) for truth in grounding
+    return [shares_a_shape(truth.objects) for truth in scenes
             for _ in range(len(truth.objects) * (len(truth.objects) - 1))]
 
 
@@ -97,11 +97,11 @@ def probe_breakdown(run: Run, *, batch: int = 50) -> list[str]:
     decoder, vocab, images = run.decoder, run.vocab, run.images
     answers = []
     with torch.no_grad():
-        for start in range(0, len(images.grounding), batch):
+        for start in range(0, len(images.scenes), batch):
             annotations = torch.from_numpy(np.asarray(images.annotations[start:start + batch], dtype=np.float32))
-            answers += relation_probe(decoder, annotations, images.grounding[start:start + batch], vocab)
-    margin, count = (np.array(column) for column in zip(*pair_geometry(images.grounding)))
-    twins = np.array(pair_twins(images.grounding))
+            answers += relation_probe(decoder, annotations, images.scenes[start:start + batch], vocab)
+    margin, count = (np.array(column) for column in zip(*pair_geometry(images.scenes)))
+    twins = np.array(pair_twins(images.scenes))
     truth, picked = np.array([(a.truth, a.picked) for a in answers]).T
     right, axis = truth == picked, HORIZONTAL[truth] == HORIZONTAL[picked]
     # What the decoder would say before naming B holds of A and some other object; chance: the share
@@ -162,7 +162,7 @@ def naming_breakdown(run: Run, *, images: int) -> list[str]:
     at_relation: dict[tuple[str, str], list[float]] = {}  # (glimpse, object) -> shares at the relation's first word
     picks: Counter = Counter()
     for image in range(min(images, len(split_data.records))):
-        truth = split_data.grounding[image]
+        truth = split_data.scenes[image]
         if len(truth.objects) != 3 or len({o.colour for o in truth.objects}) != 3:
             continue
         annotations = torch.from_numpy(np.asarray(split_data.annotations[image:image + 1], dtype=np.float32))
@@ -230,7 +230,7 @@ def caption_breakdown(captions: Path, stated: dict[int, str], *, run: Run) -> li
     causes: dict[int, Counter] = {2: Counter(), 3: Counter()}
     twins: Counter = Counter()  # (object count, two objects share a shape, true) -> stated relations
     by_relation: Counter = Counter()  # (the relation stated, true) -> stated relations
-    for image, truth in zip(images.image_ids, images.grounding):
+    for image, truth in zip(images.image_ids, images.scenes):
         words = stated[image].split()
         objects = truth.objects
         if len(objects) in verdicts:
@@ -265,8 +265,8 @@ def caption_breakdown(captions: Path, stated: dict[int, str], *, run: Run) -> li
 CAUSES = ("no object that way", "another object that way", "A names none", "B names none")
 
 
-def verdict_causes(words: list[str], truth: Grounding) -> list[tuple[str, str | None]]:
-    """Per relation the words state: its verdict (captioning.eval.shapes.grounding.VERDICTS) and, where it is
+def verdict_causes(words: list[str], truth: SceneObjects) -> list[tuple[str, str | None]]:
+    """Per relation the words state: its verdict (captioning.eval.shapes.scorer.VERDICTS) and, where it is
     not true, its cause (CAUSES)."""
     return [verdict_cause(a, stated, b, truth.objects) for a, stated, b in stated_relations(words, truth.objects)]
 
@@ -292,7 +292,7 @@ def binding_breakdown(run: Run, *, images: int) -> list[str]:
     decoder, vocab, split_data = run.decoder, run.vocab, run.images
     rows = []  # [inside A, inside its twins] per caption
     for image in range(min(images, len(split_data.records))):
-        truth = split_data.grounding[image]
+        truth = split_data.scenes[image]
         annotations = None
         for caption in split_data.references[image]:
             words = caption.split()
@@ -325,7 +325,7 @@ def stated_glimpses(run: Run, stated: dict[int, str]) -> list[str]:
     Does a relation that points where no object lies come with maps that looked elsewhere?"""
     decoder, vocab, split_data = run.decoder, run.vocab, run.images
     shares: dict[tuple[str, str], list[list[float]]] = {}  # (cause or "true", glimpse) -> [A, B, others] per caption
-    for index, (image, truth) in enumerate(zip(split_data.image_ids, split_data.grounding)):
+    for index, (image, truth) in enumerate(zip(split_data.image_ids, split_data.scenes)):
         words = stated[image].split()
         relations = stated_relations(words, truth.objects)
         at = next((k for k in range(len(words) - 1) if words[k] in SHAPES and words[k + 1] in FIRST_WORDS), None)

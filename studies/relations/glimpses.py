@@ -26,10 +26,10 @@ import numpy as np
 import torch
 
 from captioning.data.shapes.scenes import RELATIONS
+from captioning.eval.correctness import box_mass, box_share
 from captioning.eval.evaluate import evaluate_split
-from captioning.eval.grounding import box_mass, box_share
 from captioning.eval.scorers import scorer_for
-from captioning.eval.shapes.grounding import word_objects
+from captioning.eval.shapes.scorer import word_objects
 from captioning.model.extras.glimpses import TwoGlimpses
 from studies.relations.errors import Run, load_run, teacher_forced
 
@@ -50,7 +50,7 @@ def masses(checkpoint: Path, *, data: str, images: int) -> dict[str, float]:
     shares: dict[str, list[float]] = {"first on A": [], "first on B": [], "second on A": [], "second on B": [],
                                       "uniform on A": [], "uniform on B": []}
     for image in range(min(images, len(val.records))):
-        truth = val.grounding[image]
+        truth = val.scenes[image]
         for caption in val.references[image]:
             words = caption.split()
             links = word_objects(words, truth.objects)  # (word position, object) per named shape

@@ -355,7 +355,7 @@ def _probe(decoder, split, vocab: Vocabulary, *, images: int | None = None, batc
     for start in range(0, count, batch_size):
         end = min(start + batch_size, count)
         batch = torch.from_numpy(np.asarray(split.annotations[start:end], dtype=np.float32))
-        answers += relation_probe(decoder, batch, split.grounding[start:end], vocab)
+        answers += relation_probe(decoder, batch, split.scenes[start:end], vocab)
     return probe_scores(answers)
 
 

@@ -456,9 +456,9 @@ def test_fine_tuning_runs_the_encoder_on_the_fly_with_its_own_rate(fake_coco: Pa
     assert code == 0 and "on val (3 images" in capsys.readouterr().out
 
 
-def test_evaluation_on_coco_with_instances_files_scores_hallucination_and_grounding(
+def test_evaluation_on_coco_with_instances_files_scores_hallucination_and_attention_correctness(
         fake_coco: Path, tmp_path: Path, resnet18_file: Path, capsys) -> None:
-    """eval.py on the fake COCO's val split: CHAIR and attention grounding beside the caption metrics,
+    """eval.py on the fake COCO's val split: CHAIR and attention correctness beside the caption metrics,
     in the printout and the metrics file; without the instances files, the caption metrics alone and
     one line that says so. The dog's mask (columns 0-19 of 52) covers 14 of the 40 columns of the
     centre square (columns 6-45) that the encoder saw: chance 0.35 (of the whole image: 20/52)."""
@@ -487,7 +487,7 @@ def test_evaluation_on_coco_with_instances_files_scores_hallucination_and_ground
     assert code == 0 and "CHAIR" not in printed and "attention_correctness" not in printed
     assert [line for line in err.splitlines() if "instances" in line] == [
         f"note: no COCO instances file ({fake_coco / 'none.json'}, {fake_coco / 'none.json'}): evaluating "
-        "without CHAIR and attention grounding"]
+        "without CHAIR and attention correctness"]
     assert "Bleu_4" in json.loads((tmp_path / "without.json").read_text())
 
 
@@ -643,7 +643,7 @@ def test_validation_on_the_fly_encodes_a_batch_at_a_time_and_stops_when_too_many
     from captioning.data.splits import load_splits as splits_of
     from captioning.data.vocab import Vocabulary
     from captioning.model.encoder_decoder import build_decoder
-    from captioning.train.validation import validate
+    from captioning.train.validation import validation_metrics
 
     config = _coco_config(fake_coco, tmp_path, resnet18_file, "train.val_images=3", "data.max_bad_images=0.5")
     val = splits_of(config, ("val",), features=False)["val"]
@@ -658,8 +658,8 @@ def test_validation_on_the_fly_encodes_a_batch_at_a_time_and_stops_when_too_many
     encoded = EncodedImages(encoder, val.records, image_size=64)
     vocab = Vocabulary.build([["a", "dog"]], min_count=1)
     decoder = build_decoder(config.model, vocab_size=len(vocab), annotation_dim=512, grid=(2, 2)).eval()
-    metrics = validate(decoder, val, vocab, config, device="cpu", annotations=encoded)  # 1 of 3 bad: under 50%
+    metrics = validation_metrics(decoder, val, vocab, config, device="cpu", annotations=encoded)  # 1 of 3 bad: < 50%
     assert "CIDEr" in metrics and encoded.unreadable == {1} and sum(batches) == 2  # only the first 3, read lazily
     strict = _coco_config(fake_coco, tmp_path, resnet18_file, "train.val_images=3", "data.max_bad_images=0.2")
     with pytest.raises(DatasetError, match="1 of 3 images cannot be read"):
-        validate(decoder, val, vocab, strict, device="cpu", annotations=encoded)
+        validation_metrics(decoder, val, vocab, strict, device="cpu", annotations=encoded)

@@ -60,7 +60,7 @@ def test_absent_files_are_said_once_in_one_line_and_give_nothing(tmp_path: Path,
     assert instances.objects() is None and instances.objects() is None
     err = capsys.readouterr().err
     assert err == (f"note: no COCO instances file ({tmp_path / 'val.json'}, {tmp_path / 'train.json'}): "
-                   "evaluating without CHAIR and attention grounding\n")
+                   "evaluating without CHAIR and attention correctness\n")
 
 
 def test_images_in_no_file_are_none_and_counted_once(tmp_path: Path, capsys) -> None:

@@ -13,11 +13,11 @@ import pytest
 import captioning.eval.metrics as evaluation
 from captioning.cli import eval_main
 from captioning.data.formats.karpathy import read_split
-from captioning.data.shapes.scenes import Grounding, ShapeObject
-from captioning.eval.grounding import box_mass, box_share
+from captioning.data.shapes.scenes import SceneObjects, ShapeObject
+from captioning.eval.correctness import box_mass, box_share
 from captioning.eval.metrics import OWN_TOKENIZER, PTB_TOKENIZER, caption_metrics, java_available
 from captioning.eval.scorers import scorer_for
-from captioning.eval.shapes.grounding import grounding_scores, word_objects
+from captioning.eval.shapes.scorer import correctness_scores, word_objects
 
 SIDE, GRID = 224, 14
 CELL = SIDE / GRID  # 16 pixels
@@ -66,7 +66,7 @@ def test_uniform_map_gives_the_box_area_share(box: tuple[float, float, float, fl
     assert box_share(box, width=SIDE, height=SIDE) == pytest.approx(uniform, rel=1e-6)
 
 
-# word_objects and grounding_scores -----------------------------------------------------------------
+# word_objects and correctness_scores -----------------------------------------------------------------
 
 
 def _words(text: str) -> list[str]:
@@ -95,15 +95,15 @@ def test_word_objects_uses_colour_to_disambiguate() -> None:
     assert word_objects(_words("a circle"), objects) == []  # two circles: ambiguous, skipped
 
 
-def test_grounding_scores_checks_relations_and_attention() -> None:
-    truth = Grounding(objects=[RED_CIRCLE, BLUE_SQUARE], width=SIDE, height=SIDE)
+def test_correctness_scores_checks_relations_and_attention() -> None:
+    truth = SceneObjects(objects=[RED_CIRCLE, BLUE_SQUARE], width=SIDE, height=SIDE)
     true_words = _words("a small red circle to the left of a large blue square")
     false_words = _words("a red circle to the right of a blue square")
     wrong_axis = _words("a red circle above a blue square")
     alphas = np.full((len(true_words), GRID, GRID), 1 / GRID**2, dtype=np.float32)
     alphas[3] = _one_hot(6, 1)  # "circle" looks at the circle (cell centre x 24, y 104)
     alphas[11] = _one_hot(13, 0)  # "square" looks at the bottom left corner, far from the square
-    correct, chance, relations = grounding_scores(true_words, alphas, truth)
+    correct, chance, relations = correctness_scores(true_words, alphas, truth)
     assert relations == ["true"]
     assert len(correct) == len(chance) == 2
     assert correct[0] > 0.5 and correct[1] == pytest.approx(0.0, abs=1e-9)
@@ -111,31 +111,31 @@ def test_grounding_scores_checks_relations_and_attention() -> None:
     assert chance[1] == pytest.approx(48 * 48 / SIDE**2, rel=0.02)
     assert correct[0] > 5 * chance[0]
 
-    _, _, relations = grounding_scores(false_words, alphas[: len(false_words)], truth)
+    _, _, relations = correctness_scores(false_words, alphas[: len(false_words)], truth)
     assert relations == ["wrong"]
-    _, _, relations = grounding_scores(wrong_axis, alphas[: len(wrong_axis)], truth)
+    _, _, relations = correctness_scores(wrong_axis, alphas[: len(wrong_axis)], truth)
     assert relations == ["wrong"]  # the two differ most along x, so "above" is not what holds
-    _, _, relations = grounding_scores(_words("a blue square to the right of a red circle"), alphas, truth)
+    _, _, relations = correctness_scores(_words("a blue square to the right of a red circle"), alphas, truth)
     assert relations == ["true"]
 
 
 @pytest.mark.parametrize("stated", ["to the left of", "to the right of", "above", "below"])
-def test_grounding_scores_relation_of_an_object_to_itself_is_false(stated) -> None:
+def test_correctness_scores_relation_of_an_object_to_itself_is_false(stated) -> None:
     """A decoder that names A again as B ("a red circle to the right of a red circle") states
     nothing true. relation(A, A) returns "to the right of" (no offset on either axis), which a
     scorer that did not check for it counted as true."""
-    truth = Grounding(objects=[RED_CIRCLE, BLUE_SQUARE], width=SIDE, height=SIDE)
+    truth = SceneObjects(objects=[RED_CIRCLE, BLUE_SQUARE], width=SIDE, height=SIDE)
     words = _words(f"a red circle {stated} a red circle")
     alphas = np.full((len(words), GRID, GRID), 1 / GRID**2, dtype=np.float32)
-    _, _, relations = grounding_scores(words, alphas, truth)
+    _, _, relations = correctness_scores(words, alphas, truth)
     assert relations == ["self"]
 
 
-def test_grounding_scores_relation_with_an_absent_object_is_false() -> None:
-    truth = Grounding(objects=[RED_CIRCLE, BLUE_SQUARE], width=SIDE, height=SIDE)
+def test_correctness_scores_relation_with_an_absent_object_is_false() -> None:
+    truth = SceneObjects(objects=[RED_CIRCLE, BLUE_SQUARE], width=SIDE, height=SIDE)
     words = _words("a red circle to the left of a yellow diamond")
     alphas = np.full((len(words), GRID, GRID), 1 / GRID**2, dtype=np.float32)
-    correct, _, relations = grounding_scores(words, alphas, truth)
+    correct, _, relations = correctness_scores(words, alphas, truth)
     assert relations == ["absent"] and len(correct) == 1
 
 
@@ -366,11 +366,11 @@ def test_chair_counts_shape_nouns_of_shapes_the_image_does_not_have() -> None:
     image 1 (green circle) "a green circle": 1, 0; image 2 (blue square) "a diamond and a diamond":
     2, 2. CHAIR-i = 3/5, CHAIR-s = 2/3; scored in two parts and absorbed, the same."""
     from captioning.data.vocab import Vocabulary
-    from captioning.eval.shapes.grounding import ShapesScorer
+    from captioning.eval.shapes.scorer import ShapesScorer
 
-    truths = [Grounding(objects=[RED_CIRCLE, BLUE_SQUARE], width=SIDE, height=SIDE),
-              Grounding(objects=[GREEN_CIRCLE], width=SIDE, height=SIDE),
-              Grounding(objects=[BLUE_SQUARE], width=SIDE, height=SIDE)]
+    truths = [SceneObjects(objects=[RED_CIRCLE, BLUE_SQUARE], width=SIDE, height=SIDE),
+              SceneObjects(objects=[GREEN_CIRCLE], width=SIDE, height=SIDE),
+              SceneObjects(objects=[BLUE_SQUARE], width=SIDE, height=SIDE)]
     captions = ["a red circle above a blue triangle", "a green circle", "a diamond and a diamond"]
     vocab = Vocabulary(["<pad>", "<start>", "<end>", "<unk>"])
 

@@ -313,7 +313,7 @@ def test_validation_decodes_hard_attention_as_the_config_says(kind, monkeypatch)
 
     class Split:  # what validate reads of a split (no object boxes or instances: no scorer)
         annotations, records, image_ids, references, grid = [0], [0], [0], [["a"]], (1, 1)
-        grounding = instances = None
+        scenes = instances = None
 
     choice = ["decode.hard_choice=argmax"] if kind == "hard" else []  # soft attention is the expectation
     config = load_config("configs/shapes_soft.yaml", [f"model.attention={kind}", *choice])

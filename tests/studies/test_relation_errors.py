@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from captioning.data.shapes.scenes import RELATIONS, Grounding, ShapeObject
+from captioning.data.shapes.scenes import RELATIONS, SceneObjects, ShapeObject
 from captioning.eval.shapes import probe
 
 pytestmark = pytest.mark.study
@@ -22,12 +22,12 @@ def relation_errors():
     return errors
 
 
-def scene(rng: np.random.Generator, count: int) -> Grounding:
+def scene(rng: np.random.Generator, count: int) -> SceneObjects:
     objects = []
     for k in range(count):
         x, y = rng.uniform(20, 200, size=2)
         objects.append(ShapeObject("circle", ("red", "blue", "green")[k], "small", (x - 8, y - 8, x + 8, y + 8)))
-    return Grounding(objects, 224, 224)
+    return SceneObjects(objects, 224, 224)
 
 
 def test_pair_geometry_follows_the_probes_pairs(relation_errors, monkeypatch) -> None:
@@ -52,7 +52,7 @@ def test_verdict_causes_tell_a_wrong_relation_word_from_a_wrong_b(relation_error
     left = ShapeObject("circle", "red", "small", (10, 100, 30, 120))  # centre (20, 110)
     right = ShapeObject("square", "blue", "small", (190, 100, 210, 120))  # (200, 110): right of left
     top = ShapeObject("circle", "green", "small", (100, 0, 120, 20))  # (110, 10): above both
-    truth = Grounding([left, right, top], 224, 224)
+    truth = SceneObjects([left, right, top], 224, 224)
 
     def causes(text: str) -> list[tuple[str, str | None]]:
         return relation_errors.verdict_causes(text.split(), truth)
@@ -117,7 +117,7 @@ def test_binding_reads_the_map_that_predicts_the_first_objects_shape(relation_er
     references = ("a red square to the left of a yellow square",  # A red, twin yellow: the map on A
                   "a yellow square to the right of a red square",  # A yellow, twin red: the map on the twin
                   "a blue circle above a yellow square")  # A has no twin: not counted
-    images = SimpleNamespace(records=[None], grounding=[Grounding([red, yellow, blue], 224, 224)],
+    images = SimpleNamespace(records=[None], scenes=[SceneObjects([red, yellow, blue], 224, 224)],
                              references=[references], annotations=np.zeros((1, 16, 4), dtype=np.float32),
                              grid=(4, 4))
     vocab = Vocabulary.build([caption.split() for caption in references])
@@ -150,8 +150,8 @@ def test_stated_relations_are_split_by_whether_two_objects_share_a_shape(relatio
     left_red = ShapeObject("square", "red", "small", (10, 100, 30, 120))
     right_yellow = ShapeObject("square", "yellow", "small", (190, 100, 210, 120))  # the red one's twin
     right_blue = ShapeObject("circle", "blue", "small", (190, 100, 210, 120))
-    twins, distinct = Grounding([left_red, right_yellow], 224, 224), Grounding([left_red, right_blue], 224, 224)
-    images = SimpleNamespace(image_ids=[7, 8, 9], grounding=[twins, distinct, distinct])
+    twins, distinct = SceneObjects([left_red, right_yellow], 224, 224), SceneObjects([left_red, right_blue], 224, 224)
+    images = SimpleNamespace(image_ids=[7, 8, 9], scenes=[twins, distinct, distinct])
     run = relation_errors.Run(Path("ckpt.pt"), "test", None, None, images)
     stated = {7: "a red square to the right of a red square",  # self: the red square's twin's relation
               8: "a red square to the left of a blue circle",
@@ -170,11 +170,11 @@ def test_pair_twins_follow_the_probes_pairs(relation_errors) -> None:
     def shape(kind: str, colour: str, x: float) -> ShapeObject:
         return ShapeObject(kind, colour, "small", (x, 100, x + 16, 116))
 
-    twins = Grounding([shape("circle", "red", 10), shape("circle", "blue", 100)], 224, 224)  # the same shape
-    colours = Grounding([shape("circle", "red", 10), shape("square", "blue", 60), shape("diamond", "red", 150)],
+    twins = SceneObjects([shape("circle", "red", 10), shape("circle", "blue", 100)], 224, 224)  # the same shape
+    colours = SceneObjects([shape("circle", "red", 10), shape("square", "blue", 60), shape("diamond", "red", 150)],
                         224, 224)  # two reds, no two shapes alike
-    distinct = Grounding([shape("circle", "red", 10), shape("square", "blue", 100)], 224, 224)
-    alone = Grounding([shape("circle", "red", 10)], 224, 224)
-    grounding = [twins, alone, colours, distinct]
-    assert relation_errors.pair_twins(grounding) == [True] * 2 + [False] * 6 + [False] * 2
-    assert len(relation_errors.pair_twins(grounding)) == len(relation_errors.pair_geometry(grounding))
+    distinct = SceneObjects([shape("circle", "red", 10), shape("square", "blue", 100)], 224, 224)
+    alone = SceneObjects([shape("circle", "red", 10)], 224, 224)
+    scenes = [twins, alone, colours, distinct]
+    assert relation_errors.pair_twins(scenes) == [True] * 2 + [False] * 6 + [False] * 2
+    assert len(relation_errors.pair_twins(scenes)) == len(relation_errors.pair_geometry(scenes))

@@ -86,7 +86,7 @@ def test_a_validation_batch_reads_the_device_once_per_word_and_once_for_its_capt
         shapes data), instead of once per image as before.
     The cache's fp16 rows are widened after they move to the device (not counted: a copy to it)."""
     from captioning.eval.evaluate import decode_split
-    from captioning.eval.shapes.grounding import ShapesScorer
+    from captioning.eval.shapes.scorer import ShapesScorer
 
     model, _ = _setup(attention, "additive", 1)
     decoder = getattr(model, "decoder", model).eval()

@@ -268,7 +268,7 @@ def write_folder(out: str | Path, images: int, *, seed: int = 0, image_size: int
 
 
 @dataclass
-class Grounding:
+class SceneObjects:
     """Ground truth of one image for scoring attention: its objects and its size."""
 
     objects: list[ShapeObject]
@@ -285,9 +285,9 @@ class Grounding:
         return hit.reshape(-1)
 
 
-def read_grounding(path: str | Path, image_ids: list[int]) -> list[Grounding]:
+def read_scene_objects(path: str | Path, image_ids: list[int]) -> list[SceneObjects]:
     """The objects of each image, in the order of image_ids, from a shapes objects.json."""
     data = json.loads(Path(path).read_text())
     side = int(data["image_size"])
-    return [Grounding([ShapeObject(o["shape"], o["colour"], o["size"], tuple(o["box"]))
+    return [SceneObjects([ShapeObject(o["shape"], o["colour"], o["size"], tuple(o["box"]))
                        for o in data["images"][str(i)]["objects"]], side, side) for i in image_ids]

@@ -1,3 +1,3 @@
 """What COCO's instances annotations let evaluation score (the annotations themselves are
-captioning.data.instances): object hallucination (CHAIR) and attention grounding on the instance
-masks (grounding.py), through the synonym list of CHAIR (synonyms.py)."""
+captioning.data.instances): object hallucination (CHAIR) and attention correctness on the instance
+masks (scorer.py), through the synonym list of CHAIR (synonyms.py)."""

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from captioning.data.shapes.scenes import RELATIONS, Grounding, relation
+from captioning.data.shapes.scenes import RELATIONS, SceneObjects, relation
 from captioning.data.vocab import Vocabulary
 from captioning.model.attention import Memory
 from captioning.model.decoder import AttentionDecoder, DecoderState
@@ -109,13 +109,13 @@ def relation_log_likelihoods(decoder: AttentionDecoder, annotations: torch.Tenso
             own_words.view(len(RELATIONS), len(pairs)).T.cpu())  # [P, 4] each
 
 
-def relation_probe(decoder: AttentionDecoder, annotations: torch.Tensor, truths: Sequence[Grounding],
+def relation_probe(decoder: AttentionDecoder, annotations: torch.Tensor, truths: Sequence[SceneObjects],
                    vocab: Vocabulary) -> list[ProbeAnswer]:
     """The probe's answer for every ordered pair of objects (A, B) of each image, image by image, A
     then B. annotations [B, L, D], one row per image of `truths`."""
     pairs, answers = [], []
-    for image, grounding in enumerate(truths):
-        objects = grounding.objects
+    for image, scenes in enumerate(truths):
+        objects = scenes.objects
         for a, b in ((a, b) for a in range(len(objects)) for b in range(len(objects)) if a != b):
             first, second = objects[a], objects[b]
             pairs.append((image, (first.colour, first.shape), (second.colour, second.shape)))

@@ -15,7 +15,7 @@ from captioning.data.shapes.scenes import (
     RELATIONS,
     SHAPES,
     SIZES,
-    Grounding,
+    SceneObjects,
     ShapeObject,
     generate_image,
     make_shapes,
@@ -224,8 +224,8 @@ def test_image_size_is_respected(dataset: Path) -> None:
 
 def test_object_cells_are_the_cells_whose_centre_lies_in_a_box() -> None:
     # A 4x4 grid over 80 px: cell centres at 10, 30, 50, 70. The box holds x in [25, 55], y in [5, 35].
-    truth = Grounding([ShapeObject("circle", "red", "small", (25.0, 5.0, 55.0, 35.0))], width=80, height=80)
+    truth = SceneObjects([ShapeObject("circle", "red", "small", (25.0, 5.0, 55.0, 35.0))], width=80, height=80)
     cells = truth.object_cells(4, 4).reshape(4, 4)
     expected = [[False, True, True, False], [False, True, True, False], [False] * 4, [False] * 4]
     assert cells.tolist() == expected
-    assert not Grounding([], width=80, height=80).object_cells(4, 4).any()
+    assert not SceneObjects([], width=80, height=80).object_cells(4, 4).any()

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from captioning.config import ExtrasConfig, ModelConfig
-from captioning.data.shapes.scenes import RELATIONS, Grounding, ShapeObject
+from captioning.data.shapes.scenes import RELATIONS, SceneObjects, ShapeObject
 from captioning.data.vocab import SPECIALS, Vocabulary
 from captioning.eval.shapes import probe
 from captioning.eval.shapes.probe import probe_scores, relation_log_likelihoods, relation_probe
@@ -79,7 +79,7 @@ def test_shared_prefix_scoring_equals_scoring_each_caption_alone(name: str, choi
 
 
 def test_relation_probe_asks_every_ordered_pair_and_takes_the_likeliest_relation(monkeypatch) -> None:
-    truths = [Grounding([RED], 224, 224), Grounding([RED, BLUE, GREEN], 224, 224)]
+    truths = [SceneObjects([RED], 224, 224), SceneObjects([RED, BLUE, GREEN], 224, 224)]
     asked = []
 
     def log_likelihoods(decoder, annotations, pairs, vocab):

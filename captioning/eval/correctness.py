@@ -4,8 +4,8 @@ normalized, that falls inside that object's region: its box (the shapes data), o
 category's instance masks (COCO). Its chance level is the same for a uniform map, i.e. the region's
 share of the centre square that the encoder saw.
 
-Which words name which objects is the dataset's to say (captioning.eval.shapes.grounding for the
-shapes data, captioning.eval.coco.grounding for COCO); this module holds the geometry.
+Which words name which objects is the dataset's to say (captioning.eval.shapes.scorer for the
+shapes data, captioning.eval.coco.scorer for COCO); this module holds the geometry.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@
   them (every mention: "a dog chasing a dog" names a dog twice); CHAIR_i_once, beside it, counts an
   object once per caption (the sets of the paper's formula). CHAIR_s is the share of captions that
   name at least one such object. Lower is better.
-- Attention grounding, attention correctness (Liu et al., 2017) on masks: for each word that names
+- Attention correctness (Liu et al., 2017) on masks: for each word that names
   an object whose category the instances annotations hold, the share of its map, drawn on the
   image as the encoder saw it (the centre square), inside the union of that category's instance
   masks; its chance level is the masks' share of that square (a uniform map's).
@@ -27,7 +27,7 @@ import torch
 from captioning.data.instances import ImageObjects
 from captioning.data.vocab import tokenize
 from captioning.eval.coco.synonyms import caption_objects
-from captioning.eval.grounding import mask_mass, mask_share
+from captioning.eval.correctness import mask_mass, mask_share
 
 
 def objects_in_image(truth: ImageObjects, references: Sequence[str]) -> set[str]:
@@ -44,7 +44,8 @@ def hallucinated(words: Sequence[str], present: set[str]) -> tuple[int, int, int
     return len(mentions), sum(m not in present for m in mentions), len(named), len(named - present)
 
 
-def grounding_scores(words: Sequence[str], alphas: np.ndarray, truth: ImageObjects) -> tuple[list[float], list[float]]:
+def correctness_scores(words: Sequence[str], alphas: np.ndarray,
+                       truth: ImageObjects) -> tuple[list[float], list[float]]:
     """Per word that names an annotated category: its map's mass inside the category's masks, and
     the chance level. alphas [n_words, Hg, Wg], the map behind each word. Masks are decoded here,
     once per category a caption names, never for the whole split."""
@@ -62,7 +63,7 @@ def grounding_scores(words: Sequence[str], alphas: np.ndarray, truth: ImageObjec
 
 
 class CocoScorer:
-    """CHAIR and attention grounding over one split's captions.
+    """CHAIR and attention correctness over one split's captions.
 
     truths: the split's images' objects in the order their captions come (None: an image that no
     instances file lists, left out); references: their reference captions, as written.
@@ -80,7 +81,7 @@ class CocoScorer:
         if truth is None:
             return
         self.named.append(hallucinated(words, objects_in_image(truth, self.references[index])))
-        correct, chance = grounding_scores(words, alphas, truth)
+        correct, chance = correctness_scores(words, alphas, truth)
         self.correct += correct
         self.chance += chance
 

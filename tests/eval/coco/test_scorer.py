@@ -1,8 +1,8 @@
-"""COCO's CHAIR and attention grounding on instance masks, each number against a hand count.
+"""COCO's CHAIR and attention correctness on instance masks, each number against a hand count.
 
 CHAIR (Rohrbach et al., 2018): the objects a caption names that are not in its image (annotated, or
 named by a reference caption), over the objects it names (CHAIR_i), and the captions with one
-(CHAIR_s); an object counts once per caption. Grounding: a word's map, drawn on the centre square
+(CHAIR_s); an object counts once per caption. SceneObjects: a word's map, drawn on the centre square
 the encoder saw, inside its category's masks, against that square's share of the masks.
 """
 
@@ -19,7 +19,7 @@ from captioning.data.instances import ImageObjects, Instances
 from captioning.data.records import ImageRecord
 from captioning.data.splits import Split
 from captioning.data.vocab import Vocabulary
-from captioning.eval.coco.grounding import CocoScorer
+from captioning.eval.coco.scorer import CocoScorer
 from captioning.eval.scorers import scorer_for
 from captioning.model.tokens import SPECIALS
 
@@ -98,7 +98,7 @@ def test_chair_takes_an_object_a_reference_names_to_be_in_the_image() -> None:
     assert _score(("a cat on a couch", cat, ["a cat sleeping"]))["CHAIR_i"] == pytest.approx(1 / 2)
 
 
-def test_grounding_inside_the_masks_of_the_centre_square() -> None:
+def test_attention_correctness_inside_the_masks_of_the_centre_square() -> None:
     """"a dog and a man with a ball and a cat" on WIDE, 4 x 4 maps (the square's own size: drawn as
     they are). The dog's map: 0.5 at column 0 of the square (image column 2, in the dog's mask) and
     0.5 at column 1 (image column 3, outside): 0.5. The man's: all at column 3 (image column 5, the

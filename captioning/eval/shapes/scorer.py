@@ -2,7 +2,7 @@
 
 Every object's box is known (objects.json), so for the captions a model generates:
 - attention correctness: for each word that names an object ("circle", or "red circle" when two
-  circles are drawn), the share of its map inside that object's box (captioning.eval.grounding);
+  circles are drawn), the share of its map inside that object's box (captioning.eval.correctness);
 - hallucination (CHAIR-i and CHAIR-s): shape nouns naming a shape the image does not have;
 - stated relations: each "a A <relation> a B" the caption states, checked against the image
   (VERDICTS); a model unsure of positions tends to list the objects instead ("a red circle and a blue
@@ -22,9 +22,9 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from captioning.data.shapes.scenes import COLOURS, RELATIONS, SHAPES, SIZES, Grounding, ShapeObject, relation
+from captioning.data.shapes.scenes import COLOURS, RELATIONS, SHAPES, SIZES, SceneObjects, ShapeObject, relation
 from captioning.data.vocab import Vocabulary
-from captioning.eval.grounding import box_mass, box_share
+from captioning.eval.correctness import box_mass, box_share
 from captioning.eval.shapes.probe import ProbeAnswer, probe_scores, relation_probe
 
 # The scores a checkpoint can be picked by (train.val_metric; higher is better) are the config's
@@ -69,8 +69,8 @@ def named_objects(words: Sequence[str], objects: Sequence[ShapeObject]) -> tuple
 VERDICTS = ("true", "wrong", "self", "absent")
 
 
-def grounding_scores(words: Sequence[str], alphas: np.ndarray,
-                     truth: Grounding) -> tuple[list[float], list[float], list[str]]:
+def correctness_scores(words: Sequence[str], alphas: np.ndarray,
+                     truth: SceneObjects) -> tuple[list[float], list[float], list[str]]:
     """Per named word: attention mass in its box and the chance level; per stated relation: its
     verdict (VERDICTS).
 
@@ -109,13 +109,13 @@ def stated_relations(words: Sequence[str],
 class ShapesScorer:
     """Attention correctness, stated relations and the relation probe over one split's captions.
 
-    grounding: the split's images' truth, in the order their captions come; `probe`: also run the
+    scenes: the split's images' truth, in the order their captions come; `probe`: also run the
     relation probe (it does not depend on the decoding, so a second decoding of the same split need
     not run it again).
     """
 
-    def __init__(self, grounding: Sequence[Grounding], vocab: Vocabulary, *, probe: bool = True):
-        self.grounding, self.vocab, self.probe = grounding, vocab, probe
+    def __init__(self, scenes: Sequence[SceneObjects], vocab: Vocabulary, *, probe: bool = True):
+        self.scenes, self.vocab, self.probe = scenes, vocab, probe
         self.correct: list[float] = []
         self.chance: list[float] = []
         self.relations: list[str] = []
@@ -124,16 +124,16 @@ class ShapesScorer:
 
     def caption(self, index: int, words: Sequence[str], alphas: np.ndarray) -> None:
         """Image `index`'s caption and its maps [n_words, Hg, Wg]."""
-        correct, chance, relations = grounding_scores(words, alphas, self.grounding[index])
+        correct, chance, relations = correctness_scores(words, alphas, self.scenes[index])
         self.correct += correct
         self.chance += chance
         self.relations += relations
-        self.named.append(named_objects(words, self.grounding[index].objects))
+        self.named.append(named_objects(words, self.scenes[index].objects))
 
     def images(self, decoder: torch.nn.Module, annotations: torch.Tensor, start: int) -> None:
         """The probe on images start .. start + len(annotations); annotations [b, L, D]."""
         if self.probe:
-            truths = self.grounding[start:start + annotations.shape[0]]
+            truths = self.scenes[start:start + annotations.shape[0]]
             self.answers += relation_probe(decoder, annotations, truths, self.vocab)
 
     def absorb(self, other: ShapesScorer) -> None:
