@@ -16,7 +16,7 @@ from typing import Any
 class DataConfig:
     # shapes | coco | flickr8k | flickr30k | karpathy (any Karpathy-format split file): read from
     # `split_file`; coco_official: the official captions_*2014.json files through pycocotools;
-    # folder: a folder of your own images and `captions_file` (data/collection.py, docs/data.md).
+    # folder: a folder of your own images and `captions_file` (data/formats/folder.py, docs/data.md).
     dataset: str = "shapes"
     root: str = "data/shapes"  # every relative path below is relative to this folder
     # Where a run keeps what it computes from the data (features/: the feature caches, tokens/:
@@ -25,7 +25,7 @@ class DataConfig:
     cache_root: str | None = None
     split_file: str = "dataset_shapes.json"  # Karpathy-format: dataset_coco.json, dataset_flickr8k.json ...
     image_dir: str = ""  # images are image_dir/filepath/filename (Flickr entries have no filepath)
-    captions_file: str = "captions.csv"  # folder only: rows of image, caption[, split] (.csv, or JSON Lines)
+    captions_file: str = "captions.csv"  # folder: rows of image, caption[, split] (.csv, or JSON Lines)
     # folder only: a split no row names is made of the images by a hash of each one's path and this
     # seed (not train.seed: another training seed must not move the test images), each made split
     # about split_share of them.

@@ -1,4 +1,4 @@
-"""A folder of your own images and a captions file (data.dataset=folder, data/collection.py): the two
+"""A folder of your own images and a captions file (data.dataset=folder, data/formats/folder.py): the two
 file forms, what `captioning prepare` says of a collection, the splits a seed makes, and a run from
 the folder through evaluation whose references are the captions file's."""
 

@@ -1,5 +1,5 @@
 """A folder collection's splits never move (data/split_record.py) and each image is one key, the
-file it names (data/collection.py): the property over random collections and additions, the two
+file it names (data/formats/folder.py): the property over random collections and additions, the two
 cases where the seed's drawing alone moved old images, and the spellings of one file."""
 
 from __future__ import annotations
