@@ -59,7 +59,7 @@ def _add_train_arguments(parser: argparse.ArgumentParser) -> None:
 @guarded
 def _train(args: argparse.Namespace) -> int:
     from captioning.config import load_config
-    from captioning.data.splits import ensure_shapes
+    from captioning.data.formats.shapes import ensure_shapes
     from captioning.train.loop import fit
 
     config = load_config(args.config, args.overrides)
@@ -119,8 +119,8 @@ def _add_config_arguments(parser: argparse.ArgumentParser) -> None:
 @guarded
 def _prepare(args: argparse.Namespace) -> int:
     from captioning.config import load_config
+    from captioning.data.formats.shapes import ensure_shapes
     from captioning.data.prepare import check_folder, prepare_vocabulary, vocabulary_path
-    from captioning.data.splits import ensure_shapes
 
     config = load_config(args.config, args.overrides)
     ensure_shapes(config)
@@ -138,9 +138,10 @@ def _prepare(args: argparse.Namespace) -> int:
 @guarded
 def _prepare_features(args: argparse.Namespace) -> int:
     from captioning.config import load_config
+    from captioning.data.formats.shapes import ensure_shapes
     from captioning.data.prepare import prepare_features
     from captioning.data.records import held_out_note
-    from captioning.data.splits import ensure_shapes, features_dir
+    from captioning.data.splits import features_dir
 
     config = load_config(args.config, args.overrides)
     ensure_shapes(config)

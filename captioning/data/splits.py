@@ -18,7 +18,7 @@ from captioning.data.instances import Instances, split_instances
 from captioning.data.mapped import by_reference
 from captioning.data.mirror import mirror_image
 from captioning.data.records import DatasetError, ImageRecord, first_names, read_records, too_many_unreadable
-from captioning.data.shapes.scenes import SHAPES_DEFAULT_COUNTS, SceneObjects, make_shapes, read_scene_objects
+from captioning.data.shapes.scenes import SceneObjects, read_scene_objects
 from captioning.model.encoder import Encoder, weights_identity
 
 
@@ -85,16 +85,6 @@ def missing_caches(config: Config, names: tuple[str, ...]) -> list[Path]:
     directory = features_dir(config)
     names = (*names, "train_mirrored") if config.data.mirror and "train" in names else names
     return [directory / f"{name}.npy" for name in names if not (directory / f"{name}.npy").exists()]
-
-
-def ensure_shapes(config: Config) -> None:
-    """The embedded default makes its own data: `python train.py` works on a fresh clone. Called by
-    the commands that train or prepare (captioning/cli), never by a loader: reading data never writes it."""
-    d = config.data
-    root = Path(d.root)
-    if d.dataset == "shapes" and not (root / d.split_file).exists():
-        print(f"{root / d.split_file} not found: generating the shapes dataset there", file=sys.stderr)
-        make_shapes(root, dict(SHAPES_DEFAULT_COUNTS), image_size=d.image_size)
 
 
 def check_bad_images(split: str, bad: list[Path | str], total: int, *, limit: float) -> None:

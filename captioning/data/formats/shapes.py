@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from captioning.config import DataConfig
+import sys
+from pathlib import Path
+
+from captioning.config import Config, DataConfig
 from captioning.config.registry import DATASETS
 from captioning.data.formats.karpathy import read_split
 from captioning.data.records import ImageRecord, data_root
+from captioning.data.shapes.scenes import SHAPES_DEFAULT_COUNTS, make_shapes
 
 
 @DATASETS.register("shapes")
@@ -13,3 +17,13 @@ def read_shapes(data: DataConfig, split: str) -> list[ImageRecord]:
     """One split of data.root/data.split_file, which `captioning make-shapes` writes."""
     root = data_root(data, where=f"`captioning make-shapes --out {data.root}` makes it")
     return read_split(root / data.split_file, split, image_root=root / data.image_dir)
+
+
+def ensure_shapes(config: Config) -> None:
+    """The embedded default makes its own data: `python train.py` works on a fresh clone. Called by
+    the commands that train or prepare (captioning/cli), never by a reader: reading data never writes it."""
+    d = config.data
+    root = Path(d.root)
+    if d.dataset == "shapes" and not (root / d.split_file).exists():
+        print(f"{root / d.split_file} not found: generating the shapes dataset there", file=sys.stderr)
+        make_shapes(root, dict(SHAPES_DEFAULT_COUNTS), image_size=d.image_size)
