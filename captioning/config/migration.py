@@ -72,7 +72,7 @@ def migrate(values: dict[str, Any]) -> dict[str, Any]:
 
 def with_values_renamed(values: dict[str, Any]) -> dict[str, Any]:
     """`values` (a checkpoint's config as plain data) with each RENAMED_VALUES value under its new
-    name (a copy; sections copied as needed)."""
+    name (a deep copy: the caller's dict is left as it was)."""
     kept = copy.deepcopy(values)
     for dotted, renamed in RENAMED_VALUES.items():
         *path, key = dotted.split(".")

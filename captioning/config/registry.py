@@ -63,8 +63,8 @@ SCORES: Registry[Any] = Registry("model.score")
 # The local score's window: Luong's Gaussian (captioning.model.scores) or a learned shape around it
 # (captioning.model.extras.window).
 LOCAL_WINDOWS: Registry[Any] = Registry("model.local.window")
-# The dataset formats: a reader per format (captioning.data.formats, captioning.data.shapes), each
-# registered under the names of the datasets it reads; (data, split) -> that split's image records.
+# The dataset formats: a reader per format (captioning.data.formats), each registered under the
+# names of the datasets it reads; (data, split) -> that split's image records.
 DATASETS: Registry[Callable[..., Any]] = Registry("data.dataset")
 # The training objectives (captioning.train.cross_entropy, captioning.train.scst).
 OBJECTIVES: Registry[Any] = Registry("train.objective")
