@@ -42,7 +42,7 @@ TRIPS["hard"] = (*TRIPS["soft"], "Reinforce's baseline update with its statistic
 SHAPES = ([5, 7, 4], [3, 2, 3], [12, 9, 14], [5, 7, 4, 6, 3, 8, 2, 9])
 
 
-def _batch(seed: int, lengths: list[int]) -> Batch:
+def _batch(seed: int, lengths: list[int] = SHAPES[0]) -> Batch:
     """Captions of these lengths (<start> and <end> counted), padded to the longest."""
     generator = torch.Generator().manual_seed(seed)
     tokens = torch.full((len(lengths), max(lengths)), Vocabulary.pad_id, dtype=torch.long)
