@@ -84,23 +84,26 @@ def test_gate_has_one_output_for_scalar_and_D_for_vector():
 
 @pytest.mark.parametrize("gate", ["scalar", "vector"])
 def test_lstm_input_is_the_word_embedding_and_the_gated_context(gate):
-    """LSTM input [E y_{t-1}; beta_t * z_t] with beta_t = sigmoid(f_beta(h_{t-1})) (Sec. 4.2.1)."""
+    """LSTM input [E y_{t-1}; beta_t * z_t] with beta_t = sigmoid(f_beta(h_{t-1})) (Sec. 4.2.1): the
+    step's new (h_t, c_t) are the LSTM's on that input, and the word's logits (Eq. 7) follow from them,
+    step by step and teacher-forced (the fused path) alike."""
     decoder = make_decoder(3, gate=gate).eval()
     annotations, tokens = make_inputs()
-    seen = []
-    handle = decoder.lstm.register_forward_pre_hook(lambda module, args: seen.append(args[0]))
-    try:
-        with torch.no_grad():
-            memory, state = decoder.prepare(annotations)
-            attended = decoder.attention(memory, state.h)
-            beta = torch.sigmoid(decoder.gate(state.h))  # [B, 1] or [B, D]
-            decoder.step(memory, state, tokens[:, 0])
-    finally:
-        handle.remove()
-    lstm_input = seen[0]  # [B, E + D]
-    torch.testing.assert_close(lstm_input[:, :E], decoder.embed(tokens[:, 0]))
-    torch.testing.assert_close(lstm_input[:, E:], beta * attended.context)
+    with torch.no_grad():
+        memory, state = decoder.prepare(annotations)
+        attended = decoder.attention(memory, state.h)
+        beta = torch.sigmoid(decoder.gate(state.h))  # [B, 1] or [B, D]
+        embedded, z = decoder.embed(tokens[:, 0]), beta * attended.context
+        h, c = decoder.lstm(torch.cat([embedded, z], 1), (state.h, state.c))
+        expected = decoder.out(embedded + decoder.out_h(h) + decoder.out_z(z))
+        logits, new_state, _ = decoder.step(memory, state, tokens[:, 0])
+        teacher_forced = decoder(annotations, tokens[:, :1]).logits[:, 0]
+    torch.testing.assert_close(new_state.h, h)
+    torch.testing.assert_close(new_state.c, c)
+    torch.testing.assert_close(logits, expected)
+    torch.testing.assert_close(teacher_forced, expected)
     assert beta.shape == ((B, 1) if gate == "scalar" else (B, D))
+    assert not torch.allclose(beta, torch.ones_like(beta), atol=1e-2)  # a gate that changes the input
 
 
 @pytest.mark.parametrize("deep_output", ["linear", "tanh"])

@@ -12,6 +12,7 @@ from captioning.model.attention import SoftAttention
 from captioning.model.decoder import AttentionDecoder
 from captioning.model.decoding import Captions, beam_search, decode, greedy
 from captioning.model.scores import AdditiveScore
+from tests.work import flops
 
 B, L, D, H, V = 2, 9, 8, 16, 11
 PAD, START, END = Vocabulary.pad_id, Vocabulary.start_id, Vocabulary.end_id
@@ -255,16 +256,31 @@ def test_length_penalty_values_give_valid_captions(length_penalty):
     check_captions(beam_search(decoder, annotations, beam_size=3, max_length=6, length_penalty=length_penalty), B, 6)
 
 
-def test_image_side_work_is_done_once_per_image_not_per_beam_or_step():
+@pytest.mark.parametrize("fused", [True, False])
+def test_image_side_work_is_done_once_per_image_not_per_beam_or_step(fused):
+    """The keys W_a a_i and the initial state (h_0, c_0) depend on the image alone: decoding T words
+    costs one `prepare` of the images' batch plus T steps of equal cost (in floating-point operations,
+    tests/work.py), and a step's work is per row (B * K rows: a 4-beam step costs 4 greedy steps).
+    Redoing the image side per beam would add to the first part; redoing it per step would add the
+    same per-image work to every step, whatever K."""
     decoder, annotations = make_decoder(0), make_annotations(0, batch=3)
-    calls = []
-    handle = decoder.attention.score.key.register_forward_hook(lambda module, args, out: calls.append(args[0].shape[0]))
-    try:
-        beam_search(decoder, annotations, beam_size=4, max_length=6)
-        greedy(decoder, annotations, max_length=6)
-    finally:
-        handle.remove()
-    assert calls == [3, 3]
+    decoder.fused = fused
+    with torch.no_grad():
+        decoder.out.bias[END] = -1e4  # no caption ends: every search runs its max_length steps
+        once = flops(decoder.prepare, annotations)
+    assert once > 0
+    searches = {"greedy": lambda steps: greedy(decoder, annotations, max_length=steps)}
+    for beam_size in (1, 4):
+        searches[f"beam{beam_size}"] = lambda steps, k=beam_size: beam_search(decoder, annotations, beam_size=k,
+                                                                              max_length=steps)
+    per_step = {}
+    for name, search in searches.items():
+        total = {steps: flops(search, steps) for steps in (1, 2, 5)}
+        per_step[name] = total[2] - total[1]
+        assert total[5] == total[1] + 4 * per_step[name], name  # every step costs the same
+        assert total[1] - per_step[name] == once, name  # and the image side is one prepare of the batch
+    assert per_step["greedy"] > 0
+    assert per_step["beam1"] == per_step["greedy"] and per_step["beam4"] == 4 * per_step["greedy"]
 
 
 def test_decode_dispatches_on_beam_size():

@@ -27,10 +27,6 @@ B, L, D, E, H, A, V, T = 5, 9, 8, 6, 16, 7, 11, 7
 LENGTHS = torch.tensor([3, 7, 1, 5, 7])  # unsorted, with ties, a one-step row and full-length rows
 
 
-class PlainSoftAttention(SoftAttention):
-    """The same attention under another type: the fused path does not recognize it."""
-
-
 def make_decoder(seed: int = 0, *, gate: str = "scalar", dtype=torch.float64, dropout: float = 0.0,
                  fused: bool = True) -> AttentionDecoder:
     torch.manual_seed(seed)
@@ -72,13 +68,59 @@ def outputs_and_gradients(decoder: AttentionDecoder, annotations, inputs, target
     return output, loss, torch.autograd.grad(loss, [annotations, *decoder.parameters()])
 
 
-def test_the_fused_path_is_taken_by_the_default_and_left_by_the_switch_and_by_other_attention():
-    """Guards the comparisons below: without it they could compare the step-by-step path with itself."""
-    assert make_decoder().fusable and fused.supports(make_decoder())
-    assert not make_decoder(fused=False).fusable and not stepwise(make_decoder()).fusable
-    assert not AttentionDecoder(vocab_size=V, annotation_dim=D, embed_dim=E, hidden_dim=H,
-                                attention=PlainSoftAttention(AdditiveScore(annotation_dim=D, hidden_dim=H,
-                                                                           attention_dim=A))).fusable
+def test_the_default_and_the_switch_give_the_same_numbers_by_different_roundings():
+    """Guards the comparisons below: the default decoder and its step-by-step twin (`stepwise`, and
+    the constructor's fused=False) must be two computations, or they would compare a path with itself.
+    In float32 two arrangements of the same products agree to rounding, never bit for bit."""
+    decoder = make_decoder(2, dtype=torch.float32)
+    annotations, inputs, _, _ = make_batch(2, dtype=torch.float32)
+    with torch.no_grad():
+        default = decoder(annotations, inputs, lengths=LENGTHS)
+        repeated = decoder(annotations, inputs, lengths=LENGTHS)
+        for twin in (stepwise(decoder), make_decoder(2, dtype=torch.float32, fused=False)):
+            other = twin(annotations, inputs, lengths=LENGTHS)
+            torch.testing.assert_close(other.logits, default.logits, rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(other.alphas, default.alphas, rtol=1e-5, atol=1e-6)
+            assert not torch.equal(other.logits, default.logits)
+    assert torch.equal(repeated.logits, default.logits)  # each path alone is deterministic
+
+
+def build(overrides: list[str], seed: int = 7) -> AttentionDecoder:
+    """A float64 decoder of the configuration's `model:` with these overrides, the same weights for a seed."""
+    from captioning.config import load_config
+    from captioning.model.encoder_decoder import build_decoder
+
+    torch.manual_seed(seed)
+    config = load_config(None, ["model.embed_dim=6", "model.hidden_dim=16", "model.attention_dim=7",
+                                "model.dropout=0", *overrides])
+    return build_decoder(config.model, vocab_size=V, annotation_dim=D, grid=(3, 3)).to(torch.float64).eval()
+
+
+@pytest.mark.parametrize("overrides", [
+    ["model.extras.temperature=2.0"],  # the fused softmax has no temperature
+    ["model.score=dot"],
+    ["model.score=concat"],
+    ["model.extras.query_word=true"],  # queried with [h_{t-1}; E y_{t-1}], not h_{t-1}
+    ["model.attention=hard"],  # the expectation, outside training
+])
+def test_decoders_the_fused_path_does_not_implement_keep_their_own_equations(overrides):
+    """With model.fused left on, a decoder the fused recurrence was not written for computes what it
+    computes with the switch off (its `_advance`): the same logits, maps and gradients, for
+    teacher forcing and for beam search."""
+    decoder, switched = build(overrides), build([*overrides, "model.fused=false"])
+    annotations, inputs, targets, mask = make_batch(6)
+    output, loss, grads = outputs_and_gradients(decoder, annotations, inputs, targets, mask)
+    want, want_loss, want_grads = outputs_and_gradients(switched, annotations, inputs, targets, mask)
+    torch.testing.assert_close(output.logits, want.logits, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(output.alphas, want.alphas, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(loss, want_loss, rtol=1e-12, atol=1e-12)
+    for got, wanted in zip(grads, want_grads):
+        torch.testing.assert_close(got, wanted, rtol=1e-9, atol=1e-12)
+    images = annotations[:3]
+    got = beam_search(decoder, images, beam_size=3, max_length=6)
+    expected = beam_search(switched, images, beam_size=3, max_length=6)
+    assert torch.equal(got.tokens, expected.tokens)
+    torch.testing.assert_close(got.alphas, expected.alphas, rtol=1e-9, atol=1e-12)
 
 
 @pytest.mark.parametrize("gate", ["scalar", "vector"])
@@ -106,11 +148,11 @@ def test_with_grid_coordinates_the_fused_path_equals_the_stepwise_one():
                               inputs=(GridCoordinates(grid=(3, 3)),))
     decoder = AttentionDecoder(vocab_size=V, annotation_dim=D, embed_dim=E, hidden_dim=H, attention=attention,
                                dropout=0.0).to(torch.float64)
-    assert decoder.fusable
     annotations, inputs, targets, mask = make_batch(3)
     (output, loss, grads), (want, want_loss, want_grads) = (
         outputs_and_gradients(d, annotations, inputs, targets, mask) for d in (decoder, stepwise(decoder)))
     torch.testing.assert_close(output.logits, want.logits, rtol=1e-10, atol=1e-10)
+    assert not torch.equal(output.logits, want.logits)  # two computations (as the guard above)
     torch.testing.assert_close(loss, want_loss, rtol=1e-12, atol=1e-12)
     for got, wanted in zip(grads, want_grads):
         torch.testing.assert_close(got, wanted, rtol=1e-9, atol=1e-12)
@@ -245,15 +287,19 @@ def test_the_benchmarks_other_implementations_compute_the_same_model(name):
 
 
 def test_model_fused_false_reaches_the_decoder_and_leaves_the_records_model_digest_alone():
-    """The switch a researcher sets (`model.fused=false`) runs `_advance`; it changes how the numbers
-    are computed, not what they are, so a checkpoint's record does not call it a different model."""
+    """The switch a researcher sets (`model.fused=false`) computes the paper's decoder step by step: the
+    same numbers to float rounding, not the same bits (the default's fused path arranges the products
+    otherwise). It changes how the numbers are computed, not what they are, so a checkpoint's record
+    does not call it a different model."""
     from captioning.config import load_config
-    from captioning.model.encoder_decoder import build_decoder
     from captioning.train.record import model_settings
 
+    decoder, switched = build([]).float(), build(["model.fused=false"]).float()
+    annotations, inputs, _, _ = make_batch(4, dtype=torch.float32)
+    with torch.no_grad():
+        got, want = decoder(annotations, inputs, lengths=LENGTHS), switched(annotations, inputs, lengths=LENGTHS)
+    torch.testing.assert_close(got.logits, want.logits, rtol=1e-5, atol=1e-5)
+    assert not torch.equal(got.logits, want.logits)
     default = load_config(None, [])
-    switched = load_config(None, ["model.fused=false"])
-    assert build_decoder(default.model, vocab_size=V, annotation_dim=D).fusable
-    assert not build_decoder(switched.model, vocab_size=V, annotation_dim=D).fusable
-    assert model_settings(default) == model_settings(switched)
+    assert model_settings(default) == model_settings(load_config(None, ["model.fused=false"]))
     assert model_settings(default) != model_settings(load_config(None, ["model.gate=vector"]))

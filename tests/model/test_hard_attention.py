@@ -296,29 +296,54 @@ def test_without_draws_each_image_flips_its_own_coin_at_the_papers_chance():
     torch.manual_seed(0)
     share = float(attention.prepare(a).expectation.float().mean())
     assert 0.42 < share < 0.58
-    assert all(name.startswith("score.") for name in attention.state_dict())  # no counter of its own
+    for _ in range(50):
+        attention.prepare(a[:1])
+    later = float(attention.prepare(a).expectation.float().mean())
+    assert 0.42 < later < 0.58  # no counter of its own: the 52nd call flips at the chance of the first
     assert attention.eval().prepare(a).expectation is None
 
 
 @pytest.mark.parametrize("kind", ["soft", "hard"])
-def test_validation_decodes_hard_attention_as_the_config_says(kind, monkeypatch):
-    """The best checkpoint is picked by the decoding it will be used with (decode.hard_choice)."""
+def test_validation_decodes_hard_attention_as_the_config_says(kind):
+    """The best checkpoint is picked by the decoding it will be used with (decode.hard_choice): with
+    the captions of that decoding as the references, validation scores perfectly, and the captions of
+    the other choice (which differ here) would not."""
+    import numpy as np
+
     from captioning.config import load_config
-    from captioning.eval.evaluate import Decoded
+    from captioning.eval.evaluate import decode_split, score_split
+    from captioning.model.encoder_decoder import build_decoder
     from captioning.train import validation
 
-    seen = {}
-    monkeypatch.setattr(validation, "decode_split", lambda *args, **kwargs: seen.update(kwargs) or Decoded([], []))
-    monkeypatch.setattr(validation, "score_split", lambda *args, **kwargs: {})
+    choice = ["decode.hard_choice=argmax"] if kind == "hard" else []  # soft attention is the expectation
+    config = load_config("configs/shapes_soft.yaml", [f"model.attention={kind}", *choice, "model.embed_dim=8",
+                                                      "model.hidden_dim=16", "model.attention_dim=8"])
+    torch.manual_seed(3)
+    decoder = build_decoder(config.model, vocab_size=V, annotation_dim=D, grid=GRID).eval()
+    with torch.no_grad():
+        decoder.out.weight.mul_(4.0)  # captions that depend on the maps
+    vocab = Vocabulary(["<pad>", "<start>", "<end>", "<unk>", *(f"w{i}" for i in range(V - 4))])
+    images = 12
+    annotations = torch.randn(images, L, D, generator=torch.Generator().manual_seed(1)).half().numpy()
+
+    def captions(hard_choice):
+        return decode_split(decoder, annotations, image_ids=list(range(images)), vocab=vocab, grid=GRID,
+                            max_length=config.decode.max_length, hard_choice=hard_choice).results
+
+    wanted = captions("argmax" if kind == "hard" else None)
 
     class Split:  # what validate reads of a split (no object boxes or instances: no scorer)
-        annotations, records, image_ids, references, grid = [0], [0], [0], [["a"]], (1, 1)
+        records, image_ids, references, grid = [0] * images, list(range(images)), [[r["caption"]] for r in wanted], GRID
         scenes = instances = None
 
-    choice = ["decode.hard_choice=argmax"] if kind == "hard" else []  # soft attention is the expectation
-    config = load_config("configs/shapes_soft.yaml", [f"model.attention={kind}", *choice])
-    validation.validation_metrics(None, Split(), None, config, device="cpu")
-    assert seen["hard_choice"] == ("argmax" if kind == "hard" else None)
+    Split.annotations = np.asarray(annotations)
+    metrics = validation.validation_metrics(decoder, Split(), vocab, config, device="cpu")
+    assert metrics == score_split(wanted, image_ids=Split.image_ids, references=Split.references, full=False)
+    assert metrics["Bleu_4"] > 0.99
+    if kind == "hard":
+        other = captions("expectation")
+        assert other != wanted
+        assert score_split(other, image_ids=Split.image_ids, references=Split.references, full=False) != metrics
     with pytest.raises(ConfigError, match="decode.hard_choice=argmax applies to hard attention only"):
         load_config("configs/shapes_soft.yaml", ["decode.hard_choice=argmax"])
 

@@ -340,6 +340,8 @@ def test_image_side_work_runs_once_per_decoder_forward(name, monkeypatch):
     attention = make_attention(f"score={name}")
     decoder = AttentionDecoder(vocab_size=V, annotation_dim=D, embed_dim=8, hidden_dim=H, attention=attention,
                                dropout=0.0)
+    # The count is the behaviour: a score's image side redone per step gives the same numbers at T times
+    # the cost (tests/model/test_decoding.py checks the same of decoding by its operations).
     calls = []
     prepare = attention.score.prepare
     monkeypatch.setattr(attention.score, "prepare", lambda annotations: calls.append(1) or prepare(annotations))

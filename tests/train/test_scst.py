@@ -16,9 +16,22 @@ from captioning.model.encoder_decoder import build_decoder
 from captioning.train.loop import fit
 from captioning.train.scst import ImageRows, SelfCritical, image_batches
 from tests.model.sizes import model_section
-from tests.train.test_step import handed_coins
 
 WORDS = ["a", "red", "green", "square", "circle"]
+
+
+def handed_coins(monkeypatch, decoder: torch.nn.Module) -> list[torch.Tensor]:
+    """The coins each `prepare` of hard attention is handed (True: that row uses the expectation).
+    Sampling returns no locations to read them from, so they are read where they are made."""
+    seen, prepare = [], decoder.attention.prepare
+
+    def spy(annotations, draws=None):
+        memory = prepare(annotations, draws=draws)
+        seen.append(memory.expectation)
+        return memory
+
+    monkeypatch.setattr(decoder.attention, "prepare", spy)
+    return seen
 
 
 def _decoder(*overrides: str) -> torch.nn.Module:
@@ -176,22 +189,30 @@ def test_hard_attention_flips_one_coin_per_image_whatever_reinforce_samples_says
 
 def test_the_greedy_baseline_decodes_hard_attention_as_test_time_does(monkeypatch) -> None:
     """decode.hard_choice (argmax, sample) applies to the greedy caption the samples are compared
-    with, as it does to validation and evaluation."""
-    import captioning.train.scst as scst_module
+    with, as it does to validation and evaluation: the baseline is the reward of the caption that
+    test-time decoding gives (a reward read off the tokens here, so that every caption has its own)."""
+    from captioning.model.attention import choosing
+    from captioning.model.decoding import greedy
 
     decoder, critic = _decoder("attention=hard").train(), _critic(samples=2, baseline="greedy")
-    used = []
-    real = scst_module.greedy
+    monkeypatch.setattr(critic, "rewards", lambda tokens, images: (tokens * torch.arange(tokens.shape[1])).sum(1)
+                        .double().numpy())
+    images = torch.arange(8) % 2
+    batch = ImageRows(images, torch.randn(8, 4, 6, generator=torch.Generator().manual_seed(2)))
 
-    def greedy(decoder, annotations, **options):
-        used.append(decoder.attention.choice)
-        return real(decoder, annotations, **options)
+    def test_time(choice):
+        decoder.eval()
+        with choosing(decoder, choice):
+            caption = greedy(decoder, batch.annotations, max_length=critic.max_length)
+        decoder.train()
+        return float(critic.rewards(caption.tokens, images.tolist()).mean())
 
-    monkeypatch.setattr(scst_module, "greedy", greedy)
-    batch = ImageRows(torch.tensor([0, 1]), torch.randn(2, 4, 6))
-    for choice in ("argmax", "sample", None):
-        critic.loss(decoder, batch, hard_choice=choice)
-    assert used == ["argmax", "sample", "expectation"] and decoder.attention.choice == "expectation"
+    expected = {choice: test_time(choice) for choice in ("argmax", None)}
+    assert expected["argmax"] != expected[None]  # the two decodings differ here
+    for choice in ("argmax", None, "argmax"):
+        _, stats = critic.loss(decoder, batch, hard_choice=choice)
+        assert stats["baseline"] == expected[choice], choice
+    assert test_time(None) == expected[None]  # the model's own choice is back after the loss
 
 
 def test_image_batches_cover_every_image_once_per_epoch_in_a_seeded_order() -> None:

@@ -351,27 +351,22 @@ def test_the_coins_warm_up_from_the_expectation_to_the_papers_chance_by_the_runs
     assert expectation_prob_at(0, expectation_prob=0.3, warmup=0) == 0.3
 
 
-def handed_coins(monkeypatch, decoder: AttentionDecoder) -> list[torch.Tensor]:
-    """The coins each forward's `prepare` is handed (True: that row uses the expectation)."""
-    seen, prepare = [], decoder.attention.prepare
-
-    def spy(annotations, draws=None):
-        memory = prepare(annotations, draws=draws)
-        seen.append(memory.expectation)
-        return memory
-
-    monkeypatch.setattr(decoder.attention, "prepare", spy)
+def rows_on_the_expectation(decoder: AttentionDecoder) -> list[torch.Tensor]:
+    """For each teacher-forced forward of `decoder`, the rows whose coin said "expectation": their
+    words chose no cell (location -1), where a sampling row's first word chose one."""
+    seen = []
+    decoder.register_forward_hook(lambda module, args, output: seen.append(output.locations[:, 0] == -1))
     return seen
 
 
 @pytest.mark.parametrize(("step", "low", "high"), [(0, 1.0, 1.0), (2, 0.65, 0.85), (9, 0.42, 0.58)])
-def test_the_training_step_flips_the_coins_at_the_chance_of_its_step(step, low, high, monkeypatch):
+def test_the_training_step_flips_the_coins_at_the_chance_of_its_step(step, low, high):
     """train_step hands hard attention coins at expectation_prob_at(step) over `hard_warmup` steps, with
     the run's own draws (row_draws) and without them: a resumed run at step 2 is where the schedule was."""
     decoder, batch = make_decoder("hard"), make_batch()
     many = Batch(annotations=batch.annotations.repeat(100, 1, 1), tokens=batch.tokens.repeat(100, 1),
                  lengths=batch.lengths.repeat(100))  # 400 captions
-    seen = handed_coins(monkeypatch, decoder)
+    seen = rows_on_the_expectation(decoder)
     optimizer = torch.optim.SGD(decoder.parameters(), lr=0.0)
     torch.manual_seed(0)
     train_step(decoder, many, optimizer, grad_clip=1.0, ds_lambda=1.0, step=step, hard_warmup=4)
