@@ -51,7 +51,6 @@ def _choices(config: Config) -> dict[str, tuple[str, tuple[str, ...]]]:
         "train.reinforce.baseline": (t.reinforce.baseline, c.BASELINES),
         "train.objective": (t.objective, r.OBJECTIVES.names()),
         "train.scst.baseline": (t.scst.baseline, c.SCST_BASELINES),
-        "decode.hard_choice": (config.decode.hard_choice, c.HARD_CHOICES),
     }
 
 
@@ -120,9 +119,8 @@ def _combinations(config: Config) -> list[str]:
     if not cosine and m.cosine != CosineConfig():
         problems.append(f"model.cosine applies to the cosine score (or model.local.base=cosine) only, not "
                         f"model.score={m.score}")
-    if m.attention == "soft" and config.decode.hard_choice != "expectation":
-        problems.append(f"decode.hard_choice={config.decode.hard_choice} applies to hard attention only; soft "
-                        "attention is the expectation")
+    if (problem := hard_choice_problem(config.decode.hard_choice, m.attention)) is not None:
+        problems.append(problem)
     if t.ema_decay and e.fine_tune_from is not None:
         problems.append("train.ema_decay averages the decoder only; it does not go with encoder.fine_tune_from")
     if config.data.augment and config.data.feature_cache and e.fine_tune_from is None:
@@ -139,6 +137,18 @@ def _combinations(config: Config) -> list[str]:
                and weight > 0 for word, weight in weights.items()):
         problems.append(f"train.word_weights must map words to positive numbers, got {weights!r}")
     return problems
+
+
+def hard_choice_problem(choice: str, attention: str) -> str | None:
+    """The one rule on how hard attention picks its cell at test time, for a config's
+    decode.hard_choice and for a choice asked of a model at decoding (model.attention.refuse_hard_choice):
+    a choice that exists, and argmax or sampling only with hard attention. Soft attention *is* the
+    expectation, so asking it for argmax or sampling is an error rather than silently ignored."""
+    if choice not in choices.HARD_CHOICES:
+        return f"decode.hard_choice '{choice}' is not one of {', '.join(choices.HARD_CHOICES)}"
+    if attention == "soft" and choice != "expectation":
+        return f"decode.hard_choice={choice} applies to hard attention only; soft attention is the expectation"
+    return None
 
 
 def _scst_problems(config: Config) -> list[str]:

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from captioning.config.choices import HARD_CHOICES
+from captioning.config.checks import hard_choice_problem
 from captioning.config.schema import ConfigError
 
 
@@ -273,16 +273,15 @@ def hard_attention(module: nn.Module) -> HardAttention | None:
 
 
 def refuse_hard_choice(module: nn.Module, choice: str | None, name: str = "this model") -> None:
-    """The one check of how a model is asked to pick hard attention's cell at test time: a choice
-    that exists, and argmax or sampling only of a model with hard attention. Soft attention *is* the
-    expectation, so asking a soft model for argmax or sampling is an error rather than silently
-    ignored. `name` names the model in the message (a checkpoint's path); None asks nothing."""
+    """The config's rule on how hard attention picks its cell at test time
+    (captioning.config.checks.hard_choice_problem), applied to a choice asked of this model when it
+    decodes (an API call's or a command's, not its config's). `name` names the model in the message
+    (a checkpoint's path); None asks nothing."""
     if choice is None:
         return
-    if choice not in HARD_CHOICES:
-        raise ConfigError(f"unknown hard attention choice '{choice}' (known: {', '.join(HARD_CHOICES)})")
-    if choice != "expectation" and hard_attention(module) is None:
-        raise ConfigError(f"hard choice {choice}: {name} uses soft attention (only expectation applies)")
+    problem = hard_choice_problem(choice, "soft" if hard_attention(module) is None else "hard")
+    if problem is not None:
+        raise ConfigError(f"{name}: {problem}")
 
 
 @contextmanager

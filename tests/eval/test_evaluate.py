@@ -270,7 +270,7 @@ def test_evaluate_checkpoint_names_the_checkpoint_in_its_errors(tiny_run, tmp_pa
     checkpoint, data = str(tiny_run.checkpoint), f"data.root={tiny_run.data_root}"
     with pytest.raises(ConfigError, match=rf"^{re.escape(checkpoint)}: config with overrides: .*decode.beam_size"):
         evaluate_checkpoint(checkpoint, overrides=[data, "decode.beam_size=0"])
-    with pytest.raises(ConfigError, match=rf"^hard choice argmax: {re.escape(checkpoint)} uses soft attention"):
+    with pytest.raises(ConfigError, match=rf"^{re.escape(checkpoint)}: decode.hard_choice=argmax applies to hard"):
         evaluate_checkpoint(checkpoint, overrides=[data], hard_choice="argmax")
     payload = torch.load(checkpoint, map_location="cpu", weights_only=True)
     payload["config"]["model"]["hidden_dim"] = -1

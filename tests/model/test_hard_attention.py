@@ -240,7 +240,8 @@ def test_test_time_choices_and_the_context_manager():
         pass
     with choosing(make("soft"), "expectation"):  # soft attention is the expectation: fine
         pass
-    with pytest.raises(ValueError, match="unknown hard attention choice"), choosing(attention, "mode"):
+    with pytest.raises(ValueError, match="decode.hard_choice 'mode' is not one of expectation, argmax, sample"), \
+            choosing(attention, "mode"):
         pass
 
 
