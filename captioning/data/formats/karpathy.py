@@ -20,7 +20,13 @@ from captioning.data.records import DatasetError, ImageRecord, data_root, note_d
 @DATASETS.register("coco", "flickr8k", "flickr30k", "karpathy")
 def read_karpathy(data: DataConfig, split: str) -> list[ImageRecord]:
     """One split of data.root/data.split_file."""
-    root = data_root(data, where=f"docs/coco.md says what the {data.dataset} data holds")
+    return read_configured(data, split, where=f"docs/coco.md says what the {data.dataset} data holds")
+
+
+def read_configured(data: DataConfig, split: str, *, where: str) -> list[ImageRecord]:
+    """One split of the split file a config names (data.root/data.split_file, images under
+    data.root/data.image_dir); `where` says where the data comes from when data.root is missing."""
+    root = data_root(data, where=where)
     return read_split(root / data.split_file, split, image_root=root / data.image_dir)
 
 

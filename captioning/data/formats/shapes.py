@@ -7,16 +7,15 @@ from pathlib import Path
 
 from captioning.config import Config, DataConfig
 from captioning.config.registry import DATASETS
-from captioning.data.formats.karpathy import read_split
-from captioning.data.records import ImageRecord, data_root
+from captioning.data.formats.karpathy import read_configured
+from captioning.data.records import ImageRecord
 from captioning.data.shapes.scenes import SHAPES_DEFAULT_COUNTS, make_shapes
 
 
 @DATASETS.register("shapes")
 def read_shapes(data: DataConfig, split: str) -> list[ImageRecord]:
     """One split of data.root/data.split_file, which `captioning make-shapes` writes."""
-    root = data_root(data, where=f"`captioning make-shapes --out {data.root}` makes it")
-    return read_split(root / data.split_file, split, image_root=root / data.image_dir)
+    return read_configured(data, split, where=f"`captioning make-shapes --out {data.root}` makes it")
 
 
 def ensure_shapes(config: Config) -> None:
