@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 
 from captioning.config import Config, ConfigError, apply_overrides, from_dict, load_config
@@ -128,7 +130,8 @@ def test_exponent_in_a_yaml_file_is_a_number_too(tmp_path):
     ("model.atention=soft", "unknown key 'model.atention' .did you mean 'model.attention'. known in model: "
                             "attention, "),
     ("modle.hidden_dim=3", "unknown key 'modle' .did you mean 'model'"),
-    ("data.captions=c.csv", "unknown key 'data.captions' .did you mean 'data.captions_file'"),  # not val_captions
+    ("data.feature=false", "unknown key 'data.feature' .did you mean 'data.feature_cache'"),
+    ("data.folder.captions=c.csv", "unknown key 'data.folder.captions' .did you mean 'data.folder.captions_file'"),
     ("decode.beam=2", "unknown key 'decode.beam' .did you mean 'decode.beam_size'"),
     ("model.xyz=3", "unknown key 'model.xyz' .known in model: attention"),  # nothing close: no guess
     ("train.lr.x=1", "'lr' is a value, not a section"),  # `x` would otherwise silently become lr={'x': 1}
@@ -151,8 +154,8 @@ def test_unknown_override_keys_raise_naming_the_key(override, message):
     ("model.local.window=square", "model.local.window 'square' is not one of gaussian, learned"),
     ("data.dataset=imagenet", "data.dataset 'imagenet' is not one of "),
     ("train.objective=rl", "train.objective 'rl' is not one of xe, scst"),
-    ("train.reinforce.warmup=-1", "train.reinforce.warmup must be at least 0"),
-    ("train.reinforce.samples=0", "train.reinforce.samples must be at least 1"),
+    ("train.reinforce.weight_warmup=-1", "train.reinforce.weight_warmup must be at least 0"),
+    ("train.reinforce.location_samples=0", "train.reinforce.location_samples must be at least 1"),
     ("train.reinforce.baseline=critic", "train.reinforce.baseline 'critic' is not one of none, moving_average, "
                                         "leave_one_out"),
 ])
@@ -214,7 +217,7 @@ def test_round_trip_through_to_dict_and_from_dict():
     (["model.score=telepathic"], "model.score 'telepathic' is not one of additive, concat, general, dot, scaled_dot, "
                                  "cosine, location, local"),
     (["model.attention=hard", "train.reinforce.baseline=leave_one_out"],
-     "leave_one_out needs train.reinforce.samples >= 2"),
+     "leave_one_out needs train.reinforce.location_samples >= 2"),
     (["model.extras.glimpses=2", "model.attention=hard"], "model.extras.glimpses=2 needs model.attention=soft"),
     (["model.local.sigma=2.0"], "model.local applies to the local score only"),
     (["model.score=local", "model.local.sigma=0.0"], "model.local.sigma must be positive"),
@@ -342,3 +345,47 @@ def test_the_scst_baseline_once_called_mean_is_refused_in_a_file_and_read_from_a
     assert from_dict(values, where="last.pt: config").train.scst.baseline == "leave_one_out"
     assert values["train"]["scst"]["baseline"] == "mean"  # the caller's dict is left as it was
     assert from_dict(Config().to_dict()).train.scst.baseline == "greedy"  # nothing else is renamed
+
+
+def test_settings_renamed_since_format_2_load_from_a_checkpoint_under_their_new_names():
+    """train.reinforce.warmup and .samples (each a name that meant two settings) and the folder's and
+    COCO's own files (now in their format's section): a checkpoint written before records the old
+    keys, and its config reads as the new ones, the caller's dict left as it was."""
+    values = Config().to_dict()
+    reinforce, data = values["train"]["reinforce"], values["data"]
+    del reinforce["weight_warmup"], reinforce["location_samples"], data["folder"], data["coco_official"]
+    reinforce.update(warmup=7, samples=3)
+    data.update(captions_file="mine.jsonl", split_seed=4, split_share=0.2, allow_outside_images=True,
+                train_captions="t.json", train_images="t", val_captions="v.json", val_images="v")
+    before = copy.deepcopy(values)
+    config = from_dict(values, where="last.pt: config")
+    assert values == before  # the caller's dict is left as it was
+    assert (config.train.reinforce.weight_warmup, config.train.reinforce.location_samples) == (7, 3)
+    folder, coco = config.data.folder, config.data.coco_official
+    assert (folder.captions_file, folder.split_seed, folder.split_share, folder.allow_outside_images) == (
+        "mine.jsonl", 4, 0.2, True)
+    assert (coco.train_captions, coco.train_images, coco.val_captions, coco.val_images) == (
+        "t.json", "t", "v.json", "v")
+    assert from_dict(Config().to_dict()) == Config()  # today's keys stay where they are
+
+
+@pytest.mark.parametrize("old, new", [
+    ("train.reinforce.warmup=5", "train.reinforce.weight_warmup"),
+    ("train.reinforce.samples=2", "train.reinforce.location_samples"),
+    ("data.captions_file=c.csv", "data.folder.captions_file"),
+    ("data.split_share=0.1", "data.folder.split_share"),
+    ("data.val_images=val2014", "data.coco_official.val_images"),
+    ("train.samples=2", "train.reinforce.location_samples"),  # format 1's flat key, renamed twice since
+    ("train.reinforce_warmup=5", "train.reinforce.weight_warmup"),
+])
+def test_a_renamed_setting_in_a_file_or_an_override_is_refused_with_its_new_name(old, new, tmp_path):
+    key, value = old.split("=")
+    *sections, leaf = key.split(".")
+    text = "".join(f"{'  ' * depth}{section}:\n" for depth, section in enumerate(sections))
+    path = write(tmp_path / "old.yaml", f"{text}{'  ' * len(sections)}{leaf}: {value}\n")
+    for where, load in ((str(path), lambda: load_config(path)),
+                        (f"override '{old}'", lambda: load_config(None, [old]))):
+        with pytest.raises(ConfigError) as error:
+            load()
+        message = str(error.value)
+        assert message.startswith(f"{where}: '{key}' is now '{new}'") and "\n" not in message

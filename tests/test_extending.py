@@ -50,7 +50,7 @@ def test_the_dataset_format_example_reads_a_split_under_its_name(registries, tmp
     exec(compile(example("A dataset format"), "docs/architecture.md", "exec"), namespace)
     (tmp_path / "captions.tsv").write_text("b.jpg\ta dog\ttrain\na.jpg\ta cat\ttrain\na.jpg\ta cat sits\ttrain\n"
                                            "c.jpg\ta bird\tval\n")
-    data = load_config(None, ["data.dataset=tsv", f"data.root={tmp_path}", "data.captions_file=captions.tsv"]).data
+    data = load_config(None, ["data.dataset=tsv", f"data.root={tmp_path}", "data.split_file=captions.tsv"]).data
     train = read_records(data, "train")
     assert [(r.path.name, r.captions) for r in train] == [("a.jpg", ("a cat", "a cat sits")), ("b.jpg", ("a dog",))]
     assert [r.path for r in read_records(data, "val")] == [tmp_path / "c.jpg"]

@@ -5,8 +5,8 @@ a base of its own, and so on. Unknown keys are errors, never
 silently ignored: a misspelt key that did nothing has cost people whole training runs.
 
 Every value is checked when the config is loaded, before any data, feature or model work; old
-keys of checkpoint format 1 (and settings renamed with a new meaning) are migrated in a checkpoint and
-refused, with their new names, in a file.
+keys of checkpoint format 1, settings renamed since (MOVED) and settings renamed with a new meaning
+are migrated in a checkpoint and refused, with their new names, in a file.
 
 Modules: schema.py (the sections and their defaults), loading.py (files, overrides, plain data),
 checks.py (`validate`: every rule on a setting's value, in one place), choices.py (what each fixed
@@ -16,8 +16,9 @@ choice may be), registry.py (the pluggable ones: scores, dataset formats, object
 
 from captioning.config.checks import validate
 from captioning.config.loading import apply_overrides, from_dict, load_config
-from captioning.config.migration import REMOVED, RENAMED, migrate
+from captioning.config.migration import MOVED, REMOVED, RENAMED, migrate
 from captioning.config.schema import (
+    CocoOfficialConfig,
     Config,
     ConfigError,
     CosineConfig,
@@ -25,6 +26,7 @@ from captioning.config.schema import (
     DecodeConfig,
     EncoderConfig,
     ExtrasConfig,
+    FolderConfig,
     HardConfig,
     LocalConfig,
     ModelConfig,
@@ -34,7 +36,8 @@ from captioning.config.schema import (
 )
 
 __all__ = [
-    "REMOVED", "RENAMED", "Config", "ConfigError", "CosineConfig", "DataConfig", "DecodeConfig",
-    "EncoderConfig", "ExtrasConfig", "HardConfig", "LocalConfig", "ModelConfig", "ReinforceConfig", "ScstConfig",
-    "TrainConfig", "apply_overrides", "from_dict", "load_config", "migrate", "validate",
+    "MOVED", "REMOVED", "RENAMED", "CocoOfficialConfig", "Config", "ConfigError", "CosineConfig", "DataConfig",
+    "DecodeConfig", "EncoderConfig", "ExtrasConfig", "FolderConfig", "HardConfig", "LocalConfig", "ModelConfig",
+    "ReinforceConfig", "ScstConfig", "TrainConfig", "apply_overrides", "from_dict", "load_config", "migrate",
+    "validate",
 ]

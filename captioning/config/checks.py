@@ -68,8 +68,9 @@ def _ranges(config: Config) -> dict[str, tuple[Any, str, bool]]:
                 "train.eval_every_steps": (t.eval_every_steps, 1), "train.val_images": (t.val_images, 1),
                 "train.num_workers": (t.num_workers, 0), "train.save_every_steps": (t.save_every_steps, 1),
                 "train.log_every_steps": (t.log_every_steps, 1), "train.log_images": (t.log_images, 0),
-                "train.reinforce.samples": (t.reinforce.samples, 1), "train.max_bad_steps": (t.max_bad_steps, 1),
-                "train.scst.samples": (t.scst.samples, 1), "train.reinforce.warmup": (t.reinforce.warmup, 0),
+                "train.reinforce.location_samples": (t.reinforce.location_samples, 1),
+                "train.max_bad_steps": (t.max_bad_steps, 1), "train.scst.samples": (t.scst.samples, 1),
+                "train.reinforce.weight_warmup": (t.reinforce.weight_warmup, 0),
                 "decode.beam_size": (d.beam_size, 1), "decode.max_length": (d.max_length, 1),
                 "model.extras.grid_attention": (m.extras.grid_attention, 0)}
     checks = {key: (value, f"at least {low}", value is None or value >= low) for key, (value, low) in at_least.items()}
@@ -88,7 +89,8 @@ def _ranges(config: Config) -> dict[str, tuple[Any, str, bool]]:
             "model.extras.glimpses": (m.extras.glimpses, m.extras.glimpses in (1, 2), "1 or 2"),
             "data.max_bad_images": (config.data.max_bad_images, 0.0 <= config.data.max_bad_images <= 1.0,
                                     "in [0, 1]"),
-            "data.split_share": (config.data.split_share, 0.0 < config.data.split_share < 0.5, "in (0, 0.5)")}
+            "data.folder.split_share": (config.data.folder.split_share, 0.0 < config.data.folder.split_share < 0.5,
+                                        "in (0, 0.5)")}
     checks.update({key: (value, wanted, ok) for key, (value, ok, wanted) in unit.items()})
     non_negative = {"train.ds_lambda": t.ds_lambda, "train.reinforce.weight": t.reinforce.weight,
                     "train.reinforce.entropy_weight": t.reinforce.entropy_weight,
@@ -105,9 +107,9 @@ def _combinations(config: Config) -> list[str]:
     if t.val_metric not in metrics:
         problems.append(f"train.val_metric '{t.val_metric}' is not a metric that validation produces on "
                         f"data.dataset={config.data.dataset} (it produces {', '.join(metrics)})")
-    if t.reinforce.baseline == "leave_one_out" and t.reinforce.samples < 2:
-        problems.append("train.reinforce.baseline=leave_one_out needs train.reinforce.samples >= 2 (the other "
-                        f"samples of the same caption), got {t.reinforce.samples}")
+    if t.reinforce.baseline == "leave_one_out" and t.reinforce.location_samples < 2:
+        problems.append("train.reinforce.baseline=leave_one_out needs train.reinforce.location_samples >= 2 (the "
+                        f"other samples of the same caption), got {t.reinforce.location_samples}")
     if t.objective == "scst":
         problems += _scst_problems(config)
     if m.extras.glimpses == 2 and m.attention != "soft":

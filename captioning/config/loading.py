@@ -13,11 +13,14 @@ import yaml
 
 from captioning.config.checks import validate
 from captioning.config.migration import (
+    MOVED,
     REDEFINED,
     REMOVED,
     RENAMED,
     RENAMED_VALUES,
     carried_over,
+    now_named,
+    with_keys_moved,
     with_values_renamed,
     without_removed,
 )
@@ -39,8 +42,11 @@ def _merge(target: Any, values: dict[str, Any], where: str, prefix: str = "", so
         dotted = f"{prefix}.{key}" if prefix else str(key)
         if key not in known:
             if dotted in RENAMED:
-                raise ConfigError(f"{source}: '{dotted}' is now '{RENAMED[dotted]}' (the config has sections since "
+                raise ConfigError(f"{source}: '{dotted}' is now '{now_named(dotted)}' (the config has sections since "
                                   "checkpoint format 2)")
+            if dotted in MOVED:
+                raise ConfigError(f"{source}: '{dotted}' is now '{MOVED[dotted]}' (renamed; a checkpoint that "
+                                  "records the old name still loads)")
             if dotted in REDEFINED:
                 new, why = REDEFINED[dotted]
                 raise ConfigError(f"{source}: '{dotted}' is now '{new}': {why}")
@@ -75,9 +81,10 @@ def _merge(target: Any, values: dict[str, Any], where: str, prefix: str = "", so
 def from_dict(values: dict[str, Any], where: str = "config") -> Config:
     """A config from plain data (as a checkpoint stores it), checked. Settings since removed (REMOVED)
     are dropped: a checkpoint records every setting of its day, and none of them shaped its weights;
-    settings since renamed with a new meaning (REDEFINED) are read under their new name."""
+    settings since renamed (MOVED), or renamed with a new meaning (REDEFINED), are read under their new
+    name."""
     config = Config()
-    _merge(config, with_values_renamed(carried_over(without_removed(values))), where)
+    _merge(config, with_values_renamed(with_keys_moved(carried_over(without_removed(values)))), where)
     return validate(config, where)
 
 

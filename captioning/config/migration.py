@@ -8,6 +8,9 @@ changed, so that no run trains on a number meant in the old units; a checkpoint'
 its old value over to the new name, which only describes how it was trained (a resumed run reads
 its config file). Settings that were taken away (REMOVED) are refused in a file or an override with
 the reason, and dropped from a checkpoint's config, which records every setting of its day.
+Settings renamed since format 2 (MOVED: a name that meant two things, a dataset format's settings
+given their section) are read from a checkpoint's config under their new name, and refused in a file
+or an override with it.
 """
 
 from __future__ import annotations
@@ -28,6 +31,19 @@ RENAMED = {
     "train.baseline": "train.reinforce.baseline", "train.baseline_decay": "train.reinforce.baseline_decay",
     "train.samples": "train.reinforce.samples", "train.reinforce_warmup": "train.reinforce.warmup",
     "decode.hard_attention": "decode.hard_choice",
+}
+
+# Settings renamed since checkpoint format 2, old dotted key -> new; the values are untouched.
+MOVED = {
+    # "warmup" and "samples" each named two settings (model.hard.warmup, train.scst.samples).
+    "train.reinforce.warmup": "train.reinforce.weight_warmup",
+    "train.reinforce.samples": "train.reinforce.location_samples",
+    # A dataset format's own settings live in its section of data.
+    "data.captions_file": "data.folder.captions_file", "data.split_seed": "data.folder.split_seed",
+    "data.split_share": "data.folder.split_share", "data.allow_outside_images": "data.folder.allow_outside_images",
+    "data.train_captions": "data.coco_official.train_captions",
+    "data.train_images": "data.coco_official.train_images",
+    "data.val_captions": "data.coco_official.val_captions", "data.val_images": "data.coco_official.val_images",
 }
 
 # Old name -> (new name, what changed).
@@ -54,20 +70,40 @@ REMOVED = {
 }
 
 
-def migrate(values: dict[str, Any]) -> dict[str, Any]:
-    """A config dict of checkpoint format 1 with its settings moved to where they live now (a copy)."""
-    moved = {section: dict(body) if isinstance(body, dict) else body for section, body in values.items()}
-    for old, new in RENAMED.items():
-        section, key = old.split(".")
-        body = moved.get(section)
-        if isinstance(body, dict) and key in body:
-            value = body.pop(key)
-            *path, last = new.split(".")
-            target = moved
-            for part in path:
-                target = target.setdefault(part, {})
-            target[last] = value
+def _moved(values: dict[str, Any], keys: dict[str, str]) -> dict[str, Any]:
+    """`values` (a config as plain data) with the setting at each old dotted key of `keys` under its
+    new one (a deep copy: the caller's dict is left as it was)."""
+    moved = copy.deepcopy(values)
+    for old, new in keys.items():
+        *path, key = old.split(".")
+        body = moved
+        for part in path:
+            body = body.get(part) if isinstance(body, dict) else None
+        if not isinstance(body, dict) or key not in body:
+            continue
+        value = body.pop(key)
+        *path, key = new.split(".")
+        target = moved
+        for part in path:
+            target = target.setdefault(part, {})
+        target[key] = value
     return moved
+
+
+def migrate(values: dict[str, Any]) -> dict[str, Any]:
+    """A config dict of checkpoint format 1 with its flat keys moved to their format-2 sections (a
+    copy; from_dict then moves what moved since, with_keys_moved)."""
+    return _moved(values, RENAMED)
+
+
+def with_keys_moved(values: dict[str, Any]) -> dict[str, Any]:
+    """`values` (a checkpoint's config as plain data) with each MOVED setting under its new key (a copy)."""
+    return _moved(values, MOVED)
+
+
+def now_named(dotted: str) -> str:
+    """Where the setting an old key named lives now (a format-1 key may have moved twice)."""
+    return MOVED.get(RENAMED.get(dotted, dotted), RENAMED.get(dotted, dotted))
 
 
 def with_values_renamed(values: dict[str, Any]) -> dict[str, Any]:

@@ -13,10 +13,36 @@ from typing import Any
 
 
 @dataclass
+class FolderConfig:
+    """A folder of your own images (data.dataset=folder, data/formats/folder.py, docs/data.md)."""
+
+    captions_file: str = "captions.csv"  # rows of image, caption[, split] (.csv, or JSON Lines), under data.root
+    # A split no row names is made of the images by a hash of each one's path and this seed (not
+    # train.seed: another training seed must not move the test images), each made split about
+    # split_share of them.
+    split_seed: int = 0
+    split_share: float = 0.05
+    # A captions row whose image lies outside data.root/data.image_dir (an absolute path, ../, a link
+    # leading out) is refused unless this is true.
+    allow_outside_images: bool = False
+
+
+@dataclass
+class CocoOfficialConfig:
+    """COCO's own captions files, read through pycocotools (data.dataset=coco_official): train from
+    train2014, val and test from val2014."""
+
+    train_captions: str = "annotations/captions_train2014.json"
+    train_images: str = "train2014"
+    val_captions: str = "annotations/captions_val2014.json"
+    val_images: str = "val2014"
+
+
+@dataclass
 class DataConfig:
     # shapes | coco | flickr8k | flickr30k | karpathy (any Karpathy-format split file): read from
-    # `split_file`; coco_official: the official captions_*2014.json files through pycocotools;
-    # folder: a folder of your own images and `captions_file` (data/formats/folder.py, docs/data.md).
+    # `split_file`; coco_official: the official captions_*2014.json files (data.coco_official);
+    # folder: a folder of your own images and its captions file (data.folder).
     dataset: str = "shapes"
     root: str = "data/shapes"  # every relative path below is relative to this folder
     # Where a run keeps what it computes from the data (features/: the feature caches, tokens/:
@@ -25,19 +51,8 @@ class DataConfig:
     cache_root: str | None = None
     split_file: str = "dataset_shapes.json"  # Karpathy-format: dataset_coco.json, dataset_flickr8k.json ...
     image_dir: str = ""  # images are image_dir/filepath/filename (Flickr entries have no filepath)
-    captions_file: str = "captions.csv"  # folder: rows of image, caption[, split] (.csv, or JSON Lines)
-    # folder only: a split no row names is made of the images by a hash of each one's path and this
-    # seed (not train.seed: another training seed must not move the test images), each made split
-    # about split_share of them.
-    split_seed: int = 0
-    split_share: float = 0.05
-    # folder only: a captions row whose image lies outside data.root/data.image_dir (an absolute path,
-    # ../, a link leading out) is refused unless this is true.
-    allow_outside_images: bool = False
-    train_captions: str = "annotations/captions_train2014.json"  # coco_official only
-    train_images: str = "train2014"
-    val_captions: str = "annotations/captions_val2014.json"  # coco_official: serves as val and test
-    val_images: str = "val2014"
+    folder: FolderConfig = field(default_factory=FolderConfig)
+    coco_official: CocoOfficialConfig = field(default_factory=CocoOfficialConfig)
     image_size: int = 224  # the encoder's square input; the shorter side is resized, then centre-cropped
     min_word_count: int = 1
     max_caption_length: int = 20  # clips training targets only, never references
@@ -141,10 +156,10 @@ class ReinforceConfig:
 
     weight: float = 1.0  # lambda_r
     entropy_weight: float = 0.0  # lambda_e
-    baseline: str = "moving_average"  # the paper's; none; leave_one_out (needs samples >= 2)
+    baseline: str = "moving_average"  # the paper's; none; leave_one_out (needs location_samples >= 2)
     baseline_decay: float = 0.9  # b <- decay b + (1 - decay) log p(y|s,a)
-    samples: int = 1  # samples of locations per caption (its rows are repeated)
-    warmup: int = 0  # steps over which both terms grow from 0 to their weight (not in the paper)
+    location_samples: int = 1  # sequences of locations sampled per caption (its rows are repeated)
+    weight_warmup: int = 0  # steps over which both terms grow from 0 to their weight (not in the paper)
 
 
 @dataclass

@@ -61,7 +61,7 @@ def check_folder(config: Config) -> list[str]:
     wrong with the collection and which splits the seed made, a line each, then the split counts."""
     collection = folder_collection(config.data)
     lines = check(collection, max_bad_images=config.data.max_bad_images)
-    lines += describe_made(collection, seed=config.data.split_seed, share=config.data.split_share)
+    lines += describe_made(collection, seed=config.data.folder.split_seed, share=config.data.folder.split_share)
     counts = split_counts(collection)
     lines.append(f"{sum(counts.values())} captioned images: " + ", ".join(f"{n} {s}" for s, n in counts.items())
                  + f"; splits kept in {collection.record}, a copy in {splits_path(config)}")

@@ -10,7 +10,7 @@ training rows. Adding photos changes what those rules see; the record does not c
 The record is CSV, one row per image ever placed, `image,split,given`: the image's resolved path
 (relative to the image folder), its split, and the split its rows gave when it was placed ("" for
 none). It lives under DATA_CACHE/splits/ (data.cache_root, else data.root), named after the captions
-file, data.split_seed and data.split_share: another seed or share draws afresh, in a record of its own.
+file, data.folder.split_seed and data.folder.split_share: another seed or share draws afresh, in a record of its own.
 Images that leave the captions file keep their row, so that coming back they come back to their split.
 """
 

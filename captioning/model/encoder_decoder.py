@@ -117,7 +117,7 @@ class EncoderDecoder(nn.Module):
     def forward(self, source: torch.Tensor, inputs: torch.Tensor, *, lengths: torch.Tensor | None = None,
                 repeats: int = 1, draws: Draws | None = None) -> DecoderOutput:
         """Teacher forcing. source: annotations [B, L, D], or images [B, 3, S, S] when there is an
-        encoder; inputs [B*repeats, T] (each caption `repeats` times in a row: train.reinforce.samples);
+        encoder; inputs [B*repeats, T] (each caption `repeats` times in a row: train.reinforce.location_samples);
         lengths [B*repeats] the real steps of each row and draws hard attention's randomness
         (AttentionDecoder.forward). The encoder sees each image once."""
         annotations = source if self.encoder is None else self.encoder(source)[0]  # [B, L, D]

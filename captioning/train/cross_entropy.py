@@ -126,7 +126,7 @@ class CrossEntropy:
             return None
         start, _ = self.context.shard(size)  # where this process's part of the batch begins
         return row_draws(seed=self.config.train.seed, step=step, size=size, start=start, rows=rows,
-                         samples=self.reinforce.samples, width=self.config.data.max_caption_length + 2,
+                         samples=self.reinforce.location_samples, width=self.config.data.max_caption_length + 2,
                          coin=self.config.model.hard.coin, positions=positions).to(self.hardware.device,
                                                                                    non_blocking=True)
 

@@ -108,11 +108,11 @@ class Reinforce:
     Baselines b_n: "moving_average" (the paper: b <- decay b + (1 - decay) mean_n r_n over sampled
     captions, starting from the first batch's mean; moved by `move` after a step that was applied,
     so that a skipped step, whose rewards may not be finite, leaves it as it was); "leave_one_out"
-    (with `samples` >= 2 replicas of each caption in consecutive rows, b_n = the mean reward of its
+    (with `location_samples` >= 2 replicas of each caption in consecutive rows, b_n = the mean reward of its
     *other* sampled replicas, falling back to the moving average when it has none); "none" (b = 0,
     for comparison).
 
-    `warmup` > 0 (not in the paper): both terms are scaled by min(1, (step + 1) / warmup), `step`
+    `weight_warmup` > 0 (not in the paper): both terms are scaled by min(1, (step + 1) / weight_warmup), `step`
     being the run's optimizer steps before this one, so they come in gradually. Early in training
     the decoder reads a sampled object cell worse than the expectation it mostly trained on, so the
     bound's gradient (unbiased: tests) can say "look away from objects". Sampled rows still train
@@ -120,13 +120,14 @@ class Reinforce:
     """
 
     def __init__(self, *, weight: float = 1.0, entropy_weight: float = 0.0, baseline: str = "moving_average",
-                 baseline_decay: float = 0.9, samples: int = 1, warmup: int = 0,
+                 baseline_decay: float = 0.9, location_samples: int = 1, weight_warmup: int = 0,
                  across: Callable[[torch.Tensor], torch.Tensor] = _alone):
         """`across` sums a tensor over the processes of a run (captioning.runtime.distributed.summed;
         itself for one process): the baseline then moves by the *global* batch's mean reward, so that
         every process keeps the same b, the one-process b."""
         self.weight, self.entropy_weight = weight, entropy_weight
-        self.baseline, self.decay, self.samples, self.warmup = baseline, baseline_decay, samples, warmup
+        self.baseline, self.decay = baseline, baseline_decay
+        self.location_samples, self.weight_warmup = location_samples, weight_warmup
         self.value: float | None = None  # the moving average b; None until the first sampled batch
         self.across = across
 
@@ -134,8 +135,8 @@ class Reinforce:
     def from_config(cls, reinforce: ReinforceConfig, *,
                     across: Callable[[torch.Tensor], torch.Tensor] = _alone) -> Reinforce:
         return cls(weight=reinforce.weight, entropy_weight=reinforce.entropy_weight, baseline=reinforce.baseline,
-                   baseline_decay=reinforce.baseline_decay, samples=reinforce.samples, warmup=reinforce.warmup,
-                   across=across)
+                   baseline_decay=reinforce.baseline_decay, location_samples=reinforce.location_samples,
+                   weight_warmup=reinforce.weight_warmup, across=across)
 
     def pooled(self, rewards: torch.Tensor, sampled: torch.Tensor, *, counted: bool = True) -> torch.Tensor:
         """[2]: the sum of the rewards of the captions that sampled and their number, over every
@@ -158,7 +159,8 @@ class Reinforce:
             moving = torch.full_like(rewards, self.value)  # [B]
         if self.baseline == "moving_average":
             return moving
-        loo, others = leave_one_out(rewards.view(-1, self.samples), sampled.view(-1, self.samples))  # [images, K]
+        k = self.location_samples
+        loo, others = leave_one_out(rewards.view(-1, k), sampled.view(-1, k))  # [images, K]
         return torch.where(others > 0, loo, moving.reshape(loo.shape)).view(-1)
 
     def move(self, terms: ReinforceTerms) -> None:
@@ -172,7 +174,7 @@ class Reinforce:
 
     def scale(self, step: int) -> float:
         """How much of both terms counts at the run's `step` (steps done before this one)."""
-        return min(1.0, (step + 1) / self.warmup) if self.warmup else 1.0
+        return min(1.0, (step + 1) / self.weight_warmup) if self.weight_warmup else 1.0
 
     def __call__(self, *, logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor, log_probs: torch.Tensor,
                  entropies: torch.Tensor, locations: torch.Tensor, step: int = 0,

@@ -145,7 +145,7 @@ def train_step(model: nn.Module, batch: Batch, optimizer: torch.optim.Optimizer,
     target words (losses.doubly_stochastic says why), so `ds_lambda` is the paper's lambda.
 
     `model(batch.source, inputs)` is a decoder (on annotations) or an EncoderDecoder (needed with
-    `reinforce.samples` > 1: it copies each image after the encoder, so the CNN runs once per image).
+    `reinforce.location_samples` > 1: it copies each image after the encoder, so the CNN runs once per image).
     `agree(loss)` is called between the forward and the backward, under torchrun: what the processes
     agreed on (captioning.runtime.distributed.agree); its share weights the objective by this process's
     share of the global batch's words, and no process updates unless every loss was finite. The
@@ -155,7 +155,7 @@ def train_step(model: nn.Module, batch: Batch, optimizer: torch.optim.Optimizer,
     expectation_prob_at; the REINFORCE terms) reads it. `draws` [B*K, 1 + T] (hard attention): each
     row's uniform draws (Draws.from_uniform; a run's come from row_draws) instead of torch's RNG, so
     that the samples do not depend on how a run splits its batch. Without them hard attention draws
-    from torch's RNG: each row its own coin, or, with `reinforce.samples` > 1, draws made here whose
+    from torch's RNG: each row its own coin, or, with `reinforce.location_samples` > 1, draws made here whose
     coins each image's rows share. `stand_in`: the
     batch stands in for this process's empty part of a global batch (stand_in_batch), so its rewards
     do not move the baseline either.
@@ -164,7 +164,7 @@ def train_step(model: nn.Module, batch: Batch, optimizer: torch.optim.Optimizer,
     applied: a skipped step's rewards may not be finite.
     """
     model.train()
-    samples = reinforce.samples if reinforce is not None else 1
+    samples = reinforce.location_samples if reinforce is not None else 1
     tokens = batch.tokens.repeat_interleave(samples, dim=0)  # [B*K, T]: K samples of locations per caption
     inputs, targets = tokens[:, :-1], tokens[:, 1:]  # [B, T-1]: predict word t+1 from word t
     mask = (targets != Vocabulary.pad_id).float()  # [B, T-1], padding reaches no term

@@ -43,7 +43,7 @@ SCORE_STEPS = 60  # half an epoch (3,840 captions) per score run: what ~1 h of o
 # the objects: see hard_1ep and hard_warmup in the study).
 KINDS = {"soft": ("model.attention=soft",),
          "hard": ("model.attention=hard", f"model.hard.warmup={SCORE_STEPS // 2}",
-                  f"train.reinforce.warmup={SCORE_STEPS}")}
+                  f"train.reinforce.weight_warmup={SCORE_STEPS}")}
 SCORE_RUNS = {f"{kind}_{score}": (*KINDS[kind], f"model.score={score}", f"train.max_steps={SCORE_STEPS}")
               for score in SCORES for kind in KINDS}
 # The localization study: one epoch (118 steps) each, one change at a time from soft/additive
@@ -72,21 +72,22 @@ STUDY_RUNS = {
     "soft_query_word_seed1": ("model.attention=soft", "model.extras.query_word=true", "train.seed=1"),
     "soft_query_word_seed2": ("model.attention=soft", "model.extras.query_word=true", "train.seed=2"),
     "hard_1ep": ("model.attention=hard",),
-    "hard_loo4": ("model.attention=hard", "train.reinforce.baseline=leave_one_out", "train.reinforce.samples=4"),
+    "hard_loo4": ("model.attention=hard", "train.reinforce.baseline=leave_one_out",
+                  "train.reinforce.location_samples=4"),
     "hard_sample_only": ("model.attention=hard", "model.hard.expectation_prob=0.0"),
     "hard_unit": ("model.attention=hard", "model.extras.unit_annotations=true"),
     "hard_unit_loo4": ("model.attention=hard", "model.extras.unit_annotations=true",
-                       "train.reinforce.baseline=leave_one_out", "train.reinforce.samples=4"),
+                       "train.reinforce.baseline=leave_one_out", "train.reinforce.location_samples=4"),
     "hard_unit_lambda0.1": ("model.attention=hard", "model.extras.unit_annotations=true", "train.reinforce.weight=0.1"),
     "hard_warmup": ("model.attention=hard", "model.hard.warmup=59"),
     "hard_warmup_loo4": ("model.attention=hard", "model.hard.warmup=59", "train.reinforce.baseline=leave_one_out",
-                         "train.reinforce.samples=4"),
+                         "train.reinforce.location_samples=4"),
     "hard_warmup_2ep": ("model.attention=hard", "model.hard.warmup=118", "train.epochs=2"),
-    # The REINFORCE terms brought in over the epoch as well (train.reinforce_warmup).
-    "hard_warmups": ("model.attention=hard", "model.hard.warmup=59", "train.reinforce.warmup=118"),
-    "hard_warmups_loo4": ("model.attention=hard", "model.hard.warmup=59", "train.reinforce.warmup=118",
-                          "train.reinforce.baseline=leave_one_out", "train.reinforce.samples=4"),
-    "hard_warmups_2ep": ("model.attention=hard", "model.hard.warmup=118", "train.reinforce.warmup=236",
+    # The REINFORCE terms brought in over the epoch as well (train.reinforce.weight_warmup).
+    "hard_warmups": ("model.attention=hard", "model.hard.warmup=59", "train.reinforce.weight_warmup=118"),
+    "hard_warmups_loo4": ("model.attention=hard", "model.hard.warmup=59", "train.reinforce.weight_warmup=118",
+                          "train.reinforce.baseline=leave_one_out", "train.reinforce.location_samples=4"),
+    "hard_warmups_2ep": ("model.attention=hard", "model.hard.warmup=118", "train.reinforce.weight_warmup=236",
                          "train.epochs=2"),
 }
 RUNS = {**SCORE_RUNS, **STUDY_RUNS}

@@ -1,5 +1,5 @@
 """Hard attention over seeds: how often does it learn to look at the objects, and does bringing the
-REINFORCE terms in gradually (train.reinforce_warmup) change that?
+REINFORCE terms in gradually (train.reinforce.weight_warmup) change that?
 
     python -m studies.hard_seeds.run                  # train what is missing, then rewrite the table
     python -m studies.hard_seeds.run --tables-only
@@ -33,7 +33,8 @@ from studies.tables import REPO, study_parser, write_between
 COUNTS, DATA_SEED = {"train": 600, "val": 60, "test": 100}, 7
 BASE = ("train.epochs=5", "train.val_images=60", "model.hard.warmup=100")
 SEEDS = range(7, 12)
-VARIANTS = {"coin warm-up only": (), "+ REINFORCE warm-up 200 (as shapes_hard.yaml)": ("train.reinforce.warmup=200",)}
+VARIANTS = {"coin warm-up only": (),
+            "+ REINFORCE warm-up 200 (as shapes_hard.yaml)": ("train.reinforce.weight_warmup=200",)}
 
 
 def name_of(variant: str, seed: int) -> str:

@@ -67,7 +67,7 @@ def estimates(reinforce: Reinforce) -> torch.Tensor:
     """REPEATS gradient estimates [REPEATS, P], each from one batch of BATCH sampled captions."""
     model = decoder()
     torch.manual_seed(1)
-    which = (torch.arange(BATCH) // reinforce.samples) % len(CAPTIONS)  # [BATCH], blocks of K replicas
+    which = (torch.arange(BATCH) // reinforce.location_samples) % len(CAPTIONS)  # [BATCH], blocks of K replicas
     tokens = CAPTIONS[which]  # [BATCH, T]
     inputs, targets = tokens[:, :-1], tokens[:, 1:]
     mask = (targets != P).float()
@@ -98,8 +98,8 @@ def main() -> int:
     estimators = {
         "no baseline (b = 0)": Reinforce(baseline="none"),
         "moving average (paper; 0.9/0.1)": Reinforce(baseline="moving_average"),
-        "leave-one-out, 4 samples per caption": Reinforce(baseline="leave_one_out", samples=4),
-        "leave-one-out, 8 samples per caption": Reinforce(baseline="leave_one_out", samples=8),
+        "leave-one-out, 4 samples per caption": Reinforce(baseline="leave_one_out", location_samples=4),
+        "leave-one-out, 8 samples per caption": Reinforce(baseline="leave_one_out", location_samples=8),
     }
     for name, reinforce in estimators.items():
         draws = estimates(reinforce)  # [R, P]

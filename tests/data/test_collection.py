@@ -174,7 +174,7 @@ def test_cli_prepare_says_what_it_found_and_made_and_writes_the_splits_down(tmp_
     _folder(tmp_path / "photos", rows, header=("image", "caption", "split"), images=names + ["stray.jpg"])
     out = tmp_path / "run"
     code = main(["prepare", "--config", str(REPO_CONFIG), f"data.root={tmp_path / 'photos'}",
-                 f"train.out_dir={out}", "data.split_share=0.1"])
+                 f"train.out_dir={out}", "data.folder.split_share=0.1"])
     printed = capsys.readouterr().out.splitlines()
     assert code == 0
     assert printed[0].startswith(f"1 image in {tmp_path / 'photos' / 'images'} with no caption")
@@ -184,7 +184,7 @@ def test_cli_prepare_says_what_it_found_and_made_and_writes_the_splits_down(tmp_
             [n for n in names if 0.1 <= _draw(n, 0) < 0.2] for split in ("val", "test")}
     val = f"{len(made['val'])} image{'s' if len(made['val']) != 1 else ''}"
     assert any(line.startswith(f"no row names a val split: made it of {val} with "
-                               "data.split_seed=0") for line in printed)
+                               "data.folder.split_seed=0") for line in printed)
     written = list(csv.reader((out / "splits.csv").open()))
     assert written[0] == ["image", "split"] and len(written) == 31
     assert {n for n, s in written[1:] if s == "test"} == set(made["test"])
@@ -206,7 +206,7 @@ def test_a_folder_trains_and_is_evaluated_against_its_own_captions(tmp_path: Pat
     root = tmp_path / "photos"
     write_folder(root, 30, seed=3, image_size=96)
     config = load_config(REPO_CONFIG, [f"data.root={root}", *TINY, f"train.out_dir={tmp_path / 'run'}",
-                                       "train.max_steps=4", "data.split_share=0.15"])
+                                       "train.max_steps=4", "data.folder.split_share=0.15"])
     fit(config)
     test = read_records(config.data, "test")
     evaluation = evaluate_checkpoint(tmp_path / "run" / "best.pt", split="test", overrides=[f"data.root={root}"])
@@ -228,10 +228,10 @@ def test_describe_made_names_each_made_split_then_where_the_rest_went(tmp_path: 
     test = [n for n in names if 0.1 <= _draw(n, 2) < 0.2]
     train = [n for n in names if n not in val + test]
     assert list(describe_made(collection, seed=2, share=0.1)) == [
-        f"no row names a val split: made it of {len(val)} images with data.split_seed=2 (about "
-        f"data.split_share=0.1 of them; {', '.join(val[:3])}, ...)",
+        f"no row names a val split: made it of {len(val)} images with data.folder.split_seed=2 (about "
+        f"data.folder.split_share=0.1 of them; {', '.join(val[:3])}, ...)",
         f"no row names a test split: made it of {len(test)} image{'s' if len(test) != 1 else ''} with "
-        f"data.split_seed=2 (about data.split_share=0.1 of them; {', '.join(test[:3])}"
+        f"data.folder.split_seed=2 (about data.folder.split_share=0.1 of them; {', '.join(test[:3])}"
         f"{', ...' if len(test) > 3 else ''})",
         f"{len(train)} images without a split go to train ({', '.join(train[:3])}, ...)"]
     assert split_counts(collection) == {"train": len(train), "val": len(val), "test": len(test)}

@@ -135,7 +135,7 @@ def test_a_record_that_cannot_be_written_is_one_line_naming_the_setting(tmp_path
 def test_a_config_keeps_its_record_under_the_cache_root(tmp_path: Path) -> None:
     _write(tmp_path / "photos" / "captions.csv", [(f"{i}.jpg", "x", "") for i in range(10)])
     data = load_config(REPO_CONFIG, [f"data.root={tmp_path / 'photos'}", f"data.cache_root={tmp_path / 'cache'}",
-                                     "data.split_seed=3"]).data
+                                     "data.folder.split_seed=3"]).data
     collection = folder_collection(data)
     assert collection.record == tmp_path / "cache" / "splits" / "captions.csv.seed3.share0.05.csv"
     assert read_record(collection.record) == {image: (split, "") for image, split in collection.splits.items()}
@@ -187,7 +187,7 @@ def test_a_path_outside_the_image_folder_is_refused_unless_allowed(spelling: str
         _read(captions_file, share=0.1)
     assert str(raised.value) == (f"{captions_file}: line 4: {spelling} is outside the image folder "
                                  f"{tmp_path / 'images'} (it is {tmp_path / 'outside.jpg'}); "
-                                 "data.allow_outside_images=true lets such paths in")
+                                 "data.folder.allow_outside_images=true lets such paths in")
     allowed = _read(captions_file, share=0.1, allow_outside=True)
     assert allowed.images[-1] == str(tmp_path / "outside.jpg")
     assert allowed.records("test")[0].path == tmp_path / "outside.jpg"

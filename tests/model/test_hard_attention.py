@@ -91,7 +91,7 @@ def test_the_coin_is_one_per_image_for_the_whole_caption():
 
 
 def test_copies_of_a_caption_share_their_image_coin_through_the_length_sort():
-    """train.reinforce.samples = K puts K copies of each caption in consecutive rows (train_step), whose
+    """train.reinforce.location_samples = K puts K copies of each caption in consecutive rows (train_step), whose
     draws share their image's coin (shared_coins): one image, one coin, also when the decoder sorts
     the rows by length and drops finished ones, and for an odd number of images."""
     samples, images = 3, 121

@@ -33,7 +33,7 @@ MODELS = {  # model.* overrides: the paper's decoder, then every attention and e
     "soft two glimpses, learned position": ["model.extras.glimpses=2", "model.extras.position=learned"],
     "soft coordinates, unit annotations": ["model.extras.position=coordinates", "model.extras.unit_annotations=true"],
     "hard additive": ["model.attention=hard"],
-    "hard additive, 2 samples": ["model.attention=hard", "train.reinforce.samples=2",
+    "hard additive, 2 samples": ["model.attention=hard", "train.reinforce.location_samples=2",
                                  "train.reinforce.baseline=leave_one_out", "train.reinforce.entropy_weight=0.1"],
     "hard local, batch coin": ["model.attention=hard", "model.score=local", "model.hard.coin=batch"],
 }

@@ -21,7 +21,7 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures" / "format1"
 EXPECTED = torch.load(FIXTURES / "expected.pt", weights_only=True)
 # each fixture: the config it was trained with, in today's keys
 RUNS = {"soft": ("configs/shapes_soft.yaml", ()),
-        "hard": ("configs/shapes_hard.yaml", ("model.hard.warmup=4", "train.reinforce.warmup=8")),
+        "hard": ("configs/shapes_hard.yaml", ("model.hard.warmup=4", "train.reinforce.weight_warmup=8")),
         "relations": ("studies/relations/configs/shapes_relations_16ep.yaml", ())}
 
 
@@ -52,7 +52,7 @@ def test_the_migrated_config_names_every_setting_in_its_section():
     assert (relations.model.extras.init, relations.model.extras.position) == ("layout", "coordinates")
     assert relations.model.local.sigma == 1.75 and relations.train.ema_decay == 0.999
     hard = from_dict(load_checkpoint(FIXTURES / "hard_last.pt")["config"])
-    assert (hard.model.hard.warmup, hard.train.reinforce.warmup) == (4, 8)
+    assert (hard.model.hard.warmup, hard.train.reinforce.weight_warmup) == (4, 8)
     assert hard.decode.hard_choice == "expectation"
 
 

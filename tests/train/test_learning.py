@@ -89,7 +89,7 @@ def test_hard_attention_learns_to_look_at_the_object(shapes, tmp_path):
     cores, 3.23, 2.06, 6.49, 8.48 and 7.33x (BLEU-4 0.372 to 0.487). The test pins seed 11, whose
     run is far from both bars."""
     metrics = train_and_score("shapes_hard.yaml", shapes, tmp_path / "run", "model.hard.warmup=100",
-                              "train.reinforce.warmup=200", "train.seed=11", hard_choice="argmax")
+                              "train.reinforce.weight_warmup=200", "train.seed=11", hard_choice="argmax")
     assert metrics["Bleu_4"] >= 0.35, metrics  # 0.409 when written
     ratio = metrics["attention_correctness"] / metrics["attention_correctness_chance"]
     assert ratio >= 4.0, metrics  # 7.33x when written

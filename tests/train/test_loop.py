@@ -258,8 +258,8 @@ def test_a_run_with_word_weights_trains_resumes_from_its_config_and_rejects_unkn
 
 
 def test_the_samples_of_a_caption_share_one_pass_of_the_encoder() -> None:
-    """train.reinforce.samples = K copies of each caption for leave-one-out: the CNN still sees each image once,
-    and the decoder gets each image's annotations K times, in the rows of that caption's copies."""
+    """train.reinforce.location_samples = K copies of each caption for leave-one-out: the CNN still sees
+    each image once, and the decoder gets each image's annotations K times, in the rows of that caption's copies."""
     from captioning.model.encoder_decoder import EncoderDecoder
     from captioning.train.losses import Reinforce
 
@@ -285,7 +285,7 @@ def test_the_samples_of_a_caption_share_one_pass_of_the_encoder() -> None:
     batch = Batch(annotations=None, images=images, tokens=fixed.tokens, lengths=fixed.lengths)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     train_step(model, batch, optimizer, grad_clip=5.0, ds_lambda=0.0,
-               reinforce=Reinforce(baseline="leave_one_out", samples=3))
+               reinforce=Reinforce(baseline="leave_one_out", location_samples=3))
     assert model.encoder.rows_seen == [2]  # once per image, not once per copy
     assert seen[0].shape == (6, 9, 8)
     for row in range(6):
@@ -411,10 +411,10 @@ def test_checkpoint_with_pickled_code_is_refused(tmp_path: Path) -> None:
 
 
 def test_soft_attention_ignores_the_reinforce_settings(tmp_path: Path, tiny_config) -> None:
-    """train.reinforce.samples repeats rows for hard attention's samples only: soft attention trains the same
+    """train.reinforce.location_samples repeats rows for hard attention's samples only: soft attention trains the same
     weights with or without it, and a leave-one-out baseline is no error for it."""
     fit(tiny_config(tmp_path / "one", "train.max_steps=2"))
-    fit(tiny_config(tmp_path / "three", "train.max_steps=2", "train.reinforce.samples=3",
+    fit(tiny_config(tmp_path / "three", "train.max_steps=2", "train.reinforce.location_samples=3",
                     "train.reinforce.baseline=leave_one_out"))
     one, three = _state(tmp_path / "one" / "last.pt"), _state(tmp_path / "three" / "last.pt")
     assert all(torch.equal(one["decoder"][name], three["decoder"][name]) for name in one["decoder"])

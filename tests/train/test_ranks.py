@@ -153,7 +153,7 @@ def test_hard_attention_with_two_samples_trains_as_in_one_process(tmp_path: Path
     """Every process draws the global batch's samples from one seed and keeps its rows' draws, and
     the REINFORCE baseline moves by the global batch's mean reward: two processes train the
     one-process weights and keep its baseline."""
-    hard = (*RUN, "model.attention=hard", "train.reinforce.samples=2", "model.hard.expectation_prob=0.5")
+    hard = (*RUN, "model.attention=hard", "train.reinforce.location_samples=2", "model.hard.expectation_prob=0.5")
     whole = tmp_path / "whole"
     fit(tiny_config(whole, *hard))
     out = tmp_path / "run"

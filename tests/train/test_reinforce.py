@@ -98,7 +98,7 @@ def exact() -> tuple[list[torch.Tensor], float]:
 @pytest.mark.parametrize("baseline, samples", [("none", 1), ("moving_average", 1), ("leave_one_out", 4)])
 def test_the_estimator_is_unbiased_on_an_enumerable_toy_problem(exact, baseline, samples):
     gradient, expected_reward = exact
-    reinforce = Reinforce(baseline=baseline, samples=samples)
+    reinforce = Reinforce(baseline=baseline, location_samples=samples)
     reinforce.value = expected_reward + 0.5  # a moving average that has run for a while, slightly off
     mean, error = estimated_gradient(reinforce)
     # Tolerance: every entry within 4 standard errors (+1e-4 for entries whose gradient is ~0).
@@ -218,12 +218,12 @@ def test_the_warmup_brings_both_terms_in_linearly_by_the_runs_step():
         reinforce.move(done)  # the step applied: the baseline moves
         return float(done.loss)
 
-    full, ramped = Reinforce(entropy_weight=0.3), Reinforce(entropy_weight=0.3, warmup=4)
+    full, ramped = Reinforce(entropy_weight=0.3), Reinforce(entropy_weight=0.3, weight_warmup=4)
     for step in range(6):
         want, got = surrogate(full, step), surrogate(ramped, step)  # same rewards, same baseline history
         assert got == pytest.approx(min(1.0, (step + 1) / 4) * want, rel=1e-6), step
         if step == 1:  # a checkpoint here: the resumed run goes on with its third step at 3/4
-            resumed, reference = Reinforce(entropy_weight=0.3, warmup=4), Reinforce(entropy_weight=0.3)
+            resumed, reference = Reinforce(entropy_weight=0.3, weight_warmup=4), Reinforce(entropy_weight=0.3)
             resumed.load_state_dict(ramped.state_dict())
             reference.load_state_dict(full.state_dict())
             assert resumed.value == ramped.value and resumed.value is not None
@@ -261,7 +261,7 @@ def test_moving_average_baseline_update_and_state():
 
 
 def test_leave_one_out_uses_the_other_samples_of_the_same_caption():
-    reinforce = Reinforce(baseline="leave_one_out", samples=3)
+    reinforce = Reinforce(baseline="leave_one_out", location_samples=3)
     reinforce.value = -20.0
     rewards = torch.tensor([-1.0, -2.0, -6.0, -10.0, -30.0, -50.0])  # two captions x 3 samples
     sampled = torch.tensor([True, True, True, True, False, True])
@@ -285,7 +285,7 @@ def test_the_statistics_say_what_the_batch_did_and_an_unsampled_batch_moves_noth
     entropies = torch.rand(3, 4, generator=generator)
     log_probs = -torch.rand(3, 4, generator=generator)
     locations = torch.tensor([[0, 2, 1, 0], [-1, -1, -1, -1], [1, 1, 0, 0]])  # row 1: the expectation
-    reinforce = Reinforce(weight=0.5, entropy_weight=0.3, warmup=4)
+    reinforce = Reinforce(weight=0.5, entropy_weight=0.3, weight_warmup=4)
     reinforce.value = -10.0
     terms = reinforce(logits=logits, targets=targets, mask=mask, log_probs=log_probs,
                       entropies=entropies, locations=locations)  # step left at its default, 0
@@ -330,17 +330,17 @@ def test_from_config_passes_every_setting():
     from captioning.config import ReinforceConfig
 
     settings = {"weight": 0.7, "entropy_weight": 0.2, "baseline": "leave_one_out", "baseline_decay": 0.5,
-                "samples": 3, "warmup": 5}
+                "location_samples": 3, "weight_warmup": 5}
     reinforce = Reinforce.from_config(ReinforceConfig(**settings), across=torch.neg)
-    assert (reinforce.weight, reinforce.entropy_weight, reinforce.baseline, reinforce.decay, reinforce.samples,
-            reinforce.warmup) == tuple(settings.values())
+    assert (reinforce.weight, reinforce.entropy_weight, reinforce.baseline, reinforce.decay, reinforce.location_samples,
+            reinforce.weight_warmup) == tuple(settings.values())
     assert reinforce.across is torch.neg and Reinforce.from_config(ReinforceConfig()).across(torch.ones(1)) == 1
 
 
 def test_the_moving_average_baseline_ignores_the_other_samples_of_a_caption():
     """With several samples per caption and the paper's baseline, every row's b is the moving average,
     not the mean of its caption's other samples (that is leave_one_out)."""
-    reinforce = Reinforce(baseline="moving_average", samples=2)
+    reinforce = Reinforce(baseline="moving_average", location_samples=2)
     reinforce.value = -20.0
     rewards, sampled = torch.tensor([-1.0, -3.0, -5.0, -7.0]), torch.ones(4, dtype=torch.bool)
     torch.testing.assert_close(reinforce.baselines(rewards, sampled), torch.full((4,), -20.0))
@@ -350,8 +350,8 @@ def test_the_defaults_are_the_papers():
     """Sec. 4.1: lambda_r = 1, no entropy term, the moving average b <- 0.9 b + 0.1 r, one sample, no
     warm-up (both terms count fully from the first step)."""
     paper = Reinforce()
-    assert (paper.weight, paper.entropy_weight, paper.baseline, paper.decay, paper.samples, paper.warmup) == (
-        1.0, 0.0, "moving_average", 0.9, 1, 0)
+    assert (paper.weight, paper.entropy_weight, paper.baseline, paper.decay, paper.location_samples,
+            paper.weight_warmup) == (1.0, 0.0, "moving_average", 0.9, 1, 0)
     assert paper.scale(0) == 1.0
 
 
@@ -360,7 +360,7 @@ def test_hard_attention_training_keeps_the_baseline_in_checkpoints_and_resumes_e
     resume that lost the baseline would not be the same run (the control)."""
     from captioning.train.loop import fit
 
-    hard = ("model.attention=hard", "train.eval_every_steps=5", "train.reinforce.warmup=8")
+    hard = ("model.attention=hard", "train.eval_every_steps=5", "train.reinforce.weight_warmup=8")
     fit(tiny_config(tmp_path / "a", "train.max_steps=10", *hard))
     fit(tiny_config(tmp_path / "b", "train.max_steps=5", *hard))
     stopped = torch.load(tmp_path / "b" / "last.pt", map_location="cpu", weights_only=True)
@@ -385,8 +385,8 @@ def test_processes_that_pool_their_rewards_move_one_baseline_the_one_process_bas
     every part's Reinforce moves the baseline by the global batch's mean reward, as one process does.
     A stand-in part (`counted` False) adds nothing, however its rows sampled."""
     generator = torch.Generator().manual_seed(0)
-    whole = Reinforce(baseline=baseline, samples=2, baseline_decay=0.5)
-    parts = [Reinforce(baseline=baseline, samples=2, baseline_decay=0.5) for _ in range(3)]
+    whole = Reinforce(baseline=baseline, location_samples=2, baseline_decay=0.5)
+    parts = [Reinforce(baseline=baseline, location_samples=2, baseline_decay=0.5) for _ in range(3)]
     for _ in range(3):  # the first batch sets b, the next ones move it
         rows, steps, vocab = 12, 5, 7
         logits = torch.randn(rows, steps, vocab, generator=generator)
@@ -490,7 +490,7 @@ def test_a_caption_that_sampled_nothing_carries_no_nan_into_the_terms(baseline):
     mask = (targets != PAD).float()
     locations = torch.tensor([[0, 1, 2], [-1, -1, -1], [2, 2, 1], [1, 0, 0], [0, 0, 0], [2, 1, 0]])  # ...sampled none
     log_probs = -torch.rand(6, 3, generator=generator) * (locations >= 0)
-    reinforce = Reinforce(baseline=baseline, samples=3 if baseline == "leave_one_out" else 1)
+    reinforce = Reinforce(baseline=baseline, location_samples=3 if baseline == "leave_one_out" else 1)
     reinforce.value = -5.0
     terms = reinforce(logits=logits, targets=targets, mask=mask, log_probs=log_probs.requires_grad_(True),
                       entropies=torch.rand(6, 3, generator=generator), locations=locations)

@@ -158,11 +158,11 @@ def test_a_step_whose_distribution_is_not_finite_is_skipped_not_a_crash() -> Non
 @pytest.mark.parametrize("images", [3, 4])
 def test_hard_attention_flips_one_coin_per_image_whatever_reinforce_samples_says(images: int) -> None:
     """The coin is flipped for each image before its K samples are made (SelfCritical.sample), so the
-    K samples of an image share it: an odd number of images is fine, and train.reinforce.samples (the
+    K samples of an image share it: an odd number of images is fine, and train.reinforce.location_samples (the
     cross-entropy objective's setting) has nothing to do with it."""
     from captioning.config import load_config
 
-    config = load_config(None, ["model.attention=hard", "train.reinforce.samples=2"])
+    config = load_config(None, ["model.attention=hard", "train.reinforce.location_samples=2"])
     torch.manual_seed(0)
     decoder = build_decoder(config.model, vocab_size=len(SPECIALS) + len(WORDS), annotation_dim=6,
                             grid=(2, 2)).train()
@@ -260,11 +260,11 @@ def test_the_scst_configs_start_from_their_cross_entropy_runs_best(name: str, st
 
 def test_a_self_critical_run_with_hard_attention_and_an_odd_batch_of_images(tiny_run, tiny_config,
                                                                             tmp_path: Path) -> None:
-    """train.reinforce.samples (2 here) belongs to the cross-entropy objective; a self-critical run's
+    """train.reinforce.location_samples (2 here) belongs to the cross-entropy objective; a self-critical run's
     coins are one per image whatever it says, so a batch of 3 images trains (it used to raise)."""
     config = tiny_config(tmp_path, f"train.init_from={tiny_run.checkpoint}", "train.objective=scst",
                          "train.max_steps=3", "train.scst.samples=2", "train.batch_size=3", "model.attention=hard",
-                         "train.reinforce.samples=2", "decode.hard_choice=argmax")
+                         "train.reinforce.location_samples=2", "decode.hard_choice=argmax")
     assert fit(config)["steps"] == 3
 
 

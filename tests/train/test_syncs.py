@@ -61,7 +61,7 @@ def _setup(attention: str, score: str, samples: int) -> tuple[torch.nn.Module, R
     if attention == "soft":
         return decoder, None
     baseline = "leave_one_out" if samples > 1 else "moving_average"
-    reinforce = Reinforce(baseline=baseline, samples=samples, entropy_weight=0.01)
+    reinforce = Reinforce(baseline=baseline, location_samples=samples, entropy_weight=0.01)
     return EncoderDecoder(encoder=None, decoder=decoder), reinforce
 
 

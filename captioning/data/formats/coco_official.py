@@ -1,7 +1,7 @@
 """COCO 2014's official captions files (data.dataset=coco_official), read with pycocotools.
 
-`captions_train2014.json` / `captions_val2014.json` (data.train_captions, data.val_captions): train
-is train2014 (82 783 images) and val2014 (40 504) serves as both val and test. For Karpathy's
+`captions_train2014.json` / `captions_val2014.json` (data.coco_official: train_captions, val_captions):
+train is train2014 (82 783 images) and val2014 (40 504) serves as both val and test. For Karpathy's
 splits of COCO, data.dataset=coco reads `dataset_coco.json` (formats/karpathy.py).
 """
 
@@ -20,10 +20,10 @@ from captioning.data.records import DatasetError, ImageRecord, data_root, note_d
 @DATASETS.register("coco_official")
 def read_official(data: DataConfig, split: str) -> list[ImageRecord]:
     """train from the train captions file; val and test both from the val file."""
-    root = data_root(data, where="docs/coco.md says what the coco_official data holds")
+    root, files = data_root(data, where="docs/coco.md says what the coco_official data holds"), data.coco_official
     if split == "train":
-        return read_coco_captions(root / data.train_captions, root / data.train_images)
-    return read_coco_captions(root / data.val_captions, root / data.val_images)
+        return read_coco_captions(root / files.train_captions, root / files.train_images)
+    return read_coco_captions(root / files.val_captions, root / files.val_images)
 
 
 def read_coco_captions(annotation_file: str | Path, image_dir: str | Path) -> list[ImageRecord]:

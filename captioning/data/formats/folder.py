@@ -1,6 +1,6 @@
 """A folder of your own images and a captions file (data.dataset=folder): a collection.
 
-The captions file (data.captions_file, relative to data.root) has one row per caption, in either
+The captions file (data.folder.captions_file, relative to data.root) has one row per caption, in either
 form:
   - CSV with a header row: `image,caption` or `image,caption,split`;
   - JSON Lines: one object a line, {"image": ..., "caption": ..., "split": ...}, "split" optional.
@@ -9,12 +9,12 @@ is train, val or test, or empty. An image has one split: two rows that give it t
 
 `image` names a file under data.root/data.image_dir, and is keyed by the file it names (its resolved
 path): `a.jpg`, `./a.jpg` and a link to a.jpg are one image; a path that leads outside that folder is
-refused unless data.allow_outside_images=true.
+refused unless data.folder.allow_outside_images=true.
 
 A split that no row names (val or test, most often both) is made with a seed: from the images
 without a split, or, when every image has one, from the training images. Each such image goes by a
-hash of its path and data.split_seed, not by its place in a shuffle; each made split takes about
-data.split_share of them, at least one image. Every split, once given, is written down
+hash of its path and data.folder.split_seed, not by its place in a shuffle; each made split takes about
+data.folder.split_share of them, at least one image. Every split, once given, is written down
 (DATA_CACHE/splits/, data/split_record.py) and read back at every later read: adding photos, with
 splits of their own or without, never moves an image that was there into another split (a model is
 never tested on what an older run trained on). `captioning prepare` also writes the run's copy
@@ -93,7 +93,7 @@ def read_rows(path: Path) -> list[Row]:
     """The captions file's rows: CSV (by its .csv suffix) or JSON Lines (any other). Each problem is
     one line naming the file and the line."""
     if not path.is_file():
-        raise DatasetError(f"{path}: captions file not found (data.captions_file, relative to data.root)")
+        raise DatasetError(f"{path}: captions file not found (data.folder.captions_file, relative to data.root)")
     try:  # a byte-order mark, as spreadsheets write one, is not text; newline="": line ends stay as written
         with open(path, encoding="utf-8-sig", newline="") as file:
             text = file.read()
@@ -237,7 +237,8 @@ class _ImageKeys:
                 self.known[row.image] = Path(path).as_posix()
             else:
                 raise DatasetError(f"{self.source}: line {row.line}: {row.image} is outside the image folder "
-                                   f"{self.root} (it is {path}); data.allow_outside_images=true lets such paths in")
+                                   f"{self.root} (it is {path}); data.folder.allow_outside_images=true lets such "
+                                   "paths in")
         return self.known[row.image]
 
 
@@ -249,14 +250,14 @@ def read_folder(data: DataConfig, split: str) -> list[ImageRecord]:
 
 
 def folder_collection(data: DataConfig) -> Collection:
-    """The collection a config names: data.root/data.captions_file, images under data.root/data.image_dir,
-    its splits kept under DATA_CACHE/splits/."""
-    root = Path(data.root)
-    captions_file = root / data.captions_file
-    record = record_path(Path(data.cache_root or data.root), captions_file, seed=data.split_seed,
-                         share=data.split_share)
-    return collection_of(captions_file, image_root=root / data.image_dir, seed=data.split_seed,
-                         share=data.split_share, record=record, allow_outside=data.allow_outside_images)
+    """The collection a config names: data.root/data.folder.captions_file, images under
+    data.root/data.image_dir, its splits kept under DATA_CACHE/splits/."""
+    root, own = Path(data.root), data.folder
+    captions_file = root / own.captions_file
+    record = record_path(Path(data.cache_root or data.root), captions_file, seed=own.split_seed,
+                         share=own.split_share)
+    return collection_of(captions_file, image_root=root / data.image_dir, seed=own.split_seed,
+                         share=own.split_share, record=record, allow_outside=own.allow_outside_images)
 
 
 @functools.lru_cache(maxsize=4)
@@ -372,5 +373,6 @@ def describe_made(collection: Collection, *, seed: int, share: float) -> Iterabl
         if split == "train":
             yield f"{_images(len(chosen))} without a split go to train ({first_names(chosen)})"
         else:
-            yield (f"no row names a {split} split: made it of {_images(len(chosen))} with data.split_seed={seed} "
-                   f"(about data.split_share={share:g} of them; {first_names(chosen)})")
+            yield (f"no row names a {split} split: made it of {_images(len(chosen))} with "
+                   f"data.folder.split_seed={seed} (about data.folder.split_share={share:g} of them; "
+                   f"{first_names(chosen)})")
