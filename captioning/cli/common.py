@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from collections.abc import Callable
+from pathlib import Path
 
 from captioning.checkpoint import CheckpointError
 from captioning.config import ConfigError
@@ -21,16 +23,32 @@ EXPECTED_ERRORS = (CheckpointError, ConfigError, DatasetError, DistributedError,
                    TrainingError)
 
 
+PACKAGE = Path(__file__).resolve().parents[1]
+
+
 def guarded(function: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """The command, its expected errors in one line each (exit 2), the package's own warnings (a
+    setting under its old name) in one line each too."""
     def run(args: argparse.Namespace) -> int:
         if getattr(args, "quiet", False):
             quiet()
-        try:
-            return function(args)
-        except EXPECTED_ERRORS as error:
-            print(f"error: {error}", file=sys.stderr)
-            return 2
+        with warnings.catch_warnings():
+            warnings.showwarning = _one_line_if_ours(warnings.showwarning)
+            try:
+                return function(args)
+            except EXPECTED_ERRORS as error:
+                print(f"error: {error}", file=sys.stderr)
+                return 2
     return run
+
+
+def _one_line_if_ours(shown: Callable[..., None]) -> Callable[..., None]:
+    def show(message, category, filename, *rest) -> None:  # noqa: ANN001 - warnings.showwarning's signature
+        if Path(filename).resolve().is_relative_to(PACKAGE):
+            print(f"warning: {message}", file=sys.stderr)
+        else:
+            shown(message, category, filename, *rest)
+    return show
 
 
 def add_quiet_argument(parser: argparse.ArgumentParser) -> None:

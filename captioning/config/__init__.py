@@ -5,8 +5,9 @@ a base of its own, and so on. Unknown keys are errors, never
 silently ignored: a misspelt key that did nothing has cost people whole training runs.
 
 Every value is checked when the config is loaded, before any data, feature or model work; old
-keys of checkpoint format 1, settings renamed since (MOVED) and settings renamed with a new meaning
-are migrated in a checkpoint and refused, with their new names, in a file.
+keys of checkpoint format 1 and settings renamed with a new meaning are migrated in a checkpoint and
+refused, with their new names, in a file; settings renamed since (MOVED) are migrated in a
+checkpoint and read as aliases, with a warning, in a file.
 
 Modules: schema.py (the sections and their defaults), loading.py (files, overrides, plain data),
 checks.py (`validate`: every rule on a setting's value, in one place), choices.py (what each fixed

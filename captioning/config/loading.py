@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -44,9 +45,14 @@ def _merge(target: Any, values: dict[str, Any], where: str, prefix: str = "", so
             if dotted in RENAMED:
                 raise ConfigError(f"{source}: '{dotted}' is now '{now_named(dotted)}' (the config has sections since "
                                   "checkpoint format 2)")
-            if dotted in MOVED:
-                raise ConfigError(f"{source}: '{dotted}' is now '{MOVED[dotted]}' (renamed; a checkpoint that "
-                                  "records the old name still loads)")
+            if dotted in MOVED:  # an alias: files written before the rename still read (README lists them)
+                warnings.warn(f"{source}: '{dotted}' is now '{MOVED[dotted]}' (the old name still works)",
+                              FutureWarning, stacklevel=2)
+                nested = value  # set where it lives now, below this section (as every MOVED key is)
+                for part in reversed(MOVED[dotted][len(prefix) + 1:].split(".")):
+                    nested = {part: nested}
+                _merge(target, nested, where, prefix, source)
+                continue
             if dotted in REDEFINED:
                 new, why = REDEFINED[dotted]
                 raise ConfigError(f"{source}: '{dotted}' is now '{new}': {why}")

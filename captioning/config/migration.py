@@ -9,8 +9,8 @@ its old value over to the new name, which only describes how it was trained (a r
 its config file). Settings that were taken away (REMOVED) are refused in a file or an override with
 the reason, and dropped from a checkpoint's config, which records every setting of its day.
 Settings renamed since format 2 (MOVED: a name that meant two things, a dataset format's settings
-given their section) are read from a checkpoint's config under their new name, and refused in a file
-or an override with it.
+given their section) are read from a checkpoint's config under their new name; in a file or an
+override the old name is an alias (the README lists them), read with a warning that names the new one.
 """
 
 from __future__ import annotations

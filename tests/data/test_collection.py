@@ -168,6 +168,27 @@ def test_check_names_missing_unreadable_uncaptioned_and_unlisted_images_and_empt
     assert [r.path.name for r in collection.records("train")] == ["a.jpg", "gone1.jpg"]  # b.jpg has no caption left
 
 
+@pytest.mark.filterwarnings("default:.*the old name still works:FutureWarning")  # shown, not raised (setup.cfg)
+def test_cli_prepare_reads_a_setting_under_its_old_name_and_says_the_new_one_in_one_line(tmp_path: Path,
+                                                                                         capsys) -> None:
+    """data.split_share became data.folder.split_share: the old name is an alias (README lists them)."""
+    names = [f"p{i:02d}.jpg" for i in range(30)]
+    _folder(tmp_path / "photos", [(n, f"a photo of thing {i % 4}", "") for i, n in enumerate(names)],
+            header=("image", "caption", "split"), images=names)
+    printed = {}
+    for key in ("data.folder.split_share", "data.split_share"):
+        assert main(["prepare", "--config", str(REPO_CONFIG), f"data.root={tmp_path / 'photos'}",
+                     f"train.out_dir={tmp_path / key}", f"{key}=0.3"]) == 0
+        printed[key] = capsys.readouterr()
+    made = [line for line in printed["data.folder.split_share"].out.splitlines() if line.startswith("no row names")]
+    assert len(made) == 2 and "data.folder.split_share=0.3" in made[0]
+    assert made == [line for line in printed["data.split_share"].out.splitlines() if line.startswith("no row names")]
+    assert "warning" not in printed["data.folder.split_share"].err
+    assert printed["data.split_share"].err.splitlines()[0] == (
+        "warning: override 'data.split_share=0.3': 'data.split_share' is now 'data.folder.split_share' (the old "
+        "name still works)")
+
+
 def test_cli_prepare_says_what_it_found_and_made_and_writes_the_splits_down(tmp_path: Path, capsys) -> None:
     names = [f"p{i:02d}.jpg" for i in range(30)]
     rows = [(n, f"a photo of thing {i % 4}", "") for i, n in enumerate(names)] + [(names[0], "", "")]
