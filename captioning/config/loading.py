@@ -29,7 +29,7 @@ from captioning.config.schema import Config, ConfigError
 
 
 def _closest(key: str, known: list[str]) -> list[str]:
-    """The known key a misspelt one most likely meant: one it begins ("data.captions" ->
+    """The known key a misspelt one most likely meant: one it begins ("data.folder.captions" ->
     "captions_file"), else the closest spelling (difflib), else none."""
     started = sorted(name for name in known if name.startswith(key) or key.startswith(name + "_"))
     return started[:1] or difflib.get_close_matches(key, known, n=1)
