@@ -291,8 +291,8 @@ def test_argmax_decoding_beam_one_equals_greedy_and_teacher_forcing():
 
 def test_without_draws_each_image_flips_its_own_coin_at_the_papers_chance():
     """The module holds no schedule: unless a training step hands coins in, `prepare` flips one per
-    row at expectation_prob (the paper's 0.5), and none outside training."""
-    attention = make(expectation_prob=0.5).train()
+    row at expectation_prob (by default the paper's 0.5), and none outside training."""
+    attention = make().train()  # the defaults
     a, _ = inputs(batch=400)
     torch.manual_seed(0)
     share = float(attention.prepare(a).expectation.float().mean())
