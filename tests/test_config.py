@@ -403,3 +403,12 @@ def test_a_renamed_setting_in_a_file_or_an_override_still_works_and_says_its_new
 def test_a_format1_key_renamed_twice_is_refused_with_the_name_it_has_now(old, new):
     with pytest.raises(ConfigError, match=rf"override '{old}': '{old.split('=')[0]}' is now '{new}' "):
         load_config(None, [old])
+
+
+def test_every_renamed_setting_stays_in_its_section_as_the_alias_reader_needs():
+    """A file's old name is set where it lives now, below the section that named it (loading._merge):
+    a rename across sections would land elsewhere."""
+    from captioning.config import MOVED
+
+    for old, new in MOVED.items():
+        assert new.startswith(old.rsplit(".", 1)[0] + "."), (old, new)
