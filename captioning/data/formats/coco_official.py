@@ -26,16 +26,16 @@ def read_official(data: DataConfig, split: str) -> list[ImageRecord]:
     return read_coco_captions(root / files.val_captions, root / files.val_images)
 
 
-def read_coco_captions(annotation_file: str | Path, image_dir: str | Path) -> list[ImageRecord]:
+def read_coco_captions(captions_file: str | Path, image_dir: str | Path) -> list[ImageRecord]:
     """Every image of an official COCO captions file, with all its captions, in image-id order."""
     from pycocotools.coco import COCO
 
-    annotation_file = Path(annotation_file)
-    if not annotation_file.is_file():
-        raise DatasetError(f"{annotation_file}: COCO captions file not found")
+    captions_file = Path(captions_file)
+    if not captions_file.is_file():
+        raise DatasetError(f"{captions_file}: COCO captions file not found")
     try:
         with contextlib.redirect_stdout(io.StringIO()):  # pycocotools prints its progress
-            coco = COCO(str(annotation_file))
+            coco = COCO(str(captions_file))
         records, dropped, emptied = [], 0, 0
         for image_id in sorted(coco.getImgIds()):
             image = coco.loadImgs(image_id)[0]
@@ -46,10 +46,10 @@ def read_coco_captions(annotation_file: str | Path, image_dir: str | Path) -> li
             if captions:
                 records.append(ImageRecord(image_id=int(image_id), path=Path(image_dir) / image["file_name"],
                                            captions=captions))
-        note_dropped(annotation_file, "all", dropped, emptied)
+        note_dropped(captions_file, "all", dropped, emptied)
     except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError, AssertionError) as error:
-        raise DatasetError(f"{annotation_file}: not a COCO captions file ({error.__class__.__name__}: {error})") \
+        raise DatasetError(f"{captions_file}: not a COCO captions file ({error.__class__.__name__}: {error})") \
             from error
     if not records:
-        raise DatasetError(f"{annotation_file}: no captioned images")
+        raise DatasetError(f"{captions_file}: no captioned images")
     return records
