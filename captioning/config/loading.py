@@ -35,6 +35,13 @@ def _closest(key: str, known: list[str]) -> list[str]:
     return started[:1] or difflib.get_close_matches(key, known, n=1)
 
 
+def _nested(keys: list[str], value: Any) -> dict[str, Any]:
+    """["train", "lr"], 0.1 -> {"train": {"lr": 0.1}}."""
+    for key in reversed(keys):
+        value = {key: value}
+    return value
+
+
 def _merge(target: Any, values: dict[str, Any], where: str, prefix: str = "", source: str | None = None) -> None:
     """Set `values` on the dataclass `target`; `where` names the place in messages, `source` the file."""
     source = where if source is None else source
@@ -48,10 +55,8 @@ def _merge(target: Any, values: dict[str, Any], where: str, prefix: str = "", so
             if dotted in MOVED:  # an alias: files written before the rename still read (README lists them)
                 warnings.warn(f"{source}: '{dotted}' is now '{MOVED[dotted]}' (the old name still works)",
                               FutureWarning, stacklevel=2)
-                nested = value  # set where it lives now, below this section (as every MOVED key is)
-                for part in reversed(MOVED[dotted][len(prefix) + 1:].split(".")):
-                    nested = {part: nested}
-                _merge(target, nested, where, prefix, source)
+                # set where it lives now, below this section (as every MOVED key is)
+                _merge(target, _nested(MOVED[dotted][len(prefix) + 1:].split("."), value), where, prefix, source)
                 continue
             if dotted in REDEFINED:
                 new, why = REDEFINED[dotted]
@@ -135,8 +140,5 @@ def apply_overrides(config: Config, overrides: list[str] | tuple[str, ...]) -> C
     caller validates the result (load_config does; after a checkpoint's config, call validate)."""
     for text in overrides:
         keys, value = _parse_override(text)
-        nested: dict[str, Any] = {keys[-1]: value}
-        for key in reversed(keys[:-1]):
-            nested = {key: nested}
-        _merge(config, nested, f"override '{text}'")
+        _merge(config, _nested(keys, value), f"override '{text}'")
     return config
