@@ -40,7 +40,7 @@ from captioning.runtime.hardware import default_device
 # What a checkpoint's config may change at inference: where the pretrained weights are, and how to
 # decode. Everything else (sizes, score, encoder, image size) is part of the trained model.
 INFERENCE_KEYS = ("encoder.weights_path", "decode.beam_size", "decode.max_length", "decode.length_penalty",
-                  "decode.hard_choice")
+                  "decode.no_repeat_ngram", "decode.allow_unk", "decode.hard_choice")
 
 # COCO file names: COCO_val2014_000000391895.jpg (2014) or 000000391895.jpg (2017).
 _COCO_NAME = re.compile(r"^(?:COCO_[a-z]+\d{4}_)?(\d{6,12})$")
@@ -237,7 +237,9 @@ class Captioner:
         refuse_hard_choice(self.model.decoder, choice, self.name)
         captions, grid = self.model.caption(pixels.to(self.device), beam_size=beam_size or settings.beam_size,
                                             max_length=max_length or settings.max_length,
-                                            length_penalty=settings.length_penalty, hard_choice=choice)
+                                            length_penalty=settings.length_penalty,
+                                            no_repeat_ngram=settings.no_repeat_ngram, allow_unk=settings.allow_unk,
+                                            hard_choice=choice)
         alphas = captions.alphas.float().cpu().numpy()  # [B, T, L]
         chosen = captions.locations.cpu().tolist() if captions.locations is not None else None
         said = captions.word_alphas.float().cpu().numpy() if captions.word_alphas is not None else None  # [B, T, T]

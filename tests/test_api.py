@@ -232,8 +232,13 @@ def test_the_checkpoints_decoding_settings_and_their_overrides_reach_the_search(
                                                                           "decode.max_length=5"])
     captioner.caption(photos[0])
     captioner.caption(photos[0], beam_size=1, max_length=2)
-    assert calls == [{"beam_size": 2, "max_length": 5, "length_penalty": 0.7, "hard_choice": "expectation"},
-                     {"beam_size": 1, "max_length": 2, "length_penalty": 0.7, "hard_choice": "expectation"}]
+    captioner = Captioner.from_checkpoint(tiny_run.checkpoint, overrides=["decode.no_repeat_ngram=3",
+                                                                          "decode.allow_unk=true"])
+    captioner.caption(photos[0])
+    searched = {"length_penalty": 0.7, "no_repeat_ngram": 0, "allow_unk": False, "hard_choice": "expectation"}
+    assert calls == [{"beam_size": 2, "max_length": 5, **searched}, {"beam_size": 1, "max_length": 2, **searched},
+                     {"beam_size": 2, "max_length": 12, "length_penalty": 0.0, "no_repeat_ngram": 3, "allow_unk": True,
+                      "hard_choice": "expectation"}]
 
 
 @pytest.mark.parametrize(("cell", "expected"), [(-1, None), (0, 0), (4, 4)])
@@ -388,7 +393,8 @@ def test_an_override_that_would_change_the_model_or_is_out_of_range_is_refused_n
         Captioner.from_checkpoint(tiny_run.checkpoint, overrides=["model.hidden_dim=64"])
     assert str(refused.value) == ("override 'model.hidden_dim=64': model.hidden_dim cannot change at inference, it "
                                   "is part of the trained model (these can: encoder.weights_path, decode.beam_size, "
-                                  "decode.max_length, decode.length_penalty, decode.hard_choice)")
+                                  "decode.max_length, decode.length_penalty, decode.no_repeat_ngram, decode.allow_unk, "
+                                  "decode.hard_choice)")
     with pytest.raises(ConfigError, match=rf"^{re.escape(str(tiny_run.checkpoint))}: config with overrides: "
                                           r".*decode.beam_size"):
         Captioner.from_checkpoint(tiny_run.checkpoint, overrides=["decode.beam_size=0"])

@@ -51,6 +51,7 @@ def _choices(config: Config) -> dict[str, tuple[str, tuple[str, ...]]]:
         "train.reinforce.baseline": (t.reinforce.baseline, c.BASELINES),
         "train.objective": (t.objective, r.OBJECTIVES.names()),
         "train.scst.baseline": (t.scst.baseline, c.SCST_BASELINES),
+        "train.val_tokenizer": (t.val_tokenizer, c.VALIDATION_TOKENIZERS),
     }
 
 
@@ -66,6 +67,7 @@ def _ranges(config: Config) -> dict[str, tuple[Any, str, bool]]:
                 "train.batch_size": (t.batch_size, 1), "train.lr_patience": (t.lr_patience, 0),
                 "train.early_stop_patience": (t.early_stop_patience, 1), "train.max_steps": (t.max_steps, 1),
                 "train.eval_every_steps": (t.eval_every_steps, 1), "train.val_images": (t.val_images, 1),
+                "train.val_beam_size": (t.val_beam_size, 1),
                 "train.num_workers": (t.num_workers, 0), "train.save_every_steps": (t.save_every_steps, 1),
                 "train.log_every_steps": (t.log_every_steps, 1), "train.log_images": (t.log_images, 0),
                 "train.reinforce.location_samples": (t.reinforce.location_samples, 1),
@@ -94,7 +96,7 @@ def _ranges(config: Config) -> dict[str, tuple[Any, str, bool]]:
     checks.update({key: (value, wanted, ok) for key, (value, ok, wanted) in unit.items()})
     non_negative = {"train.ds_lambda": t.ds_lambda, "train.reinforce.weight": t.reinforce.weight,
                     "train.reinforce.entropy_weight": t.reinforce.entropy_weight,
-                    "decode.length_penalty": d.length_penalty}
+                    "decode.length_penalty": d.length_penalty, "decode.no_repeat_ngram": d.no_repeat_ngram}
     checks.update({key: (value, "at least 0", value >= 0) for key, value in non_negative.items()})
     return checks
 

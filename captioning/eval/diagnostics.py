@@ -10,6 +10,7 @@ training targets are), for eval.py's metrics file and output:
                            most likely without choosing to end (a beam that never ends)
   repeated_3gram_captions  share of captions in which some 3 words come twice ("a man riding a wave on
                            a surfboard riding a wave"): a decoder caught in a loop
+  unk_captions             share of captions that say <unk> (only where decode.allow_unk lets them)
   mean_length              words per caption, beside reference_mean_length (words per reference)
 """
 
@@ -19,6 +20,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 
 from captioning.data.vocab import tokenize
+from captioning.model.tokens import UNK
 
 
 def _repeats(words: Sequence[str], n: int = 3) -> bool:
@@ -38,6 +40,7 @@ def caption_diagnostics(captions: Mapping[int, str], references: Mapping[int, Se
         "vocabulary_used": float(len({word for caption in words for word in caption})),
         "at_length_limit": sum(len(caption) >= max_length for caption in words) / len(words),
         "repeated_3gram_captions": sum(_repeats(caption) for caption in words) / len(words),
+        "unk_captions": sum(UNK in caption for caption in words) / len(words),
         "mean_length": sum(map(len, words)) / len(words),
         "reference_mean_length": sum(reference_words) / max(len(reference_words), 1),
     }

@@ -10,6 +10,13 @@ whole batch, never a loop over images; the image-side work is done once per imag
 
 Hard attention picks its cell at test time by `hard_choice`: "expectation" (the paper's default),
 "argmax" or "sample"; the chosen cells come back in `locations`.
+
+Neither search emits a token no caption contains (<pad>, <start>), nor <unk> unless `allow_unk`: a
+caption that says "<unk>" tells the reader nothing (it stands for the rare words that
+data.min_word_count dropped). `no_repeat_ngram` = n > 0 forbids a row to say any n words it has
+said before in that order (the repetition block common in captioning and translation toolkits; not
+in the paper). Both only narrow the search: the words left keep the model's own log-probabilities
+(no renormalization), so a caption's score is what the model gives it.
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ import torch
 from captioning.model import fused
 from captioning.model.attention import Draws, choosing
 from captioning.model.decoder import AttentionDecoder, DecoderState
-from captioning.model.tokens import END_ID, PAD_ID, START_ID
+from captioning.model.tokens import END_ID, PAD_ID, START_ID, UNK_ID
 
 
 @dataclass
@@ -60,6 +67,26 @@ def _lengths(tokens: torch.Tensor, end_id: int) -> torch.Tensor:
     is_end = tokens == end_id
     first = torch.where(is_end.any(-1), is_end.float().argmax(-1), torch.full_like(tokens[..., 0], tokens.shape[-1]))
     return first
+
+
+def never_said(*, allow_unk: bool, device: torch.device | str) -> torch.Tensor:
+    """The ids no caption of a search may contain [k]: <pad>, <start>, and <unk> unless allowed."""
+    return torch.tensor([PAD_ID, START_ID] + ([] if allow_unk else [UNK_ID]), device=device)
+
+
+def repeated_ngrams(history: torch.Tensor, n: int, vocab_size: int) -> torch.Tensor:
+    """Which next words would repeat an n-gram: history [N, t] (the words said so far) -> [N, V] bool,
+    True where the last n - 1 words followed by that word already occur in the row's history."""
+    rows, said = history.shape
+    banned = torch.zeros(rows, vocab_size, dtype=torch.bool, device=history.device)
+    if n <= 0 or said < n:  # (with n - 1 words said, no whole n-gram lies behind yet)
+        return banned
+    grams = history.unfold(1, n, 1)  # [N, t - n + 1, n], every n-gram said
+    tail = history[:, said - n + 1:]  # [N, n - 1], the words the next one continues
+    same = (grams[:, :, :n - 1] == tail[:, None, :]).all(dim=2)  # [N, t - n + 1]
+    # A word is banned where any earlier n-gram with the same first n - 1 words ends in it.
+    counts = torch.zeros(rows, vocab_size, device=history.device).scatter_add_(1, grams[:, :, n - 1], same.float())
+    return counts > 0
 
 
 def stepper(decoder: AttentionDecoder, annotations: torch.Tensor, group: int, *, draws: Draws | None = None,
@@ -106,11 +133,15 @@ class Unrolled:
 
 
 def unroll(step: Step, state: DecoderState, *, max_length: int, pick: Callable[[torch.Tensor], torch.Tensor],
-           never: torch.Tensor | None = None) -> Unrolled:
+           never: torch.Tensor | None = None, blocked: torch.Tensor | None = None,
+           no_repeat_ngram: int = 0) -> Unrolled:
     """The autoregressive loop: from <start>, each row's next word is `pick(log_probs [N, V])` [N],
-    until every row has emitted <end> or `max_length` words. `never` [k]: token ids no row may pick
-    (their probability is 0 before the softmax: self-critical sampling must not draw <pad> or <start>,
-    which no caption contains). Rows that have ended take <pad> at no cost."""
+    until every row has emitted <end> or `max_length` words. Rows that have ended take <pad> at no cost.
+
+    `never` [k]: token ids no row may pick, their probability 0 before the softmax (self-critical
+    sampling draws from the rest, renormalized: no caption contains <pad> or <start>). `blocked` [k]
+    and `no_repeat_ngram` > 0 (a word that would repeat an n-gram of the row's own) narrow a search
+    instead: masked after the softmax, so the words left keep the model's log-probabilities."""
     rows, device = state.h.shape[0], state.h.device
     previous = torch.full((rows,), START_ID, dtype=torch.long, device=device)
     finished = torch.zeros(rows, dtype=torch.bool, device=device)
@@ -121,6 +152,11 @@ def unroll(step: Step, state: DecoderState, *, max_length: int, pick: Callable[[
         if never is not None:
             logits = logits.index_fill(1, never, float("-inf"))
         log_p = torch.log_softmax(logits, dim=1)  # [N, V]
+        if blocked is not None:
+            log_p = log_p.index_fill(1, blocked, float("-inf"))
+        if no_repeat_ngram > 0 and tokens:
+            log_p = log_p.masked_fill(repeated_ngrams(torch.stack(tokens, 1), no_repeat_ngram, log_p.shape[1]),
+                                      float("-inf"))
         word = pick(log_p).masked_fill(finished, PAD_ID)  # [N]
         log_probs.append(log_p.gather(1, word[:, None])[:, 0].masked_fill(finished, 0.0))
         if out.cell_log_prob is not None:
@@ -155,17 +191,21 @@ def most_likely(log_probs: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-def greedy(decoder: AttentionDecoder, annotations: torch.Tensor, *, max_length: int = 20) -> Captions:
-    """The most likely word at every step. annotations [B, L, D]."""
+def greedy(decoder: AttentionDecoder, annotations: torch.Tensor, *, max_length: int = 20, no_repeat_ngram: int = 0,
+           allow_unk: bool = False) -> Captions:
+    """The most likely word at every step (of those the module docstring lets a caption say).
+    annotations [B, L, D]."""
     step, state = stepper(decoder, annotations, 1)
-    out = unroll(step, state, max_length=max_length, pick=most_likely)
+    out = unroll(step, state, max_length=max_length, pick=most_likely,
+                 blocked=never_said(allow_unk=allow_unk, device=annotations.device), no_repeat_ngram=no_repeat_ngram)
     return Captions(tokens=out.tokens, alphas=out.alphas, lengths=_lengths(out.tokens, END_ID),
                     scores=out.log_probs.sum(1), locations=out.locations, word_alphas=out.word_alphas)
 
 
 @torch.no_grad()
 def beam_search(decoder: AttentionDecoder, annotations: torch.Tensor, *, beam_size: int = 3, max_length: int = 20,
-                length_penalty: float = 0.0, min_length: int = 0) -> Captions:
+                length_penalty: float = 0.0, min_length: int = 0, no_repeat_ngram: int = 0,
+                allow_unk: bool = False) -> Captions:
     """Batched beam search. annotations [B, L, D].
 
     A finished beam stays in the beam with a frozen score (it can only continue with <pad> at no
@@ -193,11 +233,17 @@ def beam_search(decoder: AttentionDecoder, annotations: torch.Tensor, *, beam_si
     word_maps = None  # [T, B, K, T] with word self-attention: each step's weights over the words before it
     offsets = torch.arange(batch, device=device)[:, None] * beam_size  # [B, 1]
     frozen = None
+    never = never_said(allow_unk=allow_unk, device=device)
+    said = torch.empty(batch * beam_size, 0, dtype=torch.long, device=device)  # [B*K, t], for the n-gram block
     steps = 0
     for steps in range(1, max_length + 1):
         out = step(state, previous)
         state, alpha, location = out.state, out.alpha, out.location
-        log_probs = torch.log_softmax(out.logits.float(), dim=1).view(batch, beam_size, -1)  # [B, K, V]
+        log_probs = torch.log_softmax(out.logits.float(), dim=1).index_fill(1, never, float("-inf"))  # [B*K, V]
+        if no_repeat_ngram > 0:
+            log_probs = log_probs.masked_fill(repeated_ngrams(said, no_repeat_ngram, log_probs.shape[1]),
+                                              float("-inf"))
+        log_probs = log_probs.view(batch, beam_size, -1)  # [B, K, V]
         vocab_size = log_probs.shape[2]
         if steps <= min_length:
             log_probs[:, :, END_ID] = float("-inf")
@@ -218,6 +264,8 @@ def beam_search(decoder: AttentionDecoder, annotations: torch.Tensor, *, beam_si
             word_maps[steps - 1, :, :, :steps] = out.word_weights.view(batch, beam_size, steps)
         finished = finished.gather(1, parent) | (word == END_ID)
         previous = word.view(-1)
+        if no_repeat_ngram > 0:
+            said = torch.cat([said[(offsets + parent).view(-1)], previous[:, None]], dim=1)
         if finished.all():
             break
     # Every beam's length, read back through the back-pointers, for the final ranking.
@@ -247,11 +295,13 @@ def beam_search(decoder: AttentionDecoder, annotations: torch.Tensor, *, beam_si
 
 
 def decode(decoder: AttentionDecoder, annotations: torch.Tensor, *, beam_size: int = 1, max_length: int = 20,
-           length_penalty: float = 0.0, hard_choice: str | None = None) -> Captions:
-    """Greedy for beam size 1, beam search otherwise; `hard_choice` as in the module docstring
-    (None keeps the model's own choice)."""
+           length_penalty: float = 0.0, no_repeat_ngram: int = 0, allow_unk: bool = False,
+           hard_choice: str | None = None) -> Captions:
+    """Greedy for beam size 1, beam search otherwise; `hard_choice`, `no_repeat_ngram` and
+    `allow_unk` as in the module docstring (hard_choice None keeps the model's own choice)."""
     with choosing(decoder, hard_choice):
         if beam_size <= 1:
-            return greedy(decoder, annotations, max_length=max_length)
+            return greedy(decoder, annotations, max_length=max_length, no_repeat_ngram=no_repeat_ngram,
+                          allow_unk=allow_unk)
         return beam_search(decoder, annotations, beam_size=beam_size, max_length=max_length,
-                           length_penalty=length_penalty)
+                           length_penalty=length_penalty, no_repeat_ngram=no_repeat_ngram, allow_unk=allow_unk)

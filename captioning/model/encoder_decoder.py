@@ -151,9 +151,11 @@ class EncoderDecoder(nn.Module):
 
     @torch.no_grad()
     def caption(self, pixels: torch.Tensor, *, beam_size: int = 1, max_length: int = 20,
-                length_penalty: float = 0.0, hard_choice: str | None = None) -> tuple[Captions, tuple[int, int]]:
+                length_penalty: float = 0.0, no_repeat_ngram: int = 0, allow_unk: bool = False,
+                hard_choice: str | None = None) -> tuple[Captions, tuple[int, int]]:
         """Captions for normalized images [B, 3, S, S] (captioning.model.decoding.decode), and the grid."""
         annotations, grid = self.encode(pixels)  # [B, L, D]
         captions = decode(self.decoder, annotations, beam_size=beam_size, max_length=max_length,
-                          length_penalty=length_penalty, hard_choice=hard_choice)
+                          length_penalty=length_penalty, no_repeat_ngram=no_repeat_ngram, allow_unk=allow_unk,
+                          hard_choice=hard_choice)
         return captions, grid

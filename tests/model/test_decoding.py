@@ -10,12 +10,13 @@ import torch
 from captioning.data.vocab import Vocabulary
 from captioning.model.attention import SoftAttention
 from captioning.model.decoder import AttentionDecoder
-from captioning.model.decoding import Captions, beam_search, decode, greedy
+from captioning.model.decoding import Captions, beam_search, decode, greedy, repeated_ngrams
 from captioning.model.scores import AdditiveScore
 from tests.work import flops
 
 B, L, D, H, V = 2, 9, 8, 16, 11
-PAD, START, END = Vocabulary.pad_id, Vocabulary.start_id, Vocabulary.end_id
+PAD, START, END, UNK = Vocabulary.pad_id, Vocabulary.start_id, Vocabulary.end_id, Vocabulary.unk_id
+UNSAID = (PAD, START, UNK)  # what no search says (unless allow_unk)
 SEEDS = [0, 1, 2, 3, 4, 5]
 
 
@@ -94,13 +95,16 @@ def test_beam_size_one_equals_greedy(seed):
 
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("search", ["greedy", "beam1", "beam2", "beam4"])
-def test_scores_and_maps_match_teacher_forcing_on_the_returned_caption(seed, search):
-    """The search's bookkeeping (back-pointers, frozen finished beams) returns a consistent hypothesis."""
+@pytest.mark.parametrize("no_repeat_ngram", [0, 1])
+def test_scores_and_maps_match_teacher_forcing_on_the_returned_caption(seed, search, no_repeat_ngram):
+    """The search's bookkeeping (back-pointers, frozen finished beams) returns a consistent hypothesis,
+    scored with the model's own log-probabilities where words were blocked (not renormalized)."""
     decoder, annotations = make_decoder(seed), make_annotations(seed)
     if search == "greedy":
-        captions = greedy(decoder, annotations, max_length=8)
+        captions = greedy(decoder, annotations, max_length=8, no_repeat_ngram=no_repeat_ngram)
     else:
-        captions = beam_search(decoder, annotations, beam_size=int(search[4:]), max_length=8)
+        captions = beam_search(decoder, annotations, beam_size=int(search[4:]), max_length=8,
+                               no_repeat_ngram=no_repeat_ngram)
     scores, alphas = teacher_forced_score(decoder, annotations, captions)
     torch.testing.assert_close(captions.scores, scores, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(captions.alphas, alphas, rtol=1e-5, atol=1e-6)
@@ -133,11 +137,13 @@ def test_beam_search_as_wide_as_the_vocabulary_is_exact_over_two_words(seed):
         for b in range(B):
             candidates = [float(first[b, END])]  # <end> at once
             for w in range(V):
-                if w == END:
+                if w in (END, *UNSAID):
                     continue
                 rows = torch.tensor([b])
                 second, _, _ = decoder.step(memory.select(rows), state.select(rows), torch.tensor([w]))
-                candidates.append(float(first[b, w] + torch.log_softmax(second, 1).max()))
+                second = torch.log_softmax(second, 1)[0]
+                second[list(UNSAID)] = float("-inf")
+                candidates.append(float(first[b, w] + second.max()))
             best.append(max(candidates))
     beam = beam_search(decoder, annotations, beam_size=V, max_length=2)
     g = greedy(decoder, annotations, max_length=2)
@@ -301,3 +307,82 @@ def test_decoding_leaves_the_decoder_untouched_and_needs_no_grad():
     assert not captions.alphas.requires_grad and not captions.scores.requires_grad
     for key, value in decoder.state_dict().items():
         assert torch.equal(value, before[key]), key
+
+
+def said_twice(words: list[int], n: int) -> bool:
+    """Whether some n consecutive words occur twice in `words` (a reference, written apart from the code)."""
+    grams = [tuple(words[i:i + n]) for i in range(len(words) - n + 1)]
+    return len(grams) != len(set(grams))
+
+
+def caption_words(captions: Captions) -> list[list[int]]:
+    return [captions.tokens[b, : int(captions.lengths[b])].tolist() for b in range(captions.tokens.shape[0])]
+
+
+@pytest.mark.parametrize("seed", SEEDS[:4])
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_repeated_ngrams_bans_exactly_the_words_that_would_repeat_an_ngram(seed, n):
+    generator = torch.Generator().manual_seed(seed)
+    history = torch.randint(0, 3, (6, 12), generator=generator)  # a small vocabulary: many repeats
+    banned = repeated_ngrams(history, n, 4)
+    for row, words in enumerate(history.tolist()):
+        grams = {tuple(words[i:i + n]) for i in range(len(words) - n + 1)}
+        for word in range(4):
+            assert bool(banned[row, word]) == (tuple([*words[len(words) - n + 1:], word][-n:]) in grams), (row, word)
+    assert banned.any() and not banned.all()  # the random histories give the check something to see
+    assert not repeated_ngrams(history[:, : n - 1], n, 4).any()  # fewer than n words: nothing to repeat
+
+
+@pytest.mark.parametrize("search", ["greedy", "beam3"])
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_no_repeat_ngram_keeps_every_caption_free_of_a_repeated_ngram(search, n):
+    """A decoder that loops ("a b a b ...") says each n-gram once at most with the block on."""
+    a, b = 4, 5
+    decoder = markov_decoder({START: {a: 0.9}, a: {b: 0.9}, b: {a: 0.9}})
+    annotations = make_annotations(0)
+
+    def run(block: int) -> Captions:
+        if search == "greedy":
+            return greedy(decoder, annotations, max_length=10, no_repeat_ngram=block)
+        return beam_search(decoder, annotations, beam_size=3, max_length=10, no_repeat_ngram=block)
+
+    assert all(said_twice(words, n) for words in caption_words(run(0)))  # it does loop without the block
+    blocked = run(n)
+    assert not any(said_twice(words, n) for words in caption_words(blocked))
+    check_captions(blocked, B, 10)
+    assert blocked.tokens[0, :n].tolist() == [a, b, a][:n]  # up to the block, the model's own choice
+
+
+@pytest.mark.parametrize("search", ["greedy", "beam3"])
+@pytest.mark.parametrize("allow_unk", [False, True])
+def test_no_search_says_pad_or_start_nor_unk_unless_allowed(search, allow_unk):
+    """A decoder that prefers <unk>, <start> and <pad> above every word still says only words."""
+    decoder, annotations = make_decoder(1), make_annotations(1)
+    with torch.no_grad():
+        decoder.out.bias[UNK] = 50.0
+        decoder.out.bias[START] = 40.0
+        decoder.out.bias[PAD] = 30.0
+    if search == "greedy":
+        captions = greedy(decoder, annotations, max_length=6, allow_unk=allow_unk)
+    else:
+        captions = beam_search(decoder, annotations, beam_size=3, max_length=6, allow_unk=allow_unk)
+    said = {word for words in caption_words(captions) for word in words}
+    assert not said & {PAD, START}
+    assert (UNK in said) == allow_unk
+    check_captions(captions, B, 6)
+
+
+@pytest.mark.parametrize("beam_size", [1, 3, 5])
+def test_no_repeat_ngram_follows_each_beam_through_its_reorderings(beam_size):
+    """Random decoders repeat themselves; the block looks at each hypothesis's own words, whichever
+    beam they came down through."""
+    n, captions = 2, []
+    for seed in SEEDS:
+        decoder, annotations = make_decoder(seed, sharpness=1.5), make_annotations(seed, batch=4)
+        with torch.no_grad():
+            decoder.out.bias[END] = -1e4  # long captions: more to repeat
+        free = beam_search(decoder, annotations, beam_size=beam_size, max_length=12)
+        assert any(said_twice(words, n) for words in caption_words(free))  # the block has work to do
+        captions += caption_words(beam_search(decoder, annotations, beam_size=beam_size, max_length=12,
+                                              no_repeat_ngram=n))
+    assert not any(said_twice(words, n) for words in captions)
