@@ -66,5 +66,8 @@ SCST_BASELINES = ("greedy", "leave_one_out")  # leave_one_out: the mean of the i
 # data, captioning.eval.shapes.scorer compute them); a higher value is better. CHAIR (lower is
 # better) and COCO's scores (there only where its instances files are) are never picked by.
 VALIDATION_METRICS = ("Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4", "CIDEr")
+# What validation tokenizes the captions with: the PTB tokenizer, as the reported numbers are
+# (pycocoevalcap, Java; where Java is missing, the project's own, labelled), or the project's own.
+VALIDATION_TOKENIZERS = ("ptb", "own")
 SHAPES_METRICS = ("attention_correctness", "relation_accuracy", "relation_probe_accuracy", "relation_probe_axis",
                   "relation_probe_direction", "relation_probe_words")

@@ -54,20 +54,23 @@ class Scorer(Protocol):
 def evaluate_split(decoder: AttentionDecoder, annotations: Any, *, image_ids: Sequence[int],
                    references: Sequence[Sequence[str]], vocab: Vocabulary, grid: tuple[int, int],
                    scorer: Scorer | None = None, beam_size: int = 1, max_length: int = 20,
-                   length_penalty: float = 0.0, batch_size: int = 100, full: bool = True,
+                   length_penalty: float = 0.0, no_repeat_ngram: int = 0, allow_unk: bool = False,
+                   batch_size: int = 100, full: bool = True,
                    device: str | torch.device = "cpu",
                    hard_choice: str | None = None,
                    max_bad_images: float | None = None) -> tuple[dict[str, float], list[dict]]:
     """Decode every image of a split and score it. annotations [N, L, D] (an array, memory-mapped
     rows, or images encoded on demand). `hard_choice` is how a hard attention model picks its cell
-    (captioning.model.decoding); scores of maps read the map alpha. `full=False`: the Java-free
+    (captioning.model.decoding), which also says what `no_repeat_ngram` and `allow_unk` do; scores
+    of maps read the map alpha. `full=False`: the Java-free
     caption metrics that validation uses.
 
     Returns the metrics and the COCO results list [{"image_id", "caption"}].
     """
     decoded = decode_split(decoder, annotations, image_ids=image_ids, vocab=vocab, grid=grid, scorer=scorer,
                            beam_size=beam_size, max_length=max_length, length_penalty=length_penalty,
-                           batch_size=batch_size, device=device, hard_choice=hard_choice)
+                           no_repeat_ngram=no_repeat_ngram, allow_unk=allow_unk, batch_size=batch_size,
+                           device=device, hard_choice=hard_choice)
     if max_bad_images is not None:
         check_unreadable(decoded.unreadable, len(image_ids), limit=max_bad_images)
     metrics = score_split(decoded.results, image_ids=image_ids, references=references, scorer=scorer, full=full)
@@ -89,8 +92,8 @@ class Decoded:
 @torch.no_grad()
 def decode_split(decoder: AttentionDecoder, annotations: Any, *, image_ids: Sequence[int], vocab: Vocabulary,
                  grid: tuple[int, int], scorer: Scorer | None = None, beam_size: int = 1, max_length: int = 20,
-                 length_penalty: float = 0.0, batch_size: int = 100, device: str | torch.device = "cpu",
-                 hard_choice: str | None = None) -> Decoded:
+                 length_penalty: float = 0.0, no_repeat_ngram: int = 0, allow_unk: bool = False,
+                 batch_size: int = 100, device: str | torch.device = "cpu", hard_choice: str | None = None) -> Decoded:
     """Decode the images of `annotations` (rows matching `image_ids`) a batch at a time, telling
     `scorer` each caption with its maps. Each batch comes to the host in one transfer."""
     decoder.eval()
@@ -100,7 +103,7 @@ def decode_split(decoder: AttentionDecoder, annotations: Any, *, image_ids: Sequ
         # The cache is fp16: widened on the device, so the host moves half the bytes.
         batch = torch.from_numpy(np.array(annotations[start:start + batch_size])).to(device).float()  # [b, L, D]
         captions = decode(decoder, batch, beam_size=beam_size, max_length=max_length, length_penalty=length_penalty,
-                          hard_choice=hard_choice)
+                          no_repeat_ngram=no_repeat_ngram, allow_unk=allow_unk, hard_choice=hard_choice)
         tokens = captions.tokens.tolist()
         maps = captions.alphas.float().numpy(force=True) if scorer is not None else None  # [b, T, L], one copy
         unreadable = getattr(annotations, "unreadable", ())  # images encoded on the fly that could not be read
@@ -127,12 +130,12 @@ def check_unreadable(paths: Sequence[str], total: int, *, limit: float) -> None:
 
 
 def score_split(results: Sequence[dict], *, image_ids: Sequence[int], references: Sequence[Sequence[str]],
-                scorer: Scorer | None = None, full: bool = True) -> dict[str, float]:
-    """The caption metrics of `results` against the references of the images they caption, and the
-    scorer's own."""
+                scorer: Scorer | None = None, full: bool = True, ptb: bool | None = None) -> dict[str, float]:
+    """The caption metrics of `results` against the references of the images they caption
+    (captioning.eval.metrics.caption_metrics: `full`, `ptb`), and the scorer's own."""
     scored = {r["image_id"] for r in results}
     metrics = caption_metrics({i: refs for i, refs in zip(image_ids, references) if i in scored},
-                              {r["image_id"]: r["caption"] for r in results}, full=full)
+                              {r["image_id"]: r["caption"] for r in results}, full=full, ptb=ptb)
     if scorer is not None:
         metrics.update(scorer.metrics())
     return metrics
@@ -165,7 +168,8 @@ def evaluate_checkpoint(checkpoint: str | Path, *, split: str = "test", override
     metrics, results = evaluate_split(
         decoder, annotations, image_ids=data.image_ids, references=data.references, vocab=vocab, grid=data.grid,
         scorer=scorer_for(data, vocab), beam_size=beam_size, max_length=config.decode.max_length,
-        length_penalty=config.decode.length_penalty, device=device, hard_choice=choice,
+        length_penalty=config.decode.length_penalty, no_repeat_ngram=config.decode.no_repeat_ngram,
+        allow_unk=config.decode.allow_unk, device=device, hard_choice=choice,
         max_bad_images=config.data.max_bad_images)
     return Evaluation(metrics, results, config, beam_size, choice, tokenizer)
 

@@ -22,18 +22,19 @@ JAVA_METRICS = ("METEOR", "SPICE", "the PTB tokenizer")
 # move the scores apart (docs/metrics.md measures by how much).
 PTB_TOKENIZER = "PTB (pycocoevalcap, Java)"
 OWN_TOKENIZER = "the project's Treebank (no Java)"
-# What validation during training scores (caption_metrics with full=False), Java-free and fast, is
-# VALIDATION_METRICS: the config's list, which train.val_metric picks from.
+# What validation during training scores (caption_metrics with full=False: BLEU and CIDEr, on the
+# tokenizer train.val_tokenizer names) is VALIDATION_METRICS: the config's list, which
+# train.val_metric picks from.
 
 
 def java_available() -> bool:
     return shutil.which("java") is not None
 
 
-def metrics_tokenizer(*, full: bool = True) -> str:
-    """What caption_metrics(full=full) tokenizes with here: the PTB tokenizer where the full metrics
-    run and Java is found; the project's own otherwise (and always for validation's subset)."""
-    return PTB_TOKENIZER if full and java_available() else OWN_TOKENIZER
+def metrics_tokenizer(*, ptb: bool = True) -> str:
+    """What caption_metrics(ptb=ptb) tokenizes with here: the PTB tokenizer where it is asked for and
+    Java is found; the project's own otherwise."""
+    return PTB_TOKENIZER if ptb and java_available() else OWN_TOKENIZER
 
 
 def _quietly(function, *args):
@@ -64,18 +65,21 @@ def _java_chatter_held():
 
 
 def caption_metrics(references: dict[int, Sequence[str]], candidates: dict[int, str], *,
-                    full: bool = True) -> dict[str, float]:
+                    full: bool = True, ptb: bool | None = None) -> dict[str, float]:
     """BLEU-1..4, METEOR, ROUGE-L and CIDEr of one candidate per image against its references.
 
-    `full=False` is the fast, Java-free subset used to pick checkpoints during training: BLEU and
-    CIDEr on the project's tokenization.
+    `full=False` is the subset that picks checkpoints during training: BLEU and CIDEr (METEOR and
+    ROUGE-L cost more and pick nothing). `ptb`: tokenize with the PTB tokenizer (where Java is
+    found), as the reported numbers are; False: the project's own tokenization, no Java. None: PTB
+    for the full metrics, the project's own for the subset.
     """
     from pycocoevalcap.bleu.bleu import Bleu
     from pycocoevalcap.cider.cider import Cider
     from pycocoevalcap.rouge.rouge import Rouge
 
-    use_java = full and java_available()
-    if full and not use_java:
+    ptb = full if ptb is None else ptb
+    use_java = ptb and java_available()
+    if full and not use_java and ptb:
         print(f"warning: java not found: {', '.join(JAVA_METRICS[:-1])} and {JAVA_METRICS[-1]} need it, so METEOR "
               f"is not scored and BLEU, ROUGE_L and CIDEr are on {OWN_TOKENIZER} tokenization, which moves them "
               "(docs/metrics.md); install a Java runtime for the standard numbers", file=sys.stderr)
@@ -94,7 +98,7 @@ def caption_metrics(references: dict[int, Sequence[str]], candidates: dict[int, 
     metrics: dict[str, float] = {}
     bleu, _ = _quietly(Bleu(4).compute_score, gts, res)
     metrics.update({f"Bleu_{n + 1}": float(b) for n, b in enumerate(bleu)})
-    if use_java:
+    if full and use_java:
         from pycocoevalcap.meteor.meteor import Meteor
 
         metrics["METEOR"] = float(_quietly(Meteor().compute_score, gts, res)[0])

@@ -26,8 +26,8 @@ import torch
 
 from captioning.config import Config
 from captioning.data.records import DatasetError, ImageRecord, read_records
-from captioning.eval.metrics import OWN_TOKENIZER
 from captioning.model.encoder import normalization, weights_identity
+from captioning.train.validation import validation_beam, validation_tokenizer
 
 
 def digest(value: Any) -> str:
@@ -104,6 +104,15 @@ def model_settings(config: Config) -> dict[str, Any]:
     return {name: value for name, value in dataclasses.asdict(config.model).items() if name not in HOW_NOT_WHAT}
 
 
+def validation_record(config: Config, *, images: int) -> dict[str, Any]:
+    """How validation decoded and scored (captioning.train.validation): a record of a run from before
+    val_beam_size says "greedy" and the project's tokenizer, as the config it migrates to does."""
+    beam, d = validation_beam(config), config.decode
+    return {"decoding": "greedy" if beam == 1 else f"beam {beam}", "max_length": d.max_length,
+            "length_penalty": d.length_penalty if beam > 1 else 0.0, "no_repeat_ngram": d.no_repeat_ngram,
+            "allow_unk": d.allow_unk, "images": images, "tokenizer": validation_tokenizer(config)}
+
+
 def run_record(config: Config, *, train: Sequence[ImageRecord], val: Sequence[ImageRecord],
                vocab: list[str]) -> dict[str, Any]:
     """The record of a run's checkpoints (the same for every checkpoint of the run): besides the
@@ -129,8 +138,6 @@ def run_record(config: Config, *, train: Sequence[ImageRecord], val: Sequence[Im
         "preprocessing": {"image_size": d.image_size, "encoder": e.name, "layer": e.layer, "padding": e.padding,
                           "mean": list(mean), "std": list(std),
                           "weights": weights_identity(e.name, e.weights_path)},
-        "validation": {"decoding": "greedy", "max_length": config.decode.max_length,
-                       "images": min(config.train.val_images or len(val), len(val)),
-                       "tokenizer": OWN_TOKENIZER},
+        "validation": validation_record(config, images=min(config.train.val_images or len(val), len(val))),
         "versions": versions(),
     }

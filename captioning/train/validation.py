@@ -1,8 +1,11 @@
-"""Validation during training: greedy captions of the validation split, scored, and a few of them
-drawn with their per-word maps for TensorBoard.
+"""Validation during training: captions of the validation split, decoded and scored as evaluation
+reports them (the config's beam and decoding, the PTB tokenizer), and a few of them drawn with
+their per-word maps for TensorBoard.
 
 Model selection, learning-rate decay and early stopping use these *decoded* captions, never a
-teacher-forced loss (see captioning.train.loop). Under torchrun the processes share the decoding.
+teacher-forced loss (see captioning.train.loop): the checkpoint kept is the one the reported numbers
+are best for, not one a cheaper proxy (greedy captions on the project's own tokenizer) prefers.
+Under torchrun the processes share the decoding.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from captioning.data.loading import RunData
 from captioning.data.splits import Split
 from captioning.data.vocab import Vocabulary
 from captioning.eval.evaluate import check_unreadable, decode_split, score_split
+from captioning.eval.metrics import metrics_tokenizer
 from captioning.eval.overlays import overlay_grid
 from captioning.eval.scorers import scorer_for
 from captioning.model.decoder import AttentionDecoder
@@ -32,7 +36,9 @@ from captioning.train.logs import RunLog
 def validation_metrics(decoder: AttentionDecoder, split: Split, vocab: Vocabulary, config: Config, *,
                        device: str | torch.device, annotations: Any = None,
                        context: Distributed = ONE_PROCESS) -> dict[str, float] | None:
-    """Greedy captions of (the first val_images of) a split, scored with the Java-free metrics.
+    """Captions of (the first val_images of) a split, decoded and tokenized as the config's train
+    section says (val_beam_size, val_tokenizer), scored with validation's metrics (BLEU and CIDEr, and
+    the dataset's own).
 
     Under torchrun every process decodes its own contiguous part of the images; rank 0 gathers the
     captions (and the scorer's counts) in order and scores them: the metrics equal one process's.
@@ -45,9 +51,11 @@ def validation_metrics(decoder: AttentionDecoder, split: Split, vocab: Vocabular
     # Images encoded on the fly stay on demand, a batch at a time: a slice would encode them all at once.
     part = annotations.part(start, stop) if hasattr(annotations, "part") else annotations[start:stop]
     scorer = scorer_for(split, vocab, images=stop, start=start)
+    d = config.decode
     decoded = decode_split(decoder, part, image_ids=split.image_ids[start:stop], vocab=vocab, grid=split.grid,
-                           scorer=scorer, beam_size=1, max_length=config.decode.max_length, device=device,
-                           hard_choice=hard_choice(config))
+                           scorer=scorer, beam_size=validation_beam(config), max_length=d.max_length,
+                           length_penalty=d.length_penalty, no_repeat_ngram=d.no_repeat_ngram,
+                           allow_unk=d.allow_unk, device=device, hard_choice=hard_choice(config))
     parts = distributed.gather(context, (decoded, scorer))
     if parts is None:
         return None
@@ -58,7 +66,17 @@ def validation_metrics(decoder: AttentionDecoder, split: Split, vocab: Vocabular
     for _, more in parts[1:] if scorer is not None else ():
         scorer.absorb(more)
     return score_split(results, image_ids=split.image_ids[:count], references=split.references[:count],
-                       scorer=scorer, full=False)
+                       scorer=scorer, full=False, ptb=config.train.val_tokenizer == "ptb")
+
+
+def validation_beam(config: Config) -> int:
+    """The beam validation decodes with: train.val_beam_size, else the one evaluation reports."""
+    return config.train.val_beam_size or config.decode.beam_size
+
+
+def validation_tokenizer(config: Config) -> str:
+    """What validation's metrics are computed on, here (captioning.eval.metrics)."""
+    return metrics_tokenizer(ptb=config.train.val_tokenizer == "ptb")
 
 
 def hard_choice(config: Config) -> str | None:
@@ -103,4 +121,5 @@ def report(log: RunLog, metrics: dict[str, float], *, improved: bool, step: int,
                  max_length=config.decode.max_length, step=step, device=device, hard_choice=hard_choice(config))
     shown = ("Bleu_4", "CIDEr", "attention_correctness")
     summary = ", ".join(f"{k} {metrics[k]:.3f}" for k in shown if k in metrics)
-    tqdm.write(f"step {step} epoch {epoch}: {summary}{' (best)' if improved else ''}")
+    scored_on = f"beam {validation_beam(config)}, {validation_tokenizer(config)}"
+    tqdm.write(f"step {step} epoch {epoch}: {summary} ({scored_on}){' (best)' if improved else ''}")

@@ -24,9 +24,11 @@ from pathlib import Path
 
 import torch
 
+from captioning.checkpoint import pretrained_path
 from captioning.config import load_config
 from captioning.eval.evaluate import evaluate_checkpoint
 from captioning.train.loop import fit
+from captioning.train.validation import validation_beam, validation_tokenizer
 from studies.tables import REPO, study_parser, write_between
 
 CONFIGS = REPO / "configs"
@@ -40,9 +42,15 @@ class Run:
     overrides: tuple[str, ...] = ()
     config: str = "flickr8k_soft.yaml"
     beam_size: int | None = None  # None: the config's (3)
-    start: str | None = None  # SCST: the run whose best.pt it starts from
+    start: str | None = None  # SCST: the run whose best.pt it starts from ("shipped": the shipped model)
+    decode: tuple[str, ...] = ()  # decode.* overrides when it is scored
     ablation: bool = False  # trained ABLATION_EPOCHS only, set beside the recipe's curve at that epoch
 
+
+# The budget at which hard and soft attention are set side by side: the epochs the hard recipe needed
+# to stop improving (hard_10ep's best epoch was its 9th), and the dropout that did better than the
+# recipe's 0.5 after 3 epochs.
+SIDE = ("train.epochs=10", "model.dropout=0.3")
 
 # An ablation trains this many epochs (of the recipe's 8) and is compared on the validation curve
 # at that epoch, the recipe's own curve included: 2-core CPU time allows no more.
@@ -81,9 +89,32 @@ def _runs() -> dict[str, Run]:
         "hard_10ep": Run("seeds", "hard, seed 0, 10 epochs", ("train.epochs=10",), config="flickr8k_hard.yaml"),
         # self-critical training from the recipe's best.pt
         "scst": Run("scst", "SCST from the recipe", config="flickr8k_scst.yaml", start="recipe"),
+        # Hard and soft side by side at one budget (10 epochs, dropout 0.3), each checkpoint kept on
+        # what is reported (beam 3, the PTB tokenizer: train.val_beam_size and val_tokenizer's defaults).
+        "soft_side": Run("side", "soft, seed 0", SIDE),
+        "hard_side": Run("side", "hard, seed 0", SIDE, config="flickr8k_hard.yaml"),
+        "soft_side_seed1": Run("side", "soft, seed 1", (*SIDE, "train.seed=1")),
+        "hard_side_seed1": Run("side", "hard, seed 1", (*SIDE, "train.seed=1"), config="flickr8k_hard.yaml"),
     }
     for beam in (1, 2, 5, 10):  # the recipe's checkpoint decoded with other beams (no training)
         runs[f"recipe_beam{beam}"] = Run("beam", f"beam {beam}", beam_size=beam, start="recipe")
+    # The shipped model decoded otherwise (no training): <unk>, the n-gram block, the length penalty.
+    for name, label, decode in (
+            ("unk", "<unk> allowed (decoding before the block)", ("decode.allow_unk=true",)),
+            ("default", "<unk> blocked (the default)", ()),
+            ("ngram2", "no 2-gram twice", ("decode.no_repeat_ngram=2",)),
+            ("ngram3", "no 3-gram twice", ("decode.no_repeat_ngram=3",)),
+            ("lp0.5", "length penalty 0.5", ("decode.length_penalty=0.5",)),
+            ("lp1", "length penalty 1", ("decode.length_penalty=1.0",)),
+            ("ngram3_lp1", "no 3-gram twice, length penalty 1",
+             ("decode.no_repeat_ngram=3", "decode.length_penalty=1.0")),
+            ("ngram2_lp1", "no 2-gram twice, length penalty 1",
+             ("decode.no_repeat_ngram=2", "decode.length_penalty=1.0")),
+            ("ngram3_lp1.5", "no 3-gram twice, length penalty 1.5",
+             ("decode.no_repeat_ngram=3", "decode.length_penalty=1.5")),
+            ("ngram3_lp2", "no 3-gram twice, length penalty 2",
+             ("decode.no_repeat_ngram=3", "decode.length_penalty=2.0"))):
+        runs[f"shipped_{name}"] = Run("decoding", label, start="shipped", decode=decode)
     return runs
 
 
@@ -112,28 +143,33 @@ def run(name: str, spec: Run, *, data: Path, cache: Path, out: Path, results: Pa
     if path.exists():
         return json.loads(path.read_text())
     trained = {}
-    if spec.group == "beam":  # the recipe's model, decoded otherwise
+    if spec.start == "shipped":  # the model the package ships, decoded otherwise
+        checkpoint = pretrained_path()
+    elif spec.group == "beam":  # the recipe's model, decoded otherwise
         checkpoint = out / spec.start / "best.pt"
     else:
         overrides = overrides_of(spec, data=data, cache=cache, out=out, name=name)
         checkpoint = out / name / "best.pt"
         if not checkpoint.exists() or not (out / name / ".finished").exists():
             config = load_config(CONFIGS / spec.config, overrides)
-            started = time.time()
             summary = fit(config, resume=(out / name / "last.pt").exists())
             if summary["interrupted"]:  # stopped by a signal: --resume goes on from last.pt next time
                 raise SystemExit(f"{name}: stopped by {summary['interrupted']}; run it again to go on")
-            trained = {"train_seconds": round(time.time() - started, 1), "steps": summary["steps"]}
+            # fit's clock goes on across resumes: the time trained in all, over however many sessions
+            trained = {"train_seconds": round(summary["seconds"], 1), "steps": summary["steps"]}
             (out / name / ".finished").write_text(json.dumps(trained))
         trained = json.loads((out / name / ".finished").read_text())
     started = time.time()
     evaluation = evaluate_checkpoint(checkpoint, split="val", beam_size=spec.beam_size,
-                                     overrides=[f"data.root={data}", f"data.cache_root={cache}"])
+                                     overrides=[f"data.root={data}", f"data.cache_root={cache}", *spec.decode])
     result = {"name": name, "group": spec.group, "label": spec.label, "config": spec.config,
-              "overrides": list(spec.overrides), "beam_size": evaluation.beam_size, "tokenizer": evaluation.tokenizer,
+              "overrides": list(spec.overrides), "decode": list(spec.decode),
+              "beam_size": evaluation.beam_size, "tokenizer": evaluation.tokenizer,
               **{k: v for k, v in evaluation.metrics.items() if isinstance(v, (int, float))},
               "decode_seconds": round(time.time() - started, 1), **trained,
-              "curve": curve(out / name) if spec.group != "beam" else [],
+              "curve": curve(out / name) if trained else [],
+              "validated_with": (f"beam {validation_beam(evaluation.config)}, {validation_tokenizer(evaluation.config)}"
+                                 if trained else None),
               "torch_threads": torch.get_num_threads()}
     results.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=2))
@@ -194,6 +230,17 @@ def table(results: dict[str, dict], group: str) -> str:
     return "\n".join([HEADER, *rows]) if rows else "(no kept results yet)"
 
 
+def decoding_table(results: dict[str, dict]) -> str:
+    """The shipped model decoded otherwise: the caption metrics beside what changes in the captions."""
+    lines = ["| decoding | BLEU-1 | BLEU-4 | METEOR | ROUGE-L | CIDEr | distinct captions | words a caption | "
+             "with <unk> | a 3-gram twice |", "|---|" + "---|" * 9]
+    for r in (r for r in results.values() if r["group"] == "decoding"):
+        lines.append(f"| {r['label']} | " + " | ".join(f"{r[m]:.3f}" for m in METRICS)
+                     + f" | {r['distinct_captions']:.0%} | {r['mean_length']:.1f} | {r['unk_captions']:.1%} | "
+                       f"{r['repeated_3gram_captions']:.1%} |")
+    return "\n".join(lines) if len(lines) > 2 else "(no kept results yet)"
+
+
 def spread(results: dict[str, dict]) -> str:
     """Mean ± half the range of each final recipe over its seeds."""
     lines = ["| recipe | seeds | BLEU-1 | BLEU-4 | METEOR | CIDEr |", "|---|---|---|---|---|---|"]
@@ -214,6 +261,24 @@ PAPER = {"soft": {"Bleu_1": 67, "Bleu_2": 44.8, "Bleu_3": 29.9, "Bleu_4": 19.5, 
          "hard": {"Bleu_1": 67, "Bleu_2": 45.7, "Bleu_3": 31.4, "Bleu_4": 21.3, "METEOR": 20.30}}
 
 
+# The strongest Flickr8k reproductions we know of that publish pycocoevalcap numbers on Karpathy's
+# test split: Lu et al.'s (2017) spatial and adaptive attention, trained with a fine-tuned
+# ResNet-152 by sulabhkatiyar/Spatial_Att and sulabhkatiyar/Adaptive_Att (their READMEs' tables).
+ANCHORS = {
+    "spatial attention, ResNet-152 fine-tuned, beam 3 (sulabhkatiyar/Spatial_Att)":
+        {"Bleu_1": 0.663, "Bleu_2": 0.483, "Bleu_3": 0.337, "Bleu_4": 0.230, "METEOR": 0.211, "CIDEr": 0.566},
+    "adaptive attention, ResNet-152 fine-tuned, beam 5 (sulabhkatiyar/Adaptive_Att)":
+        {"Bleu_1": 0.659, "Bleu_2": 0.480, "Bleu_3": 0.339, "Bleu_4": 0.235, "METEOR": 0.207, "CIDEr": 0.589},
+}
+
+# Our rows beside the paper's, by run name (a run not kept yet is left out).
+OURS = {"soft": {"recipe": "soft, seed 0", "recipe_seed1": None,
+                 "recipe_beam5": "soft, seed 0, beam 5 (the beam chosen on val)",
+                 "soft_side": None, "soft_side_seed1": None,
+                 "shipped_ngram2_lp1": "soft, the shipped model, length penalty 1, no 2-gram twice (chosen on val)"},
+        "hard": {"hard": None, "hard_seed1": None, "hard_10ep": None, "hard_side": None, "hard_side_seed1": None}}
+
+
 def paper_table(results: dict[str, dict]) -> str:
     """The paper's Flickr8k rows beside ours (each of our rows: one run, on val, beam 3)."""
     metrics = ("Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4", "METEOR", "CIDEr")
@@ -222,16 +287,16 @@ def paper_table(results: dict[str, dict]) -> str:
         paper = PAPER[kind]
         cells = [f"{paper[m] / 100:.3f}" if m in paper else "–" for m in metrics]
         lines.append(f"| paper, {kind} (VGG-19) | test | " + " | ".join(cells) + " |")
-        ours = ("recipe", "recipe_seed1", "recipe_beam5") if kind == "soft" else ("hard", "hard_seed1", "hard_10ep")
-        for name in ours:
+        for name, label in OURS[kind].items():
             if name in results:
                 r = results[name]
-                label = {"recipe": "soft, seed 0",
-                         "recipe_beam5": "soft, seed 0, beam 5 (the beam chosen on val)"}.get(name, r["label"])
-                lines.append(f"| ours, {label} | val | " + " | ".join(f"{r[m]:.3f}" for m in metrics) + " |")
+                lines.append(f"| ours, {label or r['label']} | val | " + " | ".join(f"{r[m]:.3f}" for m in metrics)
+                             + " |")
     if "scst" in results:
         r = results["scst"]
         lines.append("| ours, soft + SCST | val | " + " | ".join(f"{r[m]:.3f}" for m in metrics) + " |")
+    for label, anchor in ANCHORS.items():
+        lines.append(f"| {label} | test | " + " | ".join(f"{anchor[m]:.3f}" for m in metrics) + " |")
     return "\n".join(lines)
 
 
@@ -258,9 +323,10 @@ def main() -> int:
     doc, command = Path(args.doc), "python -m studies.flickr8k.run --tables-only"
     for group in ("features", "model"):
         write_between(doc, f"flickr8k-{group}", command, ablation_table(results, group))
-    for group in ("beam", "seeds", "scst"):
+    for group in ("beam", "seeds", "scst", "side"):
         write_between(doc, f"flickr8k-{group}", command, table(results, group))
     write_between(doc, "flickr8k-spread", command, spread(results))
+    write_between(doc, "flickr8k-decoding", command, decoding_table(results))
     if args.results_doc:
         write_between(Path(args.results_doc), "flickr8k-paper", command, paper_table(results))
     print(f"tables written to {doc}")

@@ -63,3 +63,43 @@ def test_a_validation_part_of_no_images_is_fine(monkeypatch, tiny_run) -> None:
     _equal(validation.validation_metrics(decoder, val, vocab, config, device="cpu",
                                          context=Distributed(rank=0, world_size=2)), alone)
     assert [len(sent[r][0].results) for r in (0, 1)] == [0, 1]
+
+
+def test_validation_keeps_checkpoints_on_the_numbers_eval_reports(tiny_run) -> None:
+    """By default validation scores the captions eval.py reports: the config's beam, the PTB
+    tokenizer; its BLEU and CIDEr on the whole val split are eval.py's, digit for digit. Greedy
+    decoding on the project's own tokenizer (what validation did before) scores other numbers."""
+    from captioning.eval.evaluate import evaluate_checkpoint
+    from captioning.eval.metrics import PTB_TOKENIZER
+
+    payload = load_checkpoint(tiny_run.checkpoint)
+    config = from_dict({**payload["config"], "train": {**payload["config"]["train"], "val_images": None,
+                                                        "val_beam_size": None, "val_tokenizer": "ptb"}}, where="test")
+    assert config.decode.beam_size == 2 and validation.validation_beam(config) == 2
+    assert validation.validation_tokenizer(config) == PTB_TOKENIZER  # Java is there (make test requires it)
+    decoder, vocab = decoder_from_checkpoint(payload, config), Vocabulary(payload["vocab"])
+    val = load_splits(config, ("val",))["val"]
+    validated = validation.validation_metrics(decoder, val, vocab, config, device="cpu")
+    reported = evaluate_checkpoint(tiny_run.checkpoint, split="val", overrides=tiny_run.overrides).metrics
+    for metric in ("Bleu_1", "Bleu_4", "CIDEr"):
+        assert validated[metric] == reported[metric], metric
+
+    config.train.val_beam_size, config.train.val_tokenizer = 1, "own"
+    greedy_own = validation.validation_metrics(decoder, val, vocab, config, device="cpu")
+    assert any(greedy_own[m] != reported[m] for m in ("Bleu_1", "Bleu_4", "CIDEr"))  # the test sees a difference
+
+
+@pytest.mark.parametrize(("config_file", "beam", "tokenizer"), [
+    (None, 1, "own"),  # the embedded default: greedy, the project's tokenizer (fast)
+    ("configs/flickr8k_soft.yaml", 3, "ptb"),  # real photos: what eval.py reports
+    ("configs/coco_vgg19_soft.yaml", 3, "ptb"),
+    ("configs/coco_resnet101_hard.yaml", 3, "ptb"),
+    ("configs/folder_soft.yaml", 3, "ptb"),
+])
+def test_the_real_photos_configs_keep_checkpoints_on_what_eval_reports(config_file, beam, tokenizer) -> None:
+    from captioning.config import load_config
+    from tests.tiny import REPO
+
+    config = load_config(None if config_file is None else REPO / config_file)
+    assert validation.validation_beam(config) == beam == (beam if config_file is None else config.decode.beam_size)
+    assert config.train.val_tokenizer == tokenizer
