@@ -39,6 +39,11 @@ def file_stat(path: str | Path) -> tuple[int, int] | None:
     return status.st_size, status.st_mtime_ns
 
 
+def contents_of(paths: Sequence[str | Path], known: Sequence[str | None] | None = None) -> list[str | None]:
+    """Each file's digest: `known` where a feature cache already took them, else hashed here."""
+    return list(known) if known is not None else [file_digest(path) for path in paths]
+
+
 def split_digest(contents: Sequence[str | None]) -> str:
     """16 hex digits for a split's images' contents in their order (a missing file counts as "-")."""
     hashed = hashlib.sha256()

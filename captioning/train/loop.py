@@ -139,7 +139,9 @@ class Run:
                                   objective_state=self.objective.state_dict(), device=self.device)
             if self.record is None:  # what made the run (train/record.py), once: it asks Java and git
                 self.record = run_record(self.config, train=self.data.train.records, val=self.data.val.records,
-                                         vocab=self.data.vocab.words)
+                                         vocab=self.data.vocab.words,
+                                         contents={"train": self.data.train.contents, "val": self.data.val.contents,
+                                                   "test": None})
             payload["record"] = {**self.record, "weights": run_weights(payload)}
             save_checkpoint(self.out / "last.pt", payload)
             if best:
