@@ -93,7 +93,7 @@ def _renamed_decoder_keys(state: dict[str, Any], config: dict[str, Any]) -> dict
 
 def migrate_v1(payload: dict[str, Any]) -> dict[str, Any]:
     """A format-1 payload as format 2 reads it (a new dict; the numbers are untouched)."""
-    payload = dict(payload, format_version=FORMAT_VERSION)
+    payload = dict(payload, format_version=FORMAT_VERSION, migrated_from=1)  # inspect says which it was
     payload["config"] = migrate(payload["config"])
     for name in ("decoder", "training_decoder"):
         if name in payload:
@@ -209,7 +209,9 @@ def describe(payload: dict[str, Any], path: str | Path) -> list[str]:
     config = config_of(payload, path)
     progress = payload.get("progress", {})
     m, e = config.model, config.encoder
-    lines = [f"{path}: captioning checkpoint, format {payload['format_version']}",
+    written = (f"format {payload['migrated_from']} (read as format {payload['format_version']}: its settings and "
+               "weights under today's names)" if "migrated_from" in payload else f"format {payload['format_version']}")
+    lines = [f"{path}: captioning checkpoint, {written}",
              f"  data        {config.data.dataset} at {config.data.image_size}px, grid {payload['grid'][0]}x"
              f"{payload['grid'][1]}, vocabulary of {len(payload['vocab'])} words",
              f"  encoder     {e.name} {e.layer}{f', fine-tuned from {e.fine_tune_from}' if e.fine_tune_from else ''}",
