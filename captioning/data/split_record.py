@@ -189,11 +189,13 @@ class Recalled:
     adopted: tuple[Path, int] | None = None  # another record these images' splits were taken from, and how many
 
 
-def recall(path: Path | None, images: list[str], *, image_root: Path) -> Recalled:
+def recall(path: Path | None, images: list[str], *, image_root: Path, dataset_own: Path | None = None) -> Recalled:
     """The record at `path` (None: none kept) read for `images` (keys relative to image_root): each
     image's digest, hashed only where its size or time changed since it was recorded; images not in
     the record under their name but under their contents (moved, renamed, copied); and, where there
-    is no record yet, the splits of another record beside it that holds most of these images."""
+    is no record yet, the splits of the record that holds most of these images among those beside it
+    and `dataset_own` (the record in the dataset's own folder, which its owner's runs keep: a user of
+    a shared dataset keeps a record of their own under data.cache_root, and starts from the owner's)."""
     kept = recorded = read_record(path) if path is not None else {}
     now = {}
     for image in images:
@@ -208,7 +210,7 @@ def recall(path: Path | None, images: list[str], *, image_root: Path) -> Recalle
         now[image] = Placed("", "", contents, stat)
     adopted = None
     if path is not None and not kept:
-        kept, adopted = _adopt(path, now)
+        kept, adopted = _adopt(path, now, dataset_own=dataset_own)
     by_contents: dict[str, list[str]] = {}
     for image, placed in kept.items():
         if placed.contents:
@@ -225,11 +227,13 @@ def recall(path: Path | None, images: list[str], *, image_root: Path) -> Recalle
                     now=now, moved=moved, gone=gone, adopted=adopted)
 
 
-def _adopt(path: Path, now: dict[str, Placed]) -> tuple[dict[str, Placed], tuple[Path, int] | None]:
-    """The rows of the record beside `path` that places most of these images (by contents; by name in
-    a record that kept no contents), under these images' names."""
+def _adopt(path: Path, now: dict[str, Placed], *,
+           dataset_own: Path | None) -> tuple[dict[str, Placed], tuple[Path, int] | None]:
+    """The rows of the record (beside `path`, or the dataset's own) that places most of these images
+    (by contents; by name in a record that kept no contents), under these images' names."""
     best: tuple[dict[str, Placed], tuple[Path, int] | None] = ({}, None)
-    for other in other_records(path):
+    own = [dataset_own] if dataset_own is not None and dataset_own != path and dataset_own.is_file() else []
+    for other in [*own, *other_records(path)]:
         try:
             rows = read_record(other)
         except DatasetError:  # another dataset's record that cannot be read is not this one's to fix

@@ -129,7 +129,7 @@ def test_two_datasets_under_one_cache_root_keep_records_of_their_own_and_a_moved
     shutil.move(tmp_path / "one", tmp_path / "moved")
     moved = collection(tmp_path / "moved")
     assert moved.splits == one.splits and moved.adopted == (one.record, 40)
-    said = f"40 images of this data found in the splits record {one.record} (the data moved or copied since?) keep"
+    said = f"40 images of this data found in the splits record {one.record} (the data's own, or this data's before"
     assert any(line.startswith(said) for line in check(moved, max_bad_images=1))
     kept = read_record(moved.record)  # its own record from now on
     assert {image: placed.split for image, placed in kept.items()} == one.splits

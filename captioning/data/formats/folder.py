@@ -173,11 +173,13 @@ _WORD = re.compile(r"\w+")
 
 
 def read_collection(captions_file: str | Path, *, image_root: str | Path, seed: int, share: float,
-                    record: Path | None = None, allow_outside: bool = False) -> Collection:
+                    record: Path | None = None, allow_outside: bool = False,
+                    dataset_own: Path | None = None) -> Collection:
     """The captions file, every image given its split. Refuses (one line, with a count and the first
     few names) an image that rows put in two splits, and an image outside image_root unless
     `allow_outside`. With `record` (data/split_record.py), the splits given earlier are read back and
-    kept, and new images' splits are added to it."""
+    kept, and new images' splits are added to it; a new record starts from `dataset_own`, the record
+    in the dataset's own folder, where it holds these images (split_record.recall)."""
     captions_file, image_root = Path(captions_file), Path(image_root)
     rows = read_rows(captions_file)
     keys = _ImageKeys(image_root, source=captions_file, allow_outside=allow_outside)
@@ -206,7 +208,7 @@ def read_collection(captions_file: str | Path, *, image_root: str | Path, seed: 
         raise DatasetError(f"{captions_file}: {_images(len(twice))} in two splits ({named}"
                            f"{'; ...' if len(twice) > SHOWN else ''}); give each image one split")
     gives = {image: next(iter(given[image]), "") for image in captions}
-    recalled = recall(record, list(captions), image_root=image_root)
+    recalled = recall(record, list(captions), image_root=image_root, dataset_own=dataset_own)
     kept = recalled.kept
     splits, changed = assign_splits(gives, kept, seed=seed, share=share, source=captions_file, record=record)
     if record is not None:
@@ -283,26 +285,28 @@ def folder_collection(data: DataConfig) -> Collection:
     data.root/data.image_dir, its splits kept under DATA_CACHE/splits/."""
     root, own = Path(data.root), data.folder
     captions_file = root / own.captions_file
-    record = record_path(root=root, captions_file=captions_file,
-                         cache_root=Path(data.cache_root) if data.cache_root else None, seed=own.split_seed,
-                         share=own.split_share)
+    cache_root = Path(data.cache_root) if data.cache_root else None
+    record, dataset_own = (record_path(root=root, captions_file=captions_file, cache_root=where, seed=own.split_seed,
+                                       share=own.split_share) for where in (cache_root, None))
     return collection_of(captions_file, image_root=root / data.image_dir, seed=own.split_seed,
-                         share=own.split_share, record=record, allow_outside=own.allow_outside_images)
+                         share=own.split_share, record=record, allow_outside=own.allow_outside_images,
+                         dataset_own=dataset_own)
 
 
 @functools.lru_cache(maxsize=4)
 def _cached(captions_file: Path, mtime_ns: int, image_root: Path, seed: int, share: float, record: Path | None,
-            allow_outside: bool) -> Collection:
+            allow_outside: bool, dataset_own: Path | None) -> Collection:
     return read_collection(captions_file, image_root=image_root, seed=seed, share=share, record=record,
-                           allow_outside=allow_outside)
+                           allow_outside=allow_outside, dataset_own=dataset_own)
 
 
 def collection_of(captions_file: str | Path, *, image_root: str | Path, seed: int, share: float,
-                  record: Path | None = None, allow_outside: bool = False) -> Collection:
+                  record: Path | None = None, allow_outside: bool = False,
+                  dataset_own: Path | None = None) -> Collection:
     """read_collection, read once for the three splits a run asks for (again when the file changes)."""
     path = Path(captions_file)
     mtime = path.stat().st_mtime_ns if path.is_file() else 0
-    return _cached(path, mtime, Path(image_root), seed, share, record, allow_outside)
+    return _cached(path, mtime, Path(image_root), seed, share, record, allow_outside, dataset_own)
 
 
 def check(collection: Collection, *, max_bad_images: float, readable: bool = True) -> list[str]:
@@ -361,8 +365,9 @@ def _recalled_lines(collection: Collection) -> list[str]:
     lines = []
     if collection.adopted is not None:
         other, count = collection.adopted
-        lines.append(f"{_images(count)} of this data found in the splits record {other} (the data moved or copied "
-                     f"since?) keep the splits placed there; this data's record is {collection.record}")
+        lines.append(f"{_images(count)} of this data found in the splits record {other} (the data's own, or "
+                     f"this data's before it moved) keep the splits placed there; this data's record is now "
+                     f"{collection.record}")
     moved = [f"{image} (was {old})" for image, old in collection.moved_by_contents.items()]
     if moved:
         lines.append(f"{_images(len(moved))} moved, renamed or copied since the splits record placed them keep "
