@@ -315,6 +315,8 @@ def _refreshed_in_memory(directory: Path, split: str, records: list[ImageRecord]
     """The cache as refresh_changed would have made it, where it cannot be written: the changed rows
     encoded again into a copy-on-write map (the file stays as it was), said in one line."""
     reason = error.strerror or str(error)
+    if not changed and not moved:  # only the contents of a cache made before caches kept them: taken here
+        return cached._replace(contents=contents)
     if not changed:
         print(f"note: {directory}: {len(moved)} images moved or touched since they were cached, with the same "
               f"contents; the cache cannot record it ({reason}), so each run hashes them again (data.cache_root "

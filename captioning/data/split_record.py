@@ -19,8 +19,9 @@ files be), so that the other users of a shared dataset read the splits its owner
 A record belongs to one dataset. Without data.cache_root it lives in the dataset's own folder,
 DATA_ROOT/splits/<captions file>.seed<seed>.share<share>.csv, and moves with it. Under a
 data.cache_root that several datasets may share, its name also carries a digest of the captions
-file's resolved path; a dataset that has no record there yet (moved, or copied, since) takes the
-splits of the record there that holds most of its images, by content, and `prepare` says so.
+file's resolved path; a dataset that has no record there yet (moved or copied since, or a shared
+dataset whose user keeps their caches apart) takes the splits of the record, there or in the
+dataset's own folder, that holds most of its images by content, and `prepare` says so.
 Another seed or share draws afresh, in a record of its own.
 """
 

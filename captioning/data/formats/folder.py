@@ -15,9 +15,10 @@ A split that no row names (val or test, most often both) is made with a seed: fr
 without a split, or, when every image has one, from the training images. Each such image goes by a
 hash of its path and data.folder.split_seed, not by its place in a shuffle; each made split takes about
 data.folder.split_share of them, at least one image. Every split, once given, is written down
-(DATA_CACHE/splits/, data/split_record.py) and read back at every later read: adding photos, with
-splits of their own or without, never moves an image that was there into another split (a model is
-never tested on what an older run trained on). `captioning prepare` also writes the run's copy
+(DATA_ROOT/splits/, or under data.cache_root, data/split_record.py) and read back at every later
+read: adding photos, with splits of their own or without, never moves an image that was there into
+another split (a model is never tested on what an older run trained on), and a photo moved, renamed
+or copied keeps its split, the record knowing it by its contents. `captioning prepare` also writes the run's copy
 (TRAIN.OUT_DIR/splits.csv) and says what it made, and what it found wrong with the collection
 (`check`), one line each.
 
