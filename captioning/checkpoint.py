@@ -14,6 +14,7 @@ and the decoder's parameters that moved get their new names; the numbers are unt
 from __future__ import annotations
 
 import copy
+import hashlib
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -259,6 +260,16 @@ def release_lines(release: dict[str, Any]) -> list[str]:
     return lines
 
 
+def weights_digest(state: dict[str, Any]) -> str:
+    """16 hex digits of the SHA-256 of a state dict's tensors, by name, as stored (any dtype)."""
+    hashed = hashlib.sha256()
+    for name, value in sorted(state.items()):
+        if isinstance(value, torch.Tensor):
+            hashed.update(name.encode())
+            hashed.update(value.detach().cpu().reshape(-1).contiguous().view(torch.uint8).numpy().tobytes())
+    return hashed.hexdigest()[:16]
+
+
 def pretrained_path(name: str = "flickr8k") -> Path:
     """The file of a model that ships inside the package (PRETRAINED), checked to be there."""
     if name not in PRETRAINED:
@@ -286,6 +297,8 @@ def for_captioning(payload: dict[str, Any], *, release: dict[str, Any] | None = 
     progress = payload.get("progress", {})  # where its run stood, its validations included (inspect shows them)
     slim["progress"] = {key: progress[key] for key in ("step", "epoch", "best_metric", "seconds", "history")
                         if key in progress}
+    if "record" in slim:  # the digest of the weights it holds (verify compares them), the fp16 ones
+        slim["record"] = {**slim["record"], "weights": {"decoder": weights_digest(slim["decoder"])}}
     if release is not None:
         slim["release"] = release
     return slim

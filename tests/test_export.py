@@ -50,25 +50,26 @@ def test_an_exported_checkpoint_names_no_place_on_the_machine_that_trained_it(ti
     assert slim["progress"]["seconds"] == payload["progress"]["seconds"]
 
 
-def test_a_released_model_is_verified_against_its_cards_numbers(tiny_run, tmp_path, capsys) -> None:
+def test_a_released_model_is_verified_against_its_cards_numbers(tiny_run, tmp_path) -> None:
     """verify scores a released model as its card says (val, the card's beam), not its run's greedy
     validation (whose numbers are the fp32 weights'); a card that does not match says so."""
-    from captioning.cli import main
+    import dataclasses
+
     from captioning.eval.evaluate import evaluate_checkpoint
+    from captioning.train.verify import report, verify
 
     path = tmp_path / "released.pt"
     save_checkpoint(path, for_captioning(load_checkpoint(tiny_run.checkpoint)))
     data = f"data.root={tiny_run.data_root}"
     scored = evaluate_checkpoint(path, split="val", overrides=[data], beam_size=2)
-    card = {name: scored.metrics[name] for name in ("Bleu_4", "CIDEr")}
     slim = load_checkpoint(path)
-    slim["release"] = {"name": "tiny", "val": {**card, "beam_size": 2, "tokenizer": scored.tokenizer}}
+    slim["release"] = {"name": "tiny", "val": {"Bleu_4": scored.metrics["Bleu_4"], "CIDEr": scored.metrics["CIDEr"],
+                                               "beam_size": 2, "tokenizer": scored.tokenizer}}
     save_checkpoint(path, slim)
-    assert main(["verify", str(path), data]) == 0
-    out = capsys.readouterr().out
-    assert out.startswith(f"{path}: a released model (tiny): its card's numbers on val (beam 2, ")
-    assert "reproduces: every number within 0.0001" in out
-    slim["release"]["val"]["CIDEr"] += 0.01
-    save_checkpoint(path, slim)
-    assert main(["verify", str(path), data]) == 1
-    assert "does not reproduce" in capsys.readouterr().out
+    verification = verify(path, overrides=(data,))
+    lines = report(verification, path)
+    assert lines[0] == f"{path}: a released model (tiny): its card's numbers on val (beam 2, {scored.tokenizer}), " \
+                       "scored again"
+    assert verification.reproduces and lines[-1] == "reproduces: every number within 0.0001"
+    recorded = {**verification.recorded, "CIDEr": verification.recorded["CIDEr"] + 0.01}  # a card that does not match
+    assert not dataclasses.replace(verification, recorded=recorded).reproduces

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
+from captioning.config import load_config
+from captioning.data.splits import features_dir
 from tests.rights import as_another_user, read_only, without_write_rights, writable_again
 from tests.tiny import REPO, TINY
 
@@ -77,7 +79,7 @@ def test_a_read_only_copy_whose_cache_must_be_refreshed_is_evaluated_and_verifie
 
 def test_a_damaged_cache_on_a_read_only_root_is_one_line_and_stays_as_it_was(tiny_run, copies) -> None:
     copy = copies("damaged")
-    array = next((copy / "features").glob("*/val.npy"))
+    array = features_dir(load_config(None, [f"data.root={copy}", *TINY])) / "val.npy"  # the tiny run's cache
     damaged = bytearray(array.read_bytes())
     damaged[len(damaged) // 2] ^= 0xFF
     array.write_bytes(bytes(damaged))

@@ -157,14 +157,15 @@ def evaluate_checkpoint(checkpoint: str | Path, *, split: str = "test", override
     one reads the feature cache."""
 
     trained = load_trained(checkpoint, overrides=overrides, device=device)
-    return evaluate_trained(trained, split=split, beam_size=beam_size, hard_choice=hard_choice)[0]
+    return evaluate_trained(trained, split=split, beam_size=beam_size, hard_choice=hard_choice, device=device)[0]
 
 
-def evaluate_trained(trained: Trained, *, split: str, beam_size: int | None = None,
-                     hard_choice: str | None = None) -> tuple[Evaluation, Split]:
+def evaluate_trained(trained: Trained, *, split: str, beam_size: int | None = None, hard_choice: str | None = None,
+                     device: str | torch.device | None = None) -> tuple[Evaluation, Split]:
     """evaluate_checkpoint's work on a loaded checkpoint, and the split it scored (its records and
-    their contents: what `captioning verify` compares with a record)."""
-    config, decoder, vocab, device = trained.config, trained.decoder, trained.vocab, trained.device
+    their contents: what `captioning verify` compares with a record). `device`: the checkpoint's."""
+    config, decoder, vocab = trained.config, trained.decoder, trained.vocab
+    device = trained.device if device is None else device
     choice = hard_choice or config.decode.hard_choice
     refuse_hard_choice(decoder, choice, trained.path)
     data, annotations = trained.split(split)

@@ -22,8 +22,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-import torch
-
+from captioning.checkpoint import weights_digest
 from captioning.config import Config
 from captioning.data.contents import contents_of, split_digest
 from captioning.data.records import DatasetError, ImageRecord, read_records
@@ -34,16 +33,6 @@ from captioning.model.encoder import normalization, weights_identity
 def digest(value: Any) -> str:
     """16 hex digits of the SHA-256 of a value's JSON."""
     return hashlib.sha256(json.dumps(value).encode()).hexdigest()[:16]
-
-
-def weights_digest(state: dict[str, Any]) -> str:
-    """16 hex digits of the SHA-256 of a state dict's tensors, by name, as stored (any dtype)."""
-    hashed = hashlib.sha256()
-    for name, value in sorted(state.items()):
-        if isinstance(value, torch.Tensor):
-            hashed.update(name.encode())
-            hashed.update(value.detach().cpu().reshape(-1).contiguous().view(torch.uint8).numpy().tobytes())
-    return hashed.hexdigest()[:16]
 
 
 def run_weights(payload: dict[str, Any]) -> dict[str, str]:

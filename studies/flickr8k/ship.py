@@ -27,7 +27,6 @@ from captioning.api import Captioner
 from captioning.checkpoint import PRETRAINED, for_captioning, load_checkpoint, load_trained, save_checkpoint
 from captioning.data.photos import SAMPLE_PHOTOS, sample_photo
 from captioning.eval.evaluate import evaluate_trained
-from captioning.train.record import weights_digest
 from studies.tables import REPO
 
 PRETRAINED_DIR = REPO / "captioning" / "pretrained"
@@ -88,7 +87,6 @@ def main() -> int:
     target = PRETRAINED_DIR / PRETRAINED["flickr8k"]
     payload = load_checkpoint(target if args.from_shipped else args.checkpoint)
     slim = for_captioning(kept_history(payload, run=args.run) if args.from_shipped else payload)
-    slim["record"] = {**slim.get("record", {}), "weights": {"decoder": weights_digest(slim["decoder"])}}
     target.parent.mkdir(parents=True, exist_ok=True)
     save_checkpoint(target, slim)
     kept = json.loads((RESULTS / f"{args.run}.json").read_text())
