@@ -279,6 +279,22 @@ def find_images(inputs: Sequence[str | Path], *, recursive: bool = False) -> lis
     return found
 
 
+def empty_folders(inputs: Sequence[str | Path], *, recursive: bool = False) -> list[str]:
+    """The folders among `inputs` that give find_images no image (each is a mistake to say, not to skip),
+    each with why: none in it, or only in its sub-folders, which `recursive` would read."""
+    empty = []
+    for given in map(str, inputs):
+        path = Path(given)
+        if not path.is_dir():
+            continue
+        images = [p for p in path.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file()]
+        if not images:
+            empty.append(f"{given}: no images in this folder (files named *{', *'.join(IMAGE_SUFFIXES)})")
+        elif not recursive and all(p.parent != path for p in images):
+            empty.append(f"{given}: no images in this folder, only in its sub-folders (--recursive reads them)")
+    return empty
+
+
 def read_list(path: str | Path) -> list[str]:
     """The paths in a list file: one per line; blank lines and lines starting with # are skipped."""
     try:

@@ -14,6 +14,7 @@ and the decoder's parameters that moved get their new names; the numbers are unt
 from __future__ import annotations
 
 import copy
+import hashlib
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -93,7 +94,7 @@ def _renamed_decoder_keys(state: dict[str, Any], config: dict[str, Any]) -> dict
 
 def migrate_v1(payload: dict[str, Any]) -> dict[str, Any]:
     """A format-1 payload as format 2 reads it (a new dict; the numbers are untouched)."""
-    payload = dict(payload, format_version=FORMAT_VERSION)
+    payload = dict(payload, format_version=FORMAT_VERSION, migrated_from=1)  # inspect says which it was
     payload["config"] = migrate(payload["config"])
     for name in ("decoder", "training_decoder"):
         if name in payload:
@@ -209,7 +210,9 @@ def describe(payload: dict[str, Any], path: str | Path) -> list[str]:
     config = config_of(payload, path)
     progress = payload.get("progress", {})
     m, e = config.model, config.encoder
-    lines = [f"{path}: captioning checkpoint, format {payload['format_version']}",
+    written = (f"format {payload['migrated_from']} (read as format {payload['format_version']}: its settings and "
+               "weights under today's names)" if "migrated_from" in payload else f"format {payload['format_version']}")
+    lines = [f"{path}: captioning checkpoint, {written}",
              f"  data        {config.data.dataset} at {config.data.image_size}px, grid {payload['grid'][0]}x"
              f"{payload['grid'][1]}, vocabulary of {len(payload['vocab'])} words",
              f"  encoder     {e.name} {e.layer}{f', fine-tuned from {e.fine_tune_from}' if e.fine_tune_from else ''}",
@@ -217,8 +220,9 @@ def describe(payload: dict[str, Any], path: str | Path) -> list[str]:
              f"attention {m.attention_dim}",
              f"  training    {config.train.objective}, step {progress.get('step', '?')}, "
              f"epoch {progress.get('epoch', '?')}, "
-             f"best {config.train.val_metric} {progress.get('best_metric', float('nan')):.4f}, "
-             f"{progress.get('seconds', 0.0) / 3600:.2f} h trained"]
+             f"best {config.train.val_metric} {progress.get('best_metric', float('nan')):.4f}"
+             + (f", {progress['seconds'] / 3600:.2f} h trained" if "seconds" in progress else
+                ", its training time not recorded")]
     record = payload.get("record")  # what made it (train/record.py); older checkpoints have none
     if isinstance(record, dict):
         for section, values in record.items():
@@ -228,7 +232,7 @@ def describe(payload: dict[str, Any], path: str | Path) -> list[str]:
         lines.append("  record      none (written before checkpoints recorded what made them)")
     release = payload.get("release")  # a shipped model's note (for_captioning): its data, numbers, licence
     if isinstance(release, dict):
-        lines += [f"  release {key:<12} {value}" for key, value in release.items()]
+        lines += release_lines(release)
     for part in ("decoder", "training_decoder", "encoder"):
         state = payload.get(part)
         if not isinstance(state, dict):
@@ -242,6 +246,28 @@ def describe(payload: dict[str, Any], path: str | Path) -> list[str]:
     held = ", ".join(resumable) or "no optimizer state"
     lines.append(f"  resumable   {'yes' if len(resumable) == 3 else 'no'} ({held})")
     return lines
+
+
+def release_lines(release: dict[str, Any]) -> list[str]:
+    """What a released model's note says, a line each: that it is one, its card's numbers (the
+    shipped file's own), the command that scores it again, where it came from, its licence."""
+    lines = [f"  released    {release.get('name', 'a model')}: a released model, cut for captioning (its card's "
+             "numbers are this file's own; `captioning verify` scores them again)"]
+    for key, value in release.items():
+        if isinstance(value, dict):
+            value = ", ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in value.items())
+        lines.append(f"  release {key:<12} {value}")
+    return lines
+
+
+def weights_digest(state: dict[str, Any]) -> str:
+    """16 hex digits of the SHA-256 of a state dict's tensors, by name, as stored (any dtype)."""
+    hashed = hashlib.sha256()
+    for name, value in sorted(state.items()):
+        if isinstance(value, torch.Tensor):
+            hashed.update(name.encode())
+            hashed.update(value.detach().cpu().reshape(-1).contiguous().view(torch.uint8).numpy().tobytes())
+    return hashed.hexdigest()[:16]
 
 
 def pretrained_path(name: str = "flickr8k") -> Path:
@@ -264,11 +290,32 @@ def for_captioning(payload: dict[str, Any], *, release: dict[str, Any] | None = 
     if "encoder" in payload:
         raise CheckpointError("a fine-tuned encoder's weights are the checkpoint's own: export keeps the "
                               "decoder only, for a frozen encoder rebuilt from its package")
-    slim = {key: payload[key] for key in ("config", "vocab", "grid", "annotation_dim", "record") if key in payload}
+    slim = {key: payload[key] for key in ("vocab", "grid", "annotation_dim", "record") if key in payload}
+    slim["config"] = without_machine_paths(payload["config"])
     slim["decoder"] = {name: value.half() if value.is_floating_point() else value
                        for name, value in payload["decoder"].items()}
-    progress = payload.get("progress", {})
-    slim["progress"] = {key: progress[key] for key in ("step", "epoch", "best_metric") if key in progress}
+    progress = payload.get("progress", {})  # where its run stood, its validations included (inspect shows them)
+    slim["progress"] = {key: progress[key] for key in ("step", "epoch", "best_metric", "seconds", "history")
+                        if key in progress}
+    if "record" in slim:  # the digest of the weights it holds (verify compares them), the fp16 ones
+        slim["record"] = {**slim["record"], "weights": {"decoder": weights_digest(slim["decoder"])}}
     if release is not None:
         slim["release"] = release
     return slim
+
+
+def without_machine_paths(config: dict[str, Any]) -> dict[str, Any]:
+    """A checkpoint's config (plain data) with no place on the machine that trained it: data.root as
+    the configs name it (data/DATASET: eval.py's data.root=DIR says where it is here), no cache root
+    (one from the config would take the caches there even with data.root=DIR given), the run's folder
+    by its name, no warm start, the encoder's weights file by its name."""
+    config = copy.deepcopy(config)
+    data, train, encoder = (config.setdefault(section, {}) for section in ("data", "train", "encoder"))
+    data["root"] = f"data/{data.get('dataset', 'shapes')}"
+    data["cache_root"] = None
+    if train.get("out_dir"):
+        train["out_dir"] = f"runs/{Path(train['out_dir']).name}"
+    train["init_from"] = None
+    if encoder.get("weights_path"):
+        encoder["weights_path"] = Path(encoder["weights_path"]).name
+    return config

@@ -5,11 +5,13 @@ the stage, done/total, the rate, the time left and, while training, the step's l
 within one interval writes nothing there. --quiet turns both off.
 
 --quiet sets CAPTIONING_QUIET=1 in the environment, so that the processes torchrun or a DataLoader
-starts inherit it. CAPTIONING_LOG_SECONDS sets the interval between plain lines (default 30).
+starts inherit it. CAPTIONING_LOG_SECONDS sets the interval between plain lines (default 30). A
+terminal that reports a width of 0 (a pseudo-terminal nobody sized) gets the plain lines.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from collections.abc import Iterable
@@ -64,11 +66,41 @@ def bar(iterable: Iterable | None = None, *, show: bool | None = None, **options
     if os.environ.get(QUIET) == "1" or show is False:
         return tqdm(iterable, disable=True, **options)
     out = options.get("file") or sys.stderr
-    terminal = hasattr(out, "isatty") and out.isatty()
+    # a terminal that reports no width (a pseudo-terminal nobody sized) would get a bar of no width: nothing
+    terminal = hasattr(out, "isatty") and out.isatty() and _columns(out) != 0
     if show or terminal:
         return tqdm(iterable, disable=False, dynamic_ncols=True, **options)
-    seconds = float(os.environ.get(LOG_SECONDS, "30"))
+    seconds = log_seconds()
     # delay: work shorter than one interval writes nothing; longer work, a line each interval and one at its end
     options = {**options, "file": _WholeLines(out), "mininterval": seconds, "maxinterval": seconds, "miniters": 1,
                "delay": seconds, "bar_format": LINE_FORMAT, "leave": True}
     return LogLines(iterable, disable=False, **options)
+
+
+DEFAULT_SECONDS = 30.0
+_said: set[str] = set()  # settings already warned about in this process
+
+
+def log_seconds() -> float:
+    """CAPTIONING_LOG_SECONDS, or 30 where it is not a number of seconds (said once, in one line:
+    a progress setting never stops a run)."""
+    text = os.environ.get(LOG_SECONDS, "")
+    try:
+        seconds = float(text) if text.strip() else DEFAULT_SECONDS
+    except ValueError:
+        seconds = math.nan
+    if math.isfinite(seconds) and seconds >= 0:
+        return seconds
+    if text not in _said:
+        _said.add(text)
+        print(f"warning: {LOG_SECONDS}={text!r} is not a number of seconds (0 or more): a progress line every "
+              f"{DEFAULT_SECONDS:g} s", file=sys.stderr)
+    return DEFAULT_SECONDS
+
+
+def _columns(out: Any) -> int | None:
+    """The width of the terminal `out` writes to, None where it cannot be asked."""
+    try:
+        return os.get_terminal_size(out.fileno()).columns
+    except (AttributeError, OSError, ValueError):
+        return None

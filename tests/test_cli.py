@@ -266,8 +266,27 @@ def test_caption_command_hands_on_the_device_and_looks_into_sub_folders_only_whe
 
 
 def test_caption_of_nothing_is_an_error(tiny_run, tmp_path: Path, capsys) -> None:
-    assert main(["caption", str(tmp_path), "--checkpoint", str(tiny_run.checkpoint)]) == 2  # an empty folder
+    assert main(["caption", "--checkpoint", str(tiny_run.checkpoint)]) == 2
     assert capsys.readouterr().err == "error: no images given (files, folders, glob patterns or --list FILE)\n"
+    assert main(["caption", str(tmp_path), "--checkpoint", str(tiny_run.checkpoint)]) == 2  # an empty folder
+    assert capsys.readouterr().err.startswith(f"error: {tmp_path}: no images in this folder (files named *.jpg, ")
+
+
+def test_an_empty_folder_among_other_inputs_gets_its_line_and_the_others_are_captioned(
+        tiny_run, images, tmp_path: Path, capsys) -> None:
+    from captioning.api import IMAGE_SUFFIXES
+
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "nested" / "deeper").mkdir(parents=True)
+    shutil.copy(images["png"], tmp_path / "nested" / "deeper" / "a.png")
+    code = main(["caption", str(images["png"]), str(tmp_path / "empty"), str(tmp_path / "nested"), str(images["jpeg"]),
+                 "--checkpoint", str(tiny_run.checkpoint), "--quiet"])
+    printed = capsys.readouterr()
+    assert code == 1
+    assert [line.split("\t")[0] for line in _lines(printed.out)] == [str(images["png"]), str(images["jpeg"])]
+    assert _lines(printed.err) == [
+        f"error: {tmp_path / 'empty'}: no images in this folder (files named *{', *'.join(IMAGE_SUFFIXES)})",
+        f"error: {tmp_path / 'nested'}: no images in this folder, only in its sub-folders (--recursive reads them)"]
 
 
 class StandInCaptioner:

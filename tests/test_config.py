@@ -412,3 +412,64 @@ def test_every_renamed_setting_stays_in_its_section_as_the_alias_reader_needs():
 
     for old, new in MOVED.items():
         assert new.startswith(old.rsplit(".", 1)[0] + "."), (old, new)
+
+
+@pytest.mark.parametrize("text, old, new", [
+    ("train:\n  reinforce:\n    warmup: 5\n    weight_warmup: 3\n", "train.reinforce.warmup",
+     "train.reinforce.weight_warmup"),
+    ("data:\n  captions_file: a.csv\n  folder:\n    captions_file: b.csv\n", "data.captions_file",
+     "data.folder.captions_file"),
+])
+def test_a_section_naming_a_setting_by_its_old_and_new_name_is_refused_naming_both(tmp_path, text, old, new):
+    path = write(tmp_path / "both.yaml", text)
+    with pytest.raises(ConfigError) as raised:
+        load_config(path)
+    assert str(raised.value) == f"{path}: '{old}' and '{new}' name one setting (the first is its old name); keep one"
+
+
+def test_a_dotted_key_in_a_file_is_one_line_naming_its_nested_form(tmp_path, recwarn):
+    path = write(tmp_path / "dotted.yaml", "data.split_seed: 3\n")
+    with pytest.raises(ConfigError) as raised:
+        load_config(path)
+    assert str(raised.value) == (f"{path}: 'data.split_seed': a file nests its settings (data: {{folder: "
+                                 "{split_seed: ...}}); key.sub=value is how an override names one")
+    assert not recwarn.list  # not warned about as an alias first
+
+
+@pytest.mark.parametrize("override, guess", [
+    ("train.beam_size=3", "decode.beam_size"),  # in another section, though train.batch_size is spelt close
+    ("beam_size=3", "decode.beam_size"),
+    ("decode.max_len=3", "decode.max_length"),
+    ("data.cache=x", "data.cache_root"),
+])
+def test_did_you_mean_looks_in_every_section(override, guess):
+    with pytest.raises(ConfigError, match=rf"did you mean '{guess}'\?"):
+        load_config(None, [override])
+
+
+def test_the_readme_says_which_old_names_are_aliases_and_which_are_refused():
+    """Each old name the README lists as an alias reads with a warning, every alias is listed, and the
+    format-1 names it says are refused are."""
+    import re
+    import warnings
+
+    from captioning.config import MOVED, RENAMED
+    from tests.tiny import REPO
+
+    text = " ".join((REPO / "README.md").read_text().split())
+    paragraph = text[text.index("Settings renamed since checkpoint format 2"):text.index("as it was trained.")]
+    named = set(re.findall(r"`([a-z_.]+)`", paragraph))
+    leaves = {old.rsplit(".", 1)[-1] for old in MOVED}
+    assert {old for old in MOVED if old in named or old.rsplit(".", 1)[-1] in named} == set(MOVED), named
+    assert leaves <= {name.rsplit(".", 1)[-1] for name in named}
+    for old in MOVED:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            value = {"data.split_share": 0.1, "data.allow_outside_images": "true"}.get(
+                old, 1 if "reinforce" in old or "seed" in old else "x")
+            load_config(None, [f"{old}={value}"])
+        assert any("(the old name still works)" in str(w.message) for w in caught), old
+    assert "The flat names of format 1" in paragraph and "are refused in a file or an override" in paragraph
+    for old in RENAMED:
+        with pytest.raises(ConfigError, match="is now"):
+            load_config(None, [f"{old}=1"])

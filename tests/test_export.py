@@ -32,3 +32,44 @@ def test_a_fine_tuned_encoder_is_not_exported_without_its_weights(tiny_run) -> N
     payload = {**load_checkpoint(tiny_run.checkpoint), "encoder": {"conv.weight": torch.zeros(1)}}
     with pytest.raises(CheckpointError, match="fine-tuned encoder"):
         for_captioning(payload)
+
+
+def test_an_exported_checkpoint_names_no_place_on_the_machine_that_trained_it(tiny_run, tmp_path) -> None:
+    """Its data.root as the configs name it and no cache root (eval.py with data.root=DIR alone would
+    otherwise keep its caches under the trainer's cache root), the run's folder by its name; its
+    validation history and time kept for inspect and verify."""
+    payload = load_checkpoint(tiny_run.checkpoint)
+    payload["config"]["data"]["cache_root"] = "/scratch/someone/cache"
+    payload["config"]["encoder"]["weights_path"] = "/models/lite0.pth"
+    slim = for_captioning(payload)
+    assert slim["config"]["data"]["root"] == "data/shapes" and slim["config"]["data"]["cache_root"] is None
+    assert slim["config"]["train"]["out_dir"] == f"runs/{tiny_run.run_dir.name}"
+    assert slim["config"]["encoder"]["weights_path"] == "lite0.pth"
+    assert payload["config"]["data"]["cache_root"] == "/scratch/someone/cache"  # the payload itself untouched
+    assert slim["progress"]["history"] == payload["progress"]["history"]
+    assert slim["progress"]["seconds"] == payload["progress"]["seconds"]
+
+
+def test_a_released_model_is_verified_against_its_cards_numbers(tiny_run, tmp_path) -> None:
+    """verify scores a released model as its card says (val, the card's beam), not its run's greedy
+    validation (whose numbers are the fp32 weights'); a card that does not match says so."""
+    import dataclasses
+
+    from captioning.eval.evaluate import evaluate_checkpoint
+    from captioning.train.verify import report, verify
+
+    path = tmp_path / "released.pt"
+    save_checkpoint(path, for_captioning(load_checkpoint(tiny_run.checkpoint)))
+    data = f"data.root={tiny_run.data_root}"
+    scored = evaluate_checkpoint(path, split="val", overrides=[data], beam_size=2)
+    slim = load_checkpoint(path)
+    slim["release"] = {"name": "tiny", "val": {"Bleu_4": scored.metrics["Bleu_4"], "CIDEr": scored.metrics["CIDEr"],
+                                               "beam_size": 2, "tokenizer": scored.tokenizer}}
+    save_checkpoint(path, slim)
+    verification = verify(path, overrides=(data,))
+    lines = report(verification, path)
+    assert lines[0] == f"{path}: a released model (tiny): its card's numbers on val (beam 2, {scored.tokenizer}), " \
+                       "scored again"
+    assert verification.reproduces and lines[-1] == "reproduces: every number within 0.0001"
+    recorded = {**verification.recorded, "CIDEr": verification.recorded["CIDEr"] + 0.01}  # a card that does not match
+    assert not dataclasses.replace(verification, recorded=recorded).reproduces

@@ -111,3 +111,42 @@ def test_an_unknown_shipped_model_is_one_line() -> None:
 
 def test_it_decodes_in_float32(captioner) -> None:
     assert all(p.dtype == torch.float32 for p in captioner.model.decoder.parameters())
+
+
+def _strings(value) -> list[str]:
+    """Every string in a checkpoint's plain data (its tensors left out)."""
+    if isinstance(value, dict):
+        return [text for key, item in value.items() for text in [str(key), *_strings(item)]]
+    if isinstance(value, (list, tuple)):
+        return [text for item in value for text in _strings(item)]
+    return [value] if isinstance(value, str) else []
+
+
+def test_it_carries_no_path_of_the_machine_that_trained_it() -> None:
+    payload = load_checkpoint(pretrained_path())
+    plain = {key: value for key, value in payload.items() if key != "decoder"}
+    assert not [text for text in _strings(plain) if text.startswith(("/", "~"))]
+    assert payload["config"]["data"]["root"] == "data/flickr8k" and payload["config"]["data"]["cache_root"] is None
+
+
+def test_it_says_what_it_is_to_inspect_and_verify(capsys) -> None:
+    """A released model: inspect shows its card's numbers and how to score them again; verify without
+    its data says the same in one line (exit 2), not that it was saved after its last validation."""
+    path = pretrained_path()
+    payload = load_checkpoint(path)
+    release = payload["release"]
+    assert release == CARD["release"] and release["val"]["tokenizer"].startswith("PTB")
+    assert f"--run {release['cut_from'].split('results/')[1].split('.json')[0]} " in release["command"]
+    assert release["scored"].startswith(f"captioning verify captioning/pretrained/{path.name} data.root=DATA")
+    history = payload["progress"]["history"]
+    assert history[-1]["step"] == payload["progress"]["step"] and history[-1]["Bleu_4"] == pytest.approx(
+        payload["progress"]["best_metric"])
+    assert main(["inspect", str(path)]) == 0
+    shown = capsys.readouterr().out
+    assert "  released    flickr8k: a released model" in shown and "h trained" not in shown
+    assert f"  release val          Bleu_1 {release['val']['Bleu_1']:.4f}, " in shown
+    assert main(["verify", str(path), "data.root=/nowhere"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {path}: a released model (flickr8k), whose card gives on "
+                                               f"val (beam 3, {release['val']['tokenizer']}): Bleu_1 ")
+    assert err[0].endswith(f"captioning verify {path} data.root=DIR")

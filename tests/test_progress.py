@@ -70,3 +70,38 @@ def test_quiet_wins_and_is_inherited(monkeypatch) -> None:
     for _ in bar(range(3), show=True, file=silent):
         pass
     assert silent.getvalue() == ""
+
+
+def test_a_log_interval_that_is_not_a_number_is_one_line_and_the_default(monkeypatch, capsys) -> None:
+    from captioning.progress import log_seconds
+
+    for text in ("abc", "-1", "nan"):
+        monkeypatch.setenv(LOG_SECONDS, text)
+        assert log_seconds() == 30.0
+        assert log_seconds() == 30.0  # said once
+        assert capsys.readouterr().err == (f"warning: CAPTIONING_LOG_SECONDS={text!r} is not a number of seconds "
+                                           "(0 or more): a progress line every 30 s\n")
+    monkeypatch.setenv(LOG_SECONDS, "0.5")
+    assert log_seconds() == 0.5
+
+
+def test_a_terminal_of_no_width_gets_plain_lines(monkeypatch) -> None:
+    """A pseudo-terminal nobody sized reports 0 columns: a bar there showed nothing at all."""
+    monkeypatch.delenv(QUIET, raising=False)
+    monkeypatch.setenv(LOG_SECONDS, "0.01")
+    reader, writer = os.openpty()
+    assert os.get_terminal_size(writer).columns == 0
+    with os.fdopen(writer, "w") as out:
+        for _ in bar(range(3), desc="work", file=out):
+            time.sleep(0.05)
+    shown = ""
+    while True:  # what the terminal got, to its end (the kernel hands it over a little later)
+        try:
+            chunk = os.read(reader, 65536)
+        except OSError:  # EIO: the writer closed and all was read
+            break
+        if not chunk:
+            break
+        shown += chunk.decode()
+    os.close(reader)
+    assert "work: 3/3" in shown and "\r" not in shown.replace("\r\n", "")  # the pty ends lines in \r\n

@@ -60,22 +60,27 @@ def split_overrides(values: Sequence[str]) -> tuple[list[str], list[str]]:
 def _caption(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from captioning.api import Captioner, Unreadable, find_images, read_list, reading_workers
+    from captioning.api import Captioner, Unreadable, empty_folders, find_images, read_list, reading_workers
     from captioning.eval.page import OverlayFolder
 
     if args.quiet:
         quiet()
     given, overrides = split_overrides(args.inputs)
     try:
-        paths = find_images([*given, *(read_list(args.list) if args.list else [])], recursive=args.recursive)
+        inputs = [*given, *(read_list(args.list) if args.list else [])]
+        paths = find_images(inputs, recursive=args.recursive)
+        empty = empty_folders(inputs, recursive=args.recursive)
         device = default_device(args.device)
         captioner = (Captioner.from_checkpoint(args.checkpoint, device=device, overrides=overrides) if args.checkpoint
                      else Captioner.from_pretrained(device=device, overrides=overrides))
     except EXPECTED_ERRORS as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    for folder in empty:  # a folder with nothing to caption is a bad input like any other: one line
+        print(f"error: {folder}", file=sys.stderr)
     if not paths:
-        print("error: no images given (files, folders, glob patterns or --list FILE)", file=sys.stderr)
+        if not empty:
+            print("error: no images given (files, folders, glob patterns or --list FILE)", file=sys.stderr)
         return 2
     workers = args.workers if args.workers is not None else (0 if len(paths) <= args.batch_size else
                                                              reading_workers())
@@ -87,7 +92,7 @@ def _caption(args: argparse.Namespace) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     overlays = OverlayFolder(Path(args.overlays), animation=args.gif) if args.overlays else None
-    failures, captioned, results = 0, 0, []
+    failures, captioned, results = len(empty), 0, []
     try:
         for result in stream:
             if isinstance(result, Unreadable):

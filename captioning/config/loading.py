@@ -35,6 +35,44 @@ def _closest(key: str, known: list[str]) -> list[str]:
     return started[:1] or difflib.get_close_matches(key, known, n=1)
 
 
+def _named_elsewhere(key: str) -> list[str]:
+    """The settings of any section named `key` exactly: `train.beam_size` was put in the wrong
+    section, decode.beam_size, however close train.batch_size is spelt."""
+    return [dotted for dotted in _every_key(Config()) if dotted.rsplit(".", 1)[-1] == key]
+
+
+def _close_elsewhere(key: str) -> list[str]:
+    """The setting of any section whose name is closest to `key`, where its own section has none."""
+    leaves = {dotted.rsplit(".", 1)[-1]: dotted for dotted in _every_key(Config())}
+    return [leaves[name] for name in difflib.get_close_matches(key, list(leaves), n=1, cutoff=0.8)]
+
+
+def _every_key(section: Any, prefix: str = "") -> list[str]:
+    """Every setting's and section's dotted name under a config section."""
+    names = []
+    for field in dataclasses.fields(section):
+        dotted = f"{prefix}.{field.name}" if prefix else field.name
+        names.append(dotted)
+        if dataclasses.is_dataclass(getattr(section, field.name)):
+            names += _every_key(getattr(section, field.name), dotted)
+    return names
+
+
+def _holds(values: Any, keys: list[str]) -> bool:
+    """Whether the mapping `values` sets the key at path `keys`."""
+    for key in keys:
+        if not isinstance(values, dict) or key not in values:
+            return False
+        values = values[key]
+    return True
+
+
+def _nested_form(dotted: str) -> str:
+    """'data.folder.split_seed' -> 'data: {folder: {split_seed: ...}}'."""
+    *sections, leaf = dotted.split(".")
+    return "".join(f"{name}: {{" for name in sections) + f"{leaf}: ..." + "}" * len(sections)
+
+
 def _nested(keys: list[str], value: Any) -> dict[str, Any]:
     """["train", "lr"], 0.1 -> {"train": {"lr": 0.1}}."""
     for key in reversed(keys):
@@ -48,6 +86,12 @@ def _merge(target: Any, values: dict[str, Any], where: str, prefix: str = "", so
     known = {f.name: f for f in dataclasses.fields(target)}
     for key, value in values.items():
         dotted = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(key, str) and "." in key:  # `data.split_seed: 3` in a file: a section's key, not a path
+            raise ConfigError(f"{source}: '{dotted}': a file nests its settings ({_nested_form(now_named(dotted))}); "
+                              "key.sub=value is how an override names one")
+        if dotted in MOVED and _holds(values, MOVED[dotted][len(prefix) + 1 if prefix else 0:].split(".")):
+            raise ConfigError(f"{source}: '{dotted}' and '{MOVED[dotted]}' name one setting (the first is its old "
+                              "name); keep one")
         if key not in known:
             if dotted in RENAMED:
                 raise ConfigError(f"{source}: '{dotted}' is now '{now_named(dotted)}' (the config has sections since "
@@ -64,8 +108,9 @@ def _merge(target: Any, values: dict[str, Any], where: str, prefix: str = "", so
             if dotted in REMOVED:
                 raise ConfigError(f"{source}: '{dotted}' was removed: {REMOVED[dotted]}")
             section = f"{prefix}." if prefix else ""
-            guess = _closest(str(key), list(known))
-            hint = f"did you mean '{section}{guess[0]}'? " if guess else ""
+            guess = (_named_elsewhere(str(key)) or [f"{section}{name}" for name in _closest(str(key), list(known))]
+                     or _close_elsewhere(str(key)))
+            hint = f"did you mean '{guess[0]}'? " if guess else ""
             raise ConfigError(f"{source}: unknown key '{dotted}' ({hint}known{' in ' + prefix if prefix else ''}: "
                               f"{', '.join(sorted(known))})")
         current = getattr(target, key)

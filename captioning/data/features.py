@@ -42,6 +42,7 @@ from filelock import FileLock
 from PIL import Image
 from torch.utils.data import DataLoader
 
+from captioning.data.contents import file_digest
 from captioning.data.images import ImageFiles, ImageReadError, Resolver, collate_pixels, warn_unreadable
 from captioning.data.records import DatasetError, ImageRecord, first_names
 from captioning.model.encoder import Encoder
@@ -52,6 +53,7 @@ class Cached(NamedTuple):
     annotations: np.ndarray  # [N, L, D] fp16, memory-mapped
     grid: tuple[int, int]  # (Hg, Wg)
     unreadable: list[int]  # rows whose image could not be read (their annotations are zeros)
+    contents: list[str | None] | None = None  # each row's image file's digest (data/contents.py)
 
 
 def cache_dir(root: str | Path, *, encoder: str, layer: str, image_size: int, weights: str,
@@ -178,6 +180,7 @@ def _write_cache(directory: Path, split: str, records: list[ImageRecord], *, enc
     partial, marker = directory / f".{split}.partial.npy", directory / f".{split}.progress.json"
     ids = [r.image_id for r in records]
     stats = _stats(records)  # before reading: an image changed while it is encoded counts as changed
+    contents = [file_digest(record.path) for record in records]  # the same: before the pixels are read
     progress = json.loads(marker.read_text()) if marker.exists() and partial.exists() else None
     if progress is not None and progress.get("fingerprint") != _fingerprint(ids):
         progress = None  # another list of images: start over
@@ -212,13 +215,14 @@ def _write_cache(directory: Path, split: str, records: list[ImageRecord], *, enc
     out[unreadable] = 0
     out.flush()
     meta = {"image_ids": ids, "grid": list(grid), "unreadable": sorted(unreadable), "shape": list(out.shape),
-            "stats": stats, "paths": _paths(records), "digests": [d for _, d in sorted(_digests(out).items())]}
+            "stats": stats, "paths": _paths(records), "contents": contents,
+            "digests": [d for _, d in sorted(_digests(out).items())]}
     del out
     array_path = directory / f"{split}.npy"
     os.replace(partial, array_path)
     _write_json(directory / f"{split}.json", meta)
     marker.unlink()
-    return Cached(np.load(array_path, mmap_mode="r"), grid, sorted(unreadable))
+    return Cached(np.load(array_path, mmap_mode="r"), grid, sorted(unreadable), contents)
 
 
 def read_cache(directory: Path, split: str, records: list[ImageRecord]) -> Cached | None:
@@ -235,58 +239,119 @@ def read_cache(directory: Path, split: str, records: list[ImageRecord]) -> Cache
         return None
     problem = _damage(array_path, meta) if meta else "its description cannot be read"
     if problem is not None:
+        try:
+            array_path.unlink()
+            meta_path.unlink()
+        except OSError as error:  # a read-only dataset mount: the damaged file stays, and is not read
+            raise DatasetError(f"{array_path}: damaged, {problem}; it cannot be removed to be rebuilt there "
+                               f"({error.strerror or error}): set data.cache_root to a folder that can hold a new "
+                               "cache") from error
         print(f"warning: {array_path}: damaged, {problem}; rebuilding it", file=sys.stderr)
-        array_path.unlink()
-        meta_path.unlink()
         return None
-    return Cached(np.load(array_path, mmap_mode="r"), tuple(meta["grid"]), list(meta.get("unreadable", [])))
+    return Cached(np.load(array_path, mmap_mode="r"), tuple(meta["grid"]), list(meta.get("unreadable", [])),
+                  meta.get("contents"))
 
 
-def refresh_changed(directory: Path, split: str, records: list[ImageRecord], *, encoder_factory: Callable[[], Encoder],
-                    image_size: int, batch_size: int = 32, device: str | torch.device = "cpu",
-                    transform: Callable[[Image.Image], Image.Image] | None = None) -> list[int]:
-    """Encode again the rows whose image file changed (size or modification time) since the cache was
-    made, or whose row now names another file, in place, and update the checksums; returns those
-    rows. The cache must be complete. A cache made before caches kept their paths takes the present
-    ones as its own, once."""
+def refresh_changed(directory: Path, split: str, records: list[ImageRecord], cached: Cached, *,
+                    encoder_factory: Callable[[], Encoder], image_size: int, batch_size: int = 32,
+                    device: str | torch.device = "cpu",
+                    transform: Callable[[Image.Image], Image.Image] | None = None) -> Cached:
+    """The complete cache `cached`, brought up to date with the image files: rows whose file's size or
+    modification time changed since, or whose row now names another file, are hashed; those whose
+    bytes changed (or that a cache made before caches kept contents cannot tell) are encoded again,
+    in place, with their checksums; those with the same bytes (the dataset copied or moved, a file
+    touched) only get their new stat recorded. Where the cache cannot be written (a read-only data.root
+    holding a cache), the rows encoded again are kept in memory for this run, and it says so.
+    A cache made before caches kept their paths or contents takes the present ones as its own."""
     array_path, meta_path = directory / f"{split}.npy", directory / f"{split}.json"
     meta = json.loads(meta_path.read_text())
     now, paths = _stats(records), _paths(records)
     kept_paths = meta.get("paths", paths)
-    changed = [row for row, (old, new, was, path) in enumerate(zip(meta["stats"], now, kept_paths, paths))
-               if old != new or was != path]
+    moved = [row for row, (old, new, was, path) in enumerate(zip(meta["stats"], now, kept_paths, paths))
+             if old != new or was != path]
+    kept_contents = meta.get("contents")
+    contents = list(kept_contents) if kept_contents is not None else [file_digest(r.path) for r in records]
+    for row in moved if kept_contents is not None else ():
+        contents[row] = file_digest(records[row].path)
+    changed = [row for row in moved if kept_contents is None or contents[row] != kept_contents[row]
+               or contents[row] is None]
+    described = {**meta, "stats": now, "paths": paths, "contents": contents}
+    if described == meta:
+        return cached._replace(contents=contents)
+    if changed:
+        names = first_names([records[row].path for row in changed])
+        print(f"note: {split}: {len(changed)} images changed since they were cached ({names}); encoding them again",
+              file=sys.stderr)
+    encoding = {"encoder_factory": encoder_factory, "image_size": image_size, "batch_size": batch_size,
+                "device": device, "transform": transform}
+    try:
+        _check_writable(directory)
+        annotations = np.lib.format.open_memmap(array_path, mode="r+") if changed else None
+    except OSError as error:  # a read-only data.root: this run's copy of the changed rows, in memory
+        return _refreshed_in_memory(directory, split, records, cached, changed, moved, contents, error, **encoding)
+    unreadable = _encode_rows(annotations, records, changed, set(meta["unreadable"]), **encoding)
+    if annotations is not None:
+        annotations.flush()
+        blocks = sorted({row // _block_rows(annotations) for row in changed})
+        digests = list(meta["digests"])
+        for block, digest in _digests(annotations, blocks).items():
+            digests[block] = digest
+        described.update(digests=digests)
+        del annotations
+    _write_json(meta_path, {**described, "unreadable": sorted(unreadable)})
+    fresh = read_cache(directory, split, records)
+    return fresh._replace(contents=contents) if fresh is not None else cached
+
+
+def _check_writable(directory: Path) -> None:
+    """Raise the OSError that writing into `directory` meets (a read-only mount, no rights), if any."""
+    # a name of its own (not the process id: two runs may share a process, as threads)
+    with tempfile.NamedTemporaryFile(dir=directory, prefix=".writable."):
+        pass
+
+
+def _refreshed_in_memory(directory: Path, split: str, records: list[ImageRecord], cached: Cached, changed: list[int],
+                         moved: list[int], contents: list[str | None], error: OSError, **encoding) -> Cached:
+    """The cache as refresh_changed would have made it, where it cannot be written: the changed rows
+    encoded again into a copy-on-write map (the file stays as it was), said in one line."""
+    reason = error.strerror or str(error)
+    if not changed and not moved:  # only the contents of a cache made before caches kept them: taken here
+        return cached._replace(contents=contents)
     if not changed:
-        if "paths" not in meta:
-            _write_json(meta_path, {**meta, "paths": paths})
-        return []
-    names = first_names([records[row].path for row in changed])
-    print(f"note: {split}: {len(changed)} images changed since they were cached ({names}); encoding them again",
+        print(f"note: {directory}: {len(moved)} images moved or touched since they were cached, with the same "
+              f"contents; the cache cannot record it ({reason}), so each run hashes them again (data.cache_root "
+              "names a folder that can keep an up-to-date cache)", file=sys.stderr)
+        return cached._replace(contents=contents)
+    print(f"note: {directory}: the cache cannot be updated there ({reason}): the {len(changed)} changed images are "
+          "encoded again in memory, at each run (data.cache_root names a folder that can keep an up-to-date cache)",
           file=sys.stderr)
+    annotations = np.load(directory / f"{split}.npy", mmap_mode="c")  # writes stay in this process's memory
+    unreadable = _encode_rows(annotations, records, changed, set(cached.unreadable), **encoding)
+    return Cached(annotations, cached.grid, sorted(unreadable), contents)
+
+
+def _encode_rows(out: np.ndarray | None, records: list[ImageRecord], rows: list[int], unreadable: set[int], *,
+                 encoder_factory: Callable[[], Encoder], image_size: int, batch_size: int,
+                 device: str | torch.device, transform: Callable[[Image.Image], Image.Image] | None) -> set[int]:
+    """Encode the images of `rows` into those rows of `out`; returns the unreadable rows as they are now."""
+    if out is None or not rows:
+        return set(unreadable)
+    unreadable = set(unreadable)
     encoder = encoder_factory().to(device).eval()
-    out = np.lib.format.open_memmap(array_path, mode="r+")
-    unreadable = set(meta["unreadable"])
-    images = ImageFiles([records[row] for row in changed], size=image_size, mean=encoder.mean, std=encoder.std,
+    images = ImageFiles([records[row] for row in rows], size=image_size, mean=encoder.mean, std=encoder.std,
                         transform=transform)
     for batch in DataLoader(images, batch_size=batch_size, collate_fn=collate_pixels):
         for index, reason in batch.failures:
             warn_unreadable(reason)
-            out[changed[index]] = 0
-            unreadable.add(changed[index])
+            out[rows[index]] = 0
+            unreadable.add(rows[index])
         if batch.pixels is not None:
             with torch.no_grad():
                 annotations, _ = encoder(batch.pixels.to(device))
-            rows = [changed[index] for index in batch.rows]
-            out[rows] = annotations.to(torch.float16).cpu().numpy()
-            unreadable -= set(rows)
-    out.flush()
-    blocks = sorted({row // _block_rows(out) for row in changed})
-    digests = list(meta["digests"])
-    for block, digest in _digests(out, blocks).items():
-        digests[block] = digest
-    del out
-    _write_json(meta_path, {**meta, "stats": now, "paths": paths, "digests": digests,
-                            "unreadable": sorted(unreadable)})
-    return changed
+            done = [rows[index] for index in batch.rows]
+            out[done] = annotations.to(torch.float16).cpu().numpy()
+            unreadable -= set(done)
+    return unreadable
 
 
 def load_or_compute(directory: Path, split: str, records: list[ImageRecord], *, encoder_factory: Callable[[], Encoder],
@@ -297,19 +362,14 @@ def load_or_compute(directory: Path, split: str, records: list[ImageRecord], *, 
     `encoder_factory()` builds the encoder only when something must be computed.
     """
     cached = read_cache(directory, split, records)
-    if cached is not None and refresh_changed(directory, split, records, encoder_factory=encoder_factory,
-                                              image_size=image_size, batch_size=batch_size, device=device,
-                                              transform=transform):
-        cached = read_cache(directory, split, records)
     if cached is not None:
-        return cached
+        return refresh_changed(directory, split, records, cached, encoder_factory=encoder_factory,
+                               image_size=image_size, batch_size=batch_size, device=device, transform=transform)
     # Two runs started at once on the same data would write the same partial file: the second waits,
     # then finds the first one's cache.
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        # a name of its own (not the process id: two runs may share a process, as threads)
-        with tempfile.NamedTemporaryFile(dir=directory, prefix=f".{split}.writable."):
-            pass
+        _check_writable(directory)
     except OSError as error:  # a read-only dataset mount: say where the cache can go instead
         raise DatasetError(f"{directory}: the {split} feature cache cannot be written there "
                            f"({error.strerror or error}); set data.cache_root to a folder that can hold it") from error

@@ -7,60 +7,116 @@ drawing look at the whole collection: a small collection gets at least one image
 (the one whose draw comes closest), and when every row says train, val and test are drawn from the
 training rows. Adding photos changes what those rules see; the record does not change.
 
-The record is CSV, one row per image ever placed, `image,split,given`: the image's resolved path
-(relative to the image folder), its split, and the split its rows gave when it was placed ("" for
-none). It lives under DATA_CACHE/splits/ (data.cache_root, else data.root), named after the captions
-file, data.folder.split_seed and data.folder.split_share: another seed or share draws afresh, in a record of its own.
-Images that leave the captions file keep their row, so that coming back they come back to their split.
+The record is CSV, one row per image ever placed, `image,split,given,contents,size,mtime_ns`: the
+image's resolved path (relative to the image folder), its split, the split its rows gave when it was
+placed ("" for none), and the digest of the file's bytes (data/contents.py) with the size and
+modification time it was taken at (a file whose size and time are unchanged is not hashed again).
+The digest is the image's identity beside its path: a photo moved, renamed or copied into another
+folder keeps the split its bytes were placed in. Images that leave the captions file keep their row,
+so that coming back they come back to their split. The file is readable by all (as the umask lets
+files be), so that the other users of a shared dataset read the splits its owner drew.
+
+A record belongs to one dataset. Without data.cache_root it lives in the dataset's own folder,
+DATA_ROOT/splits/<captions file>.seed<seed>.share<share>.csv, and moves with it. Under a
+data.cache_root that several datasets may share, its name also carries a digest of the captions
+file's resolved path; a dataset that has no record there yet (moved or copied since, or a shared
+dataset whose user keeps their caches apart) takes the splits of the record, there or in the
+dataset's own folder, that holds most of its images by content, and `prepare` says so.
+Another seed or share draws afresh, in a record of its own.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import hashlib
 import os
-import tempfile
+import re
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
+from captioning.data.contents import file_digest, file_stat
 from captioning.data.records import DatasetError
 
-COLUMNS = ["image", "split", "given"]
+COLUMNS = ["image", "split", "given", "contents", "size", "mtime_ns"]
+FIRST_COLUMNS = COLUMNS[:3]  # a record written before records kept the images' contents
 
 
-def record_path(cache_root: Path, captions_file: Path, *, seed: int, share: float) -> Path:
-    """DATA_CACHE/splits/<captions file>.seed<seed>.share<share>.csv."""
-    return Path(cache_root) / "splits" / f"{Path(captions_file).name}.seed{seed}.share{share:g}.csv"
+class Placed(NamedTuple):
+    """An image's row in the record."""
+
+    split: str
+    given: str  # the split its rows gave when it was placed ("" for none)
+    contents: str = ""  # the digest of its bytes ("" where unknown: a missing file, an older record)
+    stat: tuple[int, int] | None = None  # (size, modification time in ns) when the digest was taken
 
 
-def read_record(path: Path) -> dict[str, tuple[str, str]]:
-    """image -> (split, the split its rows gave then); empty where there is no record yet."""
-    if not path.is_file():
-        return {}
-    with path.open(newline="", encoding="utf-8") as file:
-        reader = csv.reader(file)
-        if next(reader, None) != COLUMNS:
-            raise DatasetError(f"{path}: not a splits record (its first line is not {','.join(COLUMNS)}); "
-                               "move it away to draw the splits again")
-        record = {}
-        for row in reader:
-            if len(row) != 3 or row[1] not in ("train", "val", "test"):
-                raise DatasetError(f"{path}: line {reader.line_num} is not image,split,given")
-            record[row[0]] = (row[1], row[2])
+def record_path(*, root: Path, captions_file: Path, cache_root: Path | None, seed: int, share: float) -> Path:
+    """ROOT/splits/<captions file>.seed<seed>.share<share>.csv, or under a cache root (which several
+    datasets may share) CACHE_ROOT/splits/<captions file>.<its resolved path's digest>.seed<seed>.share<share>.csv."""
+    tail = f"seed{seed}.share{share:g}.csv"
+    if cache_root is None:
+        return Path(root) / "splits" / f"{Path(captions_file).name}.{tail}"
+    owner = hashlib.sha256(os.path.realpath(captions_file).encode()).hexdigest()[:12]
+    return Path(cache_root) / "splits" / f"{Path(captions_file).name}.{owner}.{tail}"
+
+
+def read_record(path: Path) -> dict[str, Placed]:
+    """image -> its row; empty where there is no record yet. A record that cannot be read (another
+    user's without read rights, another encoding than UTF-8, not a record) is one line naming it."""
+    try:  # utf-8-sig: a spreadsheet that saved it as "CSV UTF-8" put a byte-order mark first
+        if not path.is_file():
+            return {}
+        with path.open(newline="", encoding="utf-8-sig") as file:
+            return _rows(path, csv.reader(file))
+    except PermissionError as error:
+        raise DatasetError(f"{path}: the splits record cannot be read ({error.strerror}); its owner can let "
+                           "others read it (chmod a+r), or data.cache_root can name a folder of your own, where "
+                           "the splits are drawn again") from error
+    except UnicodeDecodeError as error:
+        raise DatasetError(f"{path}: the splits record is not UTF-8 text (byte {error.start}: "
+                           f"{error.reason}); save it as UTF-8 (a spreadsheet's \"CSV UTF-8\")") from error
+    except OSError as error:
+        raise DatasetError(f"{path}: the splits record cannot be read ({error.strerror or error})") from error
+
+
+def _rows(path: Path, reader: Iterable[list[str]]) -> dict[str, Placed]:
+    header = next(iter(reader), None)
+    if header not in (COLUMNS, FIRST_COLUMNS):
+        raise DatasetError(f"{path}: not a splits record (its first line is not {','.join(COLUMNS)}); "
+                           "move it away to draw the splits again")
+    record = {}
+    for number, row in enumerate(reader, start=2):
+        if len(row) != len(header) or row[1] not in ("train", "val", "test"):
+            raise DatasetError(f"{path}: line {number} is not {','.join(header)}")
+        stat = None
+        if len(row) == len(COLUMNS) and row[4].lstrip("-").isdigit() and row[5].lstrip("-").isdigit():
+            stat = (int(row[4]), int(row[5]))
+        record[row[0]] = Placed(row[1], row[2], row[3] if len(row) == len(COLUMNS) else "", stat)
     return record
 
 
-def write_record(path: Path, record: dict[str, tuple[str, str]]) -> None:
+def write_record(path: Path, record: dict[str, Placed]) -> None:
     """The whole record, replaced at once (a reader never sees half of it; ranks that write it at the
-    same time write the same rows)."""
+    same time write the same rows), readable by all that the umask lets read (a temporary file of the
+    tempfile module would be its owner's alone, and other users of a shared dataset could not read it)."""
+    temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}.", suffix=".tmp", newline="",
-                                         encoding="utf-8", delete=False) as file:
+        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        with open(descriptor, "w", newline="", encoding="utf-8") as file:
             writer = csv.writer(file)
             writer.writerow(COLUMNS)
-            writer.writerows([image, split, given] for image, (split, given) in record.items())
-        os.replace(file.name, path)
+            writer.writerows([image, placed.split, placed.given, placed.contents,
+                              *(placed.stat if placed.stat is not None else ("", ""))]
+                             for image, placed in record.items())
+        os.replace(temporary, path)
     except OSError as error:
+        with contextlib.suppress(OSError):
+            temporary.unlink(missing_ok=True)
         raise DatasetError(f"{path.parent}: cannot write the splits record there ({error.strerror or error}); "
                            "set data.cache_root to a folder that can hold it") from error
 
@@ -71,7 +127,7 @@ def split_draw(image: str, *, seed: int) -> float:
     return int.from_bytes(digest[:8], "big") / 2 ** 64
 
 
-def assign_splits(given: dict[str, str], kept: dict[str, tuple[str, str]], *, seed: int, share: float,
+def assign_splits(given: dict[str, str], kept: dict[str, Placed], *, seed: int, share: float,
                    source: Path, record: Path | None) -> tuple[dict[str, str], list[str]]:
     """Every image's split, from what its rows give (`given`, "" for none) and what the record kept.
 
@@ -85,7 +141,7 @@ def assign_splits(given: dict[str, str], kept: dict[str, tuple[str, str]], *, se
     changed = []
     for image, split in given.items():
         if image in kept:
-            kept_split, given_then = kept[image]
+            kept_split, given_then = kept[image].split, kept[image].given
             edited = bool(split) and split not in (given_then, kept_split)
             if edited:
                 changed.append(image)
@@ -120,3 +176,91 @@ def assign_splits(given: dict[str, str], kept: dict[str, tuple[str, str]], *, se
     if not any(split == "train" for split in splits.values()):
         raise DatasetError(f"{source}: no training images (every row's split is val or test)")
     return {image: splits[image] for image in given}, changed
+
+
+@dataclass
+class Recalled:
+    """What the record says of the images a captions file names now."""
+
+    kept: dict[str, Placed]  # the record's rows, and those of images moved since under their new names
+    recorded: dict[str, Placed]  # the record's rows as its file holds them (none where taken from another)
+    now: dict[str, Placed]  # each image's contents and stat now (its split and given not yet known)
+    moved: dict[str, str] = field(default_factory=dict)  # new name -> the recorded image with its contents
+    gone: list[str] = field(default_factory=list)  # recorded images no longer named, nor found by contents
+    adopted: tuple[Path, int] | None = None  # another record these images' splits were taken from, and how many
+
+
+def recall(path: Path | None, images: list[str], *, image_root: Path, dataset_own: Path | None = None) -> Recalled:
+    """The record at `path` (None: none kept) read for `images` (keys relative to image_root): each
+    image's digest, hashed only where its size or time changed since it was recorded; images not in
+    the record under their name but under their contents (moved, renamed, copied); and, where there
+    is no record yet, the splits of the record that holds most of these images among those beside it
+    and `dataset_own` (the record in the dataset's own folder, which its owner's runs keep: a user of
+    a shared dataset keeps a record of their own under data.cache_root, and starts from the owner's)."""
+    kept = recorded = read_record(path) if path is not None else {}
+    now = {}
+    for image in images:
+        stat = file_stat(image_root / image)
+        known = kept.get(image)
+        if stat is None:  # missing: `prepare` names it; it has no contents to be known by
+            contents = ""
+        elif known is not None and known.contents and known.stat == stat:
+            contents = known.contents
+        else:
+            contents = file_digest(image_root / image) or ""
+        now[image] = Placed("", "", contents, stat)
+    adopted = None
+    if path is not None and not kept:
+        kept, adopted = _adopt(path, now, dataset_own=dataset_own)
+    by_contents: dict[str, list[str]] = {}
+    for image, placed in kept.items():
+        if placed.contents:
+            by_contents.setdefault(placed.contents, []).append(image)
+    named = set(images)
+    moved = {}
+    for image in images:
+        sources = by_contents.get(now[image].contents, []) if image not in kept and now[image].contents else []
+        if sources:  # moved (its old name gone) before copied (its old name still there)
+            moved[image] = min(sources, key=lambda source: (source in named, source))
+    found = set(moved.values())
+    gone = [image for image in kept if image not in named and image not in found]
+    return Recalled(kept={**kept, **{image: kept[source] for image, source in moved.items()}}, recorded=recorded,
+                    now=now, moved=moved, gone=gone, adopted=adopted)
+
+
+def _adopt(path: Path, now: dict[str, Placed], *,
+           dataset_own: Path | None) -> tuple[dict[str, Placed], tuple[Path, int] | None]:
+    """The rows of the record (beside `path`, or the dataset's own) that places most of these images
+    (by contents; by name in a record that kept no contents), under these images' names."""
+    best: tuple[dict[str, Placed], tuple[Path, int] | None] = ({}, None)
+    own = [dataset_own] if dataset_own is not None and dataset_own != path and dataset_own.is_file() else []
+    for other in [*own, *other_records(path)]:
+        try:
+            rows = read_record(other)
+        except DatasetError:  # another dataset's record that cannot be read is not this one's to fix
+            continue
+        by_contents = {placed.contents: placed for placed in rows.values() if placed.contents}
+        taken = {}
+        for image, placed in now.items():
+            if placed.contents and placed.contents in by_contents:
+                taken[image] = by_contents[placed.contents]
+            elif image in rows and not rows[image].contents:
+                taken[image] = rows[image]
+        if len(taken) > (best[1][1] if best[1] else 0):
+            best = (taken, (other, len(taken)))
+    return best
+
+
+def other_records(path: Path) -> list[Path]:
+    """The records beside `path` for a captions file of the same name, seed and share: other
+    datasets', this one's before it moved, and one named before records carried their dataset's digest."""
+    named = _NAME.fullmatch(path.name)
+    if named is None or not path.parent.is_dir():  # a record not named by record_path has no kin
+        return []
+    pattern = re.compile(re.escape(named["captions"]) + r"(\.[0-9a-f]{12})?\." + re.escape(named["tail"]))
+    return sorted(other for other in path.parent.iterdir()
+                  if other != path and pattern.fullmatch(other.name) and other.is_file())
+
+
+# record_path's names: the captions file's, its dataset's digest (under a cache root), the seed and share
+_NAME = re.compile(r"(?P<captions>.+?)(\.[0-9a-f]{12})?\.(?P<tail>seed-?\d+\.share[^/]+\.csv)")

@@ -58,6 +58,8 @@ class Split:
     mirrored_annotations: np.ndarray | None = None
     # COCO's instances annotations of its images, read when first asked for (captioning.eval.coco)
     instances: Instances | None = None
+    # each image file's digest (data/contents.py), as the feature cache holds them; None: not known
+    contents: list[str | None] | None = None
 
     @property
     def image_ids(self) -> list[int]:
@@ -120,6 +122,7 @@ def load_splits(config: Config, names: tuple[str, ...], *, device: str | torch.d
             continue
         cached = cache(name, records)
         annotations: np.ndarray | Rows = cached.annotations
+        contents = cached.contents
         if cached.unreadable:
             check_bad_images(name, [records[i].path for i in cached.unreadable], len(records),
                              limit=config.data.max_bad_images)
@@ -127,11 +130,12 @@ def load_splits(config: Config, names: tuple[str, ...], *, device: str | torch.d
             keep = [i for i in range(len(records)) if i not in bad]
             annotations = Rows(cached.annotations, keep)
             records = [records[i] for i in keep]
+            contents = [contents[i] for i in keep] if contents is not None else None
             scenes = [scenes[i] for i in keep] if scenes is not None else None
         mirrored = None
         if name == "train" and config.data.mirror:  # a cache of their own, of the readable images
             mirrored = cache("train_mirrored", records, transform=mirror_image).annotations
         splits[name] = Split(name, records, annotations, cached.grid, scenes, unreadable=len(cached.unreadable),
-                             mirrored_annotations=mirrored,
+                             mirrored_annotations=mirrored, contents=contents,
                              instances=split_instances(config.data, [r.image_id for r in records]))
     return splits

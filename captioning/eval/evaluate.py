@@ -20,9 +20,10 @@ import numpy as np
 import torch
 
 from captioning import progress
-from captioning.checkpoint import load_trained
+from captioning.checkpoint import Trained, load_trained
 from captioning.config import Config
 from captioning.data.records import DatasetError, too_many_unreadable
+from captioning.data.splits import Split
 from captioning.data.vocab import Vocabulary
 from captioning.eval.diagnostics import caption_diagnostics
 from captioning.eval.metrics import OWN_TOKENIZER, caption_metrics, metrics_tokenizer
@@ -159,9 +160,17 @@ def evaluate_checkpoint(checkpoint: str | Path, *, split: str = "test", override
     one reads the feature cache."""
 
     trained = load_trained(checkpoint, overrides=overrides, device=device)
+    return evaluate_trained(trained, split=split, beam_size=beam_size, hard_choice=hard_choice, device=device)[0]
+
+
+def evaluate_trained(trained: Trained, *, split: str, beam_size: int | None = None, hard_choice: str | None = None,
+                     device: str | torch.device | None = None) -> tuple[Evaluation, Split]:
+    """evaluate_checkpoint's work on a loaded checkpoint, and the split it scored (its records and
+    their contents: what `captioning verify` compares with a record). `device`: the checkpoint's."""
     config, decoder, vocab = trained.config, trained.decoder, trained.vocab
+    device = trained.device if device is None else device
     choice = hard_choice or config.decode.hard_choice
-    refuse_hard_choice(decoder, choice, checkpoint)
+    refuse_hard_choice(decoder, choice, trained.path)
     data, annotations = trained.split(split)
     beam_size = beam_size or config.decode.beam_size
     tokenizer = metrics_tokenizer()
@@ -171,7 +180,7 @@ def evaluate_checkpoint(checkpoint: str | Path, *, split: str = "test", override
         length_penalty=config.decode.length_penalty, no_repeat_ngram=config.decode.no_repeat_ngram,
         allow_unk=config.decode.allow_unk, device=device, hard_choice=choice,
         max_bad_images=config.data.max_bad_images)
-    return Evaluation(metrics, results, config, beam_size, choice, tokenizer)
+    return Evaluation(metrics, results, config, beam_size, choice, tokenizer), data
 
 
 def write_evaluation(evaluation: Evaluation, *, checkpoint: str | Path, split: str, out: str | Path | None,

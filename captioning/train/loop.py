@@ -139,7 +139,9 @@ class Run:
                                   objective_state=self.objective.state_dict(), device=self.device)
             if self.record is None:  # what made the run (train/record.py), once: it asks Java and git
                 self.record = run_record(self.config, train=self.data.train.records, val=self.data.val.records,
-                                         vocab=self.data.vocab.words)
+                                         vocab=self.data.vocab.words,
+                                         contents={"train": self.data.train.contents, "val": self.data.val.contents,
+                                                   "test": None})
             payload["record"] = {**self.record, "weights": run_weights(payload)}
             save_checkpoint(self.out / "last.pt", payload)
             if best:
@@ -189,7 +191,7 @@ class Run:
                 if t.max_steps is not None and progress.step >= t.max_steps:  # resumed at the limit (killed
                     stop = True  # between its last step and its exit): validate, save, and stop
                     break
-                distributed.now_doing(self.context, f"training, step {progress.step + 1} (epoch {progress.epoch})")
+                distributed.now_doing(self.context, f"training, step {progress.step + 1} (epoch {progress.epoch + 1})")
                 losses = self.step(batch, size=len(global_batches[progress.batch_in_epoch]))
                 progress.step += 1
                 progress.batch_in_epoch += 1
@@ -222,14 +224,19 @@ class Run:
 
     def log_losses(self, losses: dict[str, float]) -> None:
         if self.log is not None and self.progress.step % self.config.train.log_every_steps == 0:
-            self.log.losses(step=self.progress.step, epoch=self.progress.epoch, losses=losses,
+            self.log.losses(step=self.progress.step, epoch=self.epoch_of_last_step(), losses=losses,
                             lrs=[group["lr"] for group in self.optimizer.param_groups],
                             skipped=self.progress.skipped_images)
+
+    def epoch_of_last_step(self) -> int:
+        """The epoch, counted from 1 as the progress bar counts it, of the step just done: the one
+        training is in, or the one it has just finished (`progress.epoch` counts the epochs finished)."""
+        return self.progress.epoch if self.progress.batch_in_epoch == 0 else self.progress.epoch + 1
 
     def progress_bar(self, batches: list[list[int]]) -> Iterable:
         """The epoch's batches not yet done, loaded, behind a progress bar on the main process."""
         done = self.progress.batch_in_epoch
-        return bar(self.loader(batches[done:]), desc=f"epoch {self.progress.epoch}", unit="batch", initial=done,
+        return bar(self.loader(batches[done:]), desc=f"epoch {self.progress.epoch + 1}", unit="batch", initial=done,
                    total=len(batches), leave=False, show=None if self.context.is_main else False)
 
     # validation
@@ -253,7 +260,7 @@ class Run:
             progress.stale_evaluations += 1
         if self.log is not None:
             distributed.now_doing(self.context, f"writing the logs and checkpoints of step {progress.step}")
-            report(self.log, metrics, improved=improved, step=progress.step, epoch=progress.epoch,
+            report(self.log, metrics, improved=improved, step=progress.step, epoch=self.epoch_of_last_step(),
                    decoder=self.model.validated, data=self.data, config=self.config, device=self.device)
         self.save(best=improved)
         return progress.stale_evaluations >= t.early_stop_patience

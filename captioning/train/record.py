@@ -22,9 +22,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-import torch
-
+from captioning.checkpoint import weights_digest
 from captioning.config import Config
+from captioning.data.contents import contents_of, split_digest
 from captioning.data.records import DatasetError, ImageRecord, read_records
 from captioning.model.encoder import normalization, weights_identity
 from captioning.train.validation import validation_beam, validation_tokenizer
@@ -33,16 +33,6 @@ from captioning.train.validation import validation_beam, validation_tokenizer
 def digest(value: Any) -> str:
     """16 hex digits of the SHA-256 of a value's JSON."""
     return hashlib.sha256(json.dumps(value).encode()).hexdigest()[:16]
-
-
-def weights_digest(state: dict[str, Any]) -> str:
-    """16 hex digits of the SHA-256 of a state dict's tensors, by name, as stored (any dtype)."""
-    hashed = hashlib.sha256()
-    for name, value in sorted(state.items()):
-        if isinstance(value, torch.Tensor):
-            hashed.update(name.encode())
-            hashed.update(value.detach().cpu().reshape(-1).contiguous().view(torch.uint8).numpy().tobytes())
-    return hashed.hexdigest()[:16]
 
 
 def run_weights(payload: dict[str, Any]) -> dict[str, str]:
@@ -114,16 +104,22 @@ def validation_record(config: Config, *, images: int) -> dict[str, Any]:
 
 
 def run_record(config: Config, *, train: Sequence[ImageRecord], val: Sequence[ImageRecord],
-               vocab: list[str]) -> dict[str, Any]:
+               vocab: list[str], contents: dict[str, Sequence[str | None] | None] | None = None) -> dict[str, Any]:
     """The record of a run's checkpoints (the same for every checkpoint of the run): besides the
-    image lists (ids and files), the val references validation scored against, and the model's
-    settings (an edited reference or a changed `model.extras.temperature` moves the numbers, and
-    verify must say which)."""
+    image lists (ids and files), the digest of each split's image contents (an image replaced under
+    its own name changes no id and no file name), the val references validation scored against, and
+    the model's settings (an edited reference or a changed `model.extras.temperature` moves the
+    numbers, and verify must say which). `contents`: split -> each image's digest where the feature
+    cache holds them (None: hashed here); a split it leaves out is not digested (verify needs val's
+    alone); the test split's images, which a run never reads otherwise, are hashed here."""
     e, d = config.encoder, config.data
     mean, std = normalization(e.name)
     tests = test_records(config)
     ids = {name: None if records is None else [r.image_id for r in records]
            for name, records in (("train", train), ("val", val), ("test", tests))}
+    images = {"train": train, "val": val, "test": tests}
+    digested = {f"{split}_image_contents": split_digest(contents_of([r.path for r in images[split]], known))
+                for split, known in (contents or {}).items() if images.get(split) is not None}
     return {
         "data": {"dataset": d.dataset, "train_images": len(train), "train_image_ids": digest(ids["train"]),
                  "train_image_files": digest(image_files(train, d.root)),
@@ -132,7 +128,7 @@ def run_record(config: Config, *, train: Sequence[ImageRecord], val: Sequence[Im
                  "test_images": None if tests is None else len(tests),
                  "test_image_ids": None if tests is None else digest(ids["test"]),
                  "test_image_files": None if tests is None else digest(image_files(tests, d.root)),
-                 "vocabulary": digest(vocab),
+                 **digested, "vocabulary": digest(vocab),
                  "val_references": digest([list(record.captions) for record in val])},
         "model": {"settings": digest(model_settings(config))},
         "preprocessing": {"image_size": d.image_size, "encoder": e.name, "layer": e.layer, "padding": e.padding,

@@ -1,7 +1,9 @@
 """`captioning verify CKPT`: score a checkpoint again as its run's validation scored it, and say whether
 its recorded numbers reproduce; when they do not, name what differs from its record (train/record.py):
-the data (its references included), the model's settings, the preprocessing, the validation's
-settings, the versions, the weights.
+the data (its references and its images' contents included), the model's settings, the
+preprocessing, the validation's settings, the versions, the weights; the hardware only where all of
+these match. A released model (checkpoint.for_captioning) is scored as its card says it was: the
+shipped file on the val split with the card's beam, against the card's numbers.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from typing import Any
 import torch
 
 from captioning.checkpoint import CheckpointError, load_checkpoint, load_trained
-from captioning.data.records import read_records
+from captioning.data.records import DatasetError, read_records
+from captioning.eval.evaluate import evaluate_trained
 from captioning.train.record import run_record, run_weights
 from captioning.train.validation import validation_metrics
 
@@ -29,6 +32,8 @@ class Verification:
     now: dict[str, float]  # the same metrics computed again
     differs: dict[str, list[str]]  # record section -> the entries that differ now ({} when all agree)
     tolerance: float
+    contents_recorded: bool = True  # whether the record holds the val images' contents (older ones do not)
+    release: dict[str, Any] | None = None  # a released model's note: its card's numbers are what was scored
 
     @property
     def reproduces(self) -> bool:
@@ -48,6 +53,8 @@ def verify(path: str | Path, *, overrides: tuple[str, ...] = (), device: str | t
            tolerance: float = TOLERANCE) -> Verification:
     """Validate the checkpoint again on its recorded split, with the settings its validation used."""
     payload = load_checkpoint(path)
+    if isinstance(payload.get("release"), dict) and isinstance(payload["release"].get("val"), dict):
+        return verify_release(path, payload, overrides=overrides, device=device, tolerance=tolerance)
     record = payload.get("record")
     if not isinstance(record, dict):
         raise CheckpointError(f"{path}: carries no record of what made it (written before checkpoints had one)")
@@ -70,13 +77,48 @@ def verify(path: str | Path, *, overrides: tuple[str, ...] = (), device: str | t
     config = trained.config
     val, annotations = trained.split("val")  # a fine-tuned encoder's own annotations, as its validation read them
     now = validation_metrics(trained.decoder, val, trained.vocab, config, device=device, annotations=annotations) or {}
+    # the val images' contents only: the numbers are the val split's, and hashing the training
+    # images (all of COCO's) would tell nothing the weights' digest does not
     current = {**run_record(config, train=read_records(config.data, "train"), val=val.records,
-                            vocab=trained.vocab.words),
+                            vocab=trained.vocab.words, contents={"val": val.contents}),
                "weights": run_weights(payload)}
     differs = {section: _differences(record.get(section, {}), values) for section, values in current.items()}
     return Verification(step=int(progress["step"]), recorded=recorded, now={n: now.get(n, math.nan) for n in recorded},
                         differs={section: names for section, names in differs.items() if names},
-                        tolerance=tolerance)
+                        tolerance=tolerance, contents_recorded="val_image_contents" in record.get("data", {}))
+
+
+def verify_release(path: str | Path, payload: dict[str, Any], *, overrides: tuple[str, ...] = (),
+                   device: str | torch.device = "cpu", tolerance: float = TOLERANCE) -> Verification:
+    """A released model (checkpoint.for_captioning): its card's numbers are the shipped file's own,
+    scored on the val split with the card's beam; they are scored so again. Its data must be given
+    (data.root=DIR: a released model names no place on any machine); without it, one line saying
+    what the model is and how to score it."""
+    release = payload["release"]
+    card = release["val"]
+    recorded = {name: value for name, value in card.items() if isinstance(value, float)}
+    trained = load_trained(path, overrides=overrides, device=device, payload=payload)
+    try:
+        evaluation, val = evaluate_trained(trained, split="val", beam_size=int(card.get("beam_size", 3)))
+    except DatasetError as error:
+        shown = ", ".join(f"{name} {value:.4f}" for name, value in recorded.items())
+        raise DatasetError(f"{path}: a released model ({release.get('name', 'unnamed')}), whose card gives on val "
+                           f"(beam {card.get('beam_size')}, {card.get('tokenizer')}): {shown}; scoring it again needs "
+                           f"its data ({error}): captioning verify {path} data.root=DIR") from error
+    config = trained.config
+    current = {**run_record(config, train=read_records(config.data, "train"), val=val.records,
+                            vocab=trained.vocab.words, contents={"val": val.contents}),
+               "weights": run_weights(payload)}
+    record = payload.get("record", {})
+    differs = {section: _differences(record.get(section, {}), values) for section, values in current.items()
+               if section in ("data", "model", "preprocessing", "weights")}  # what the card's scoring read
+    differs["card"] = _differences({"tokenizer": card.get("tokenizer")}, {"tokenizer": evaluation.tokenizer})
+    now = evaluation.metrics
+    return Verification(step=int(payload.get("progress", {}).get("step", 0)), recorded=recorded,
+                        now={name: now.get(name, math.nan) for name in recorded},
+                        differs={section: names for section, names in differs.items() if names},
+                        tolerance=tolerance, contents_recorded="val_image_contents" in record.get("data", {}),
+                        release=release)
 
 
 def _differences(recorded: dict[str, Any], now: dict[str, Any]) -> list[str]:
@@ -88,7 +130,12 @@ def _differences(recorded: dict[str, Any], now: dict[str, Any]) -> list[str]:
 def report(verification: Verification, path: str | Path) -> list[str]:
     """What `captioning verify` prints."""
     v = verification
-    lines = [f"{path}: its validation at step {v.step}, computed again"]
+    if v.release is not None:
+        card = v.release["val"]
+        lines = [f"{path}: a released model ({v.release.get('name', 'unnamed')}): its card's numbers on val (beam "
+                 f"{card.get('beam_size')}, {card.get('tokenizer')}), scored again"]
+    else:
+        lines = [f"{path}: its validation at step {v.step}, computed again"]
     lines += [f"  {name:<30} recorded {value:.4f}  now {v.now[name]:.4f}" for name, value in v.recorded.items()]
     if v.reproduces:
         lines.append(f"reproduces: every number within {v.tolerance:g}")
@@ -96,6 +143,10 @@ def report(verification: Verification, path: str | Path) -> list[str]:
         lines.append(f"does not reproduce (tolerance {v.tolerance:g})")
     for section, names in v.differs.items():
         lines.append(f"  {section} differs from the record: {'; '.join(names)}")
-    if not v.reproduces and not v.differs:
-        lines.append("  nothing recorded differs: the hardware or the code's arithmetic moved the numbers")
+    if not v.reproduces and not v.differs and v.contents_recorded:
+        lines.append("  nothing recorded differs, the val images' contents included: the hardware or the code's "
+                     "arithmetic moved the numbers")
+    elif not v.reproduces and not v.differs:
+        lines.append("  nothing recorded differs, but the record predates digests of the images' contents: val "
+                     "images changed under their own names, the hardware or the code's arithmetic moved the numbers")
     return lines

@@ -1,14 +1,19 @@
 """The model that ships inside the package: the Flickr8k recipe's best.pt, cut to what captioning reads.
 
-    python -m studies.flickr8k.ship --checkpoint runs/flickr8k/recipe/best.pt
+    python -m studies.flickr8k.ship --checkpoint runs/flickr8k/recipe_seed1/best.pt --run recipe_seed1 \
+        --data ../shared/flickr8k --cache /tmp/flickr8k
 
-writes captioning/pretrained/flickr8k_soft.pt (config, vocabulary, the decoder's weights in fp16, the
-run's record, and a release note: the data, the val numbers kept in studies/flickr8k/results, the
-command that made it, the licence), then captions scikit-image's public-domain sample photos with
-it and writes what it said and where it looked (the most attended cell of each word) to
-captioning/pretrained/flickr8k_soft.json, and one photo's per-word maps to docs/images/ (the
-README's picture). The tests
-hold the shipped file to that JSON (tests/test_pretrained.py).
+writes captioning/pretrained/flickr8k_soft.pt (config, with no path of the machine that trained it;
+vocabulary; the decoder's weights in fp16; the run's record and validation history; and a release
+note: the data, the shipped file's own numbers on the val split of --data, scored as `eval.py --split
+val` scores them, the command that scores them again, the command that made it, the licence), then
+captions scikit-image's public-domain sample photos with it and writes what it said and where it
+looked (the most attended cell of each word) to captioning/pretrained/flickr8k_soft.json, and one
+photo's per-word maps to docs/images/ (the README's picture). The tests hold the shipped file to
+that JSON (tests/test_pretrained.py).
+
+--from-shipped cuts the shipped file again from itself (its weights as they are, so its captions
+too): how a note or a config written by an older version of this script is brought up to date.
 """
 
 from __future__ import annotations
@@ -19,9 +24,9 @@ import json
 import torch
 
 from captioning.api import Captioner
-from captioning.checkpoint import PRETRAINED, for_captioning, load_checkpoint, save_checkpoint
+from captioning.checkpoint import PRETRAINED, for_captioning, load_checkpoint, load_trained, save_checkpoint
 from captioning.data.photos import SAMPLE_PHOTOS, sample_photo
-from captioning.train.record import weights_digest
+from captioning.eval.evaluate import evaluate_trained
 from studies.tables import REPO
 
 PRETRAINED_DIR = REPO / "captioning" / "pretrained"
@@ -31,16 +36,32 @@ LICENCE = ("Trained on Flickr8k (Hodosh, Young & Hockenmaier, JAIR 2013), whose 
            "project's MIT licence on those terms.")
 
 
-def release_note(*, run: str) -> dict:
-    """What the shipped model is: its data, its val numbers as kept by the study, how it was made."""
-    kept = json.loads((RESULTS / f"{run}.json").read_text())
-    metrics = {k: round(kept[k], 4) for k in ("Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4", "METEOR", "ROUGE_L", "CIDEr")}
+def release_note(*, run: str, scored: dict, tokenizer: str, beam_size: int) -> dict:
+    """What the shipped model is: its data, its own numbers on val (`scored`, the fp16 file's: fp16
+    storage moves the fp32 run's kept numbers in their fourth digit), how to score them again, how it
+    was made."""
+    metrics = {k: round(scored[k], 4) for k in ("Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4", "METEOR", "ROUGE_L", "CIDEr")}
+    shipped = f"captioning/{PRETRAINED_DIR.name}/{PRETRAINED['flickr8k']}"
     return {"name": "flickr8k", "data": "Flickr8k, Karpathy's split: trained on its 6 000 train images, selected on "
                                         "its 1 000 val images (224x224 copies); the test split was held out",
-            "val": {**metrics, "beam_size": kept["beam_size"], "tokenizer": kept["tokenizer"]},
+            "val": {**metrics, "beam_size": beam_size, "tokenizer": tokenizer},
+            "scored": f"captioning verify {shipped} data.root=DATA, or python eval.py --checkpoint {shipped} "
+                      f"--split val --beam-size {beam_size} data.root=DATA",
+            "cut_from": f"the run's best.pt, in fp32 (its numbers: studies/flickr8k/results/{run}.json)",
             "command": f"python -m studies.flickr8k.run --only {run} --data DATA --cache CACHE, then "
-                       f"python -m studies.flickr8k.ship --checkpoint runs/flickr8k/{run}/best.pt",
+                       f"python -m studies.flickr8k.ship --checkpoint runs/flickr8k/{run}/best.pt --run {run} "
+                       "--data DATA --cache CACHE",
             "licence": LICENCE}
+
+
+def kept_history(payload: dict, *, run: str) -> dict:
+    """The run's validations up to the checkpoint's step, from the study's kept curve, for a file cut
+    before cuts kept its history (the same run's log: studies/flickr8k/run.py keeps its curve)."""
+    progress = dict(payload.get("progress", {}))
+    if "history" not in progress:
+        curve = json.loads((RESULTS / f"{run}.json").read_text())["curve"]
+        progress["history"] = [entry for entry in curve if entry["step"] <= progress.get("step", 0)]
+    return {**payload, "progress": progress}
 
 
 def samples(captioner: Captioner) -> dict[str, dict]:
@@ -54,17 +75,28 @@ def samples(captioner: Captioner) -> dict[str, dict]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--checkpoint", required=True, help="the recipe's best.pt")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--checkpoint", help="the recipe's best.pt")
+    source.add_argument("--from-shipped", action="store_true", help="cut the shipped file again, its weights as "
+                        "they are")
     parser.add_argument("--run", default="recipe", help="its name in studies/flickr8k/results")
+    parser.add_argument("--data", required=True, help="Flickr8k (data.root): its val split scores the shipped file")
+    parser.add_argument("--cache", help="data.cache_root, where the val split's feature cache is kept")
     parser.add_argument("--picture", default="motorcycle", choices=SAMPLE_PHOTOS, help="the README's photo")
     args = parser.parse_args()
-    payload = load_checkpoint(args.checkpoint)
-    slim = for_captioning(payload, release=release_note(run=args.run))
-    slim["record"] = {**slim.get("record", {}), "weights": {"decoder": weights_digest(slim["decoder"])}}
     target = PRETRAINED_DIR / PRETRAINED["flickr8k"]
+    payload = load_checkpoint(target if args.from_shipped else args.checkpoint)
+    slim = for_captioning(kept_history(payload, run=args.run) if args.from_shipped else payload)
     target.parent.mkdir(parents=True, exist_ok=True)
     save_checkpoint(target, slim)
-    print(f"{target}: {target.stat().st_size / 2**20:.1f} MiB")
+    kept = json.loads((RESULTS / f"{args.run}.json").read_text())
+    data = [f"data.root={args.data}", *([f"data.cache_root={args.cache}"] if args.cache else [])]
+    evaluation, _ = evaluate_trained(load_trained(target, overrides=data), split="val", beam_size=kept["beam_size"])
+    slim["release"] = release_note(run=args.run, scored=evaluation.metrics, tokenizer=evaluation.tokenizer,
+                                   beam_size=evaluation.beam_size)
+    save_checkpoint(target, slim)
+    print(f"{target}: {target.stat().st_size / 2**20:.1f} MiB; on val: " + ", ".join(
+        f"{k} {v}" for k, v in slim["release"]["val"].items()))
     torch.manual_seed(0)
     captioner = Captioner.from_checkpoint(target, device="cpu")
     said = samples(captioner)

@@ -56,7 +56,7 @@ def test_cached_annotations_match_the_encoder(shapes_root: Path, tiny_config, en
     assert image_size == 96  # a 6x6 grid at stride 16
     records = read_split(shapes_root / "dataset_shapes.json", "val")
     directory = features_dir(tiny_config(tmp_path))
-    cached, grid, _ = load_or_compute(directory, "val", records, encoder_factory=_never, image_size=image_size)
+    cached, grid, *_ = load_or_compute(directory, "val", records, encoder_factory=_never, image_size=image_size)
     assert grid == (6, 6)
     assert cached.dtype == np.float16 and cached.shape == (len(records), 36, 112)
     images = torch.stack([to_tensor(load_image(r.path), size=image_size, mean=encoder.mean, std=encoder.std)
@@ -103,14 +103,14 @@ def test_load_or_compute_computes_once(tmp_path: Path, shapes_root: Path, encode
         calls.append(1)
         return encoder
 
-    first, grid, _ = load_or_compute(tmp_path / "cache", "test", records, encoder_factory=factory, image_size=64)
+    first, grid, *_ = load_or_compute(tmp_path / "cache", "test", records, encoder_factory=factory, image_size=64)
     assert len(calls) == 1 and grid == (4, 4) and first.shape == (2, 16, 112)
     left = sorted(p.name for p in (tmp_path / "cache").iterdir() if p.suffix != ".lock")
     assert left == ["test.json", "test.npy"]  # no temp file
-    second, grid_again, _ = load_or_compute(tmp_path / "cache", "test", records, encoder_factory=_never, image_size=64)
+    second, grid_again, *_ = load_or_compute(tmp_path / "cache", "test", records, encoder_factory=_never, image_size=64)
     assert grid_again == grid and np.array_equal(np.asarray(first), np.asarray(second))
     # A different list of images is not served from a stale cache.
-    third, _, _ = load_or_compute(tmp_path / "cache", "test", records[:1], encoder_factory=factory, image_size=64)
+    third, *_ = load_or_compute(tmp_path / "cache", "test", records[:1], encoder_factory=factory, image_size=64)
     assert len(calls) == 2 and third.shape == (1, 16, 112)
     np.testing.assert_allclose(np.asarray(third[0], dtype=np.float32), np.asarray(first[0], dtype=np.float32),
                                rtol=2e-3, atol=2e-3)

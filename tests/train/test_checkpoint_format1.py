@@ -108,3 +108,12 @@ def test_a_format1_learned_position_becomes_attentions_first_input_or_second_aft
     assert set(migrated["decoder"]) == {f"attention.inputs.{index}.weight", "attention.score.w", "init.position.bias"}
     assert migrated["decoder"][f"attention.inputs.{index}.weight"] is weight
     assert migrated["config"].get("model", {}).get("extras", {}).get("unit_annotations", False) == bool(index)
+
+
+def test_inspect_says_a_format1_checkpoint_is_format_1(capsys):
+    from captioning.cli import main
+
+    assert main(["inspect", str(FIXTURES / "soft_last.pt")]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first == (f"{FIXTURES / 'soft_last.pt'}: captioning checkpoint, format 1 (read as format 2: its settings "
+                     "and weights under today's names)")

@@ -50,7 +50,7 @@ def test_describe_without_progress_or_optimizer_state_says_so() -> None:
     payload["config"]["encoder"]["fine_tune_from"] = "block4"
     lines = describe(payload, "last.pt")
     assert lines[2] == "  encoder     efficientnet_lite0 stride16, fine-tuned from block4"
-    assert lines[4] == "  training    xe, step ?, epoch ?, best Bleu_4 nan, 0.00 h trained"
+    assert lines[4] == "  training    xe, step ?, epoch ?, best Bleu_4 nan, its training time not recorded"
     assert lines[-1] == "  resumable   no (rng)"
     assert describe(_payload(), "last.pt")[-1] == "  resumable   no (no optimizer state)"
     decoder_only = describe(_payload(), "last.pt")  # no training_decoder or encoder part

@@ -476,3 +476,19 @@ def test_pairs_left_out_of_a_batch_leave_the_others_their_own_draws(tmp_path: Pa
     run.step(part, size=16)
     assert seen[0]["rows"] == 3 and torch.equal(seen[0]["positions"], kept) and seen[0]["coin"] == "image"
     run.close()
+
+
+def test_the_log_counts_epochs_from_one_in_its_progress_lines_and_validations_alike(
+        tmp_path: Path, tiny_config, batches_per_epoch: int, monkeypatch, capsys) -> None:
+    """A log file's progress lines, the validation lines and log.jsonl name the same epoch for the
+    same steps: the first epoch is epoch 1 everywhere (the progress lines once said epoch 0)."""
+    monkeypatch.setenv("CAPTIONING_LOG_SECONDS", "0")
+    monkeypatch.delenv("CAPTIONING_QUIET", raising=False)
+    fit(tiny_config(tmp_path, "train.epochs=1", "train.eval_every_steps=3", "train.val_images=4"))
+    printed = capsys.readouterr()
+    progress = re.findall(r"^epoch (\d+): \d+/\d+", printed.err, flags=re.MULTILINE)
+    validations = re.findall(r"^step (\d+) epoch (\d+):", printed.out, flags=re.MULTILINE)
+    assert set(progress) == {"1"}
+    assert validations == [("3", "1"), ("6", "1"), (str(batches_per_epoch), "1")]
+    logged = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
+    assert {entry["epoch"] for entry in logged} == {1}

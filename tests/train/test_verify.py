@@ -158,3 +158,32 @@ def test_edited_references_and_changed_model_settings_are_named(tiny_run, tmp_pa
     lines = report(verification, changed)
     assert any(line.startswith("  model differs from the record: settings ") for line in lines)
     assert not any("nothing recorded differs" in line for line in lines)
+
+
+def test_val_images_replaced_under_their_own_names_are_named_not_blamed_on_the_hardware(tiny_run, tmp_path,
+                                                                                         capsys) -> None:
+    """The same names and captions, other pictures: no id, file name or reference moves, only the
+    images' contents, which the record digests per split."""
+    import json
+    import shutil
+
+    data = tmp_path / "data"
+    shutil.copytree(tiny_run.data_root, data)
+    entries = json.loads((data / "dataset_shapes.json").read_text())["images"]
+    val = [data / entry["filepath"] / entry["filename"] for entry in entries if entry["split"] == "val"]
+    train = [data / entry["filepath"] / entry["filename"] for entry in entries if entry["split"] == "train"]
+    for image, other in zip(val, train):
+        image.write_bytes(other.read_bytes())
+    assert main(["verify", str(tiny_run.checkpoint), f"data.root={data}"]) == 1
+    out = capsys.readouterr().out
+    assert "  data differs from the record: val_image_contents '" in out
+    assert "hardware" not in out
+
+    def older(payload):  # a record from before records digested the images' contents
+        del payload["record"]["data"]["val_image_contents"]
+
+    verification = verify(_edited(tiny_run.checkpoint, tmp_path / "older.pt", older), overrides=(f"data.root={data}",))
+    assert not verification.reproduces and verification.differs == {}
+    assert report(verification, "older.pt")[-1] == (
+        "  nothing recorded differs, but the record predates digests of the images' contents: val images changed "
+        "under their own names, the hardware or the code's arithmetic moved the numbers")

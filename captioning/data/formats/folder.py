@@ -15,9 +15,10 @@ A split that no row names (val or test, most often both) is made with a seed: fr
 without a split, or, when every image has one, from the training images. Each such image goes by a
 hash of its path and data.folder.split_seed, not by its place in a shuffle; each made split takes about
 data.folder.split_share of them, at least one image. Every split, once given, is written down
-(DATA_CACHE/splits/, data/split_record.py) and read back at every later read: adding photos, with
-splits of their own or without, never moves an image that was there into another split (a model is
-never tested on what an older run trained on). `captioning prepare` also writes the run's copy
+(DATA_ROOT/splits/, or under data.cache_root, data/split_record.py) and read back at every later
+read: adding photos, with splits of their own or without, never moves an image that was there into
+another split (a model is never tested on what an older run trained on), and a photo moved, renamed
+or copied keeps its split, the record knowing it by its contents. `captioning prepare` also writes the run's copy
 (TRAIN.OUT_DIR/splits.csv) and says what it made, and what it found wrong with the collection
 (`check`), one line each.
 
@@ -43,7 +44,7 @@ from captioning.config import DataConfig
 from captioning.config.registry import DATASETS
 from captioning.data.images import Resolver
 from captioning.data.records import SPLITS, DatasetError, ImageRecord, data_root, first_names
-from captioning.data.split_record import assign_splits, read_record, record_path, write_record
+from captioning.data.split_record import Placed, Recalled, assign_splits, recall, record_path, write_record
 from captioning.data.vocab import normalize
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff")
@@ -78,6 +79,12 @@ class Collection:
     record: Path | None = None  # where the splits are kept (data/split_record.py)
     # images the record kept in one split whose rows now give another: (kept, now), named by prepare
     moved_by_rows: dict[str, tuple[str, str]] = field(default_factory=dict)
+    # images the record knows by their contents under another name (moved, renamed, copied): new -> old
+    moved_by_contents: dict[str, str] = field(default_factory=dict)
+    adopted: tuple[Path, int] | None = None  # another record (this data's before it moved), images placed by it
+    # where new images appeared: the recorded images no longer named nor found by their contents
+    gone: list[str] = field(default_factory=list)
+    appeared: list[str] = field(default_factory=list)  # images the record did not hold, by name or contents
 
     def records(self, split: str) -> list[ImageRecord]:
         """The images of one split with their captions; image ids are the order the file first names
@@ -167,11 +174,13 @@ _WORD = re.compile(r"\w+")
 
 
 def read_collection(captions_file: str | Path, *, image_root: str | Path, seed: int, share: float,
-                    record: Path | None = None, allow_outside: bool = False) -> Collection:
+                    record: Path | None = None, allow_outside: bool = False,
+                    dataset_own: Path | None = None) -> Collection:
     """The captions file, every image given its split. Refuses (one line, with a count and the first
     few names) an image that rows put in two splits, and an image outside image_root unless
     `allow_outside`. With `record` (data/split_record.py), the splits given earlier are read back and
-    kept, and new images' splits are added to it."""
+    kept, and new images' splits are added to it; a new record starts from `dataset_own`, the record
+    in the dataset's own folder, where it holds these images (split_record.recall)."""
     captions_file, image_root = Path(captions_file), Path(image_root)
     rows = read_rows(captions_file)
     keys = _ImageKeys(image_root, source=captions_file, allow_outside=allow_outside)
@@ -200,19 +209,42 @@ def read_collection(captions_file: str | Path, *, image_root: str | Path, seed: 
         raise DatasetError(f"{captions_file}: {_images(len(twice))} in two splits ({named}"
                            f"{'; ...' if len(twice) > SHOWN else ''}); give each image one split")
     gives = {image: next(iter(given[image]), "") for image in captions}
-    kept = read_record(record) if record is not None else {}
+    recalled = recall(record, list(captions), image_root=image_root, dataset_own=dataset_own)
+    kept = recalled.kept
     splits, changed = assign_splits(gives, kept, seed=seed, share=share, source=captions_file, record=record)
-    edited = set(changed)
-    if record is not None and (edited or any(image not in kept for image in gives) or not record.is_file()):
-        write_record(record, {**kept, **{image: (splits[image], gives[image]) for image in gives
-                                         if image not in kept or image in edited}})
+    if record is not None:
+        _keep(record, recalled, splits=splits, gives=gives, edited=set(changed))
     made: dict[str, list[str]] = defaultdict(list)
     for image, split in splits.items():
-        if split not in (gives[image], kept.get(image, ("", ""))[1]):  # the seed's choice, now or when recorded
+        if split not in (gives[image], kept[image].given if image in kept else ""):  # the seed's choice, now or then
             made[split].append(image)
     return Collection(captions_file, image_root, list(captions), captions, splits, dict(made), empty, wordless,
-                      duplicates, record=record, moved_by_rows={image: (kept[image][0], splits[image])
-                                                                for image in changed})
+                      duplicates, record=record, moved_by_rows={image: (kept[image].split, splits[image])
+                                                                for image in changed},
+                      moved_by_contents=recalled.moved, adopted=recalled.adopted,
+                      gone=recalled.gone if any(image not in kept for image in captions) else [],
+                      appeared=[image for image in captions if image not in kept])
+
+
+def _keep(record: Path, recalled: Recalled, *, splits: dict[str, str], gives: dict[str, str], edited: set[str]) -> None:
+    """Write the record again where it changed: images placed now (new, moved, edited, or taken from
+    another record) must be written, or a later read would place them afresh; digests taken again
+    (a file touched or replaced) only spare the next read the hashing, and are let go where the
+    record cannot be written (a shared dataset read by a user who may not write it)."""
+    rows = dict(recalled.kept)
+    placed = False
+    for image, split in splits.items():
+        was = recalled.kept.get(image)
+        given = gives[image] if was is None or image in edited else was.given
+        rows[image] = Placed(split, given, recalled.now[image].contents, recalled.now[image].stat)
+        placed |= image not in recalled.recorded or image in edited
+    if rows == recalled.recorded:
+        return
+    try:
+        write_record(record, rows)
+    except DatasetError:
+        if placed or not record.is_file():
+            raise
 
 
 class _ImageKeys:
@@ -254,25 +286,28 @@ def folder_collection(data: DataConfig) -> Collection:
     data.root/data.image_dir, its splits kept under DATA_CACHE/splits/."""
     root, own = Path(data.root), data.folder
     captions_file = root / own.captions_file
-    record = record_path(Path(data.cache_root or data.root), captions_file, seed=own.split_seed,
-                         share=own.split_share)
+    cache_root = Path(data.cache_root) if data.cache_root else None
+    record, dataset_own = (record_path(root=root, captions_file=captions_file, cache_root=where, seed=own.split_seed,
+                                       share=own.split_share) for where in (cache_root, None))
     return collection_of(captions_file, image_root=root / data.image_dir, seed=own.split_seed,
-                         share=own.split_share, record=record, allow_outside=own.allow_outside_images)
+                         share=own.split_share, record=record, allow_outside=own.allow_outside_images,
+                         dataset_own=dataset_own)
 
 
 @functools.lru_cache(maxsize=4)
 def _cached(captions_file: Path, mtime_ns: int, image_root: Path, seed: int, share: float, record: Path | None,
-            allow_outside: bool) -> Collection:
+            allow_outside: bool, dataset_own: Path | None) -> Collection:
     return read_collection(captions_file, image_root=image_root, seed=seed, share=share, record=record,
-                           allow_outside=allow_outside)
+                           allow_outside=allow_outside, dataset_own=dataset_own)
 
 
 def collection_of(captions_file: str | Path, *, image_root: str | Path, seed: int, share: float,
-                  record: Path | None = None, allow_outside: bool = False) -> Collection:
+                  record: Path | None = None, allow_outside: bool = False,
+                  dataset_own: Path | None = None) -> Collection:
     """read_collection, read once for the three splits a run asks for (again when the file changes)."""
     path = Path(captions_file)
     mtime = path.stat().st_mtime_ns if path.is_file() else 0
-    return _cached(path, mtime, Path(image_root), seed, share, record, allow_outside)
+    return _cached(path, mtime, Path(image_root), seed, share, record, allow_outside, dataset_own)
 
 
 def check(collection: Collection, *, max_bad_images: float, readable: bool = True) -> list[str]:
@@ -316,11 +351,35 @@ def check(collection: Collection, *, max_bad_images: float, readable: bool = Tru
         moved = [f"{image}: {was} -> {now}" for image, (was, now) in collection.moved_by_rows.items()]
         findings.append(f"{_images(len(moved))} the splits record kept elsewhere now in the split their rows give "
                         f"({first_names(moved)}); an image trained on may now be tested on ({collection.record})")
+    findings += _recalled_lines(collection)
     uncaptioned = [image for image in collection.images if not collection.captions[image]]
     if uncaptioned:
         findings.append(f"{_images(len(uncaptioned))} with only empty captions, not used "
                         f"({first_names(uncaptioned)})")
     return findings
+
+
+def _recalled_lines(collection: Collection) -> list[str]:
+    """What the splits record knew of images under other names: moved, renamed or copied photos that
+    keep their split, another record whose splits were taken, and recorded images gone while new ones
+    came (edited photos look so: a model may then be tested on what an older run trained on)."""
+    lines = []
+    if collection.adopted is not None:
+        other, count = collection.adopted
+        lines.append(f"{_images(count)} of this data found in the splits record {other} (the data's own, or "
+                     f"this data's before it moved) keep the splits placed there; this data's record is now "
+                     f"{collection.record}")
+    moved = [f"{image} (was {old})" for image, old in collection.moved_by_contents.items()]
+    if moved:
+        lines.append(f"{_images(len(moved))} moved, renamed or copied since the splits record placed them keep "
+                     f"their split, known by their contents ({first_names(moved)})")
+    if collection.gone and collection.appeared:
+        lines.append(f"{_images(len(collection.gone))} of the splits record no longer in "
+                     f"{collection.captions_file.name} ({first_names(collection.gone)}) while "
+                     f"{_images(len(collection.appeared))} with contents the record does not know appeared "
+                     f"({first_names(collection.appeared)}): those were placed as new photos; if they are the old "
+                     "ones edited (resized, re-encoded), a model may be tested on what an older run trained on")
+    return lines
 
 
 def _opens(path: Path) -> bool:
@@ -333,12 +392,15 @@ def _opens(path: Path) -> bool:
 
 
 def _unlisted(collection: Collection) -> list[str]:
+    """The images in the folder that no row names, by the file each one is: a link to a captioned image
+    is that image (rows are keyed by the file they name, _ImageKeys), not an image without a caption."""
     if not collection.image_root.is_dir():
         return []
-    listed = {str(Path(image)) for image in collection.images}
+    listed = set(collection.images)
+    keys = _ImageKeys(collection.image_root, source=collection.captions_file, allow_outside=True)
     found = sorted(str(path.relative_to(collection.image_root)) for path in collection.image_root.rglob("*")
                    if path.suffix.lower() in IMAGE_SUFFIXES and path.is_file())
-    return [name for name in found if name not in listed]
+    return [name for name in found if keys.key(Row(line=0, image=name, caption="", split="")) not in listed]
 
 
 def _images(count: int) -> str:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import sys
+import tempfile
 from pathlib import Path
 
 from captioning.config import Config, DataConfig
 from captioning.config.registry import DATASETS
 from captioning.data.formats.karpathy import read_configured
-from captioning.data.records import ImageRecord
+from captioning.data.records import DatasetError, ImageRecord
 from captioning.data.shapes.scenes import SHAPES_DEFAULT_COUNTS, make_shapes
 
 
@@ -24,5 +25,13 @@ def ensure_shapes(config: Config) -> None:
     d = config.data
     root = Path(d.root)
     if d.dataset == "shapes" and not (root / d.split_file).exists():
+        try:  # a read-only data.root is one line before any work (data.cache_root holds caches, never the data)
+            root.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryFile(dir=root):
+                pass
+        except OSError as error:
+            raise DatasetError(f"{root}: the shapes data is not there and cannot be made there "
+                               f"({error.strerror or error}); make it where you can write, `captioning make-shapes "
+                               "--out DIR`, and set data.root=DIR") from error
         print(f"{root / d.split_file} not found: generating the shapes dataset there", file=sys.stderr)
         make_shapes(root, dict(SHAPES_DEFAULT_COUNTS), image_size=d.image_size)
