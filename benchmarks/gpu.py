@@ -75,11 +75,10 @@ def run_part(args: argparse.Namespace) -> int:
 
 # ----------------------------------------------------------------------------------------------- the command
 
-def machine(args: argparse.Namespace, *, cuda: bool) -> dict[str, str]:
+def machine(args: argparse.Namespace) -> dict[str, str]:
     """What the run was on, read without touching the GPU (the parts' processes do that)."""
     info = {"command": "python benchmarks/gpu.py " + shlex.join(args.argv), "date":
             datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-            "plan": "gpu" if cuda and not args.smoke else "smoke (tiny sizes)",
             "python": platform.python_version(), "cpus": str(os.cpu_count())}
     for key, command in (("gpu", ["nvidia-smi", "--query-gpu=name,memory.total,driver_version",
                                   "--format=csv,noheader"]),
@@ -172,7 +171,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--minutes", type=float, default=8.0, help="the whole command's time, set-up included")
     parser.add_argument("--wheels", type=Path, default=REPO / "gpu-wheels",
                         help="the wheels folder of `make gpu-wheels` (default: gpu-wheels/)")
-    parser.add_argument("--parts", default=",".join(PARTS), help="comma-separated, from " + ",".join(PARTS))
+    parser.add_argument("--parts", default=",".join(PARTS),
+                        help="comma-separated, from " + ",".join(PARTS) + "; empty: the set-up alone")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes even where there is a GPU")
     parser.add_argument("--keep-work", action="store_true", help="keep the folder of the parts' data, weights "
                         "and runs (a temporary folder, removed at the end otherwise)")
@@ -201,10 +201,7 @@ def run(args: argparse.Namespace, parts: list[str]) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "gpu.log").write_text("")
     work = Path(tempfile.mkdtemp(prefix="captioning-gpu-"))
-    import torch  # the machine's own: the wheels never bring it
-
-    cuda = torch.cuda.is_available()  # asks the driver for a count; no context is made here
-    report = Report(args.out, machine(args, cuda=cuda))
+    report = Report(args.out, machine(args))
     print(f"writing {args.out / 'gpu.md'} and gpu.json after every row", flush=True)
     start = time.monotonic()
     setup_rows, env = set_up(wheels=args.wheels.resolve(), site=work / "site")
@@ -212,9 +209,19 @@ def run(args: argparse.Namespace, parts: list[str]) -> int:
         report.add(row)
     print(f"setup: {time.monotonic() - start:.0f} s", flush=True)
     env["PYTHONUNBUFFERED"] = "1"
-    from gpu_plan import GPU, SMOKE
+    try:
+        import torch  # the machine's own: no wheel brings it
+    except ImportError as error:
+        if parts:
+            report.add(Row("setup", "import torch", FAILED, f"{error}: the parts need the machine's own torch"))
+        parts = []
+    budgets: dict[str, float] = {}
+    if parts:
+        from gpu_plan import GPU, SMOKE
 
-    budgets = (GPU if cuda and not args.smoke else SMOKE).budgets
+        cuda = torch.cuda.is_available()  # asks the driver for a count; no context is made here
+        report.header["plan"] = "gpu" if cuda and not args.smoke else "smoke (tiny sizes)"
+        budgets = (GPU if cuda and not args.smoke else SMOKE).budgets
     planned_end = time.monotonic()
     for part in parts:
         planned_end += budgets[part]

@@ -21,6 +21,7 @@ import zipfile
 from pathlib import Path
 
 from gpu_report import FAILED, NOT_RUN, OK, Row
+from gpu_wheels import WHEELS
 
 REPO = Path(__file__).resolve().parents[1]
 PIP_SECONDS = 180  # a pip step that takes longer is stopped (a network wait would: there is none)
@@ -113,8 +114,11 @@ def import_check(env: dict[str, str]) -> list[Row]:
         seen = json.loads(done.stdout.strip().splitlines()[-1])
     except (subprocess.TimeoutExpired, ValueError, IndexError) as error:
         return [Row("setup", "imports", FAILED, f"the import check did not answer: {type(error).__name__}")]
-    rows = [Row("setup", f"import {module} ({name})", FAILED, f"{seen[module][1]}: its wheel is not in the "
-                "wheels folder (make gpu-wheels)") for name, module in modules.items() if not seen[module][0]]
+    fetched = {requirement.split("==")[0].lower() for requirement in WHEELS}
+    rows = [Row("setup", f"import {module} ({name})", FAILED, seen[module][1] + (
+        ": its wheel is not in the wheels folder (make gpu-wheels)" if name.lower() in fetched else
+        ": the machine's own Python must have it (no wheel brings it)"))
+        for name, module in modules.items() if not seen[module][0]]
     versions = {m: seen[m][1] for m in ("torch", "torchvision", "timm") if seen.get(m, [False])[0]}
     rows.append(Row("setup", "imports", OK if not rows else FAILED,
                     "" if not rows else f"{len(rows)} of {len(modules)} do not import",
