@@ -47,6 +47,7 @@ from pathlib import Path
 from gpu_report import FAILED, NOT_RUN, Cases, Report, Row, read_rows
 
 REPO = Path(__file__).resolve().parents[1]
+SCRIPT = Path(__file__).resolve()  # what each part's process runs (`--part NAME`)
 PARTS = ("paths", "train", "beam", "encoders", "torchrun", "training", "compile")
 MINIMUM_SECONDS = 10  # a part given less is not started: "not run", the budget spent
 GRACE_SECONDS = 10  # between a part's own deadline and its process being stopped
@@ -108,7 +109,7 @@ def run_in_process(part: str, *, args: argparse.Namespace, seconds: float, repor
     with log.open("a") as file:
         file.write(f"\n==== {part} (limit {seconds:.0f} s) ====\n")
         since = file.tell()
-    command = [sys.executable, str(Path(__file__).resolve()), "--part", part, "--rows", str(rows), "--work", str(work),
+    command = [sys.executable, str(SCRIPT), "--part", part, "--rows", str(rows), "--work", str(work),
                "--seconds", f"{max(seconds - GRACE_SECONDS, 1):.0f}", *(["--smoke"] if args.smoke else [])]
     planned: list[str] = []
     reported: set[str] = set()

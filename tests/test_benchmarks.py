@@ -12,7 +12,7 @@ import pytest
 
 from tests.tiny import REPO
 
-SCRIPTS = ("run", "ab", "scale", "scale_probe")
+SCRIPTS = ("run", "ab", "scale", "scale_probe", "gpu", "gpu_wheels")
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
