@@ -51,6 +51,7 @@ SCRIPT = Path(__file__).resolve()  # what each part's process runs (`--part NAME
 PARTS = ("paths", "train", "beam", "encoders", "torchrun", "training", "compile")
 MINIMUM_SECONDS = 10  # a part given less is not started: "not run", the budget spent
 GRACE_SECONDS = 10  # between a part's own deadline and its process being stopped
+STOP_RESERVE = 15  # the command's last seconds: for stopping a part that overran and writing the report
 
 
 # ----------------------------------------------------------------------------------------------- a part's process
@@ -197,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
 def run(args: argparse.Namespace, parts: list[str]) -> int:
     from gpu_setup import set_up
 
-    deadline = time.monotonic() + 60 * args.minutes
+    deadline = time.monotonic() + 60 * args.minutes - STOP_RESERVE
     args.out = args.out.resolve()
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "gpu.log").write_text("")
@@ -239,7 +240,7 @@ def run(args: argparse.Namespace, parts: list[str]) -> int:
     if not args.keep_work:
         shutil.rmtree(work, ignore_errors=True)  # the data, weights files and runs the parts made
     counts = report.counts()
-    print(f"done in {60 * args.minutes - (deadline - time.monotonic()):.0f} s: "
+    print(f"done in {60 * args.minutes - STOP_RESERVE - (deadline - time.monotonic()):.0f} s: "
           + ", ".join(f"{n} {status}" for status, n in counts.items()) + f"; {args.out / 'gpu.md'}", flush=True)
     return 1 if counts[FAILED] else 0
 

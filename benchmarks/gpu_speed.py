@@ -203,13 +203,19 @@ def beam_case(context: Context, grid: tuple[int, int, int], batch: int, precisio
 # ----------------------------------------------------------------------------------------------- encoders
 
 def encoders(context: Context) -> None:
+    """Each encoder built once (VGG-19's 548 MB of weights take seconds to make and load), timed in
+    float32 and NCHW as data/features.py builds the cache, then under bf16 autocast in channels-last."""
     plan = context.plan
-    cases = [(name, layer, side, precision) for name, layer, side in plan.encoders for precision in ("fp32", "bf16")]
-    names = [f"{name} {layer} {side}² {'fp32 (as the cache)' if p == 'fp32' else 'bf16 channels-last'} "
-             f"B={plan.encoder_batch}" for name, layer, side, p in cases]
-    context.cases.plan(names)
-    for label, (name, layer, side, precision) in zip(names, cases):
-        context.cases.run(label, lambda a=(name, layer, side, precision): encoder_case(context, *a))
+    labels = {(name, layer, side): [f"{name} {layer} {side}² {how} B={plan.encoder_batch}"
+                                    for how in ("fp32 (as the cache)", "bf16 channels-last")]
+              for name, layer, side in plan.encoders}
+    context.cases.plan([label for pair in labels.values() for label in pair])
+    for (name, layer, side), (fp32, bf16) in labels.items():
+        built: dict = {}
+        for label, precision in ((fp32, "fp32"), (bf16, "bf16")):
+            context.cases.run(label, lambda a=(name, layer, side), p=precision, b=built: encoder_case(
+                context, *a, precision=p, built=b))
+        built.clear()
         free_memory(context.device)
 
 
@@ -237,17 +243,18 @@ def weights_file(context: Context, name: str) -> tuple[str | None, str]:
     return str(path), "random"
 
 
-def encoder_case(context: Context, name: str, layer: str, side: int, precision: str) -> dict:
+def encoder_case(context: Context, name: str, layer: str, side: int, *, precision: str, built: dict) -> dict:
     """Images/s of a frozen encoder's forward: in float32 and NCHW as data/features.py builds the
-    cache, or under bf16 autocast in channels-last."""
+    cache, or under bf16 autocast in channels-last. `built` keeps the encoder for the next case."""
     from captioning.model.encoder import build_encoder
 
     plan, device = context.plan, context.device
-    path, weights = weights_file(context, name)
     reset_peak(device)
-    encoder = build_encoder(name=name, layer=layer, weights_path=path).to(device).eval()
+    if "encoder" not in built:
+        path, built["weights"] = weights_file(context, name)
+        built["encoder"] = build_encoder(name=name, layer=layer, weights_path=path).to(device).eval()
     layout = torch.channels_last if precision == "bf16" else torch.contiguous_format
-    encoder = encoder.to(memory_format=layout)
+    encoder = built["encoder"].to(memory_format=layout)
     pixels = torch.randn(plan.encoder_batch, 3, side, side, device=device).contiguous(memory_format=layout)
     chosen = Precision(device.type, PRECISIONS[precision])
     shape = {}
@@ -260,8 +267,8 @@ def encoder_case(context: Context, name: str, layer: str, side: int, precision: 
     forward()
     forward()
     seconds, batches = _timed(lambda _: forward(), plan=plan, device=device)
-    return {"images_per_s": plan.encoder_batch * batches / seconds, "annotations": shape["grid"], "weights": weights,
-            **peak_mib(device)}
+    return {"images_per_s": plan.encoder_batch * batches / seconds, "annotations": shape["grid"],
+            "weights": built["weights"], **peak_mib(device)}
 
 
 # ----------------------------------------------------------------------------------------------- torch.compile
