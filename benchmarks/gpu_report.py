@@ -22,7 +22,9 @@ from pathlib import Path
 from typing import Any
 
 OK, FAILED, NOT_RUN = "ok", "failed", "not run"
-COCO_CAPTIONS = 414_000  # captions in an epoch of COCO's Karpathy train + restval split, about
+# Captions in an epoch: Karpathy's train + restval (the COCO configs' data.dataset=coco), and COCO's
+# own train2014 alone (data.dataset=coco_official).
+COCO_CAPTIONS, TRAIN2014_CAPTIONS = 566_747, 414_113
 
 
 @dataclass
@@ -100,7 +102,8 @@ def read_rows(path: Path, seen: int = 0) -> tuple[list[dict[str, Any]], int]:
 
 UNITS = {  # value key: how the table prints it
     "captions_per_s": "{:,.0f} captions/s", "images_per_s": "{:,.1f} images/s", "step_ms": "{:.1f} ms/step",
-    "peak_gpu_mib": "peak GPU {:,.0f} MiB", "coco_epoch_min": "COCO epoch {:.1f} min", "seconds": "{:.1f} s",
+    "peak_gpu_mib": "peak GPU {:,.0f} MiB", "coco_epoch_min": "COCO epoch {:.1f} min",
+    "train2014_epoch_min": "train2014 {:.1f} min", "seconds": "{:.1f} s",
 }
 
 
@@ -119,8 +122,10 @@ def describe(values: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
-def coco_epoch_minutes(captions_per_s: float) -> float:
-    return COCO_CAPTIONS / captions_per_s / 60
+def coco_epochs(captions_per_s: float) -> dict[str, float]:
+    """Minutes per COCO epoch at this rate, on Karpathy's train + restval and on train2014 alone."""
+    return {"coco_epoch_min": COCO_CAPTIONS / captions_per_s / 60,
+            "train2014_epoch_min": TRAIN2014_CAPTIONS / captions_per_s / 60}
 
 
 class Report:

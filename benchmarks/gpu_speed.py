@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import torch
 from gpu_plan import PRECISIONS, REPO, Context, free_memory, peak_mib, reset_peak, synchronize
-from gpu_report import coco_epoch_minutes
+from gpu_report import coco_epochs
 
 from captioning.config import Config, load_config
 from captioning.data.dataset import Batch
@@ -133,7 +133,7 @@ def training_case(context: Context, *, attention: str, fused: bool, grid: tuple[
     seconds, steps = _timed(lambda index: step(plan.warmup_steps + index), plan=plan, device=device)
     rate = batch * steps / seconds
     values = {"captions_per_s": rate, "step_ms": 1000 * seconds / steps, **peak_mib(device),
-              "coco_epoch_min": coco_epoch_minutes(rate), "timed_steps": steps, "skipped_steps": skipped}
+              **coco_epochs(rate), "timed_steps": steps, "skipped_steps": skipped}
     if wrap is not None:
         values["first_step_s"] = first
     return values
