@@ -56,8 +56,12 @@ def importable(module: str) -> bool:
 
 
 def _pip(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pip", *args], capture_output=True, text=True, env=env,
-                          timeout=PIP_SECONDS, cwd=REPO)
+    """pip's answer; a pip that does not end in PIP_SECONDS, or cannot start, answers as a failure."""
+    command = [sys.executable, "-m", "pip", *args]
+    try:
+        return subprocess.run(command, capture_output=True, text=True, env=env, timeout=PIP_SECONDS, cwd=REPO)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return subprocess.CompletedProcess(command, 1, "", f"{type(error).__name__}: {error}")
 
 
 def _last_line(text: str) -> str:

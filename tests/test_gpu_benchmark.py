@@ -58,8 +58,8 @@ def test_the_smoke_runs_every_part_and_every_case_passes(tmp_path: Path):
     out = tmp_path / "out"
     start = time.monotonic()
     done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu.py"), "--out", str(out), "--smoke",
-                           "--wheels", str(tmp_path / "no_wheels")], env=env, cwd=tmp_path, capture_output=True,
-                          text=True, timeout=600)
+                           "--wheels", str(tmp_path / "no_wheels"), "--minutes", "15"], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=960)
     seconds = time.monotonic() - start
     report = json.loads((out / "gpu.json").read_text())
     failed = [f"{row['part']} / {row['case']}: {row['cause']}" for row in report["rows"] if row["status"] != "ok"
