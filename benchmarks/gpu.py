@@ -140,17 +140,21 @@ def run_in_process(part: str, *, args: argparse.Namespace, seconds: float, repor
             time.sleep(0.2)
         collect()
     code = running.returncode
-    if stopped:
-        why = f"the part was stopped at its time limit ({seconds:.0f} s)"
+    ended = f"killed by {signal.Signals(-code).name}" if code < 0 else f"ended with exit code {code}"
+    if stopped:  # the first case it had not reported was running then
+        running_why = f"the part was stopped at its time limit ({seconds:.0f} s) while this case ran"
+        later_why = f"the part was stopped at its time limit ({seconds:.0f} s) before this case"
     elif code != 0:
-        why = f"the part's process ended with exit code {code}: {last_output(log, since)}"
+        running_why = f"the part's process {ended}: {last_output(log, since)}"
+        later_why = f"the part's process {ended} before this case"
     else:
-        why = "the part ended without running it"
+        running_why = later_why = "the part ended without running it"
     missing = [case for case in planned if case not in reported]
-    for case in missing:
-        report.add(Row(part, case, NOT_RUN if stopped or code == 0 else FAILED, why))
+    for index, case in enumerate(missing):
+        failed = index == 0 and code != 0 and not stopped  # the case its process died in
+        report.add(Row(part, case, FAILED if failed else NOT_RUN, running_why if index == 0 else later_why))
     if not planned and (stopped or code != 0):
-        report.add(Row(part, "(the whole part)", FAILED, why))
+        report.add(Row(part, "(the whole part)", FAILED, running_why))
 
 
 def _stop(running: subprocess.Popen) -> None:

@@ -104,12 +104,14 @@ raise SystemExit(3)
 '''
 
 
-@pytest.mark.parametrize("sleep, status, cause", [
-    (60, "not run", "the part was stopped at its time limit (3 s)"),
-    (0, "failed", "the part's process ended with exit code 3: CUDA error: an illegal memory access was encountered"),
-])
+@pytest.mark.parametrize("sleep, second, third", [
+    (60, ("not run", "the part was stopped at its time limit (3 s) while this case ran"),
+     ("not run", "the part was stopped at its time limit (3 s) before this case")),
+    (0, ("failed", "the part's process ended with exit code 3: CUDA error: an illegal memory access was encountered"),
+     ("not run", "the part's process ended with exit code 3 before this case")),
+], ids=["stopped", "died"])
 def test_a_part_stopped_at_its_limit_or_dead_leaves_its_rows_and_a_row_for_each_case_it_did_not_reach(
-        tmp_path: Path, monkeypatch, sleep: int, status: str, cause: str):
+        tmp_path: Path, monkeypatch, sleep: int, second: tuple[str, str], third: tuple[str, str]):
     import argparse
 
     gpu = importlib.import_module("gpu")
@@ -129,7 +131,7 @@ def test_a_part_stopped_at_its_limit_or_dead_leaves_its_rows_and_a_row_for_each_
     assert time.monotonic() - start < 15  # stopped, not waited for
     saved = json.loads((args.out / "gpu.json").read_text())["rows"]
     assert [(row["case"], row["status"], row["cause"]) for row in saved] == [
-        ("first", "ok", ""), ("second", status, cause), ("third", status, cause)]
+        ("first", "ok", ""), ("second", *second), ("third", *third)]
     assert "10 captions/s" in (args.out / "gpu.md").read_text()
 
 
