@@ -171,7 +171,7 @@ def train(overrides: list[str], *, out: Path, epochs: int, device: torch.device)
     history = load_checkpoint(Path(summary["last"]))["progress"]["history"]
     ends = [entry["seconds"] for entry in history]
     epoch_seconds = [round(b - a, 2) for a, b in zip([0.0, *ends], ends)]
-    last = history[-1]
-    return {"epoch_s": epoch_seconds, "steps": summary["steps"], "CIDEr": last.get("CIDEr", float("nan")),
-            "Bleu_4": last.get("Bleu_4", float("nan")), "threads": torch.get_num_threads(),
-            "seconds": summary["seconds"]}
+    after_each = {metric: [round(entry.get(metric, float("nan")), 4) for entry in history]
+                  for metric in ("CIDEr", "Bleu_4")}  # the validation after each epoch
+    return {"epoch_s": epoch_seconds, "steps": summary["steps"], **after_each,
+            "threads": torch.get_num_threads(), "seconds": summary["seconds"]}
