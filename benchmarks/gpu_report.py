@@ -65,7 +65,10 @@ class Cases:
             os.fsync(file.fileno())
 
     def plan(self, cases: list[str]) -> None:
-        """The cases this part means to run, in order: any it does not reach still gets a row."""
+        """The cases this part means to run, in order: any it does not reach still gets a row (found
+        by its name, so each name once)."""
+        if len(set(cases)) != len(cases):
+            raise ValueError(f"{self.part}: a case is named twice in {cases}")
         self._write({"plan": list(cases)})
 
     def emit(self, row: Row) -> None:

@@ -125,9 +125,9 @@ def short_training(context: Context) -> None:
     counts = plan.shapes_counts
     root = context.work / "shapes"
     names = [f"shapes data: {counts['train']} train, {counts['val']} val images at {plan.shapes_size}²",
-             f"feature cache on {device.type}",
-             f"train {plan.device_epochs} epoch{'s' if plan.device_epochs > 1 else ''} on {device.type}",
-             "train 1 epoch on cpu"]
+             f"feature cache on the device ({device.type})",
+             f"train {plan.device_epochs} epoch{'s' if plan.device_epochs > 1 else ''} on the device ({device.type})",
+             "train 1 epoch on the CPU"]
     context.cases.plan(names)
     overrides = [f"data.root={root}", f"data.image_size={plan.shapes_size}", *plan.training]
     context.cases.run(names[0], lambda: make_data(root, counts=counts, image_size=plan.shapes_size))

@@ -67,6 +67,7 @@ def test_the_smoke_runs_every_part_and_every_case_passes(tmp_path: Path):
     assert done.returncode == 0 and not failed, "\n".join(failed) + "\n" + (out / "gpu.log").read_text()[-3000:]
     gpu = importlib.import_module("gpu")
     rows = {(row["part"], row["case"]): row["values"] for row in report["rows"]}
+    assert len(rows) == len(report["rows"])  # one row per case, each case named once
     assert {part for part, _ in rows} == {"setup", *gpu.PARTS}
     assert rows.keys() >= EXPECTED_NOT_RUN
     table = (out / "gpu.md").read_text()
@@ -84,8 +85,9 @@ def test_the_smoke_runs_every_part_and_every_case_passes(tmp_path: Path):
     resumed = rows[("torchrun", "torchrun --nproc_per_node 1 (gloo): --resume")]
     assert resumed["resumed_from"] == stopped["stopped_at_step"] >= 3 and resumed["ended_at"] == stopped[
         "stopped_at_step"] + 4
-    trained = rows[("training", "train 1 epoch on cpu")]
-    assert len(trained["epoch_s"]) == len(trained["CIDEr"]) == len(trained["Bleu_4"]) == 1
+    for device in ("on the device (cpu)", "on the CPU"):  # case names are unique: the smoke's device is the CPU
+        trained = rows[("training", f"train 1 epoch {device}")]
+        assert len(trained["epoch_s"]) == len(trained["CIDEr"]) == len(trained["Bleu_4"]) == 1
     assert {"graphs", "graph_breaks"} <= rows[("compile", "compiled (eager): soft fused 3x3x8 bf16 B=4")].keys()
     print(f"smoke: {seconds:.0f} s, {len(report['rows'])} rows")
 
