@@ -12,7 +12,7 @@ import pytest
 
 from tests.tiny import REPO
 
-SCRIPTS = ("run", "ab", "scale", "scale_probe", "content_digest")
+SCRIPTS = ("run", "ab", "scale", "scale_probe", "content_digest", "gpu", "gpu_wheels")
 
 
 @pytest.mark.parametrize("name", SCRIPTS)

