@@ -95,8 +95,8 @@ def model_settings(config: Config) -> dict[str, Any]:
 
 
 def validation_record(config: Config, *, images: int) -> dict[str, Any]:
-    """How validation decoded and scored (captioning.train.validation): a record of a run from before
-    val_beam_size says "greedy" and the project's tokenizer, as the config it migrates to does."""
+    """How validation decoded and scored (captioning.train.validation); greedy on the project's
+    tokenizer by default, as every run validated before train.val_beam_size and val_tokenizer."""
     beam, d = validation_beam(config), config.decode
     return {"decoding": "greedy" if beam == 1 else f"beam {beam}", "max_length": d.max_length,
             "length_penalty": d.length_penalty if beam > 1 else 0.0, "no_repeat_ngram": d.no_repeat_ngram,
