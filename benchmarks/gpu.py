@@ -140,7 +140,10 @@ def run_in_process(part: str, *, args: argparse.Namespace, seconds: float, repor
             time.sleep(0.2)
         collect()
     code = running.returncode
-    ended = f"killed by {signal.Signals(-code).name}" if code < 0 else f"ended with exit code {code}"
+    if code is None:  # even SIGKILL did not end it in time (a process stuck in the kernel, on a hung GPU)
+        ended = "did not end when killed"
+    else:
+        ended = f"killed by {signal.Signals(-code).name}" if code < 0 else f"ended with exit code {code}"
     if stopped:  # the first case it had not reported was running then
         running_why = f"the part was stopped at its time limit ({seconds:.0f} s) while this case ran"
         later_why = f"the part was stopped at its time limit ({seconds:.0f} s) before this case"

@@ -73,3 +73,21 @@ def test_a_released_model_is_verified_against_its_cards_numbers(tiny_run, tmp_pa
     assert verification.reproduces and lines[-1] == "reproduces: every number within 0.0001"
     recorded = {**verification.recorded, "CIDEr": verification.recorded["CIDEr"] + 0.01}  # a card that does not match
     assert not dataclasses.replace(verification, recorded=recorded).reproduces
+
+
+def test_a_released_models_card_says_how_it_decoded_and_an_override_of_it_is_named(tiny_run, tmp_path) -> None:
+    """The card's numbers are those of its decoding: verify with another length penalty names the
+    card's decoding as what differs, not the hardware."""
+    from captioning.train.verify import report, verify
+
+    path = tmp_path / "released.pt"
+    save_checkpoint(path, for_captioning(load_checkpoint(tiny_run.checkpoint)))
+    data = f"data.root={tiny_run.data_root}"
+    slim = load_checkpoint(path)
+    slim["release"] = {"name": "tiny", "val": {"Bleu_4": 0.5, "beam_size": 2, "tokenizer": "any",
+                                               "decode": {"length_penalty": 0.0, "no_repeat_ngram": 0}}}
+    save_checkpoint(path, slim)
+    lines = report(verify(path, overrides=(data, "decode.length_penalty=2.0")), path)
+    assert any(line.startswith("  card differs from the record:") and "length_penalty 0.0 -> 2.0" in line
+               for line in lines)
+    assert not any("hardware" in line for line in lines)

@@ -78,15 +78,14 @@ def repeated_ngrams(history: torch.Tensor, n: int, vocab_size: int) -> torch.Ten
     """Which next words would repeat an n-gram: history [N, t] (the words said so far) -> [N, V] bool,
     True where the last n - 1 words followed by that word already occur in the row's history."""
     rows, said = history.shape
-    banned = torch.zeros(rows, vocab_size, dtype=torch.bool, device=history.device)
+    banned = torch.zeros(rows, vocab_size, dtype=torch.uint8, device=history.device)
     if n <= 0 or said < n:  # (with n - 1 words said, no whole n-gram lies behind yet)
-        return banned
+        return banned.bool()
     grams = history.unfold(1, n, 1)  # [N, t - n + 1, n], every n-gram said
     tail = history[:, said - n + 1:]  # [N, n - 1], the words the next one continues
     same = (grams[:, :, :n - 1] == tail[:, None, :]).all(dim=2)  # [N, t - n + 1]
     # A word is banned where any earlier n-gram with the same first n - 1 words ends in it.
-    counts = torch.zeros(rows, vocab_size, device=history.device).scatter_add_(1, grams[:, :, n - 1], same.float())
-    return counts > 0
+    return banned.scatter_reduce_(1, grams[:, :, n - 1], same.to(torch.uint8), reduce="amax").bool()
 
 
 def stepper(decoder: AttentionDecoder, annotations: torch.Tensor, group: int, *, draws: Draws | None = None,

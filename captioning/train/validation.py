@@ -1,11 +1,12 @@
-"""Validation during training: captions of the validation split, decoded and scored as evaluation
-reports them (the config's beam and decoding, the PTB tokenizer), and a few of them drawn with
-their per-word maps for TensorBoard.
+"""Validation during training: captions of the validation split, decoded and scored as the config's
+train section says (greedy on the project's tokenizer by default; with val_beam_size: null and
+val_tokenizer: ptb, as evaluation reports them), and a few of them drawn with their per-word maps
+for TensorBoard.
 
 Model selection, learning-rate decay and early stopping use these *decoded* captions, never a
-teacher-forced loss (see captioning.train.loop): the checkpoint kept is the one the reported numbers
-are best for, not one a cheaper proxy (greedy captions on the project's own tokenizer) prefers.
-Under torchrun the processes share the decoding.
+teacher-forced loss (see captioning.train.loop). Scored as evaluation reports them, the checkpoint
+kept is the one the reported numbers are best for, which greedy captions on the project's own
+tokenizer may not be (studies/flickr8k). Under torchrun the processes share the decoding.
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from captioning.checkpoint import CheckpointError, load_checkpoint, load_trained
+from captioning.config import Config
 from captioning.data.records import DatasetError, read_records
 from captioning.eval.evaluate import evaluate_trained
 from captioning.train.record import run_record, run_weights
@@ -74,7 +75,7 @@ def verify(path: str | Path, *, overrides: tuple[str, ...] = (), device: str | t
         raise CheckpointError(f"{path}: its record of the validation at step {progress.get('step')} holds no "
                               "numbers: nothing to compare")
     trained = load_trained(path, overrides=overrides, device=device, payload=payload)
-    config = trained.config
+    config = as_validated(trained.config, record.get("validation", {}))
     val, annotations = trained.split("val")  # a fine-tuned encoder's own annotations, as its validation read them
     now = validation_metrics(trained.decoder, val, trained.vocab, config, device=device, annotations=annotations) or {}
     # the val images' contents only: the numbers are the val split's, and hashing the training
@@ -86,6 +87,17 @@ def verify(path: str | Path, *, overrides: tuple[str, ...] = (), device: str | t
     return Verification(step=int(progress["step"]), recorded=recorded, now={n: now.get(n, math.nan) for n in recorded},
                         differs={section: names for section, names in differs.items() if names},
                         tolerance=tolerance, contents_recorded="val_image_contents" in record.get("data", {}))
+
+
+def as_validated(config: Config, recorded: dict[str, Any]) -> Config:
+    """The config, decoding as the recorded validation did where the record predates a decoding
+    setting: a run validated before `<unk>` could be blocked said it freely, and before the n-gram
+    block repeated at will (their records name neither). In place; returns it."""
+    if "allow_unk" not in recorded:
+        config.decode.allow_unk = True
+    if "no_repeat_ngram" not in recorded:
+        config.decode.no_repeat_ngram = 0
+    return config
 
 
 def verify_release(path: str | Path, payload: dict[str, Any], *, overrides: tuple[str, ...] = (),
@@ -112,7 +124,11 @@ def verify_release(path: str | Path, payload: dict[str, Any], *, overrides: tupl
     record = payload.get("record", {})
     differs = {section: _differences(record.get(section, {}), values) for section, values in current.items()
                if section in ("data", "model", "preprocessing", "weights")}  # what the card's scoring read
-    differs["card"] = _differences({"tokenizer": card.get("tokenizer")}, {"tokenizer": evaluation.tokenizer})
+    # The card's numbers depend on how it decoded (its decode section, recorded since cards had it):
+    # an override of decode.* moves them, and says so.
+    decoded = {key: getattr(config.decode, key) for key in card.get("decode", {})}
+    differs["card"] = _differences({"tokenizer": card.get("tokenizer"), **card.get("decode", {})},
+                                   {"tokenizer": evaluation.tokenizer, **decoded})
     now = evaluation.metrics
     return Verification(step=int(payload.get("progress", {}).get("step", 0)), recorded=recorded,
                         now={name: now.get(name, math.nan) for name in recorded},

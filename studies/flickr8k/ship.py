@@ -42,15 +42,15 @@ LICENCE = ("Trained on Flickr8k (Hodosh, Young & Hockenmaier, JAIR 2013), whose 
            "project's MIT licence on those terms.")
 
 
-def release_note(*, run: str, scored: dict, tokenizer: str, beam_size: int) -> dict:
+def release_note(*, run: str, scored: dict, tokenizer: str, beam_size: int, decode: dict) -> dict:
     """What the shipped model is: its data, its own numbers on val (`scored`, the fp16 file's: fp16
-    storage moves the fp32 run's kept numbers in their fourth digit), how to score them again, how it
-    was made."""
+    storage moves the fp32 run's kept numbers in their fourth digit) and how they were decoded
+    (`decode`: the length penalty, the n-gram block, <unk>), how to score them again, how it was made."""
     metrics = {k: round(scored[k], 4) for k in ("Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4", "METEOR", "ROUGE_L", "CIDEr")}
     shipped = f"captioning/{PRETRAINED_DIR.name}/{PRETRAINED['flickr8k']}"
     return {"name": "flickr8k", "data": "Flickr8k, Karpathy's split: trained on its 6 000 train images, selected on "
                                         "its 1 000 val images (224x224 copies); the test split was held out",
-            "val": {**metrics, "beam_size": beam_size, "tokenizer": tokenizer},
+            "val": {**metrics, "beam_size": beam_size, "tokenizer": tokenizer, "decode": decode},
             "scored": f"captioning verify {shipped} data.root=DATA, or python eval.py --checkpoint {shipped} "
                       f"--split val --beam-size {beam_size} data.root=DATA",
             "cut_from": f"the run's best.pt, in fp32 (its numbers: studies/flickr8k/results/{run}.json)",
@@ -99,8 +99,10 @@ def main() -> int:
     kept = json.loads((RESULTS / f"{args.run}.json").read_text())
     data = [f"data.root={args.data}", *([f"data.cache_root={args.cache}"] if args.cache else [])]
     evaluation, _ = evaluate_trained(load_trained(target, overrides=data), split="val", beam_size=kept["beam_size"])
+    decode = slim["config"]["decode"]
     slim["release"] = release_note(run=args.run, scored=evaluation.metrics, tokenizer=evaluation.tokenizer,
-                                   beam_size=evaluation.beam_size)
+                                   beam_size=evaluation.beam_size, decode={key: decode[key] for key in (
+                                       "length_penalty", "no_repeat_ngram", "allow_unk", "max_length")})
     save_checkpoint(target, slim)
     print(f"{target}: {target.stat().st_size / 2**20:.1f} MiB; on val: " + ", ".join(
         f"{k} {v}" for k, v in slim["release"]["val"].items()))

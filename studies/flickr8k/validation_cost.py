@@ -1,6 +1,6 @@
 """What one validation of Flickr8k's 1 000 val images costs, scored as eval.py reports (the config's
-beam, the PTB tokenizer: train.val_beam_size and val_tokenizer's defaults) and as training used to
-score it (greedy, the project's own tokenizer), alternated, medians of --rounds.
+beam, the PTB tokenizer: what the recipe's train.val_beam_size and val_tokenizer ask) and as the
+defaults score it (greedy, the project's own tokenizer), alternated, medians of --rounds.
 
     python -m studies.flickr8k.validation_cost --data /data/flickr8k --cache /tmp/flickr8k
 
@@ -25,7 +25,7 @@ from captioning.config import apply_overrides, load_config
 from captioning.train.validation import validation_beam, validation_metrics, validation_tokenizer
 from studies.tables import REPO
 
-# How validation scores: as eval.py reports (the defaults), and as training scored before them.
+# How validation scores: as eval.py reports (the recipe's settings), and as the defaults do.
 SCORINGS = {"reported": ("train.val_beam_size=null", "train.val_tokenizer=ptb"),
             "greedy, own tokenizer": ("train.val_beam_size=1", "train.val_tokenizer=own")}
 

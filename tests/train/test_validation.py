@@ -66,9 +66,9 @@ def test_a_validation_part_of_no_images_is_fine(monkeypatch, tiny_run) -> None:
 
 
 def test_validation_keeps_checkpoints_on_the_numbers_eval_reports(tiny_run) -> None:
-    """By default validation scores the captions eval.py reports: the config's beam, the PTB
-    tokenizer; its BLEU and CIDEr on the whole val split are eval.py's, digit for digit. Greedy
-    decoding on the project's own tokenizer (what validation did before) scores other numbers."""
+    """With val_beam_size null and val_tokenizer ptb, validation scores the captions eval.py reports:
+    the config's beam, the PTB tokenizer; its BLEU and CIDEr on the whole val split are eval.py's,
+    digit for digit. Greedy decoding on the project's own tokenizer (the defaults) scores other numbers."""
     from captioning.eval.evaluate import evaluate_checkpoint
     from captioning.eval.metrics import PTB_TOKENIZER
 

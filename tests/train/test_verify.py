@@ -187,3 +187,15 @@ def test_val_images_replaced_under_their_own_names_are_named_not_blamed_on_the_h
     assert report(verification, "older.pt")[-1] == (
         "  nothing recorded differs, but the record predates digests of the images' contents: val images changed "
         "under their own names, the hardware or the code's arithmetic moved the numbers")
+
+
+def test_a_record_from_before_a_decoding_setting_is_verified_decoding_as_it_ran() -> None:
+    """Runs validated before <unk> could be blocked said it (their records name no allow_unk), and
+    before the n-gram block repeated at will: verify decodes so, whatever today's defaults."""
+    from captioning.train.verify import as_validated
+
+    old = as_validated(load_config(None, ["decode.no_repeat_ngram=3"]), {"decoding": "greedy", "max_length": 20})
+    assert old.decode.allow_unk is True and old.decode.no_repeat_ngram == 0
+    recorded = {"decoding": "greedy", "allow_unk": False, "no_repeat_ngram": 3}
+    new = as_validated(load_config(None, ["decode.no_repeat_ngram=3"]), recorded)
+    assert new.decode.allow_unk is False and new.decode.no_repeat_ngram == 3
