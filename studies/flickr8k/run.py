@@ -248,7 +248,9 @@ def decoding_table(results: dict[str, dict]) -> str:
 def spread(results: dict[str, dict]) -> str:
     """Mean ± half the range of each final recipe over its seeds."""
     lines = ["| recipe | seeds | BLEU-1 | BLEU-4 | METEOR | CIDEr |", "|---|---|---|---|---|---|"]
-    for label, names in (("soft", ("recipe", "recipe_seed1")), ("hard", ("hard", "hard_seed1"))):
+    for label, names in (("soft", ("recipe", "recipe_seed1")), ("hard", ("hard", "hard_seed1")),
+                         ("soft, side by side", ("soft_side", "soft_side_seed1")),
+                         ("hard, side by side", ("hard_side", "hard_side_seed1"))):
         kept = [results[n] for n in names if n in results]
         if not kept:
             continue
