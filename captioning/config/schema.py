@@ -192,7 +192,8 @@ class TrainConfig:
     # Validation keeps the checkpoint with the best val_metric of the validation split's captions,
     # decoded with val_beam_size (1: greedy; None: decode.beam_size; either with the decode section's
     # n-gram block and <unk> rule, and a beam with its length penalty) and tokenized with
-    # val_tokenizer ("own": the project's, no Java; "ptb": pycocoevalcap's, as eval.py reports). The defaults are fast; the real photos' configs
+    # val_tokenizer ("own": the project's, no Java; "ptb": pycocoevalcap's, as eval.py reports).
+    # The defaults are fast; the real photos' configs
     # (coco_vgg19_soft.yaml and what builds on it, folder_soft.yaml) keep checkpoints on what eval.py
     # reports: null and ptb (on Flickr8k the defaults kept a checkpoint 0.013 BLEU-4 below another).
     val_metric: str = "CIDEr"

@@ -47,6 +47,7 @@ from captioning.data.images import ImageFiles, ImageReadError, Resolver, collate
 from captioning.data.records import DatasetError, ImageRecord, first_names
 from captioning.model.encoder import Encoder
 from captioning.progress import bar as progress_bar
+from captioning.runtime.replace import replace_text
 
 
 class Cached(NamedTuple):
@@ -128,9 +129,7 @@ def _fingerprint(ids: list[int]) -> str:
 
 
 def _write_json(path: Path, value: dict) -> None:
-    temporary = path.with_name(f"{path.name}.tmp")
-    temporary.write_text(json.dumps(value))
-    os.replace(temporary, path)
+    replace_text(path, json.dumps(value))
 
 
 @torch.no_grad()

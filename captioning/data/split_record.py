@@ -27,12 +27,11 @@ Another seed or share draws afresh, in a record of its own.
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import hashlib
+import io
 import os
 import re
-import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +39,7 @@ from typing import NamedTuple
 
 from captioning.data.contents import file_digest, file_stat
 from captioning.data.records import DatasetError
+from captioning.runtime.replace import replace_text
 
 COLUMNS = ["image", "split", "given", "contents", "size", "mtime_ns"]
 FIRST_COLUMNS = COLUMNS[:3]  # a record written before records kept the images' contents
@@ -100,23 +100,17 @@ def _rows(path: Path, reader: Iterable[list[str]]) -> dict[str, Placed]:
 
 
 def write_record(path: Path, record: dict[str, Placed]) -> None:
-    """The whole record, replaced at once (a reader never sees half of it; ranks that write it at the
-    same time write the same rows), readable by all that the umask lets read (a temporary file of the
-    tempfile module would be its owner's alone, and other users of a shared dataset could not read it)."""
-    temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    """The whole record, replaced at once (captioning.runtime.replace: a reader never sees half of it;
+    ranks that write it at the same time write the same rows)."""
+    text = io.StringIO()
+    writer = csv.writer(text)
+    writer.writerow(COLUMNS)
+    writer.writerows([image, placed.split, placed.given, placed.contents,
+                      *(placed.stat if placed.stat is not None else ("", ""))] for image, placed in record.items())
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        with open(descriptor, "w", newline="", encoding="utf-8") as file:
-            writer = csv.writer(file)
-            writer.writerow(COLUMNS)
-            writer.writerows([image, placed.split, placed.given, placed.contents,
-                              *(placed.stat if placed.stat is not None else ("", ""))]
-                             for image, placed in record.items())
-        os.replace(temporary, path)
+        replace_text(path, text.getvalue())
     except OSError as error:
-        with contextlib.suppress(OSError):
-            temporary.unlink(missing_ok=True)
         raise DatasetError(f"{path.parent}: cannot write the splits record there ({error.strerror or error}); "
                            "set data.cache_root to a folder that can hold it") from error
 

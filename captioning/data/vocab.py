@@ -7,7 +7,6 @@ word on both sides. nltk's Treebank tokenizer is rule-based and needs no data do
 from __future__ import annotations
 
 import json
-import os
 import re
 import unicodedata
 from collections import Counter
@@ -17,6 +16,7 @@ from pathlib import Path
 from nltk.tokenize import TreebankWordTokenizer
 
 from captioning.model.tokens import END_ID, PAD_ID, SPECIALS, START_ID, UNK_ID
+from captioning.runtime.replace import replace_text
 
 _TOKENIZER = TreebankWordTokenizer()
 # Typographic quotes as typed by people (and word processors): made straight, so "dog’s" is "dog's".
@@ -98,10 +98,7 @@ class Vocabulary:
 
     def save(self, path: str | Path) -> None:
         """Written whole or not at all (a temporary file, then a rename): a kill never leaves half a list."""
-        path = Path(path)
-        temporary = path.with_name(f".{path.name}.tmp")
-        temporary.write_text(json.dumps(self.words, indent=0))
-        os.replace(temporary, path)
+        replace_text(Path(path), json.dumps(self.words, indent=0))
 
     @classmethod
     def load(cls, path: str | Path) -> Vocabulary:
