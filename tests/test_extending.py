@@ -27,7 +27,7 @@ def example(title: str) -> str:
 def registries(monkeypatch):
     """The registries as they are, given back after the test (an example's name stays in no other test)."""
     for registry in (SCORES, DATASETS, OBJECTIVES):
-        monkeypatch.setattr(registry, "_entries", dict(registry._entries))
+        monkeypatch.setattr(registry, "_entries", dict(registry.entries))  # filled first: the copy is whole
 
 
 def test_the_score_example_trains_under_its_name_with_soft_and_hard_attention(registries):

@@ -16,9 +16,17 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from captioning.cli.caption import add_caption_command
-from captioning.cli.common import EXPECTED_ERRORS, add_hard_choice_argument, add_quiet_argument, guarded
-from captioning.data.shapes.scenes import SHAPES_DEFAULT_COUNTS
-from captioning.runtime.hardware import default_device
+from captioning.cli.common import add_hard_choice_argument, add_quiet_argument, expected_errors, guarded
+from captioning.data.shapes import SHAPES_DEFAULT_COUNTS
+
+# A command imports what it runs inside its function: building the parser (and `--help`) loads no
+# torch, nor any training or evaluation module.
+
+
+def default_device(name: str | None):  # noqa: ANN201 - torch.device, typed where torch is imported
+    from captioning.runtime.hardware import default_device as chosen
+
+    return chosen(name)
 
 # make-shapes ---------------------------------------------------------------------------------------
 
@@ -87,7 +95,7 @@ def _dry_run(config, *, device) -> int:
 
     try:
         result = dry_run(config, device=device)
-    except EXPECTED_ERRORS:
+    except expected_errors():
         raise
     except Exception as error:  # noqa: BLE001 - a dry run reports any failure in one line, it is its job
         first = str(error).strip().splitlines()[0] if str(error).strip() else ""

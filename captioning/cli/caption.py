@@ -10,10 +10,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from captioning.cli.common import EXPECTED_ERRORS, add_hard_choice_argument, add_quiet_argument
+from captioning.cli.common import add_hard_choice_argument, add_quiet_argument, expected_errors
 from captioning.config import ConfigError
 from captioning.progress import quiet
-from captioning.runtime.hardware import default_device
 
 
 def add_caption_command(commands: argparse._SubParsersAction) -> None:
@@ -62,6 +61,7 @@ def _caption(args: argparse.Namespace) -> int:
 
     from captioning.api import Captioner, Unreadable, empty_folders, find_images, read_list, reading_workers
     from captioning.eval.page import OverlayFolder
+    from captioning.runtime.hardware import default_device
 
     if args.quiet:
         quiet()
@@ -73,7 +73,7 @@ def _caption(args: argparse.Namespace) -> int:
         device = default_device(args.device)
         captioner = (Captioner.from_checkpoint(args.checkpoint, device=device, overrides=overrides) if args.checkpoint
                      else Captioner.from_pretrained(device=device, overrides=overrides))
-    except EXPECTED_ERRORS as error:
+    except expected_errors() as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     for folder in empty:  # a folder with nothing to caption is a bad input like any other: one line

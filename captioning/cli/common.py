@@ -9,18 +9,23 @@ import warnings
 from collections.abc import Callable
 from pathlib import Path
 
-from captioning.checkpoint import CheckpointError
-from captioning.config import ConfigError
 from captioning.config.choices import HARD_CHOICES
-from captioning.data.images import ImageReadError
-from captioning.data.records import DatasetError
-from captioning.model.encoder import EncoderWeightsError
 from captioning.progress import quiet
-from captioning.runtime.distributed import DistributedError
-from captioning.train.step import TrainingError
 
-EXPECTED_ERRORS = (CheckpointError, ConfigError, DatasetError, DistributedError, EncoderWeightsError, ImageReadError,
-                   TrainingError)
+
+def expected_errors() -> tuple[type[Exception], ...]:
+    """The errors a command ends with in one line. Imported when a command runs, not when its
+    parser is built: `captioning --help` loads neither torch nor the modules that raise them."""
+    from captioning.checkpoint import CheckpointError
+    from captioning.config import ConfigError
+    from captioning.data.images import ImageReadError
+    from captioning.data.records import DatasetError
+    from captioning.model.encoder import EncoderWeightsError
+    from captioning.runtime.distributed import DistributedError
+    from captioning.train.step import TrainingError
+
+    return (CheckpointError, ConfigError, DatasetError, DistributedError, EncoderWeightsError, ImageReadError,
+            TrainingError)
 
 
 PACKAGE = Path(__file__).resolve().parents[1]
@@ -36,7 +41,7 @@ def guarded(function: Callable[[argparse.Namespace], int]) -> Callable[[argparse
             warnings.showwarning = _one_line_if_ours(warnings.showwarning)
             try:
                 return function(args)
-            except EXPECTED_ERRORS as error:
+            except expected_errors() as error:
                 print(f"error: {error}", file=sys.stderr)
                 return 2
     return run

@@ -7,9 +7,11 @@ An implementation registers itself where it is defined, under the name a config 
 
 The config's checks read a registry's names; the code builds from its entries. So a name is
 written once, where its code is, and the config (the lowest layer, docs/architecture.md) still
-imports none of that code: `captioning/__init__.py` imports every module that registers, and
-Python runs it before any module of the package, so the registries are full before any config is
-checked. A new score, dataset format or objective is its module plus one line there.
+imports none of that code: `captioning/__init__.py` hands `fill_with` a function that imports every
+module that registers, and Python runs that file before any module of the package. The function
+runs the first time any registry is read, not before: importing the config, or building a
+command's parser, loads no torch. A new score, dataset format or objective is its module plus one
+line in that function.
 """
 
 from __future__ import annotations
@@ -40,22 +42,43 @@ class Registry(Generic[T]):
             return entry
         return add
 
+    @property
+    def entries(self) -> dict[str, T]:
+        """Every entry, the registering modules imported first (once per process)."""
+        _fill()
+        return self._entries
+
     def names(self) -> tuple[str, ...]:
-        return tuple(self._entries)
+        return tuple(self.entries)
 
     def __contains__(self, name: Any) -> bool:
-        return name in self._entries
+        return name in self.entries
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._entries)
+        return iter(self.entries)
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self.entries)
 
     def __getitem__(self, name: str) -> T:
-        if name not in self._entries:
+        if name not in self.entries:
             raise ConfigError(f"{self.setting} '{name}' is not one of {', '.join(self._entries)}")
         return self._entries[name]
+
+
+_fillers: list[Callable[[], None]] = []
+
+
+def fill_with(filler: Callable[[], None]) -> None:
+    """`filler` imports the modules that register; it runs when a registry is first read."""
+    _fillers.append(filler)
+
+
+def _fill() -> None:
+    # Each filler is taken off the list before it runs: a registering module that reads a registry
+    # while it is imported sees the entries registered so far instead of starting the filler again.
+    while _fillers:
+        _fillers.pop(0)()
 
 
 # The attention scores (captioning.model.scores; model.local.base takes any of them but local).

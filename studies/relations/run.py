@@ -32,7 +32,8 @@ import torch
 
 from captioning.checkpoint import decoder_from_checkpoint, load_checkpoint
 from captioning.config import load_config
-from captioning.data.shapes.scenes import SHAPES_DEFAULT_COUNTS, make_shapes
+from captioning.data.shapes import SHAPES_DEFAULT_COUNTS
+from captioning.data.shapes.scenes import make_shapes
 from captioning.data.splits import load_splits
 from captioning.data.vocab import Vocabulary
 from captioning.eval.evaluate import evaluate_split

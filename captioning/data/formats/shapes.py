@@ -10,7 +10,8 @@ from captioning.config import Config, DataConfig
 from captioning.config.registry import DATASETS
 from captioning.data.formats.karpathy import read_configured
 from captioning.data.records import DatasetError, ImageRecord
-from captioning.data.shapes.scenes import SHAPES_DEFAULT_COUNTS, make_shapes
+from captioning.data.shapes import SHAPES_DEFAULT_COUNTS
+from captioning.data.shapes.scenes import make_shapes
 
 
 @DATASETS.register("shapes")

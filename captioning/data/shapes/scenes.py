@@ -39,7 +39,6 @@ RELATIONS = ("to the left of", "to the right of", "above", "below")
 INVERSE = dict(zip(RELATIONS, ("to the right of", "to the left of", "below", "above")))
 NUMBERS = {2: "two", 3: "three"}
 SPLITS = ("train", "val", "test")
-SHAPES_DEFAULT_COUNTS = {"train": 4000, "val": 500, "test": 500}
 Caption = list[tuple[str, int | None]]  # words, each with the index of the object it names (or None)
 
 

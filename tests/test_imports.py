@@ -1,0 +1,39 @@
+"""A command imports what it runs: the config and the command line's parser load no torch."""
+
+import subprocess
+import sys
+
+from tests.tiny import REPO
+
+LOADED = """
+import sys
+{statement}
+heavy = sorted(m for m in sys.modules if m == "torch" or m.startswith(("captioning.train", "captioning.eval",
+                                                                      "captioning.model", "numpy")))
+print("loaded:" + ",".join(heavy))
+"""
+
+
+def _loaded(statement: str) -> str:
+    done = subprocess.run([sys.executable, "-c", LOADED.format(statement=statement)], cwd=REPO, capture_output=True,
+                          text=True, timeout=120, check=True)
+    return done.stdout.strip().splitlines()[-1].removeprefix("loaded:")
+
+
+def test_importing_the_config_loads_no_torch_and_no_training_or_evaluation() -> None:
+    assert _loaded("import captioning.config") == ""
+
+
+def test_the_command_lines_help_loads_no_torch() -> None:
+    statement = ("from captioning.cli import main\n"
+                 "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+                 "try:\n    main(['train', '--help'])\nexcept SystemExit:\n    pass")
+    assert _loaded(statement) == ""
+
+
+def test_a_registry_read_fills_every_registry() -> None:
+    # The registering modules are imported on the first read, not at `import captioning`.
+    statement = ("from captioning.config.registry import DATASETS, OBJECTIVES, SCORES\n"
+                 "print(SCORES.names(), file=sys.stderr)\n"
+                 "assert 'additive' in SCORES and 'scst' in OBJECTIVES and 'coco' in DATASETS")
+    assert "torch" in _loaded(statement).split(",")
