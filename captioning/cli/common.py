@@ -21,11 +21,12 @@ def expected_errors() -> tuple[type[Exception], ...]:
     from captioning.data.images import ImageReadError
     from captioning.data.records import DatasetError
     from captioning.model.encoder import EncoderWeightsError
+    from captioning.model.fused_check import FastPathError
     from captioning.runtime.distributed import DistributedError
     from captioning.train.step import TrainingError
 
-    return (CheckpointError, ConfigError, DatasetError, DistributedError, EncoderWeightsError, ImageReadError,
-            TrainingError)
+    return (CheckpointError, ConfigError, DatasetError, DistributedError, EncoderWeightsError, FastPathError,
+            ImageReadError, TrainingError)
 
 
 PACKAGE = Path(__file__).resolve().parents[1]

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from captioning.model import fused
+from captioning.model import fused, fused_check
 from captioning.model.attention import AttentionOutput, Draws, Memory
 from captioning.model.query import PreviousState
 from captioning.model.state import DecoderState
@@ -205,6 +205,7 @@ class AttentionDecoder(nn.Module):
         embedded = self.embed(packing.positions(inputs))  # [N, E], E y_{t-1} at the real positions only
         memory, state = self.prepare(annotations, draws=draws)
         if self.fusable:
+            fused_check.prove_recurrence(self, annotations)  # once per decoder: both paths, a tiny batch
             hs, zs, alphas = fused.recurrence(self, memory, state, embedded, packing.batch_sizes)
             hard: dict[str, torch.Tensor | None] = {"log_prob": None, "entropy": None, "location": None}
         else:

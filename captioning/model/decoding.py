@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import torch
 
-from captioning.model import fused
+from captioning.model import fused, fused_check
 from captioning.model.attention import Draws, choosing
 from captioning.model.decoder import AttentionDecoder, DecoderState
 from captioning.model.tokens import END_ID, PAD_ID, START_ID, UNK_ID
@@ -104,6 +104,7 @@ def stepper(decoder: AttentionDecoder, annotations: torch.Tensor, group: int, *,
     state = state.select(rows)
     none = torch.full((rows.shape[0],), -1, dtype=torch.long, device=annotations.device)  # [B*group]
     if decoder.fusable and not differentiable:
+        fused_check.prove_grouped_step(decoder, annotations)  # once per decoder
         grouped = fused.GroupedStep(decoder, keys=memory.keys, annotations=memory.annotations, group=group)
 
         def step(state: DecoderState, tokens: torch.Tensor) -> StepOutput:

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from captioning.config import ConfigError
+from captioning.model import fused_check
 from captioning.model.attention import AttentionOutput, Memory, SoftAttention
 from captioning.model.decoder import AttentionDecoder
 from captioning.model.encoder_decoder import build_attention
@@ -156,6 +157,7 @@ def test_image_side_projection_runs_once_per_image_during_a_decoder_forward():
                                dropout=0.0).eval()
     # The count is the behaviour: re-projecting per step gives the same numbers at T times the cost, and
     # teacher forcing has no rows per image (as beams are) to show it in a count of operations.
+    fused_check.prove_recurrence(decoder)  # the fast path's one-time check, on a batch of its own, first
     calls = []
     handle = attention.score.key.register_forward_hook(lambda module, args, out: calls.append(args[0].shape))
     steps = 6

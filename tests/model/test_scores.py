@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from captioning.config import ConfigError
+from captioning.model import fused_check
 from captioning.model.attention import HardAttention, SoftAttention, choosing
 from captioning.model.decoder import AttentionDecoder
 from captioning.model.encoder_decoder import build_decoder
@@ -342,6 +343,7 @@ def test_image_side_work_runs_once_per_decoder_forward(name, monkeypatch):
                                dropout=0.0)
     # The count is the behaviour: a score's image side redone per step gives the same numbers at T times
     # the cost (tests/model/test_decoding.py checks the same of decoding by its operations).
+    fused_check.prove_recurrence(decoder, inputs()[0])  # the fast path's one-time check, not counted
     calls = []
     prepare = attention.score.prepare
     monkeypatch.setattr(attention.score, "prepare", lambda annotations: calls.append(1) or prepare(annotations))

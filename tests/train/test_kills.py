@@ -137,13 +137,12 @@ def test_the_vocabulary_is_written_whole_or_not_at_all(tmp_path: Path, monkeypat
     path = tmp_path / "vocab.json"
     Vocabulary([*SPECIALS, "a", "dog"]).save(path)
 
-    real = Path.write_text
+    import captioning.runtime.replace as replacing
 
-    def dies(self, text, *args, **kwargs):  # half the text reaches the disk, then the process dies
-        real(self, text[: len(text) // 2])
+    def dies(source, target):  # the whole text is on the disk under its temporary name; the process dies
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(Path, "write_text", dies)
+    monkeypatch.setattr(replacing.os, "replace", dies)
     with pytest.raises(KeyboardInterrupt):
         Vocabulary([*SPECIALS, "a", "cat", "sat"]).save(path)
     monkeypatch.undo()

@@ -26,6 +26,7 @@ import torch
 from captioning.config import load_config
 from captioning.data.dataset import Batch
 from captioning.data.vocab import Vocabulary
+from captioning.model import fused_check
 from captioning.model.encoder_decoder import EncoderDecoder, build_decoder
 from captioning.train.losses import Reinforce
 from captioning.train.step import train_step
@@ -58,6 +59,9 @@ def _setup(attention: str, score: str, samples: int) -> tuple[torch.nn.Module, R
     config = load_config(None, [f"model.attention={attention}", f"model.score={score}", "model.embed_dim=8",
                                 "model.hidden_dim=16", "model.attention_dim=8"])
     decoder = build_decoder(config.model, vocab_size=V, annotation_dim=D, grid=(3, 3))
+    like = torch.zeros(1, 9, D)  # the fast path's one-time self-check, done here: it is not a step's work
+    fused_check.prove_recurrence(decoder, like)
+    fused_check.prove_grouped_step(decoder, like)
     if attention == "soft":
         return decoder, None
     baseline = "leave_one_out" if samples > 1 else "moving_average"
