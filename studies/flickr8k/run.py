@@ -45,12 +45,17 @@ class Run:
     start: str | None = None  # SCST: the run whose best.pt it starts from ("shipped": the shipped model)
     decode: tuple[str, ...] = ()  # decode.* overrides when it is scored
     ablation: bool = False  # trained ABLATION_EPOCHS only, set beside the recipe's curve at that epoch
+    split: str = "val"  # what it is scored on: train only to measure how a model fits its own training images
 
 
 # The budget at which hard and soft attention are set side by side: the epochs the hard recipe needed
 # to stop improving (hard_10ep's best epoch was its 9th), and the dropout that did better than the
 # recipe's 0.5 after 3 epochs.
 SIDE = ("train.epochs=10", "model.dropout=0.3")
+
+# Self-critical training's budget in the study: 2 epochs of 120 steps (train.max_steps the same, so a
+# run stopped at 240 steps resumes as finished), validated every 60 steps, its losses every 5.
+SCST_BUDGET = ("train.max_steps=240", "train.eval_every_steps=60", "train.log_every_steps=5")
 
 # How the shipped model's run decoded, before the recipe took a length penalty and the n-gram block.
 DECODED_AS_TRAINED = ("decode.length_penalty=0.0", "decode.no_repeat_ngram=0", "decode.allow_unk=false")
@@ -99,6 +104,35 @@ def _runs() -> dict[str, Run]:
         "soft_side_seed1": Run("side", "soft, seed 1", (*SIDE, "train.seed=1")),
         "hard_side_seed1": Run("side", "hard, seed 1", (*SIDE, "train.seed=1"), config="flickr8k_hard.yaml"),
     }
+    # Self-critical training's budget, from the best cross-entropy model on val (soft_side_seed1):
+    # 240 steps of 50 images (2 epochs), validated every 60 steps as eval.py reports. The first runs
+    # sampled with flickr8k_scst.yaml's dropout (the recipe's 0.5) where their start was trained with
+    # 0.3; the rest keep the start's 0.3.
+    for name, label, overrides in (
+            ("loo_lr5e-5", "dropout 0.5, leave-one-out baseline, lr 5e-5",
+             ("train.lr=0.00005", "train.scst.baseline=leave_one_out")),
+            ("loo_lr2e-4", "dropout 0.5, leave-one-out baseline, lr 2e-4",
+             ("train.lr=0.0002", "train.scst.baseline=leave_one_out")),
+            # stopped at its first validation: val CIDEr had fallen by a quarter
+            ("greedy_lr5e-4", "dropout 0.5, greedy baseline, lr 5e-4, stopped after 60 steps",
+             ("train.lr=0.0005", "train.max_steps=60")),
+            ("d3_greedy_lr5e-5", "greedy baseline, lr 5e-5 (Rennie et al.)", ("train.lr=0.00005", "model.dropout=0.3")),
+            ("d3_loo_lr5e-5", "leave-one-out baseline, lr 5e-5",
+             ("train.lr=0.00005", "train.scst.baseline=leave_one_out", "model.dropout=0.3")),
+            ("d3_loo_lr2e-4", "leave-one-out baseline, lr 2e-4",
+             ("train.lr=0.0002", "train.scst.baseline=leave_one_out", "model.dropout=0.3"))):
+        runs[f"scst_{name}"] = Run("scst_budget", label, (*SCST_BUDGET, *overrides), config="flickr8k_scst.yaml",
+                                   start="soft_side_seed1")
+    # hard attention's best cross-entropy model on val, its settings (dropout 0.3, the 50% substitution
+    # from the first step: its warm-up is behind it)
+    runs["scst_hard_loo_lr5e-5"] = Run("scst_budget", "hard attention: leave-one-out baseline, lr 5e-5",
+                                       (*SCST_BUDGET, "train.lr=0.00005", "train.scst.baseline=leave_one_out",
+                                        "model.dropout=0.3", "model.attention=hard", "model.hard.warmup=0"),
+                                       config="flickr8k_scst.yaml", start="hard_side_seed1")
+    # What SCST's rewards see: the training images, where the model's captions score far above val's.
+    for name in ("soft_side_seed1", "scst_d3_loo_lr2e-4"):
+        runs[f"{name}_on_train"] = Run("scst_train_split", f"{name}, scored on the training images",
+                                       start=name, split="train")
     for beam in (1, 2, 5, 10):  # the recipe's checkpoint decoded with other beams (no training)
         runs[f"recipe_beam{beam}"] = Run("beam", f"beam {beam}", beam_size=beam, start="recipe")
     # The shipped model decoded otherwise (no training): <unk>, the n-gram block, the length penalty,
@@ -149,7 +183,7 @@ def run(name: str, spec: Run, *, data: Path, cache: Path, out: Path, results: Pa
     trained = {}
     if spec.start == "shipped":  # the model the package ships, decoded otherwise
         checkpoint = pretrained_path()
-    elif spec.group == "beam":  # the recipe's model, decoded otherwise
+    elif spec.group == "beam" or spec.split != "val":  # a run's model, decoded otherwise or on other images
         checkpoint = out / spec.start / "best.pt"
     else:
         overrides = overrides_of(spec, data=data, cache=cache, out=out, name=name)
@@ -164,11 +198,11 @@ def run(name: str, spec: Run, *, data: Path, cache: Path, out: Path, results: Pa
             (out / name / ".finished").write_text(json.dumps(trained))
         trained = json.loads((out / name / ".finished").read_text())
     started = time.time()
-    evaluation = evaluate_checkpoint(checkpoint, split="val", beam_size=spec.beam_size,
+    evaluation = evaluate_checkpoint(checkpoint, split=spec.split, beam_size=spec.beam_size,
                                      overrides=[f"data.root={data}", f"data.cache_root={cache}", *spec.decode])
     result = {"name": name, "group": spec.group, "label": spec.label, "config": spec.config,
               "overrides": list(spec.overrides), "decode": list(spec.decode),
-              "beam_size": evaluation.beam_size, "tokenizer": evaluation.tokenizer,
+              "split": spec.split, "beam_size": evaluation.beam_size, "tokenizer": evaluation.tokenizer,
               **{k: v for k, v in evaluation.metrics.items() if isinstance(v, (int, float))},
               "decode_seconds": round(time.time() - started, 1), **trained,
               "curve": curve(out / name) if trained else [],
