@@ -163,7 +163,7 @@ def load_trained(path: str | Path, *, overrides: Sequence[str] = (), may_change:
         if may_change is not None and key not in may_change:
             raise ConfigError(f"override '{text}': {key} cannot change at inference, it is part of the "
                               f"trained model (these can: {', '.join(may_change)})")
-    validate(apply_overrides(config, overrides), f"{path}: config with overrides")
+    validate(apply_overrides(config, overrides), f"{path}: config with overrides", unread_sections=True)
     device = torch.device(device)
     return Trained(path=str(path), config=config, vocab=Vocabulary(payload["vocab"]),
                    decoder=decoder_from_checkpoint(payload, config, path).to(device), grid=tuple(payload["grid"]),

@@ -10,7 +10,7 @@ from typing import Any
 
 import captioning.config.choices as choices
 import captioning.config.registry as registry
-from captioning.config.schema import Config, ConfigError, CosineConfig, LocalConfig
+from captioning.config.schema import Config, ConfigError
 
 
 def _check_types(section: Any, where: str, prefix: str) -> None:
@@ -117,12 +117,6 @@ def _combinations(config: Config) -> list[str]:
     if m.extras.glimpses == 2 and m.attention != "soft":
         problems.append("model.extras.glimpses=2 needs model.attention=soft (the second glimpse samples nothing, "
                         "so REINFORCE would not train it)")
-    if m.score != "local" and m.local != LocalConfig():
-        problems.append(f"model.local applies to the local score only, not model.score={m.score}")
-    cosine = m.score == "cosine" or (m.score == "local" and m.local.base == "cosine")
-    if not cosine and m.cosine != CosineConfig():
-        problems.append(f"model.cosine applies to the cosine score (or model.local.base=cosine) only, not "
-                        f"model.score={m.score}")
     if (problem := hard_choice_problem(config.decode.hard_choice, m.attention)) is not None:
         problems.append(problem)
     if t.ema_decay and e.fine_tune_from is not None:
@@ -140,6 +134,34 @@ def _combinations(config: Config) -> list[str]:
     if not all(isinstance(word, str) and isinstance(weight, (int, float)) and not isinstance(weight, bool)
                and weight > 0 for word, weight in weights.items()):
         problems.append(f"train.word_weights must map words to positive numbers, got {weights!r}")
+    return problems
+
+
+def _at(config: Config, key: str) -> Any:
+    value: Any = config
+    for part in key.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def _sections_without_their_owner(config: Config) -> list[str]:
+    """One rule for every section that one choice alone reads (a registered plugin's, or a fixed
+    choice's: choices.OWNED_SECTIONS): set away from its defaults while its owner is not chosen, it
+    would be taken and ignored."""
+    owned = [(section, reg.choosers, owners) for reg in registry.REGISTRIES
+             for section, owners in reg.sections().items()]
+    owned += [(section, (key,), (value,)) for section, (key, value) in choices.OWNED_SECTIONS.items()]
+    problems = []
+    for section, choosers, owners in owned:
+        value = _at(config, section)
+        if value == type(value)() or {_at(config, key) for key in choosers} & set(owners):
+            continue
+        wanted = " or ".join(f"{choosers[0]}={name}" for name in owners)
+        # the other keys that choose, unless they live in the section itself (model.local.base in model.local)
+        others = [key for key in choosers[1:] if not key.startswith(f"{section}.")]
+        also = "".join(f" (or {key}={owners[0]})" for key in others)
+        problems.append(f"{section} applies only with {wanted}{also}, not {choosers[0]}={_at(config, choosers[0])}: "
+                        f"remove it or choose its owner")
     return problems
 
 
@@ -170,8 +192,10 @@ def _scst_problems(config: Config) -> list[str]:
     return problems
 
 
-def validate(config: Config, where: str = "config") -> Config:
-    """Values that no run could use, caught before any data is read or model built; returns the config."""
+def validate(config: Config, where: str = "config", *, unread_sections: bool = False) -> Config:
+    """Values that no run could use, caught before any data is read or model built; returns the config.
+    `unread_sections`: take sections whose owner is not chosen (a checkpoint's config: it records what
+    its run was given, and a setting its run never read must not stop it from loading)."""
     if not isinstance(config.train.word_weights, dict):
         raise ConfigError(f"{where}: train.word_weights must map words to positive numbers, "
                           f"got {config.train.word_weights!r}")
@@ -183,7 +207,7 @@ def validate(config: Config, where: str = "config") -> Config:
     for key, (value, wanted, ok) in _ranges(config).items():
         if not ok:
             raise ConfigError(f"{where}: {key} must be {wanted}, got {value!r}")
-    problems = _combinations(config)
+    problems = _combinations(config) + ([] if unread_sections else _sections_without_their_owner(config))
     if problems:
         raise ConfigError(f"{where}: {problems[0]}")
     return config

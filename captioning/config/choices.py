@@ -71,3 +71,7 @@ VALIDATION_METRICS = ("Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4", "CIDEr")
 VALIDATION_TOKENIZERS = ("ptb", "own")
 SHAPES_METRICS = ("attention_correctness", "relation_accuracy", "relation_probe_accuracy", "relation_probe_axis",
                   "relation_probe_direction", "relation_probe_words")
+
+# Sections that only one value of a fixed choice reads (a pluggable one's sections are its registry's:
+# captioning.config.registry): a config that sets them otherwise is refused.
+OWNED_SECTIONS = {"model.hard": ("model.attention", "hard"), "train.reinforce": ("model.attention", "hard")}

@@ -141,7 +141,7 @@ def from_dict(values: dict[str, Any], where: str = "config") -> Config:
     name."""
     config = Config()
     _merge(config, with_values_renamed(with_keys_moved(carried_over(without_removed(values)))), where)
-    return validate(config, where)
+    return validate(config, where, unread_sections=True)
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:

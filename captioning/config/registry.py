@@ -25,22 +25,36 @@ T = TypeVar("T")
 
 
 class Registry(Generic[T]):
-    """One setting's names, in the order they were registered, and their implementations."""
+    """One setting's names, in the order they were registered, their implementations, and the
+    config sections each owns."""
 
-    def __init__(self, setting: str):
+    def __init__(self, setting: str, *, also_chosen_by: tuple[str, ...] = ()):
+        """`also_chosen_by`: other config keys whose value names an entry too (model.local.base
+        names the score the local score windows)."""
         self.setting = setting  # the config key that picks an entry, e.g. model.score
+        self.choosers = (setting, *also_chosen_by)
         self._entries: dict[str, T] = {}
+        self._sections: dict[str, set[str]] = {}  # config section (e.g. model.cosine) -> the names owning it
 
-    def register(self, *names: str) -> Callable[[T], T]:
-        """A decorator: the class or function it decorates answers to each of `names`."""
+    def register(self, *names: str, settings: str | None = None) -> Callable[[T], T]:
+        """A decorator: the class or function it decorates answers to each of `names`. `settings`:
+        the config section that only it reads (e.g. "model.cosine"); a config that sets it while
+        choosing none of `names` is refused (captioning.config.checks)."""
         def add(entry: T) -> T:
             for name in names:
                 if name in self._entries:
                     raise ValueError(f"{self.setting} '{name}' is registered twice: {self._entries[name]!r} "
                                      f"and {entry!r}")
                 self._entries[name] = entry
+            if settings is not None:
+                self._sections.setdefault(settings, set()).update(names)
             return entry
         return add
+
+    def sections(self) -> dict[str, tuple[str, ...]]:
+        """Each owned config section -> the names that own it, in registration order."""
+        entries = self.entries
+        return {section: tuple(n for n in entries if n in owners) for section, owners in self._sections.items()}
 
     @property
     def entries(self) -> dict[str, T]:
@@ -82,7 +96,7 @@ def _fill() -> None:
 
 
 # The attention scores (captioning.model.scores; model.local.base takes any of them but local).
-SCORES: Registry[Any] = Registry("model.score")
+SCORES: Registry[Any] = Registry("model.score", also_chosen_by=("model.local.base",))
 # The local score's window: Luong's Gaussian (captioning.model.scores) or a learned shape around it
 # (captioning.model.extras.window).
 LOCAL_WINDOWS: Registry[Any] = Registry("model.local.window")
@@ -91,3 +105,5 @@ LOCAL_WINDOWS: Registry[Any] = Registry("model.local.window")
 DATASETS: Registry[Callable[..., Any]] = Registry("data.dataset")
 # The training objectives (captioning.train.cross_entropy, captioning.train.scst).
 OBJECTIVES: Registry[Any] = Registry("train.objective")
+# Every registry, for the rules that hold for all of them (captioning.config.checks).
+REGISTRIES = (SCORES, LOCAL_WINDOWS, DATASETS, OBJECTIVES)

@@ -145,7 +145,7 @@ class ScaledDotScore(DotScore):
         self.scale = 1.0 / math.sqrt(annotation_dim)
 
 
-@SCORES.register("cosine")
+@SCORES.register("cosine", settings="model.cosine")
 class CosineScore(Score):
     """Graves' content-based score: e_ti = beta * cos(q, a_i), q = h_{t-1} (or W_q h_{t-1}).
 
@@ -197,7 +197,7 @@ class LocationScore(Score):
         return self.W(hidden)  # [B, L]
 
 
-@SCORES.register("local")
+@SCORES.register("local", settings="model.local")
 @LOCAL_WINDOWS.register("gaussian")
 class LocalScore(Score):
     """Luong's local-p attention in 2-D: a base score plus the log of a Gaussian window.

@@ -161,7 +161,7 @@ class SelfCritical:
         return StepResult({"loss": applied.loss, "grad_norm": applied.norm, **stats}, skipped=applied.skipped)
 
 
-@OBJECTIVES.register("scst")
+@OBJECTIVES.register("scst", settings="train.scst")
 class SelfCriticalObjective:
     """train.objective: scst as a run's objective: batches of training images (their cached
     annotations), each stepped by SelfCritical, in one process (a run refuses it under torchrun)."""

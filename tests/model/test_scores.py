@@ -112,13 +112,14 @@ def test_cosine_sharpness_comes_from_the_config_and_reaches_both_glimpses():
         assert float(score.log_sharpness.detach().exp()) == pytest.approx(12.0)
     default = build_decoder(model_section("score=cosine"), vocab_size=11, annotation_dim=D, grid=GRID)
     assert float(default.attention.score.log_sharpness.detach().exp()) == pytest.approx(5.0)
-    with pytest.raises(ConfigError, match="model.cosine applies to the cosine score"):
+    with pytest.raises(ConfigError, match="model.cosine applies only with model.score=cosine"):
         model_section("cosine.sharpness=12.0")
     on_cosine = model_section("score=local", "local.base=cosine", "extras.glimpses=2", "cosine.sharpness=12.0")
     local = build_decoder(on_cosine, vocab_size=11, annotation_dim=D, grid=GRID)
     for score in (local.attention.first.score, local.attention.second.score):  # the local score's cosine base too
         assert float(score.base.log_sharpness.detach().exp()) == pytest.approx(12.0)
-    with pytest.raises(ConfigError, match="model.cosine applies to the cosine score .* not model.score=local"):
+    with pytest.raises(ConfigError, match=r"model.cosine applies only with model.score=cosine "
+                                          r"\(or model.local.base=cosine\), not model.score=local"):
         model_section("score=local", "cosine.sharpness=12.0")
 
 
@@ -181,7 +182,7 @@ def test_learned_local_window_adds_a_shape_of_the_offset_from_the_centre():
     torch.testing.assert_close(scores_of(learned, a, h), expected, rtol=1e-5, atol=1e-5)
     with pytest.raises(ConfigError, match="model.local.window 'square' is not one of gaussian, learned"):
         model_section("score=local", "local.window=square")
-    with pytest.raises(ConfigError, match="model.local applies to the local score only"):
+    with pytest.raises(ConfigError, match="model.local applies only with model.score=local, not"):
         model_section("score=additive", "local.window=learned")
 
 
@@ -196,7 +197,7 @@ def test_local_window_width_comes_from_the_config_and_reaches_both_glimpses():
                   (("wide", wide), ("narrow", narrow))}  # [B, L]: -||c_i - p_t||^2 / (2 sigma^2)
     fall_off = log_window["narrow"] / log_window["wide"]
     torch.testing.assert_close(fall_off, torch.full_like(fall_off, 4.0))
-    with pytest.raises(ConfigError, match="model.local applies to the local score only"):
+    with pytest.raises(ConfigError, match="model.local applies only with model.score=local, not"):
         model_section("local.sigma=1.5")
 
 

@@ -17,7 +17,7 @@ from captioning.config.registry import DATASETS
 from captioning.data.records import DatasetError, ImageRecord, data_root, note_dropped, usable
 
 
-@DATASETS.register("coco_official")
+@DATASETS.register("coco_official", settings="data.coco_official")
 def read_official(data: DataConfig, split: str) -> list[ImageRecord]:
     """train from the train captions file; val and test both from the val file."""
     root, files = data_root(data, where="docs/coco.md says what the coco_official data holds"), data.coco_official

@@ -274,7 +274,7 @@ class _ImageKeys:
         return self.known[row.image]
 
 
-@DATASETS.register("folder")
+@DATASETS.register("folder", settings="data.folder")
 def read_folder(data: DataConfig, split: str) -> list[ImageRecord]:
     """One split of the collection the config names."""
     data_root(data, where="docs/data.md says what a folder of your own images holds")
