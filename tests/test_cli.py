@@ -745,3 +745,23 @@ def test_inspect_of_what_is_not_our_checkpoint_is_one_line(kind: str, tmp_path: 
     assert captured.out == "" and "this ran" not in captured.err
     errors = _lines(captured.err)
     assert len(errors) == 1 and str(path) in errors[0]
+
+
+def test_eval_pretrained_scores_the_shipped_file_and_takes_no_checkpoint_beside_it(monkeypatch, capsys) -> None:
+    import captioning.eval.evaluate as evaluation
+    from captioning.checkpoint import pretrained_path
+    from captioning.config import ConfigError
+
+    asked = {}
+
+    def scored(checkpoint, **kwargs):  # the shipped model needs Flickr8k to be scored: what it was asked is enough
+        asked.update(checkpoint=checkpoint, **kwargs)
+        raise ConfigError("stop here")
+
+    monkeypatch.setattr(evaluation, "evaluate_checkpoint", scored)
+    assert eval_main(["--pretrained", "--split", "val", "data.root=/data/flickr8k"]) == 2
+    assert asked["checkpoint"] == str(pretrained_path()) and asked["split"] == "val"
+    assert asked["overrides"] == ["data.root=/data/flickr8k"] and asked["beam_size"] is None  # the card's beam
+    with pytest.raises(SystemExit):
+        eval_main(["--pretrained", "--checkpoint", "best.pt"])
+    assert "not allowed with argument" in capsys.readouterr().err

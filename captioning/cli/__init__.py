@@ -179,7 +179,11 @@ def train_main(argv: Sequence[str] | None = None) -> int:
 
 def _add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     add_quiet_argument(parser)
-    parser.add_argument("--checkpoint", required=True, metavar="FILE", help="best.pt or last.pt of a run")
+    model = parser.add_mutually_exclusive_group(required=True)
+    model.add_argument("--checkpoint", metavar="FILE", help="best.pt or last.pt of a run")
+    model.add_argument("--pretrained", action="store_true", help="the model the package ships (trained on "
+                       "Flickr8k: give data.root=FLICKR8K, and data.cache_root where its folder is read-only), "
+                       "decoded as its card says")
     parser.add_argument("--split", default="test", help="train, val or test of the checkpoint's data (default: test)")
     parser.add_argument("--beam-size", type=int, help="default: the checkpoint config's decode.beam_size")
     add_hard_choice_argument(parser)
@@ -192,8 +196,11 @@ def _add_eval_arguments(parser: argparse.ArgumentParser) -> None:
 
 @guarded
 def _evaluate(args: argparse.Namespace) -> int:
+    from captioning.checkpoint import pretrained_path
     from captioning.eval.evaluate import evaluate_checkpoint, write_evaluation
 
+    if args.pretrained:
+        args.checkpoint = str(pretrained_path())
     evaluation = evaluate_checkpoint(args.checkpoint, split=args.split, overrides=args.overrides,
                                      beam_size=args.beam_size, hard_choice=args.hard_choice,
                                      device=default_device(args.device))
