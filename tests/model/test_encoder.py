@@ -19,7 +19,6 @@ from captioning.model.encoder import (
     EncoderWeightsError,
     build_encoder,
     efficientnet_imagenet,
-    efficientnet_lite0_imagenet,
     weights_identity,
 )
 
@@ -38,7 +37,7 @@ def photo(name: str, *, size: int = 224, mean=HALF, std=HALF) -> torch.Tensor:
 @pytest.fixture(scope="module")
 def classifier():
     torch.manual_seed(0)
-    return efficientnet_lite0_imagenet(weights_path=None).eval()
+    return efficientnet_imagenet("efficientnet_lite0", weights_path=None).eval()  # the whole ImageNet classifier
 
 
 @pytest.fixture(scope="module")
