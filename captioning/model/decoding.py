@@ -29,6 +29,7 @@ import torch
 from captioning.model import fused, fused_check
 from captioning.model.attention import Draws, choosing
 from captioning.model.decoder import AttentionDecoder, DecoderState
+from captioning.model.ensemble import Ensemble, EnsembleState, mean_log_probs
 from captioning.model.tokens import END_ID, PAD_ID, START_ID, UNK_ID
 
 
@@ -99,6 +100,9 @@ def stepper(decoder: AttentionDecoder, annotations: torch.Tensor, group: int, *,
     (its chance of the expectation; each image's coin is flipped before its rows are made, so they
     share it). Soft attention chooses no cell: its locations are -1.
     """
+    if isinstance(decoder, Ensemble):
+        return _joined([stepper(member, annotations, group, draws=draws, differentiable=differentiable)
+                        for member in decoder.members])
     memory, state = decoder.prepare(annotations, draws=draws)
     rows = torch.arange(annotations.shape[0], device=annotations.device).repeat_interleave(group)  # [B*group]
     state = state.select(rows)
@@ -118,6 +122,20 @@ def stepper(decoder: AttentionDecoder, annotations: torch.Tensor, group: int, *,
             location = attended.location if attended.location is not None else none
             return StepOutput(logits, state, attended.alpha, location, attended.log_prob, state.word_weights)
     return step, state
+
+
+def _joined(parts: list[tuple[Step, DecoderState]]) -> tuple[Step, EnsembleState]:
+    """An ensemble's step from its members' (captioning.model.ensemble): the mean of their word
+    probabilities, as log-probabilities (a softmax of them gives them back), and of their maps; the
+    first member's cells."""
+    steps = [step for step, _ in parts]
+
+    def step(state: EnsembleState, tokens: torch.Tensor) -> StepOutput:
+        outs = [member(own, tokens) for member, own in zip(steps, state.members)]
+        return StepOutput(mean_log_probs([out.logits for out in outs]), EnsembleState([out.state for out in outs]),
+                          torch.stack([out.alpha for out in outs]).mean(0), outs[0].location)
+
+    return step, EnsembleState([state for _, state in parts])
 
 
 @dataclass

@@ -1,0 +1,85 @@
+"""Several decoders decoded together: each step's word distribution is the mean of the members'
+probabilities. Held against the members' own teacher-forced forward (another code path than the
+decoding steps), and against one member decoding alone."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from captioning.data.vocab import Vocabulary
+from captioning.model.decoding import beam_search, greedy
+from captioning.model.ensemble import Ensemble
+from tests.model.test_fused import make_batch, make_decoder
+
+
+def members(*seeds: int):
+    """Untrained decoders that never say <end> (every search runs its max_length steps), made sharp
+    enough that their words depend on the words before: the best beam descends from other beams than
+    the first, so a member whose rows a reordering left behind would score other words."""
+    decoders = [make_decoder(seed, dtype=torch.float32).eval() for seed in seeds]
+    with torch.no_grad():
+        for decoder in decoders:
+            decoder.out.weight.mul_(3.0)
+            decoder.out.bias[Vocabulary.end_id] = -1e4
+    return decoders
+
+
+def teacher_forced_mean_log_prob(decoders, annotations, tokens):
+    """log mean_m p_m(y_t | y_<t) of each chosen word, from each member's teacher-forced forward. [B, T]"""
+    inputs = torch.cat([torch.full_like(tokens[:, :1], Vocabulary.start_id), tokens[:, :-1]], dim=1)
+    with torch.no_grad():
+        probs = torch.stack([torch.softmax(d(annotations, inputs).logits, dim=2) for d in decoders]).mean(0)
+    return probs.gather(2, tokens[:, :, None])[:, :, 0].log()  # [B, T]
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_an_ensemble_scores_its_caption_with_the_mean_of_the_members_probabilities(beam_size):
+    decoders, annotations = members(1, 2, 3), make_batch(dtype=torch.float32)[0]
+    ensemble = Ensemble(decoders).eval()
+    captions = (greedy(ensemble, annotations, max_length=6) if beam_size == 1
+                else beam_search(ensemble, annotations, beam_size=beam_size, max_length=6))
+    reference = teacher_forced_mean_log_prob(decoders, annotations, captions.tokens)  # [B, T]
+    said = captions.tokens != Vocabulary.pad_id  # the words and <end>
+    torch.testing.assert_close(captions.scores, (reference * said).sum(1), rtol=1e-4, atol=1e-4)
+
+
+def test_greedy_picks_the_word_the_mean_probability_ranks_first():
+    decoders, annotations = members(1, 2), make_batch(dtype=torch.float32)[0]
+    captions = greedy(Ensemble(decoders).eval(), annotations, max_length=6)
+    tokens = captions.tokens
+    inputs = torch.cat([torch.full_like(tokens[:, :1], Vocabulary.start_id), tokens[:, :-1]], dim=1)
+    with torch.no_grad():
+        probs = torch.stack([torch.softmax(d(annotations, inputs).logits, dim=2) for d in decoders]).mean(0)
+    probs[:, :, [Vocabulary.pad_id, Vocabulary.start_id, Vocabulary.unk_id]] = 0  # never said (decoding's rule)
+    running = torch.cumsum(tokens == Vocabulary.end_id, dim=1) - (tokens == Vocabulary.end_id).long() == 0
+    assert torch.equal(probs.argmax(2)[running], tokens[running])
+
+
+def test_one_decoder_twice_decodes_as_that_decoder_alone():
+    decoder, annotations = members(1)[0], make_batch(dtype=torch.float32)[0]
+    alone = beam_search(decoder, annotations, beam_size=3, max_length=6)
+    twice = beam_search(Ensemble([decoder, copy.deepcopy(decoder)]).eval(), annotations, beam_size=3, max_length=6)
+    assert torch.equal(alone.tokens, twice.tokens)
+    torch.testing.assert_close(alone.scores, twice.scores)
+    torch.testing.assert_close(alone.alphas, twice.alphas)
+
+
+def test_a_word_map_is_the_mean_of_the_members_maps():
+    decoders, annotations = members(1, 2), make_batch(dtype=torch.float32)[0]
+    captions = greedy(Ensemble(decoders).eval(), annotations, max_length=6)
+    tokens = captions.tokens
+    inputs = torch.cat([torch.full_like(tokens[:, :1], Vocabulary.start_id), tokens[:, :-1]], dim=1)
+    with torch.no_grad():
+        maps = torch.stack([d(annotations, inputs).alphas for d in decoders]).mean(0)  # [B, T, L]
+    running = (torch.cumsum(tokens == Vocabulary.end_id, dim=1) - (tokens == Vocabulary.end_id).long()) == 0
+    torch.testing.assert_close(captions.alphas[running], maps[running], rtol=1e-4, atol=1e-5)
+
+
+def test_an_ensemble_needs_two_members_and_does_not_train():
+    with pytest.raises(ValueError, match="at least two"):
+        Ensemble(members(0))
+    with pytest.raises(TypeError, match="decodes only"):
+        Ensemble(members(1, 2))(torch.zeros(1, 9, 8), torch.zeros(1, 3, dtype=torch.long))
