@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from captioning.checkpoint import load_trained, pretrained_path
+from captioning.checkpoint import load_ensemble, pretrained_path
 from captioning.config import Config
 from captioning.data.images import ImageFiles, ImageReadError, collate_pixels, load_image, to_tensor, upright_rgb
 from captioning.data.records import ImageRecord
@@ -152,15 +152,18 @@ class Captioner:
         refuse_hard_choice(self.model.decoder, config.decode.hard_choice, name)
 
     @classmethod
-    def from_checkpoint(cls, path: str | Path, *, device: str | torch.device | None = None,
+    def from_checkpoint(cls, path: str | Path | Sequence[str | Path], *, device: str | torch.device | None = None,
                         overrides: Sequence[str] = ()) -> Captioner:
         """The model of a checkpoint (`train.py` writes best.pt and last.pt), on `device` (default: the
         GPU if there is one). `overrides` ("key.sub=value") may change what inference may change
         (INFERENCE_KEYS: where the encoder's weights are, how to decode); anything that would change
-        the model is refused with ConfigError."""
-        trained = load_trained(path, overrides=overrides, may_change=INFERENCE_KEYS)
+        the model is refused with ConfigError. A list of checkpoints decodes as one ensemble (the
+        mean of their word probabilities; captioning.checkpoint.load_ensemble), with the first's
+        decoding and encoder."""
+        paths = [path] if isinstance(path, (str, Path)) else list(path)
+        trained = load_ensemble(paths, overrides=overrides, may_change=INFERENCE_KEYS)
         return cls(trained.model(), trained.vocab, trained.config,
-                   device=default_device(None if device is None else str(device)), name=str(path))
+                   device=default_device(None if device is None else str(device)), name=trained.path)
 
     @classmethod
     def from_pretrained(cls, name: str = "flickr8k", *, device: str | torch.device | None = None,

@@ -14,6 +14,7 @@ and the decoder's parameters that moved get their new names; the numbers are unt
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import os
 from collections.abc import Sequence
@@ -30,6 +31,7 @@ from captioning.data.vocab import Vocabulary
 from captioning.model.decoder import AttentionDecoder
 from captioning.model.encoder import Encoder
 from captioning.model.encoder_decoder import EncoderDecoder, build_decoder
+from captioning.model.ensemble import Ensemble
 
 FORMAT_VERSION = 2
 # The models that ship inside the package (decoder and vocabulary; the encoder's weights come from
@@ -168,6 +170,34 @@ def load_trained(path: str | Path, *, overrides: Sequence[str] = (), may_change:
     return Trained(path=str(path), config=config, vocab=Vocabulary(payload["vocab"]),
                    decoder=decoder_from_checkpoint(payload, config, path).to(device), grid=tuple(payload["grid"]),
                    device=device, encoder_weights=payload.get("encoder"))
+
+
+def load_ensemble(paths: Sequence[str | Path], *, overrides: Sequence[str] = (),
+                  may_change: Sequence[str] | None = None, device: str | torch.device = "cpu") -> Trained:
+    """Several checkpoints as one model that decodes with the mean of their word probabilities
+    (captioning.model.ensemble), or the one checkpoint given. Its config is the first's (with the
+    overrides: how to decode); every member must read the same annotations (one encoder, one image
+    size, one grid, none fine-tuned) and say the same words (one vocabulary): otherwise one line
+    naming the member that differs and how."""
+    members = [load_trained(path, overrides=overrides, may_change=may_change, device=device) for path in paths]
+    if len(members) == 1:
+        return members[0]
+    first = members[0]
+    for member in members:
+        if member.fine_tuned:
+            raise ConfigError(f"{member.path}: its encoder was fine-tuned (its annotations are its own); an ensemble's "
+                              "members read one feature cache")
+    for member in members[1:]:
+        differs = [what for what, same in (
+            ("vocabulary", member.vocab.words == first.vocab.words),
+            ("encoder", member.config.encoder == first.config.encoder),
+            ("image size", member.config.data.image_size == first.config.data.image_size),
+            ("grid", member.grid == first.grid)) if not same]
+        if differs:
+            raise ConfigError(f"{member.path}: its {' and '.join(differs)} differ from {first.path}'s; an ensemble's "
+                              "members read the same annotations and say the same words")
+    return dataclasses.replace(first, path=" + ".join(m.path for m in members),
+                               decoder=Ensemble([m.decoder for m in members]).eval())
 
 
 def _load_weights(module: torch.nn.Module, state: dict[str, Any], path: str | Path) -> None:

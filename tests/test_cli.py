@@ -760,8 +760,39 @@ def test_eval_pretrained_scores_the_shipped_file_and_takes_no_checkpoint_beside_
 
     monkeypatch.setattr(evaluation, "evaluate_checkpoint", scored)
     assert eval_main(["--pretrained", "--split", "val", "data.root=/data/flickr8k"]) == 2
-    assert asked["checkpoint"] == str(pretrained_path()) and asked["split"] == "val"
+    assert asked["checkpoint"] == [str(pretrained_path())] and asked["split"] == "val"
     assert asked["overrides"] == ["data.root=/data/flickr8k"] and asked["beam_size"] is None  # the card's beam
     with pytest.raises(SystemExit):
         eval_main(["--pretrained", "--checkpoint", "best.pt"])
     assert "not allowed with argument" in capsys.readouterr().err
+
+
+def test_a_checkpoint_given_twice_is_an_ensemble_that_captions_and_scores_as_it_does_alone(tiny_run, images,
+                                                                                           capsys) -> None:
+    from captioning.eval.evaluate import evaluate_checkpoint
+
+    data = f"data.root={tiny_run.data_root}"
+    alone = evaluate_checkpoint(tiny_run.checkpoint, split="val", overrides=[data], beam_size=2)
+    best_twice = evaluate_checkpoint([tiny_run.checkpoint] * 2, split="val", overrides=[data], beam_size=2)
+    assert best_twice.results == alone.results  # the mean of one distribution with itself is that distribution
+    caption_metrics = {k: v for k, v in alone.metrics.items() if "probe" not in k and v == v}  # not probed; NaN: none
+    assert {k: best_twice.metrics[k] for k in caption_metrics} == pytest.approx(caption_metrics, abs=1e-6)
+    files = [images["png"], images["jpeg"]]
+    assert main(["caption", "--checkpoint", str(tiny_run.checkpoint), *files, "--device", "cpu"]) == 0
+    one = capsys.readouterr().out
+    assert main(["caption", "--checkpoint", str(tiny_run.checkpoint), "--checkpoint", str(tiny_run.checkpoint),
+                 *files, "--device", "cpu"]) == 0
+    assert capsys.readouterr().out == one
+
+
+def test_an_ensemble_of_checkpoints_with_other_vocabularies_is_one_line_naming_the_member(tiny_run, tmp_path,
+                                                                                           capsys) -> None:
+    payload = torch.load(tiny_run.checkpoint, map_location="cpu", weights_only=True)
+    payload["vocab"] = [*payload["vocab"][:-1], "zebra"]
+    other = tmp_path / "other.pt"
+    torch.save(payload, other)
+    code = eval_main(["--checkpoint", str(tiny_run.checkpoint), "--checkpoint", str(other), "--split", "val",
+                      f"data.root={tiny_run.data_root}", "--device", "cpu"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert f"{other}: its vocabulary differ" in err

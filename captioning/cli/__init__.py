@@ -180,7 +180,9 @@ def train_main(argv: Sequence[str] | None = None) -> int:
 def _add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     add_quiet_argument(parser)
     model = parser.add_mutually_exclusive_group(required=True)
-    model.add_argument("--checkpoint", metavar="FILE", help="best.pt or last.pt of a run")
+    model.add_argument("--checkpoint", metavar="FILE", action="append", help="best.pt or last.pt of a run; given "
+                       "more than once, the checkpoints decode together as one ensemble (the mean of their word "
+                       "probabilities; the first one's config)")
     model.add_argument("--pretrained", action="store_true", help="the model the package ships (trained on "
                        "Flickr8k: give data.root=FLICKR8K, and data.cache_root where its folder is read-only), "
                        "decoded as its card says")
@@ -199,13 +201,12 @@ def _evaluate(args: argparse.Namespace) -> int:
     from captioning.checkpoint import pretrained_path
     from captioning.eval.evaluate import evaluate_checkpoint, write_evaluation
 
-    if args.pretrained:
-        args.checkpoint = str(pretrained_path())
-    evaluation = evaluate_checkpoint(args.checkpoint, split=args.split, overrides=args.overrides,
+    checkpoints = [str(pretrained_path())] if args.pretrained else args.checkpoint
+    evaluation = evaluate_checkpoint(checkpoints, split=args.split, overrides=args.overrides,
                                      beam_size=args.beam_size, hard_choice=args.hard_choice,
                                      device=default_device(args.device))
     metrics, choice = evaluation.metrics, evaluation.hard_choice
-    print(f"{args.checkpoint} on {args.split} ({len(evaluation.results)} images, beam {evaluation.beam_size}, "
+    print(f"{' + '.join(checkpoints)} on {args.split} ({len(evaluation.results)} images, beam {evaluation.beam_size}, "
           f"{evaluation.config.model.attention} attention{'' if choice == 'expectation' else ': ' + choice})")
     print(f"  {'tokenizer':<30} {evaluation.tokenizer}")
     for name, value in metrics.items():
@@ -213,7 +214,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     if metrics.get("attention_correctness_chance", 0) > 0:  # COCO: masks outside the centre square have none
         ratio = metrics["attention_correctness"] / metrics["attention_correctness_chance"]
         print(f"  {'attention / chance':<30} {ratio:.2f}x")
-    written = write_evaluation(evaluation, checkpoint=args.checkpoint, split=args.split, out=args.out,
+    written = write_evaluation(evaluation, checkpoint=" + ".join(checkpoints), split=args.split, out=args.out,
                                results=args.results)
     if "metrics" in written:
         print(f"metrics: {written['metrics']}")

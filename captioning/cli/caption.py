@@ -25,8 +25,9 @@ def add_caption_command(commands: argparse._SubParsersAction) -> None:
                               "inference may change: encoder.weights_path, decode.*")
     caption.add_argument("--list", metavar="FILE", help="also the images in FILE, one path per line")
     caption.add_argument("--recursive", "-r", action="store_true", help="folders: their sub-folders too")
-    caption.add_argument("--checkpoint", metavar="FILE", help="best.pt or last.pt of a run (default: the model "
-                         "that ships with the package, soft attention trained on Flickr8k's photos)")
+    caption.add_argument("--checkpoint", metavar="FILE", action="append", help="best.pt or last.pt of a run "
+                         "(default: the model that ships with the package, soft attention trained on Flickr8k's "
+                         "photos); given more than once, the checkpoints caption together as one ensemble")
     caption.add_argument("--beam-size", type=int, help="default: the checkpoint config's decode.beam_size")
     add_hard_choice_argument(caption)
     caption.add_argument("--batch-size", type=int, default=16, help="images encoded and decoded at once (16)")

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from captioning import progress
-from captioning.checkpoint import Trained, load_trained
+from captioning.checkpoint import Trained, load_ensemble
 from captioning.config import Config
 from captioning.data.records import DatasetError, too_many_unreadable
 from captioning.data.splits import Split
@@ -152,14 +152,15 @@ class Evaluation:
     tokenizer: str = OWN_TOKENIZER  # what the caption metrics were computed on (eval/metrics.py)
 
 
-def evaluate_checkpoint(checkpoint: str | Path, *, split: str = "test", overrides: Sequence[str] = (),
-                        beam_size: int | None = None, hard_choice: str | None = None,
+def evaluate_checkpoint(checkpoint: str | Path | Sequence[str | Path], *, split: str = "test",
+                        overrides: Sequence[str] = (), beam_size: int | None = None, hard_choice: str | None = None,
                         device: str | torch.device = "cpu") -> Evaluation:
     """Score a checkpoint's captions of a split, with the decoding its config names unless told
     otherwise. A fine-tuned encoder (its weights are in the checkpoint) runs on the images; a frozen
-    one reads the feature cache."""
-
-    trained = load_trained(checkpoint, overrides=overrides, device=device)
+    one reads the feature cache. Several checkpoints are decoded together as one ensemble
+    (captioning.checkpoint.load_ensemble), with the first one's config."""
+    paths = [checkpoint] if isinstance(checkpoint, (str, Path)) else list(checkpoint)
+    trained = load_ensemble(paths, overrides=overrides, device=device)
     return evaluate_trained(trained, split=split, beam_size=beam_size, hard_choice=hard_choice, device=device)[0]
 
 

@@ -26,6 +26,7 @@ from captioning.data.shapes.scenes import COLOURS, RELATIONS, SHAPES, SIZES, Sce
 from captioning.data.vocab import Vocabulary
 from captioning.eval.correctness import box_mass, box_share
 from captioning.eval.shapes.probe import ProbeAnswer, probe_scores, relation_probe
+from captioning.model.ensemble import Ensemble
 
 # The scores a checkpoint can be picked by (train.val_metric; higher is better) are the config's
 # SHAPES_METRICS: ShapesScorer.metrics gives each of them (tests/test_layers.py).
@@ -131,8 +132,9 @@ class ShapesScorer:
         self.named.append(named_objects(words, self.scenes[index].objects))
 
     def images(self, decoder: torch.nn.Module, annotations: torch.Tensor, start: int) -> None:
-        """The probe on images start .. start + len(annotations); annotations [b, L, D]."""
-        if self.probe:
+        """The probe on images start .. start + len(annotations); annotations [b, L, D]. An ensemble
+        (captioning.model.ensemble) is not probed: the probe scores one decoder's own likelihoods."""
+        if self.probe and not isinstance(decoder, Ensemble):
             truths = self.scenes[start:start + annotations.shape[0]]
             self.answers += relation_probe(decoder, annotations, truths, self.vocab)
 
