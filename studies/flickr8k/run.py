@@ -46,6 +46,7 @@ class Run:
     decode: tuple[str, ...] = ()  # decode.* overrides when it is scored
     ablation: bool = False  # trained ABLATION_EPOCHS only, set beside the recipe's curve at that epoch
     split: str = "val"  # what it is scored on: train only to measure how a model fits its own training images
+    members: tuple[str, ...] = ()  # an ensemble: the runs (or "shipped") whose best.pt decode together
 
 
 # The budget at which hard and soft attention are set side by side: the epochs the hard recipe needed
@@ -103,6 +104,14 @@ def _runs() -> dict[str, Run]:
         "hard_side": Run("side", "hard, seed 0", SIDE, config="flickr8k_hard.yaml"),
         "soft_side_seed1": Run("side", "soft, seed 1", (*SIDE, "train.seed=1")),
         "hard_side_seed1": Run("side", "hard, seed 1", (*SIDE, "train.seed=1"), config="flickr8k_hard.yaml"),
+        # two more soft seeds at the side-by-side budget: the second pair of an ensemble of two
+        "soft_side_seed2": Run("side", "soft, seed 2", (*SIDE, "train.seed=2")),
+        "soft_side_seed3": Run("side", "soft, seed 3", (*SIDE, "train.seed=3")),
+        # several checkpoints decoded together (captioning.model.ensemble; no training)
+        "ensemble_seeds01": Run("ensemble", "soft seeds 0 and 1", members=("soft_side", "soft_side_seed1")),
+        "ensemble_seeds23": Run("ensemble", "soft seeds 2 and 3", members=("soft_side_seed2", "soft_side_seed3")),
+        "ensemble_seeds01_shipped": Run("ensemble", "soft seeds 0 and 1 and the shipped model",
+                                        members=("soft_side", "soft_side_seed1", "shipped")),
     }
     # Self-critical training's budget, from the best cross-entropy model on val (soft_side_seed1):
     # 240 steps of 50 images (2 epochs), validated every 60 steps as eval.py reports. The first runs
@@ -181,7 +190,9 @@ def run(name: str, spec: Run, *, data: Path, cache: Path, out: Path, results: Pa
     if path.exists():
         return json.loads(path.read_text())
     trained = {}
-    if spec.start == "shipped":  # the model the package ships, decoded otherwise
+    if spec.members:  # several runs' models decoded together: the first one's config
+        checkpoint = [pretrained_path() if m == "shipped" else out / m / "best.pt" for m in spec.members]
+    elif spec.start == "shipped":  # the model the package ships, decoded otherwise
         checkpoint = pretrained_path()
     elif spec.group == "beam" or spec.split != "val":  # a run's model, decoded otherwise or on other images
         checkpoint = out / spec.start / "best.pt"
@@ -268,6 +279,40 @@ def table(results: dict[str, dict], group: str) -> str:
     return "\n".join([HEADER, *rows]) if rows else "(no kept results yet)"
 
 
+def scst_table(results: dict[str, dict]) -> str:
+    """Self-critical training's budget: each run beside the cross-entropy model it started from,
+    scored as eval.py --split val scores it, with the step its kept checkpoint was validated at."""
+    lines = ["| run | from | steps | kept at step | BLEU-4 | METEOR | CIDEr | CIDEr against the start | "
+             "distinct captions | words a caption | train min |", "|---|" + "---|" * 10]
+    starts = [name for name in ("soft_side_seed1", "hard_side_seed1") if name in results]
+    for name in starts:
+        r = results[name]
+        lines.append(f"| cross-entropy (the start) | – | – | – | {r['Bleu_4']:.3f} | {r['METEOR']:.3f} | "
+                     f"{r['CIDEr']:.3f} | – | {r['distinct_captions']:.0%} | {r['mean_length']:.1f} | – |"
+                     .replace("cross-entropy (the start) | –", f"cross-entropy (the start) | {name}"))
+    for name, spec in RUNS.items():
+        if spec.group != "scst_budget" or name not in results:
+            continue
+        r, start = results[name], results.get(spec.start)
+        kept = max(r["curve"], key=lambda row: row["CIDEr"])["step"] if r.get("curve") else "–"
+        change = f"{r['CIDEr'] / start['CIDEr'] - 1:+.1%}" if start else "–"
+        lines.append(f"| {spec.label} | {spec.start} | {r.get('steps', '–')} | {kept} | {r['Bleu_4']:.3f} | "
+                     f"{r['METEOR']:.3f} | {r['CIDEr']:.3f} | {change} | {r['distinct_captions']:.0%} | "
+                     f"{r['mean_length']:.1f} | {_minutes(r)} |")
+    return "\n".join(lines) if len(lines) > 2 + len(starts) else "(no kept results yet)"
+
+
+def train_split_table(results: dict[str, dict]) -> str:
+    """The same models scored on their training images and on val (beam 3, pycocoevalcap)."""
+    lines = ["| model | images | BLEU-4 | METEOR | CIDEr |", "|---|---|---|---|---|"]
+    for name in ("soft_side_seed1", "scst_d3_loo_lr2e-4"):
+        for split, key in (("train", f"{name}_on_train"), ("val", name)):
+            if key in results:
+                r = results[key]
+                lines.append(f"| {name} | {split} | {r['Bleu_4']:.3f} | {r['METEOR']:.3f} | {r['CIDEr']:.3f} |")
+    return "\n".join(lines) if len(lines) > 2 else "(no kept results yet)"
+
+
 def decoding_table(results: dict[str, dict]) -> str:
     """The shipped model decoded otherwise: the caption metrics beside what changes in the captions."""
     lines = ["| decoding | BLEU-1 | BLEU-4 | METEOR | ROUGE-L | CIDEr | distinct captions | words a caption | "
@@ -284,7 +329,9 @@ def spread(results: dict[str, dict]) -> str:
     lines = ["| recipe | seeds | BLEU-1 | BLEU-4 | METEOR | CIDEr |", "|---|---|---|---|---|---|"]
     for label, names in (("soft", ("recipe", "recipe_seed1")), ("hard", ("hard", "hard_seed1")),
                          ("soft, side by side", ("soft_side", "soft_side_seed1")),
-                         ("hard, side by side", ("hard_side", "hard_side_seed1"))):
+                         ("hard, side by side", ("hard_side", "hard_side_seed1")),
+                         ("soft, side by side, seeds 2 and 3", ("soft_side_seed2", "soft_side_seed3")),
+                         ("soft, two seeds decoded together", ("ensemble_seeds01", "ensemble_seeds23"))):
         kept = [results[n] for n in names if n in results]
         if not kept:
             continue
@@ -365,10 +412,12 @@ def main() -> int:
     doc, command = Path(args.doc), "python -m studies.flickr8k.run --tables-only"
     for group in ("features", "model"):
         write_between(doc, f"flickr8k-{group}", command, ablation_table(results, group))
-    for group in ("beam", "seeds", "scst", "side"):
+    for group in ("beam", "seeds", "scst", "side", "ensemble"):
         write_between(doc, f"flickr8k-{group}", command, table(results, group))
     write_between(doc, "flickr8k-spread", command, spread(results))
     write_between(doc, "flickr8k-decoding", command, decoding_table(results))
+    write_between(doc, "flickr8k-scst-budget", command, scst_table(results))
+    write_between(doc, "flickr8k-train-split", command, train_split_table(results))
     if args.results_doc:
         write_between(Path(args.results_doc), "flickr8k-paper", command, paper_table(results))
     print(f"tables written to {doc}")
