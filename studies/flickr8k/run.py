@@ -132,6 +132,12 @@ def _runs() -> dict[str, Run]:
              ("train.lr=0.0002", "train.scst.baseline=leave_one_out", "model.dropout=0.3"))):
         runs[f"scst_{name}"] = Run("scst_budget", label, (*SCST_BUDGET, *overrides), config="flickr8k_scst.yaml",
                                    start="soft_side_seed1")
+    # the setting that paid, given 8 epochs, validated every 120 steps, stopped after 3 validations without gain
+    runs["scst_d3_greedy_lr5e-5_long"] = Run(
+        "scst_budget", "greedy baseline, lr 5e-5, up to 8 epochs",
+        ("train.lr=0.00005", "model.dropout=0.3", "train.epochs=8", "train.eval_every_steps=120",
+         "train.log_every_steps=5", "train.early_stop_patience=3"),
+        config="flickr8k_scst.yaml", start="soft_side_seed1")
     # hard attention's best cross-entropy model on val, its settings (dropout 0.3, the 50% substitution
     # from the first step: its warm-up is behind it)
     runs["scst_hard_loo_lr5e-5"] = Run("scst_budget", "hard attention: leave-one-out baseline, lr 5e-5",
