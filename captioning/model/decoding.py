@@ -44,7 +44,7 @@ class StepOutput:
     cell_log_prob: torch.Tensor | None = None  # [N], hard attention's log alpha_t[s_t] (0 for the expectation)
     # [N, t]: self-attention over the words said so far (model.extras.word_attention), the weight of
     # <start> and of each earlier word for this one; None without it
-    word_weights: torch.Tensor | None = None
+    word_alphas: torch.Tensor | None = None
 
 
 # One decoding step: (state, previous tokens [N]) -> StepOutput.
@@ -120,7 +120,7 @@ def stepper(decoder: AttentionDecoder, annotations: torch.Tensor, group: int, *,
         def step(state: DecoderState, tokens: torch.Tensor) -> StepOutput:
             logits, state, attended = decoder.step(repeated, state, tokens)
             location = attended.location if attended.location is not None else none
-            return StepOutput(logits, state, attended.alpha, location, attended.log_prob, state.word_weights)
+            return StepOutput(logits, state, attended.alpha, location, attended.log_prob, state.word_alphas)
     return step, state
 
 
@@ -182,8 +182,8 @@ def unroll(step: Step, state: DecoderState, *, max_length: int, pick: Callable[[
         tokens.append(word)
         alphas.append(out.alpha)
         locations.append(out.location)
-        if out.word_weights is not None:
-            words.append(out.word_weights)
+        if out.word_alphas is not None:
+            words.append(out.word_alphas)
         finished = finished | (word == END_ID)
         previous = word
         if finished.all():
@@ -248,7 +248,7 @@ def beam_search(decoder: AttentionDecoder, annotations: torch.Tensor, *, beam_si
     parents = torch.zeros(max_length, batch, beam_size, dtype=torch.long, device=device)  # [T, B, K]
     maps = torch.zeros(max_length, batch, beam_size, cells, device=device)  # [T, B, K, L], before reordering
     chosen_cells = torch.zeros(max_length, batch, beam_size, dtype=torch.long, device=device)  # [T, B, K]
-    word_maps = None  # [T, B, K, T] with word self-attention: each step's weights over the words before it
+    step_word_alphas = None  # [T, B, K, T] with word self-attention: each step's weights over the words before it
     offsets = torch.arange(batch, device=device)[:, None] * beam_size  # [B, 1]
     frozen = None
     never = never_said(allow_unk=allow_unk, device=device)
@@ -276,10 +276,10 @@ def beam_search(decoder: AttentionDecoder, annotations: torch.Tensor, *, beam_si
         words[steps - 1], parents[steps - 1] = word, parent
         maps[steps - 1] = alpha.view(batch, beam_size, cells)
         chosen_cells[steps - 1] = location.view(batch, beam_size)
-        if out.word_weights is not None:  # [B*K, steps], from the rows before they were reordered, as the maps
-            if word_maps is None:
-                word_maps = torch.zeros(max_length, batch, beam_size, max_length, device=device)
-            word_maps[steps - 1, :, :, :steps] = out.word_weights.view(batch, beam_size, steps)
+        if out.word_alphas is not None:  # [B*K, steps], from the rows before they were reordered, as the maps
+            if step_word_alphas is None:
+                step_word_alphas = torch.zeros(max_length, batch, beam_size, max_length, device=device)
+            step_word_alphas[steps - 1, :, :, :steps] = out.word_alphas.view(batch, beam_size, steps)
         finished = finished.gather(1, parent) | (word == END_ID)
         previous = word.view(-1)
         if no_repeat_ngram > 0:
@@ -299,14 +299,14 @@ def beam_search(decoder: AttentionDecoder, annotations: torch.Tensor, *, beam_si
     pick = torch.arange(batch, device=device)
     chosen = torch.empty(batch, steps, cells, device=device)  # [B, T, L]
     locations = torch.empty(batch, steps, dtype=torch.long, device=device)  # [B, T]
-    word_alphas = None if word_maps is None else torch.empty(batch, steps, steps, device=device)  # [B, T, T]
+    word_alphas = None if step_word_alphas is None else torch.empty(batch, steps, steps, device=device)  # [B, T, T]
     beam = choice[:, None]  # [B, 1]
     for t in reversed(range(steps)):
         source = parents[t].gather(1, beam)[:, 0]  # [B], the row that generated word t of the chosen hypothesis
         chosen[:, t] = maps[t][pick, source]
         locations[:, t] = chosen_cells[t][pick, source]
         if word_alphas is not None:
-            word_alphas[:, t] = word_maps[t][pick, source, :steps]
+            word_alphas[:, t] = step_word_alphas[t][pick, source, :steps]
         beam = source[:, None]
     return Captions(tokens=history[pick, choice], alphas=chosen, lengths=lengths[pick, choice],
                     scores=scores[pick, choice], locations=locations, word_alphas=word_alphas)

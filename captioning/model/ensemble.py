@@ -49,7 +49,7 @@ class EnsembleState:
         return self.members[0].h
 
     @property
-    def word_weights(self) -> None:  # the members' self-attention over words is not averaged
+    def word_alphas(self) -> None:  # the members' self-attention over words is not averaged
         return None
 
     def select(self, index: torch.Tensor) -> EnsembleState:

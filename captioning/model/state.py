@@ -49,6 +49,6 @@ class DecoderState:
         return cls(torch.cat([s.h for s in states]), torch.cat([s.c for s in states]), joined)
 
     @property
-    def word_weights(self) -> torch.Tensor | None:
+    def word_alphas(self) -> torch.Tensor | None:
         """[B, t]: how the last query weighed the words said so far, where the query attends over them."""
         return getattr(self.carried, "weights", None)

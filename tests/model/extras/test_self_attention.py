@@ -61,7 +61,7 @@ def test_the_recalled_words_are_the_softmax_of_scaled_dot_products_over_the_stat
         scores = (words.k(h) @ words.q(states[-1])[:, :, None])[:, :, 0] / math.sqrt(words.key_dim)  # [B, 4]
         weights = torch.softmax(scores, dim=1)
         recalled = (weights[:, :, None] * words.v(h)).sum(1)  # [B, p]
-    torch.testing.assert_close(after.word_weights, weights)
+    torch.testing.assert_close(after.word_alphas, weights)
     torch.testing.assert_close(query, torch.cat([states[-1], recalled], dim=1))
     assert after.carried.keys.shape == (3, 4, 8)  # one key per state so far, carried to the next word
 
@@ -110,7 +110,7 @@ def test_beam_search_carries_each_beams_keys_and_values(beam_size):
         for t in range(inputs.shape[1]):
             _, state, _ = decoder.step(memory, state, inputs[:, t])
             said = t <= captions.lengths  # the words up to <end>; after it, a finished beam only pads
-            torch.testing.assert_close(captions.word_alphas[said, t, :t + 1], state.word_weights[said])
+            torch.testing.assert_close(captions.word_alphas[said, t, :t + 1], state.word_alphas[said])
 
 
 def test_decoding_returns_each_words_weights_over_the_words_before_it():
