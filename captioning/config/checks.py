@@ -44,7 +44,7 @@ def _choices(config: Config) -> dict[str, tuple[str, tuple[str, ...]]]:
         "model.attention": (m.attention, c.ATTENTIONS), "model.score": (m.score, r.SCORES.names()),
         "model.gate": (m.gate, c.GATES), "model.deep_output": (m.deep_output, c.DEEP_OUTPUTS),
         "model.hard.coin": (m.hard.coin, c.COINS),
-        "model.local.base": (m.local.base, tuple(s for s in r.SCORES if s != "local")),
+        "model.local.base": (m.local.base, r.SCORES.names()),
         "model.local.window": (m.local.window, r.LOCAL_WINDOWS.names()),
         "model.extras.init": (m.extras.init, c.INITS), "model.extras.position": (m.extras.position, c.POSITIONS),
         "train.optimizer": (t.optimizer, c.OPTIMIZERS),
@@ -105,15 +105,15 @@ def _combinations(config: Config) -> list[str]:
     """Settings that are each fine but that no run can use together."""
     m, t, e = config.model, config.train, config.encoder
     problems = []
-    metrics = choices.VALIDATION_METRICS + (choices.SHAPES_METRICS if config.data.dataset == "shapes" else ())
+    # a dataset format may measure more (its reader's validation_metrics: the shapes scenes' attention and relations)
+    metrics = choices.VALIDATION_METRICS + getattr(registry.DATASETS[config.data.dataset], "validation_metrics", ())
     if t.val_metric not in metrics:
         problems.append(f"train.val_metric '{t.val_metric}' is not a metric that validation produces on "
                         f"data.dataset={config.data.dataset} (it produces {', '.join(metrics)})")
     if t.reinforce.baseline == "leave_one_out" and t.reinforce.location_samples < 2:
         problems.append("train.reinforce.baseline=leave_one_out needs train.reinforce.location_samples >= 2 (the "
                         f"other samples of the same caption), got {t.reinforce.location_samples}")
-    if t.objective == "scst":
-        problems += _scst_problems(config)
+    problems += _chosen_plugins_problems(config)
     if m.extras.glimpses == 2 and m.attention != "soft":
         problems.append("model.extras.glimpses=2 needs model.attention=soft (the second glimpse samples nothing, "
                         "so REINFORCE would not train it)")
@@ -134,6 +134,17 @@ def _combinations(config: Config) -> list[str]:
     if not all(isinstance(word, str) and isinstance(weight, (int, float)) and not isinstance(weight, bool)
                and weight > 0 for word, weight in weights.items()):
         problems.append(f"train.word_weights must map words to positive numbers, got {weights!r}")
+    return problems
+
+
+def _chosen_plugins_problems(config: Config) -> list[str]:
+    """What each chosen plugin says of the rest of the config: a registered entry's own `problems(config)`
+    (e.g. self-critical training's needs, train/scst.py), for every registry's chosen names."""
+    problems = []
+    for reg in registry.REGISTRIES:
+        for name in dict.fromkeys(_at(config, key) for key in reg.choosers):
+            rules = getattr(reg.entries.get(name), "problems", None)
+            problems += rules(config) if rules is not None else []
     return problems
 
 
@@ -175,21 +186,6 @@ def hard_choice_problem(choice: str, attention: str) -> str | None:
     if attention == "soft" and choice != "expectation":
         return f"decode.hard_choice={choice} applies to hard attention only; soft attention is the expectation"
     return None
-
-
-def _scst_problems(config: Config) -> list[str]:
-    t = config.train
-    problems = []
-    if t.scst.baseline == "leave_one_out" and t.scst.samples < 2:
-        problems.append(f"train.scst.baseline=leave_one_out needs train.scst.samples >= 2 (the image's other samples), "
-                        f"got {t.scst.samples}")
-    if config.encoder.fine_tune_from is not None or not config.data.feature_cache:
-        problems.append("train.objective=scst trains the decoder on cached annotations: not with "
-                        "encoder.fine_tune_from or data.feature_cache=false")
-    if config.data.mirror or t.word_weights:
-        problems.append("train.objective=scst has no reference pairs to mirror or words to weight: "
-                        "set data.mirror=false and train.word_weights={}")
-    return problems
 
 
 def validate(config: Config, where: str = "config", *, unread_sections: bool = False) -> Config:

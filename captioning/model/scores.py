@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from captioning.config import ModelConfig
+from captioning.config import Config, ModelConfig
 from captioning.config.registry import LOCAL_WINDOWS, SCORES
 
 # Scores ------------------------------------------------------------------------------------------
@@ -223,6 +223,13 @@ class LocalScore(Score):
         window = LOCAL_WINDOWS[model.local.window]
         return window(annotation_dim=annotation_dim, hidden_dim=hidden_dim, attention_dim=model.attention_dim,
                       grid=grid, **cls.options(model))
+
+    @staticmethod
+    def problems(config: Config) -> list[str]:
+        """What the local score refuses of a config (captioning.config.checks asks the chosen score)."""
+        base = config.model.local.base
+        return [f"model.local.base '{base}' is not one of the scores a window can wrap (every score but local)"] \
+            if config.model.score == "local" and base == "local" else []
 
     def __init__(self, *, annotation_dim: int, hidden_dim: int, attention_dim: int,
                  grid: tuple[int, int] | None = None, base: str = "additive", sigma: float | None = None,

@@ -178,6 +178,23 @@ class SelfCriticalObjective:
         # how hard attention picks its cell for the greedy baseline: as test-time decoding does
         self.hard_choice = config.decode.hard_choice if config.model.attention == "hard" else None
 
+    @staticmethod
+    def problems(config: Config) -> list[str]:
+        """What self-critical training refuses of the rest of a config (captioning.config.checks asks
+        the chosen objective)."""
+        t = config.train
+        problems = []
+        if t.scst.baseline == "leave_one_out" and t.scst.samples < 2:
+            problems.append(f"train.scst.baseline=leave_one_out needs train.scst.samples >= 2 (the image's other "
+                            f"samples), got {t.scst.samples}")
+        if config.encoder.fine_tune_from is not None or not config.data.feature_cache:
+            problems.append("train.objective=scst trains the decoder on cached annotations: not with "
+                            "encoder.fine_tune_from or data.feature_cache=false")
+        if config.data.mirror or t.word_weights:
+            problems.append("train.objective=scst has no reference pairs to mirror or words to weight: "
+                            "set data.mirror=false and train.word_weights={}")
+        return problems
+
     def batches(self, epoch: int) -> list[list[int]]:
         t = self.config.train
         return image_batches(self.images, batch_size=t.batch_size, seed=t.seed, epoch=epoch)

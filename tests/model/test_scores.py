@@ -216,7 +216,7 @@ def test_local_takes_any_content_score_as_its_base():
     torch.manual_seed(0)
     attention = make_attention("score=local", "local.base=general")
     assert type(attention.score.base).__name__ == "GeneralScore"
-    with pytest.raises(ConfigError, match="model.local.base 'local' is not one of"):
+    with pytest.raises(ConfigError, match="model.local.base 'local' is not one of the scores a window can wrap"):
         model_section("score=local", "local.base=local")
 
 

@@ -7,6 +7,7 @@ import tempfile
 from pathlib import Path
 
 from captioning.config import Config, DataConfig
+from captioning.config.choices import SHAPES_METRICS
 from captioning.config.registry import DATASETS
 from captioning.data.formats.karpathy import read_configured
 from captioning.data.records import DatasetError, ImageRecord
@@ -18,6 +19,11 @@ from captioning.data.shapes.scenes import make_shapes
 def read_shapes(data: DataConfig, split: str) -> list[ImageRecord]:
     """One split of data.root/data.split_file, which `captioning make-shapes` writes."""
     return read_configured(data, split, where=f"`captioning make-shapes --out {data.root}` makes it")
+
+
+# What validation measures on this format beside the caption metrics (captioning.eval.shapes.scorer):
+# train.val_metric may name these too (captioning.config.checks reads them off the reader).
+read_shapes.validation_metrics = SHAPES_METRICS
 
 
 def ensure_shapes(config: Config) -> None:
