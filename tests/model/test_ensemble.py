@@ -27,12 +27,26 @@ def members(*seeds: int):
     return decoders
 
 
-def teacher_forced_mean_log_prob(decoders, annotations, tokens):
-    """log mean_m p_m(y_t | y_<t) of each chosen word, from each member's teacher-forced forward. [B, T]"""
+def teacher_forced(decoders, annotations, tokens):
+    """Each member's teacher-forced forward on the chosen words: the mean of their word
+    probabilities [B, T, V] and of their maps [B, T, L]."""
     inputs = torch.cat([torch.full_like(tokens[:, :1], Vocabulary.start_id), tokens[:, :-1]], dim=1)
     with torch.no_grad():
-        probs = torch.stack([torch.softmax(d(annotations, inputs).logits, dim=2) for d in decoders]).mean(0)
-    return probs.gather(2, tokens[:, :, None])[:, :, 0].log()  # [B, T]
+        outputs = [d(annotations, inputs) for d in decoders]
+    probs = torch.stack([torch.softmax(out.logits, dim=2) for out in outputs]).mean(0)
+    return probs, torch.stack([out.alphas for out in outputs]).mean(0)
+
+
+def teacher_forced_mean_log_prob(decoders, annotations, tokens):
+    """log mean_m p_m(y_t | y_<t) of each chosen word. [B, T]"""
+    probs, _ = teacher_forced(decoders, annotations, tokens)
+    return probs.gather(2, tokens[:, :, None])[:, :, 0].log()
+
+
+def said_words(tokens):
+    """[B, T] True for the words up to and including <end>."""
+    ends = (tokens == Vocabulary.end_id).long()
+    return (torch.cumsum(ends, dim=1) - ends) == 0
 
 
 @pytest.mark.parametrize("beam_size", [1, 3])
@@ -49,13 +63,10 @@ def test_an_ensemble_scores_its_caption_with_the_mean_of_the_members_probabiliti
 def test_greedy_picks_the_word_the_mean_probability_ranks_first():
     decoders, annotations = members(1, 2), make_batch(dtype=torch.float32)[0]
     captions = greedy(Ensemble(decoders).eval(), annotations, max_length=6)
-    tokens = captions.tokens
-    inputs = torch.cat([torch.full_like(tokens[:, :1], Vocabulary.start_id), tokens[:, :-1]], dim=1)
-    with torch.no_grad():
-        probs = torch.stack([torch.softmax(d(annotations, inputs).logits, dim=2) for d in decoders]).mean(0)
+    probs, _ = teacher_forced(decoders, annotations, captions.tokens)
     probs[:, :, [Vocabulary.pad_id, Vocabulary.start_id, Vocabulary.unk_id]] = 0  # never said (decoding's rule)
-    running = torch.cumsum(tokens == Vocabulary.end_id, dim=1) - (tokens == Vocabulary.end_id).long() == 0
-    assert torch.equal(probs.argmax(2)[running], tokens[running])
+    said = said_words(captions.tokens)
+    assert torch.equal(probs.argmax(2)[said], captions.tokens[said])
 
 
 def test_one_decoder_twice_decodes_as_that_decoder_alone():
@@ -70,12 +81,9 @@ def test_one_decoder_twice_decodes_as_that_decoder_alone():
 def test_a_word_map_is_the_mean_of_the_members_maps():
     decoders, annotations = members(1, 2), make_batch(dtype=torch.float32)[0]
     captions = greedy(Ensemble(decoders).eval(), annotations, max_length=6)
-    tokens = captions.tokens
-    inputs = torch.cat([torch.full_like(tokens[:, :1], Vocabulary.start_id), tokens[:, :-1]], dim=1)
-    with torch.no_grad():
-        maps = torch.stack([d(annotations, inputs).alphas for d in decoders]).mean(0)  # [B, T, L]
-    running = (torch.cumsum(tokens == Vocabulary.end_id, dim=1) - (tokens == Vocabulary.end_id).long()) == 0
-    torch.testing.assert_close(captions.alphas[running], maps[running], rtol=1e-4, atol=1e-5)
+    _, maps = teacher_forced(decoders, annotations, captions.tokens)
+    said = said_words(captions.tokens)
+    torch.testing.assert_close(captions.alphas[said], maps[said], rtol=1e-4, atol=1e-5)
 
 
 def test_an_ensemble_needs_two_members_and_does_not_train():
