@@ -112,7 +112,8 @@ def test_every_model_choice_the_config_accepts_builds_a_decoder() -> None:
     from captioning.model.encoder_decoder import build_decoder
 
     needs = {"model.attention=hard": (), "model.score=local": (), "model.local.window=learned": ("model.score=local",),
-             "model.extras.glimpses=2": ()}
+             "model.extras.glimpses=2": (),
+             **{f"model.hard.coin={v}": ("model.attention=hard",) for v in choices.COINS}}  # hard attention's section
     overrides = [f"model.attention={v}" for v in choices.ATTENTIONS] + [f"model.score={v}" for v in registry.SCORES] \
         + [f"model.gate={v}" for v in choices.GATES] + [f"model.deep_output={v}" for v in choices.DEEP_OUTPUTS] \
         + [f"model.hard.coin={v}" for v in choices.COINS] \
