@@ -315,7 +315,9 @@ def train_split_table(results: dict[str, dict]) -> str:
         for split, key in (("train", f"{name}_on_train"), ("val", name)):
             if key in results:
                 r = results[key]
-                lines.append(f"| {name} | {split} | {r['Bleu_4']:.3f} | {r['METEOR']:.3f} | {r['CIDEr']:.3f} |")
+                label = (f"SCST: {RUNS[name].label}" if RUNS[name].group == "scst_budget"
+                         else f"cross-entropy: {RUNS[name].label} (the start)")
+                lines.append(f"| {label} | {split} | {r['Bleu_4']:.3f} | {r['METEOR']:.3f} | {r['CIDEr']:.3f} |")
     return "\n".join(lines) if len(lines) > 2 else "(no kept results yet)"
 
 
