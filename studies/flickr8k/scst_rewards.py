@@ -14,7 +14,7 @@ import argparse
 import json
 from pathlib import Path
 
-from studies.flickr8k.run import RUNS
+from studies.flickr8k.runs import RUNS
 from studies.tables import REPO, write_between
 
 WINDOW = 40  # steps at each end

@@ -1,0 +1,147 @@
+"""The study's runs: each one's config, overrides and the table it belongs to (run.py trains and
+scores them, tables.py sets them out)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+METRICS = ("Bleu_1", "Bleu_4", "METEOR", "ROUGE_L", "CIDEr")
+
+
+@dataclass(frozen=True)
+class Run:
+    group: str  # the table it belongs to
+    label: str  # what it changes, as the table says it
+    overrides: tuple[str, ...] = ()
+    config: str = "flickr8k_soft.yaml"
+    beam_size: int | None = None  # None: the config's (3)
+    start: str | None = None  # SCST: the run whose best.pt it starts from ("shipped": the shipped model)
+    decode: tuple[str, ...] = ()  # decode.* overrides when it is scored
+    ablation: bool = False  # trained ABLATION_EPOCHS only, set beside the recipe's curve at that epoch
+    split: str = "val"  # what it is scored on: train only to measure how a model fits its own training images
+    members: tuple[str, ...] = ()  # an ensemble: the runs (or "shipped") whose best.pt decode together
+
+
+# The budget at which hard and soft attention are set side by side: the epochs the hard recipe needed
+# to stop improving (hard_10ep's best epoch was its 9th), and the dropout that did better than the
+# recipe's 0.5 after 3 epochs.
+SIDE = ("train.epochs=10", "model.dropout=0.3")
+
+# Self-critical training's budget in the study: 2 epochs of 120 steps (train.max_steps the same, so a
+# run stopped at 240 steps resumes as finished), validated every 60 steps, its losses every 5.
+SCST_BUDGET = ("train.max_steps=240", "train.eval_every_steps=60", "train.log_every_steps=5")
+
+# How the shipped model's run decoded, before the recipe took a length penalty and the n-gram block.
+DECODED_AS_TRAINED = ("decode.length_penalty=0.0", "decode.no_repeat_ngram=0", "decode.allow_unk=false")
+
+# An ablation trains this many epochs (of the recipe's 8) and is compared on the validation curve
+# at that epoch, the recipe's own curve included: 2-core CPU time allows no more.
+ABLATION_EPOCHS = 3
+
+
+def _runs() -> dict[str, Run]:
+    runs = {
+        # what the decoder attends over: encoder x layer x input size (the images are 224² on disk)
+        "lite0_stride16": Run("features", "EfficientNet-Lite0, stride 16, 224² (14x14x112)",
+                              ("encoder.name=efficientnet_lite0", "encoder.layer=stride16"), ablation=True),
+        "lite2_stride16": Run("features", "EfficientNet-Lite2, stride 16, 224² (14x14x120)",
+                              ("encoder.layer=stride16",), ablation=True),
+        "recipe": Run("features", "EfficientNet-Lite2, stride 32, 224² (7x7x352): the recipe"),
+        # the recipe stopped where the ablations stop: their beam-3 numbers' reference
+        "recipe_3ep": Run("recipe_3ep", "the recipe, 3 epochs", ablation=True),
+        "lite2_head": Run("features", "EfficientNet-Lite2, head, 224² (7x7x1280)", ("encoder.layer=head",),
+                          ablation=True),
+        "lite2_160": Run("features", "EfficientNet-Lite2, stride 32, 160² (5x5x352)", ("data.image_size=160",),
+                         ablation=True),
+        "lite2_320": Run("features", "EfficientNet-Lite2, stride 32, 320² (10x10x352)", ("data.image_size=320",),
+                         ablation=True),
+        # the decoder's width and regularization
+        "hidden256": Run("model", "embed 128, hidden 256, attention 128",
+                         ("model.embed_dim=128", "model.hidden_dim=256", "model.attention_dim=128"), ablation=True),
+        "hidden1024": Run("model", "embed 512, hidden 1024, attention 512",
+                          ("model.embed_dim=512", "model.hidden_dim=1024", "model.attention_dim=512"), ablation=True),
+        "dropout0.3": Run("model", "dropout 0.3", ("model.dropout=0.3",), ablation=True),
+        "ds1": Run("model", "doubly stochastic λ = 1 (the authors' COCO script)", ("train.ds_lambda=1.0",),
+                   ablation=True),
+        # seeds of the final recipes
+        "recipe_seed1": Run("seeds", "soft, seed 1", ("train.seed=1",)),
+        "hard": Run("seeds", "hard, seed 0", config="flickr8k_hard.yaml"),
+        "hard_seed1": Run("seeds", "hard, seed 1", ("train.seed=1",), config="flickr8k_hard.yaml"),
+        # hard attention's best checkpoint was its last at 6 epochs: the same recipe given 10
+        "hard_10ep": Run("seeds", "hard, seed 0, 10 epochs", ("train.epochs=10",), config="flickr8k_hard.yaml"),
+        # self-critical training from the recipe's best.pt
+        "scst": Run("scst", "SCST from the recipe", config="flickr8k_scst.yaml", start="recipe"),
+        # Hard and soft side by side at one budget (10 epochs, dropout 0.3), each checkpoint kept on
+        # what is reported (beam 3, the PTB tokenizer: the recipe's train.val_beam_size and val_tokenizer).
+        "soft_side": Run("side", "soft, seed 0", SIDE),
+        "hard_side": Run("side", "hard, seed 0", SIDE, config="flickr8k_hard.yaml"),
+        "soft_side_seed1": Run("side", "soft, seed 1", (*SIDE, "train.seed=1")),
+        "hard_side_seed1": Run("side", "hard, seed 1", (*SIDE, "train.seed=1"), config="flickr8k_hard.yaml"),
+        # two more soft seeds at the side-by-side budget: the second pair of an ensemble of two
+        "soft_side_seed2": Run("side", "soft, seed 2", (*SIDE, "train.seed=2")),
+        "soft_side_seed3": Run("side", "soft, seed 3", (*SIDE, "train.seed=3")),
+        # several checkpoints decoded together (captioning.model.ensemble; no training)
+        "ensemble_seeds01": Run("ensemble", "soft seeds 0 and 1", members=("soft_side", "soft_side_seed1")),
+        "ensemble_seeds23": Run("ensemble", "soft seeds 2 and 3", members=("soft_side_seed2", "soft_side_seed3")),
+        "ensemble_seeds01_shipped": Run("ensemble", "soft seeds 0 and 1 and the shipped model",
+                                        members=("soft_side", "soft_side_seed1", "shipped")),
+    }
+    # Self-critical training's budget, from the best cross-entropy model on val (soft_side_seed1):
+    # 240 steps of 50 images (2 epochs), validated every 60 steps as eval.py reports. The first runs
+    # sampled with flickr8k_scst.yaml's dropout (the recipe's 0.5) where their start was trained with
+    # 0.3; the rest keep the start's 0.3.
+    for name, label, overrides in (
+            ("loo_lr5e-5", "dropout 0.5, leave-one-out baseline, lr 5e-5",
+             ("train.lr=0.00005", "train.scst.baseline=leave_one_out")),
+            ("loo_lr2e-4", "dropout 0.5, leave-one-out baseline, lr 2e-4",
+             ("train.lr=0.0002", "train.scst.baseline=leave_one_out")),
+            # stopped at its first validation: val CIDEr had fallen by a quarter
+            ("greedy_lr5e-4", "dropout 0.5, greedy baseline, lr 5e-4, stopped after 60 steps",
+             ("train.lr=0.0005", "train.max_steps=60")),
+            ("d3_greedy_lr5e-5", "greedy baseline, lr 5e-5 (Rennie et al.)", ("train.lr=0.00005", "model.dropout=0.3")),
+            ("d3_loo_lr5e-5", "leave-one-out baseline, lr 5e-5",
+             ("train.lr=0.00005", "train.scst.baseline=leave_one_out", "model.dropout=0.3")),
+            ("d3_loo_lr2e-4", "leave-one-out baseline, lr 2e-4",
+             ("train.lr=0.0002", "train.scst.baseline=leave_one_out", "model.dropout=0.3"))):
+        runs[f"scst_{name}"] = Run("scst_budget", label, (*SCST_BUDGET, *overrides), config="flickr8k_scst.yaml",
+                                   start="soft_side_seed1")
+    # the setting that paid, given 8 epochs, validated every 120 steps, stopped after 3 validations without gain
+    runs["scst_d3_greedy_lr5e-5_long"] = Run(
+        "scst_budget", "greedy baseline, lr 5e-5, up to 8 epochs",
+        ("train.lr=0.00005", "model.dropout=0.3", "train.epochs=8", "train.eval_every_steps=120",
+         "train.log_every_steps=5", "train.early_stop_patience=3"),
+        config="flickr8k_scst.yaml", start="soft_side_seed1")
+    # hard attention's best cross-entropy model on val, its settings (dropout 0.3, the 50% substitution
+    # from the first step: its warm-up is behind it)
+    runs["scst_hard_loo_lr5e-5"] = Run("scst_budget", "hard attention: leave-one-out baseline, lr 5e-5",
+                                       (*SCST_BUDGET, "train.lr=0.00005", "train.scst.baseline=leave_one_out",
+                                        "model.dropout=0.3", "model.attention=hard", "model.hard.warmup=0"),
+                                       config="flickr8k_scst.yaml", start="hard_side_seed1")
+    # What SCST's rewards see: the training images, where the model's captions score far above val's.
+    for name in ("soft_side_seed1", "scst_d3_loo_lr2e-4", "scst_d3_greedy_lr5e-5"):
+        runs[f"{name}_on_train"] = Run("scst_train_split", f"{name}, scored on the training images",
+                                       start=name, split="train")
+    for beam in (1, 2, 5, 10):  # the recipe's checkpoint decoded with other beams (no training)
+        runs[f"recipe_beam{beam}"] = Run("beam", f"beam {beam}", beam_size=beam, start="recipe")
+    # The shipped model decoded otherwise (no training): <unk>, the n-gram block, the length penalty,
+    # each row from decoding as its run did (DECODED_AS_TRAINED), whatever the shipped file says now.
+    for name, label, decode in (
+            ("unk", "<unk> allowed (decoding before the block)", ("decode.allow_unk=true",)),
+            ("default", "<unk> blocked (the default)", ()),
+            ("ngram2", "no 2-gram twice", ("decode.no_repeat_ngram=2",)),
+            ("ngram3", "no 3-gram twice", ("decode.no_repeat_ngram=3",)),
+            ("lp0.5", "length penalty 0.5", ("decode.length_penalty=0.5",)),
+            ("lp1", "length penalty 1", ("decode.length_penalty=1.0",)),
+            ("ngram3_lp1", "no 3-gram twice, length penalty 1",
+             ("decode.no_repeat_ngram=3", "decode.length_penalty=1.0")),
+            ("ngram2_lp1", "no 2-gram twice, length penalty 1",
+             ("decode.no_repeat_ngram=2", "decode.length_penalty=1.0")),
+            ("ngram3_lp1.5", "no 3-gram twice, length penalty 1.5",
+             ("decode.no_repeat_ngram=3", "decode.length_penalty=1.5")),
+            ("ngram3_lp2", "no 3-gram twice, length penalty 2",
+             ("decode.no_repeat_ngram=3", "decode.length_penalty=2.0"))):
+        runs[f"shipped_{name}"] = Run("decoding", label, start="shipped", decode=(*DECODED_AS_TRAINED, *decode))
+    return runs
+
+
+RUNS = _runs()
