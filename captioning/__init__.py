@@ -13,23 +13,19 @@ from typing import TYPE_CHECKING, Any
 import captioning.config.registry as _registry
 from captioning.config import load_config
 
-
-def _register() -> None:
-    """Every module that registers a score, a window, a dataset format or an objective
-    (captioning.config.registry), imported the first time a registry is read: by then this file
-    has run, as Python runs it before any module of the package. A new one is its module plus a
-    line here."""
-    import captioning.data.formats.coco_official
-    import captioning.data.formats.folder
-    import captioning.data.formats.karpathy
-    import captioning.data.formats.shapes
-    import captioning.model.extras.window
-    import captioning.model.scores
-    import captioning.train.cross_entropy
-    import captioning.train.scst  # noqa: F401  (the imports above and this one register, nothing more)
-
-
-_registry.fill_with(_register)
+# Every module that registers a score, a window, a dataset format or an objective
+# (captioning.config.registry), imported the first time a registry is read: by then this file has
+# run, as Python runs it before any module of the package. A new one is its module plus its name here.
+_registry.fill_with((
+    "captioning.data.formats.coco_official",
+    "captioning.data.formats.folder",
+    "captioning.data.formats.karpathy",
+    "captioning.data.formats.shapes",
+    "captioning.model.scores",
+    "captioning.model.extras.window",
+    "captioning.train.cross_entropy",
+    "captioning.train.scst",
+))
 
 if TYPE_CHECKING:
     from captioning.api import Captioned, Captioner, Unreadable

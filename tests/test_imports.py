@@ -37,3 +37,14 @@ def test_a_registry_read_fills_every_registry() -> None:
                  "print(SCORES.names(), file=sys.stderr)\n"
                  "assert 'additive' in SCORES and 'scst' in OBJECTIVES and 'coco' in DATASETS")
     assert "torch" in _loaded(statement).split(",")
+
+
+def test_a_registry_lists_its_names_in_one_order_whatever_was_imported_first() -> None:
+    # A script that imports self-critical training before anything reads a registry registered "scst"
+    # before "xe"; the lists (and the messages that name them) stay in the package's order.
+    statement = ("import captioning.train.scst\n"
+                 "from captioning.config.registry import DATASETS, LOCAL_WINDOWS, OBJECTIVES\n"
+                 "assert OBJECTIVES.names() == ('xe', 'scst'), OBJECTIVES.names()\n"
+                 "assert LOCAL_WINDOWS.names() == ('gaussian', 'learned'), LOCAL_WINDOWS.names()\n"
+                 "assert DATASETS.names()[-1] == 'shapes', DATASETS.names()")
+    assert "torch" in _loaded(statement).split(",")

@@ -7,15 +7,15 @@ An implementation registers itself where it is defined, under the name a config 
 
 The config's checks read a registry's names; the code builds from its entries. So a name is
 written once, where its code is, and the config (the lowest layer, docs/architecture.md) still
-imports none of that code: `captioning/__init__.py` hands `fill_with` a function that imports every
-module that registers, and Python runs that file before any module of the package. The function
-runs the first time any registry is read, not before: importing the config, or building a
-command's parser, loads no torch. A new score, dataset format or objective is its module plus one
-line in that function.
+imports none of that code: `captioning/__init__.py` hands `fill_with` the names of the modules that
+register, and Python runs that file before any module of the package. They are imported the first
+time any registry is read, not before: importing the config, or building a command's parser, loads
+no torch. A new score, dataset format or objective is its module plus its name in that list.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
 
@@ -80,19 +80,35 @@ class Registry(Generic[T]):
         return self._entries[name]
 
 
-_fillers: list[Callable[[], None]] = []
+_pending: list[tuple[str, ...]] = []  # module names not imported yet, in the order their entries are listed
+_order: list[str] = []  # every module handed to fill_with, in that order
 
 
-def fill_with(filler: Callable[[], None]) -> None:
-    """`filler` imports the modules that register; it runs when a registry is first read."""
-    _fillers.append(filler)
+def fill_with(modules: tuple[str, ...]) -> None:
+    """The modules that register (their dotted names, in the order their entries are listed): each is
+    imported when a registry is first read."""
+    _pending.append(modules)
+    _order.extend(modules)
 
 
 def _fill() -> None:
-    # Each filler is taken off the list before it runs: a registering module that reads a registry
-    # while it is imported sees the entries registered so far instead of starting the filler again.
-    while _fillers:
-        _fillers.pop(0)()
+    # The list is taken before the imports run: a registering module that reads a registry while it
+    # is imported sees the entries registered so far instead of starting the imports again.
+    if not _pending:
+        return
+    while _pending:
+        for module in _pending.pop(0):
+            importlib.import_module(module)
+    # A module imported before the first read (a test, a user's script) registered first: the
+    # entries are listed in the handed order all the same, and a module not handed (a user's
+    # plugin) after them, in the order it registered.
+    for registry in REGISTRIES:
+        registry._entries = dict(sorted(registry._entries.items(), key=lambda item: _rank(item[1])))
+
+
+def _rank(entry: Any) -> int:
+    module = getattr(entry, "__module__", None)
+    return _order.index(module) if module in _order else len(_order)
 
 
 # The attention scores (captioning.model.scores; model.local.base takes any of them but local).

@@ -410,15 +410,16 @@ def test_checkpoint_with_pickled_code_is_refused(tmp_path: Path) -> None:
         load_checkpoint(path)
 
 
-def test_soft_attention_ignores_the_reinforce_settings(tmp_path: Path, tiny_config) -> None:
-    """train.reinforce.location_samples repeats rows for hard attention's samples only: soft attention trains the same
-    weights with or without it, and a leave-one-out baseline is no error for it."""
+def test_soft_attention_refuses_the_reinforce_settings_it_would_ignore(tmp_path: Path, tiny_config) -> None:
+    """train.reinforce is hard attention's (REINFORCE trains the sampled cells, Sec. 4.1): with soft
+    attention its settings would be taken and ignored, so the config refuses them by name before
+    any work; without them the same run trains."""
+    with pytest.raises(ConfigError, match="train.reinforce applies only with model.attention=hard, not "
+                                          "model.attention=soft"):
+        tiny_config(tmp_path / "three", "train.max_steps=2", "train.reinforce.location_samples=3",
+                    "train.reinforce.baseline=leave_one_out")
     fit(tiny_config(tmp_path / "one", "train.max_steps=2"))
-    fit(tiny_config(tmp_path / "three", "train.max_steps=2", "train.reinforce.location_samples=3",
-                    "train.reinforce.baseline=leave_one_out"))
-    one, three = _state(tmp_path / "one" / "last.pt"), _state(tmp_path / "three" / "last.pt")
-    assert all(torch.equal(one["decoder"][name], three["decoder"][name]) for name in one["decoder"])
-    assert three["reinforce"] == {}
+    assert _state(tmp_path / "one" / "last.pt")["reinforce"] == {}
 
 
 def test_a_skipped_step_moves_neither_the_weights_nor_their_average(tmp_path: Path, tiny_config) -> None:
