@@ -55,7 +55,7 @@ from captioning.train.resume import Progress, restore_run, run_payload
 from captioning.train.signals import StopSignals
 from captioning.train.step import TrainingError
 from captioning.train.validation import report, validation_metrics
-from captioning.train.warm_start import warm_start, warm_vocabulary
+from captioning.train.warm_start import model_differences, warm_start, warm_vocabulary
 
 
 class Run:
@@ -102,6 +102,10 @@ class Run:
             run.restore(checkpoint)
         elif source is not None:
             warm_start(model, source, t.init_from)
+            differences = model_differences(config, source, t.init_from)
+            if differences and hardware.context.is_main:
+                print(f"note: train.init_from={t.init_from}: this run's model settings differ from the checkpoint's "
+                      f"({'; '.join(differences)}); it trains with this run's", file=sys.stderr)
         if checkpoint is None and hardware.context.rank:  # other processes: other dropout masks, from the seed
             torch.manual_seed(t.seed + 1000 * hardware.context.rank)
         run.module = run.wrap(EncoderDecoder(decoder=model.decoder, encoder=model.encoder))

@@ -282,3 +282,21 @@ def test_self_critical_steps_flip_each_images_coin_at_the_chance_of_the_runs_ste
                 step=step, hard_warmup=4)
     coins = seen[0]  # the samples' forward; the greedy baseline's is in eval mode
     assert coins.shape == (200,) and low <= float(coins.float().mean()) <= high
+
+
+def test_a_warm_start_under_other_model_settings_says_which(tiny_run, tiny_config, tmp_path: Path, capsys) -> None:
+    """The weights load whatever the dropout (no shape depends on it), so a run started from a model
+    trained with another one would train silently under another model; it is told, in one line."""
+    from captioning.train.warm_start import model_differences
+
+    trained = torch.load(tiny_run.checkpoint, map_location="cpu", weights_only=True)
+    dropout = trained["config"]["model"]["dropout"]
+    other = 0.1 if dropout != 0.1 else 0.2
+    same = tiny_config(tmp_path / "same", f"train.init_from={tiny_run.checkpoint}")
+    assert model_differences(same, trained, tiny_run.checkpoint) == []
+    config = tiny_config(tmp_path / "other", f"train.init_from={tiny_run.checkpoint}", "train.objective=scst",
+                         "train.max_steps=1", "train.scst.samples=2", f"model.dropout={other}")
+    assert model_differences(config, trained, tiny_run.checkpoint) == [f"model.dropout: {dropout!r} -> {other!r}"]
+    fit(config)
+    err = capsys.readouterr().err
+    assert f"this run's model settings differ from the checkpoint's (model.dropout: {dropout!r} -> {other!r})" in err
