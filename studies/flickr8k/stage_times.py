@@ -1,0 +1,89 @@
+"""The soft recipe (configs/flickr8k_soft.yaml) from the images to the val numbers, one stage at a
+time, each its own command as a user types it, timed from outside:
+
+    python -m studies.flickr8k.stage_times --data /data/flickr8k --cache /tmp/timing --out /tmp/timing_run
+
+--cache and --out must start empty (the stages are timed from nothing). Each stage's seconds are
+written to results/stage_times.json as it ends, with the machine's CPU and its load average before
+and after, and a stage already timed there is skipped on the next call (--again times all anew): a
+stopped timing goes on where it stopped. The numbers go to docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from studies.tables import REPO
+
+CONFIG = "configs/flickr8k_soft.yaml"
+
+
+def _stages(*, data: str, cache: str, out: str) -> dict[str, list[str]]:
+    """Each stage's command (what a user runs), in order."""
+    where = [f"data.root={data}", f"data.cache_root={cache}", f"train.out_dir={out}"]
+    return {
+        # the vocabulary of the training captions and every split's captions tokenized once
+        "prepare": [_captioning(), "prepare", "--quiet", "--config", CONFIG, *where],
+        # EfficientNet-Lite2's frozen annotations of the train and val photos, cached in fp16
+        "encode": [_captioning(), "prepare-features", "--quiet", "--config", CONFIG, *where],
+        # the recipe's epochs, validated after each as eval.py reports
+        "train": [sys.executable, "train.py", "--quiet", "--config", CONFIG, *where],
+        # the kept checkpoint's captions of the 1 000 val photos, scored with pycocoevalcap
+        "evaluate": [sys.executable, "eval.py", "--quiet", "--checkpoint", f"{out}/best.pt", "--split", "val",
+                     f"data.root={data}", f"data.cache_root={cache}", "--out", f"{out}/val_metrics.json"],
+    }
+
+
+def _captioning() -> str:
+    """The `captioning` command installed beside this Python."""
+    return str(Path(sys.executable).with_name("captioning"))
+
+
+def _cpu() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return f"{line.split(':', 1)[1].strip()} ({os.cpu_count()} cores)"
+    except OSError:
+        pass
+    return f"{platform.processor() or platform.machine()} ({os.cpu_count()} cores)"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", required=True, help="Flickr8k: dataset_flickr8k.json and Flicker8k_Dataset/")
+    parser.add_argument("--cache", required=True, help="data.cache_root for this timing (start it empty)")
+    parser.add_argument("--out", required=True, help="train.out_dir for this timing (start it empty)")
+    parser.add_argument("--again", action="store_true", help="time every stage anew")
+    parser.add_argument("--results", type=Path, default=REPO / "studies/flickr8k/results/stage_times.json")
+    args = parser.parse_args()
+    kept = {} if args.again or not args.results.exists() else json.loads(args.results.read_text())
+    kept.setdefault("cpu", _cpu())
+    stages = kept.setdefault("stages", {})
+    for name, command in _stages(data=args.data, cache=args.cache, out=args.out).items():
+        if name in stages:
+            print(f"{name}: {stages[name]['seconds'] / 60:.1f} min (kept)")
+            continue
+        load_before = os.getloadavg()[0]
+        started = time.perf_counter()
+        subprocess.run(command, cwd=REPO, check=True)
+        seconds = time.perf_counter() - started
+        stages[name] = {"command": " ".join([Path(command[0]).name, *command[1:]]).replace("python3 ", "python ").replace(args.data, "DATA").replace(args.cache, "CACHE")
+                        .replace(args.out, "OUT"),
+                        "seconds": round(seconds, 1), "load_before": round(load_before, 2),
+                        "load_after": round(os.getloadavg()[0], 2)}
+        args.results.write_text(json.dumps(kept, indent=2) + "\n")  # kept as each stage ends
+        print(f"{name}: {seconds / 60:.1f} min")
+    total = sum(stage["seconds"] for stage in stages.values())
+    print(f"in all: {total / 60:.1f} min on {kept['cpu']}")
+
+
+if __name__ == "__main__":
+    main()
