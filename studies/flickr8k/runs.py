@@ -117,6 +117,16 @@ def _runs() -> dict[str, Run]:
                                        (*SCST_BUDGET, "train.lr=0.00005", "train.scst.baseline=leave_one_out",
                                         "model.dropout=0.3", "model.attention=hard", "model.hard.warmup=0"),
                                        config="flickr8k_scst.yaml", start="hard_side_seed1")
+    # What holds hard attention back: one change at a time from hard_side (seed 0; 10 epochs, dropout
+    # 0.3, the moving-average baseline, lambda_r 1, no entropy term, the 50% substitution after a
+    # 2 000-step warm-up). hard_variance.py measures the REINFORCE gradient's noise under each baseline.
+    for name, label, overrides in (
+            ("loo2", "2 location samples per caption, leave-one-out baseline",
+             ("train.reinforce.location_samples=2", "train.reinforce.baseline=leave_one_out")),
+            ("weight0.1", "REINFORCE weight lambda_r 0.1", ("train.reinforce.weight=0.1",)),
+            ("no_warmup", "no warm-up of the 50% substitution (the paper)", ("model.hard.warmup=0",)),
+            ("entropy0.01", "entropy term lambda_e 0.01", ("train.reinforce.entropy_weight=0.01",))):
+        runs[f"hard_{name}"] = Run("hard_budget", label, (*SIDE, *overrides), config="flickr8k_hard.yaml")
     # What SCST's rewards see: the training images, where the model's captions score far above val's.
     for name in ("soft_side_seed1", "scst_d3_loo_lr2e-4", "scst_d3_greedy_lr5e-5"):
         runs[f"{name}_on_train"] = Run("scst_train_split", f"{name}, scored on the training images",
