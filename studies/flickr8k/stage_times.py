@@ -4,8 +4,8 @@ time, each its own command as a user types it, timed from outside:
     python -m studies.flickr8k.stage_times --data /data/flickr8k --cache /tmp/timing --out /tmp/timing_run
 
 --cache and --out must start empty (the stages are timed from nothing). Each stage's seconds are
-written to results/stage_times.json as it ends, with the machine's CPU and its load average before
-and after, and a stage already timed there is skipped on the next call (--again times all anew): a
+written to results/stage_times.json as it ends, with the machine's CPU and its load average (the
+last minute's) before and after, and a stage already timed there is skipped on the next call (--again times all anew): a
 stopped timing goes on where it stopped. The numbers go to docs/benchmarks.md.
 """
 
@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from studies.tables import REPO
+from studies.tables import REPO, write_between
 
 CONFIG = "configs/flickr8k_soft.yaml"
 
@@ -41,16 +41,43 @@ def _stages(*, data: str, cache: str, out: str) -> dict[str, list[str]]:
     }
 
 
+WHAT = {"prepare": "the vocabulary and the captions tokenized",
+        "encode": "EfficientNet-Lite2's annotations of the 7 000 train and val photos, cached",
+        "train": "the recipe's training, validated after each epoch",
+        "evaluate": "the kept checkpoint's captions of the 1 000 val photos, scored"}
+
+
+def table(kept: dict) -> str:
+    """The stages as docs/benchmarks.md shows them."""
+    lines = ["| stage | command | minutes | load average before, after |", "|---|---|---|---|"]
+    for name, stage in kept["stages"].items():
+        lines.append(f"| {WHAT[name]} | `{stage['command']}` | {stage['seconds'] / 60:.1f} | "
+                     f"{stage['load_before']}, {stage['load_after']} |")
+    total = sum(stage["seconds"] for stage in kept["stages"].values())
+    lines.append(f"| in all | | {total / 60:.1f} | |")
+    cpus = ", ".join(sorted({stage.get("cpu", "?") for stage in kept["stages"].values()}))
+    lines += ["", f"On {cpus}."]
+    if "val" in kept:
+        val = kept["val"]
+        lines[-1] += (f" The checkpoint kept scored BLEU-4 {val['Bleu_4']:.3f}, METEOR {val['METEOR']:.3f}, "
+                      f"CIDEr {val['CIDEr']:.3f} on val.")
+    return "\n".join(lines)
+
+
 def _captioning() -> str:
     """The `captioning` command installed beside this Python."""
     return str(Path(sys.executable).with_name("captioning"))
 
 
 def _cpu() -> str:
+    model = family = "?"
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
-                return f"{line.split(':', 1)[1].strip()} ({os.cpu_count()} cores)"
+                model = line.split(":", 1)[1].strip()
+            if line.startswith("cpu family"):  # 23: Zen 1-2, 25: Zen 3-4, 26: Zen 5 (AMD)
+                family = line.split(":", 1)[1].strip()
+        return f"{model}, CPU family {family} ({os.cpu_count()} cores)"
     except OSError:
         pass
     return f"{platform.processor() or platform.machine()} ({os.cpu_count()} cores)"
@@ -65,7 +92,6 @@ def main() -> None:
     parser.add_argument("--results", type=Path, default=REPO / "studies/flickr8k/results/stage_times.json")
     args = parser.parse_args()
     kept = {} if args.again or not args.results.exists() else json.loads(args.results.read_text())
-    kept.setdefault("cpu", _cpu())
     stages = kept.setdefault("stages", {})
     for name, command in _stages(data=args.data, cache=args.cache, out=args.out).items():
         if name in stages:
@@ -75,14 +101,23 @@ def main() -> None:
         started = time.perf_counter()
         subprocess.run(command, cwd=REPO, check=True)
         seconds = time.perf_counter() - started
-        stages[name] = {"command": " ".join([Path(command[0]).name, *command[1:]]).replace("python3 ", "python ").replace(args.data, "DATA").replace(args.cache, "CACHE")
-                        .replace(args.out, "OUT"),
-                        "seconds": round(seconds, 1), "load_before": round(load_before, 2),
+        typed = " ".join([Path(command[0]).name, *command[1:]])
+        for path, name_of_it in ((args.data, "DATA"), (args.cache, "CACHE"), (args.out, "OUT")):
+            typed = typed.replace(path, name_of_it)
+        stages[name] = {"command": typed,
+                        "seconds": round(seconds, 1), "cpu": _cpu(), "load_before": round(load_before, 2),
                         "load_after": round(os.getloadavg()[0], 2)}
         args.results.write_text(json.dumps(kept, indent=2) + "\n")  # kept as each stage ends
         print(f"{name}: {seconds / 60:.1f} min")
+    scored = Path(args.out) / "val_metrics.json"  # the evaluate stage's numbers, kept beside its time
+    if scored.exists():
+        metrics = json.loads(scored.read_text())
+        kept["val"] = {name: round(metrics[name], 4) for name in ("Bleu_4", "METEOR", "CIDEr")}
+        args.results.write_text(json.dumps(kept, indent=2) + "\n")
     total = sum(stage["seconds"] for stage in stages.values())
-    print(f"in all: {total / 60:.1f} min on {kept['cpu']}")
+    print(f"in all: {total / 60:.1f} min on {', '.join(sorted({stage.get('cpu', '?') for stage in stages.values()}))}")
+    write_between(REPO / "docs/benchmarks.md", "flickr8k-stages",
+                  "python -m studies.flickr8k.stage_times --data DATA --cache CACHE --out OUT", table(kept))
 
 
 if __name__ == "__main__":
