@@ -57,6 +57,7 @@ from pathlib import Path
 import torch
 
 from captioning.data.vocab import Vocabulary
+from captioning.model.accelerator import accelerator_for
 from captioning.model.attention import SoftAttention
 from captioning.model.decoder import AttentionDecoder
 from captioning.model.scores import AdditiveScore
@@ -99,8 +100,10 @@ def machine() -> dict[str, str | int]:
 def make_decoder(*, annotation_dim: int, device: str) -> AttentionDecoder:
     torch.manual_seed(0)
     attention = SoftAttention(AdditiveScore(annotation_dim=annotation_dim, hidden_dim=HIDDEN, attention_dim=ATTENTION))
-    return AttentionDecoder(vocab_size=VOCAB, annotation_dim=annotation_dim, embed_dim=EMBED, hidden_dim=HIDDEN,
-                            attention=attention, gate="scalar", dropout=0.3).to(device)
+    decoder = AttentionDecoder(vocab_size=VOCAB, annotation_dim=annotation_dim, embed_dim=EMBED, hidden_dim=HIDDEN,
+                               attention=attention, gate="scalar", dropout=0.3)
+    decoder.accelerator = accelerator_for(decoder)  # the package's fast path, as build_decoder hands it out
+    return decoder.to(device)
 
 
 def make_tokens(batch: int, generator: torch.Generator) -> torch.Tensor:
@@ -152,11 +155,11 @@ def _unfused(call: Callable[..., object]) -> Callable[..., object]:
     """`call(decoder, ...)` with the decoder's fused path off for the call (ab.py shares one decoder
     between implementations)."""
     def unfused(decoder, *args, **kwargs):
-        decoder.fused = False
+        accelerator, decoder.accelerator = decoder.accelerator, None
         try:
             return call(decoder, *args, **kwargs)
         finally:
-            decoder.fused = True
+            decoder.accelerator = accelerator
     return unfused
 
 

@@ -19,25 +19,26 @@ Three seams take the options that are not in the paper (captioning/model/extras)
 handed in by captioning.model.encoder_decoder: `summary`, what the initial state is computed from (the
 paper: MeanAnnotation); `query`, what attention is queried with (the paper: PreviousState,
 captioning.model.query); and `attention` itself (soft or hard, any score; TwoGlimpses wraps two).
-This module never asks which one it holds: the fused recurrence says which decoders it computes
-(captioning.model.fused.supports).
+This module never asks which one it holds.
 
-Which code runs: `_advance` below is the model, one step of the equations above. For speed, soft
-attention with the additive score (every shipped config) trains and beam-searches through
-captioning/model/fused.py, the same equations with a hand-written backward, tested against
-`_advance` to float rounding; `model.fused=false` (AttentionDecoder(fused=False)) runs `_advance`
-for every config: set it when you edit `_advance`, or the default path will not see your edit.
+Which code runs: `_advance` below is the model, one step of the equations above. For speed, the
+builder may hand the decoder an *accelerator* (captioning.model.encoder_decoder.build_decoder,
+captioning.model.accelerator): for soft attention with the additive score (every shipped config)
+the fused path of captioning/model/fused.py, the same equations with a hand-written backward, which
+checks itself against `_advance` the first time it runs (captioning.model.fused_check) and is tested
+against it to float rounding. The decoder only asks whether it holds one; `model.fused=false` (or
+`accelerator=None`) runs `_advance` for every config.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 from torch import nn
 
-from captioning.model import fused, fused_check
 from captioning.model.attention import AttentionOutput, Draws, Memory
 from captioning.model.query import PreviousState
 from captioning.model.state import DecoderState
@@ -121,17 +122,35 @@ class DecoderOutput:
     locations: torch.Tensor | None = None  # [B, T] long, hard attention's s_t; -1 where it used the expectation
 
 
+class Accelerator(Protocol):
+    """A faster computation of some decoders' steps (captioning.model.accelerator.FusedPath), handed
+    to a decoder by its builder: the decoder asks it for its teacher-forced recurrence, decoding for a
+    step that each image's rows share. Each checks itself against the step-by-step path before its
+    first use."""
+
+    def recurrence(self, decoder: AttentionDecoder, memory: Memory, state: DecoderState, embedded: torch.Tensor,
+                   batch_sizes: list[int], *, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """As `stepwise_recurrence`, for soft attention: h [N, H], z [N, D], alpha [N, L]. `like`: the
+        batch's annotations [B, L, D], what its first-use check is shaped as."""
+
+    def grouped_step(self, decoder: AttentionDecoder, memory: Memory, *, group: int, like: torch.Tensor
+                     ) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, ...]]:
+        """One decoding step for `group` rows per image that share the image's memory:
+        (h, c [B*group, H], tokens [B*group]) -> logits [B*group, V], h, c, alpha [B*group, L]."""
+
+
 class AttentionDecoder(nn.Module):
     def __init__(self, *, vocab_size: int, annotation_dim: int, embed_dim: int, hidden_dim: int,
                  attention: nn.Module, gate: str = "scalar", dropout: float = 0.3, deep_output: str = "linear",
                  summary: Callable[..., nn.Module] = MeanAnnotation, query: nn.Module | None = None,
-                 fused: bool = True):
+                 accelerator: Accelerator | None = None):
         """`summary` builds the module the initial state is computed from (called with
         annotation_dim); `query` makes the attention query from the state (h_{t-1}) and E y_{t-1},
-        and may carry something of its own from word to word in the state. `fused`: let the fused
-        path (captioning.model.fused) compute the steps where it can; False runs `_advance` always."""
+        and may carry something of its own from word to word in the state. `accelerator`: what
+        computes the steps faster (the builder's choice: captioning.model.accelerator); None runs
+        `_advance` always. It is no module of the decoder's: its weights are the decoder's own."""
         super().__init__()
-        self.fused = fused
+        self.accelerator = accelerator
         self.attention = attention
         self.query = query if query is not None else PreviousState()
         self.embed = nn.Embedding(vocab_size, embed_dim)  # E
@@ -155,12 +174,6 @@ class AttentionDecoder(nn.Module):
         state = DecoderState(h=torch.tanh(self.init_h(summary)), c=self.init_c(summary))
         return self.attention.prepare(annotations, draws=draws), state
 
-    @property
-    def fusable(self) -> bool:
-        """Whether the fused path computes this decoder's steps: asked for (`fused`), and a decoder it
-        implements (captioning.model.fused.supports)."""
-        return self.fused and fused.supports(self)
-
     def _advance(self, memory: Memory, state: DecoderState,
                  embedded: torch.Tensor) -> tuple[DecoderState, torch.Tensor, AttentionOutput]:
         """One recurrence step: attend, gate, update the LSTM. embedded [B, E]."""
@@ -170,7 +183,7 @@ class AttentionDecoder(nn.Module):
         h, c = self.lstm(torch.cat([embedded, z], dim=1), (state.h, state.c))  # Eqs. 1-3
         return DecoderState(h, c, state.carried), z, attended
 
-    def _output(self, embedded: torch.Tensor, h: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+    def word_logits(self, embedded: torch.Tensor, h: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         """Deep output layer, Eq. 7; works on [B, E] or [B, T, E] alike."""
         hidden = self.deep(embedded + self.out_h(self.dropout(h)) + self.out_z(z))
         return self.out(self.dropout(hidden))
@@ -180,7 +193,7 @@ class AttentionDecoder(nn.Module):
         """One word for decoding: previous tokens [B] -> logits [B, V], new state, attention."""
         embedded = self.embed(tokens)  # [B, E]
         state, z, attended = self._advance(memory, state, embedded)
-        return self._output(embedded, state.h, z), state, attended
+        return self.word_logits(embedded, state.h, z), state, attended
 
     def forward(self, annotations: torch.Tensor, inputs: torch.Tensor, *,
                 lengths: torch.Tensor | None = None, draws: Draws | None = None) -> DecoderOutput:
@@ -194,9 +207,9 @@ class AttentionDecoder(nn.Module):
         its cells (captioning.model.attention.Draws), handed in by the training step.
 
         Only the recurrence runs step by step, on the rows still running (`Packing`): the output
-        layer (Eq. 7), the largest product, runs once over the real positions. Soft attention with the
-        additive score (the paper's default) takes the fused path of captioning.model.fused unless
-        `fused` is False; any other attention runs `_advance` step by step.
+        layer (Eq. 7), the largest product, runs once over the real positions. The recurrence is the
+        accelerator's where the builder gave one (soft attention with the additive score, unless
+        model.fused=false), `_advance` step by step otherwise.
         """
         packing = pack_by_length(lengths, batch=inputs.shape[0], steps=inputs.shape[1], device=inputs.device)
         annotations, inputs = packing.sort(annotations), packing.sort(inputs)
@@ -204,13 +217,13 @@ class AttentionDecoder(nn.Module):
             draws = draws.select(packing.order)
         embedded = self.embed(packing.positions(inputs))  # [N, E], E y_{t-1} at the real positions only
         memory, state = self.prepare(annotations, draws=draws)
-        if self.fusable:
-            fused_check.prove_recurrence(self, annotations)  # once per decoder: both paths, a tiny batch
-            hs, zs, alphas = fused.recurrence(self, memory, state, embedded, packing.batch_sizes)
+        if self.accelerator is not None:
+            hs, zs, alphas = self.accelerator.recurrence(self, memory, state, embedded, packing.batch_sizes,
+                                                         like=annotations)
             hard: dict[str, torch.Tensor | None] = {"log_prob": None, "entropy": None, "location": None}
         else:
-            hs, zs, alphas, hard = self._stepwise_recurrence(memory, state, embedded, packing.batch_sizes)
-        logits = self._output(embedded, hs, zs)  # [N, V], Eq. 7 once over all real positions
+            hs, zs, alphas, hard = self.stepwise_recurrence(memory, state, embedded, packing.batch_sizes)
+        logits = self.word_logits(embedded, hs, zs)  # [N, V], Eq. 7 once over all real positions
         return DecoderOutput(
             logits=packing.unpack(logits),  # [B, T, V]
             alphas=packing.unpack(alphas),  # [B, T, L]
@@ -219,7 +232,7 @@ class AttentionDecoder(nn.Module):
             locations=packing.unpack(hard["location"], fill=-1),  # [B, T], -1: no cell chosen
         )
 
-    def _stepwise_recurrence(self, memory: Memory, state: DecoderState, embedded: torch.Tensor, batch_sizes: list[int]
+    def stepwise_recurrence(self, memory: Memory, state: DecoderState, embedded: torch.Tensor, batch_sizes: list[int]
                              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict[str, torch.Tensor | None]]:
         """Any attention: `_advance` on the running prefix of each step. embedded [N, E], packed.
 

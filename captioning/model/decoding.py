@@ -26,7 +26,6 @@ from dataclasses import dataclass
 
 import torch
 
-from captioning.model import fused, fused_check
 from captioning.model.attention import Draws, choosing
 from captioning.model.decoder import AttentionDecoder, DecoderState
 from captioning.model.ensemble import Ensemble, EnsembleState, mean_log_probs
@@ -93,10 +92,10 @@ def stepper(decoder: AttentionDecoder, annotations: torch.Tensor, group: int, *,
             differentiable: bool = False) -> tuple[Step, DecoderState]:
     """One decoding step for `group` rows per image (beams, or samples), and the initial state [B*group, H].
 
-    The image-side work (keys, h_0, c_0) is done once per image. Soft attention with the additive
-    score shares each image's memory among its rows (captioning.model.fused.GroupedStep), unless the
-    step must keep its graph (`differentiable`: self-critical training); any other attention gets
-    the memory rows repeated once per row. `draws`: hard attention's randomness while training
+    The image-side work (keys, h_0, c_0) is done once per image. A decoder with an accelerator (soft
+    attention with the additive score: captioning.model.fused.GroupedStep) shares each image's memory
+    among its rows, unless the step must keep its graph (`differentiable`: self-critical training);
+    any other gets the memory rows repeated once per row. `draws`: hard attention's randomness while training
     (its chance of the expectation; each image's coin is flipped before its rows are made, so they
     share it). Soft attention chooses no cell: its locations are -1.
     """
@@ -107,9 +106,8 @@ def stepper(decoder: AttentionDecoder, annotations: torch.Tensor, group: int, *,
     rows = torch.arange(annotations.shape[0], device=annotations.device).repeat_interleave(group)  # [B*group]
     state = state.select(rows)
     none = torch.full((rows.shape[0],), -1, dtype=torch.long, device=annotations.device)  # [B*group]
-    if decoder.fusable and not differentiable:
-        fused_check.prove_grouped_step(decoder, annotations)  # once per decoder
-        grouped = fused.GroupedStep(decoder, keys=memory.keys, annotations=memory.annotations, group=group)
+    if decoder.accelerator is not None and not differentiable:
+        grouped = decoder.accelerator.grouped_step(decoder, memory, group=group, like=annotations)
 
         def step(state: DecoderState, tokens: torch.Tensor) -> StepOutput:
             logits, h, c, alpha = grouped(state.h, state.c, tokens)

@@ -19,6 +19,7 @@ from torch import nn
 
 from captioning.config import Config, ModelConfig
 from captioning.config.registry import SCORES
+from captioning.model.accelerator import accelerator_for
 from captioning.model.attention import Draws, HardAttention, SoftAttention
 from captioning.model.decoder import AttentionDecoder, DecoderOutput, MeanAnnotation
 from captioning.model.decoding import Captions, decode
@@ -89,9 +90,11 @@ def build_decoder(model: ModelConfig, *, vocab_size: int, annotation_dim: int,
         if grid is None:
             raise ValueError("model.extras.init=layout needs the annotation grid (Hg, Wg)")
         summary = functools.partial(LayoutSummary, cells=grid[0] * grid[1])
-    return AttentionDecoder(vocab_size=vocab_size, annotation_dim=annotation_dim, embed_dim=model.embed_dim,
-                            hidden_dim=model.hidden_dim, attention=attention, gate=model.gate, dropout=model.dropout,
-                            deep_output=model.deep_output, summary=summary, query=query, fused=model.fused)
+    decoder = AttentionDecoder(vocab_size=vocab_size, annotation_dim=annotation_dim, embed_dim=model.embed_dim,
+                               hidden_dim=model.hidden_dim, attention=attention, gate=model.gate,
+                               dropout=model.dropout, deep_output=model.deep_output, summary=summary, query=query)
+    decoder.accelerator = accelerator_for(decoder, enabled=model.fused)  # the fused path where it applies
+    return decoder
 
 
 # On a CPU the encoder runs this many images at a time (see EncoderDecoder.encode).

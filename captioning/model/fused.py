@@ -231,4 +231,4 @@ class GroupedStep:
         z = torch.sigmoid(gate + d.gate.bias) * context  # beta_t * z_t, Sec. 4.2.1
         gates = torch.addmm(recurrent + word_gates(d, embedded), z, d.lstm.weight_ih[:, embedded.shape[1]:].t())
         *_, c, _, h = _lstm_pointwise(gates, c)
-        return d._output(embedded, h, z), h, c, alpha.view(batch * self.group, cells)
+        return d.word_logits(embedded, h, z), h, c, alpha.view(batch * self.group, cells)

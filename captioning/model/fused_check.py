@@ -87,7 +87,7 @@ def prove_recurrence(decoder: torch.nn.Module, like: torch.Tensor) -> None:
                 if name == "fast":
                     h, z, alpha = fused.recurrence(decoder, memory, state, inputs[1], batch_sizes)
                 else:
-                    h, z, alpha, _ = decoder._stepwise_recurrence(memory, state, inputs[1], batch_sizes)
+                    h, z, alpha, _ = decoder.stepwise_recurrence(memory, state, inputs[1], batch_sizes)
                 # a fixed random direction through all three outputs, so every gradient is exercised
                 direction = torch.Generator().manual_seed(1)
                 total = sum((torch.randn(out.shape, generator=direction, device="cpu").to(device, out.dtype)

@@ -9,6 +9,7 @@ import torch
 
 from captioning.data.vocab import Vocabulary
 from captioning.model import fused_check
+from captioning.model.accelerator import accelerator_for
 from captioning.model.attention import SoftAttention
 from captioning.model.decoder import AttentionDecoder
 from captioning.model.decoding import Captions, beam_search, decode, greedy, repeated_ngrams
@@ -271,7 +272,7 @@ def test_image_side_work_is_done_once_per_image_not_per_beam_or_step(fused):
     Redoing the image side per beam would add to the first part; redoing it per step would add the
     same per-image work to every step, whatever K."""
     decoder, annotations = make_decoder(0), make_annotations(0, batch=3)
-    decoder.fused = fused
+    decoder.accelerator = accelerator_for(decoder, enabled=fused)
     fused_check.prove_grouped_step(decoder, annotations)  # the fast path's one-time check, not counted
     with torch.no_grad():
         decoder.out.bias[END] = -1e4  # no caption ends: every search runs its max_length steps

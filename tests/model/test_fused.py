@@ -16,6 +16,7 @@ import torch
 
 from captioning.data.vocab import Vocabulary
 from captioning.model import fused
+from captioning.model.accelerator import accelerator_for
 from captioning.model.attention import SoftAttention
 from captioning.model.decoder import AttentionDecoder
 from captioning.model.decoding import beam_search
@@ -32,14 +33,15 @@ def make_decoder(seed: int = 0, *, gate: str = "scalar", dtype=torch.float64, dr
     torch.manual_seed(seed)
     attention = SoftAttention(AdditiveScore(annotation_dim=D, hidden_dim=H, attention_dim=A))
     decoder = AttentionDecoder(vocab_size=V, annotation_dim=D, embed_dim=E, hidden_dim=H, attention=attention,
-                               gate=gate, dropout=dropout, fused=fused)
+                               gate=gate, dropout=dropout)
+    decoder.accelerator = accelerator_for(decoder, enabled=fused)  # as build_decoder hands it out
     return decoder.to(dtype)
 
 
 def stepwise(decoder: AttentionDecoder) -> AttentionDecoder:
     """The same weights on the step-by-step path."""
     twin = copy.deepcopy(decoder)
-    twin.fused = False
+    twin.accelerator = None
     return twin
 
 
@@ -70,7 +72,7 @@ def outputs_and_gradients(decoder: AttentionDecoder, annotations, inputs, target
 
 def test_the_default_and_the_switch_give_the_same_numbers_by_different_roundings():
     """Guards the comparisons below: the default decoder and its step-by-step twin (`stepwise`, and
-    the constructor's fused=False) must be two computations, or they would compare a path with itself.
+    one built without an accelerator) must be two computations, or they would compare a path with itself.
     In float32 two arrangements of the same products agree to rounding, never bit for bit."""
     decoder = make_decoder(2, dtype=torch.float32)
     annotations, inputs, _, _ = make_batch(2, dtype=torch.float32)
@@ -148,6 +150,7 @@ def test_with_grid_coordinates_the_fused_path_equals_the_stepwise_one():
                               inputs=(GridCoordinates(grid=(3, 3)),))
     decoder = AttentionDecoder(vocab_size=V, annotation_dim=D, embed_dim=E, hidden_dim=H, attention=attention,
                                dropout=0.0).to(torch.float64)
+    decoder.accelerator = accelerator_for(decoder)
     annotations, inputs, targets, mask = make_batch(3)
     (output, loss, grads), (want, want_loss, want_grads) = (
         outputs_and_gradients(d, annotations, inputs, targets, mask) for d in (decoder, stepwise(decoder)))
@@ -303,3 +306,35 @@ def test_model_fused_false_reaches_the_decoder_and_leaves_the_records_model_dige
     default = load_config(None, [])
     assert model_settings(default) == model_settings(load_config(None, ["model.fused=false"]))
     assert model_settings(default) != model_settings(load_config(None, ["model.gate=vector"]))
+
+
+def test_the_builder_chooses_the_accelerator_and_the_decoder_imports_none():
+    """build_decoder hands the fused path to the decoders it computes and to no other; the decoder
+    module imports neither the fused path nor its check (it only asks whether it holds one)."""
+    import ast
+
+    from captioning.model.accelerator import FusedPath
+    from tests.tiny import REPO
+
+    assert isinstance(build([]).accelerator, FusedPath)
+    for overrides in (["model.fused=false"], ["model.attention=hard"], ["model.score=dot"],
+                      ["model.extras.query_word=true"]):
+        assert build(overrides).accelerator is None, overrides
+    tree = ast.parse((REPO / "captioning/model/decoder.py").read_text())
+    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    imported |= {alias.name for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))
+                 for alias in node.names}
+    assert not {name for name in imported if "fused" in name or "accelerator" in name}, imported
+
+
+def test_a_decoder_whose_score_was_swapped_after_it_was_built_stops_rather_than_run_the_old_path():
+    from captioning.model.fused_check import FastPathError
+    from captioning.model.scores import DotScore
+
+    decoder = build([])
+    decoder.attention.score = DotScore(annotation_dim=D, hidden_dim=16, attention_dim=7).to(torch.float64)
+    annotations, inputs, _, _ = make_batch(3)
+    with pytest.raises(FastPathError, match="no longer soft attention with the additive score"):
+        decoder(annotations, inputs, lengths=LENGTHS)
+    decoder.accelerator = None  # the way out it names
+    decoder(annotations, inputs, lengths=LENGTHS)

@@ -7,6 +7,7 @@ import torch
 
 from captioning.config import ConfigError, load_config
 from captioning.data.vocab import Vocabulary
+from captioning.model.accelerator import accelerator_for
 from captioning.model.attention import Memory
 from captioning.model.decoder import AttentionDecoder
 from captioning.model.decoding import beam_search, greedy
@@ -65,7 +66,7 @@ def test_teacher_forcing_with_ragged_lengths_equals_step_by_step(score, position
     decoder = make_decoder(1, score=score, position=position)
     annotations, tokens = make_inputs(2)
     lengths = torch.tensor([4, T, 2])  # unsorted, so the packed path sorts and shrinks the batch
-    assert not decoder.fusable  # the fused recurrence knows one glimpse only
+    assert accelerator_for(decoder) is None  # the fused recurrence knows one glimpse only
     assert_teacher_forcing_equals_stepping(decoder, annotations, tokens, lengths)
 
 

@@ -74,7 +74,7 @@ def test_teacher_forcing_with_ragged_lengths_equals_step_by_step(overrides):
     decoder = make_decoder(2, *overrides)
     annotations, tokens = make_inputs(2)
     lengths = torch.tensor([4, T, 2])  # unsorted, so the packed path sorts and shrinks the batch
-    assert not decoder.fusable  # the fused recurrence queries with h_{t-1} alone
+    assert decoder.accelerator is None  # the fused recurrence queries with h_{t-1} alone
     assert_teacher_forcing_equals_stepping(decoder, annotations, tokens, lengths)
 
 
@@ -96,5 +96,5 @@ def test_config_sizes_both_queries_and_the_paper_keeps_its_own():
     assert decoder.attention.first.score.query.in_features == m.hidden_dim + m.embed_dim  # [h; E y]
     assert decoder.attention.second.score.query.in_features == m.hidden_dim + m.embed_dim + D + 2  # [h; E y; z_t]
     paper = build_decoder(load_config(None, []).model, vocab_size=V, annotation_dim=D)
-    assert isinstance(paper.query, PreviousState) and paper.fusable  # off by default: the paper's query, fused
+    assert isinstance(paper.query, PreviousState) and paper.accelerator is not None  # the paper's query: fused
     assert paper.attention.score.query.in_features == m.hidden_dim

@@ -159,6 +159,6 @@ def test_both_self_attentions_compose_with_every_score_and_both_kinds(score, kin
 
 
 def test_grid_attention_keeps_the_fused_path_and_word_attention_leaves_it():
-    assert make_decoder(0, words=False, heads=2).fusable
-    assert not make_decoder(0, words=True).fusable
+    assert make_decoder(0, words=False, heads=2).accelerator is not None
+    assert make_decoder(0, words=True).accelerator is None
     assert isinstance(make_decoder(0, words=False).query, PreviousState)
