@@ -76,3 +76,34 @@ def test_the_objective_example_orders_its_first_epoch_and_trains_a_run_under_its
     assert later != sorted(later)  # a shuffled epoch (seeded), not the curriculum
     fit(config)
     assert (tmp_path / "run" / "last.pt").is_file()
+
+
+def test_the_loss_term_example_adds_its_weighted_term_to_the_loss_and_the_logs(registries, tiny_config, tmp_path):
+    import json
+
+    from captioning.train.loop import fit
+    from captioning.train.step import paper_loss
+
+    namespace: dict = {}
+    exec(compile(example("A term of the loss"), "docs/architecture.md", "exec"), namespace)
+    assert OBJECTIVES["xe_sharp"] is namespace["SharpMaps"]
+    config = tiny_config(tmp_path / "run", "train.objective=xe_sharp", "train.max_steps=2", "train.log_every_steps=1")
+    # the loss with the term is the paper's plus 0.01 times the maps' entropy, computed here by hand
+    torch.manual_seed(0)
+    decoder = build_decoder(config.model, vocab_size=9, annotation_dim=6, grid=(2, 2))
+    decoder.dropout.p = 0.0  # the two forwards see the same decoder
+    from captioning.data.dataset import Batch
+
+    tokens = torch.tensor([[1, 5, 6, 7, 2], [1, 8, 2, 0, 0]])
+    batch = Batch(annotations=torch.randn(2, 4, 6), tokens=tokens, lengths=torch.tensor([5, 3]))
+    probe = object.__new__(namespace["SharpMaps"])
+    with_term = paper_loss(decoder, batch, ds_lambda=0.0, terms=probe.terms)
+    without = paper_loss(decoder, batch, ds_lambda=0.0)
+    alphas = decoder(batch.annotations, tokens[:, :-1]).alphas.detach()
+    words = [(row, t) for row in range(2) for t in range(4) if tokens[row, t + 1] != 0]
+    entropy = sum(-sum(float(a) * float(torch.log(a)) for a in alphas[row, t]) for row, t in words) / len(words)
+    assert float((with_term.value - without.value).detach()) == pytest.approx(0.01 * entropy, rel=1e-4)
+    assert float(with_term.stats["map_entropy"].detach()) == pytest.approx(0.01 * entropy, rel=1e-4)
+    fit(config)
+    logged = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
+    assert any("map_entropy" in row and row["map_entropy"] > 0 for row in logged)

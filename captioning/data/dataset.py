@@ -52,6 +52,14 @@ class Batch:
         """What the model reads: cached annotations, or images for its encoder."""
         return self.annotations if self.annotations is not None else self.images
 
+    def __len__(self) -> int:
+        return self.tokens.shape[0]
+
+    def counts(self) -> dict[str, float]:
+        """What processes weigh their parts of a global batch by (captioning.runtime.distributed.agree):
+        the target words (every term of the loss is divided by them) and the pairs."""
+        return {"words": float((self.tokens[:, 1:] != Vocabulary.pad_id).sum()), "images": float(len(self))}
+
 
 Words = Callable[[list[str]], list[str]]  # how a caption's words are read (data/mirror.py swaps some)
 

@@ -6,9 +6,10 @@ Notation: B batch, T caption steps, L grid cells, D channels, S input side.
       Hardware.setup         where it computes: device, processes, precision (hardware.py)
       Run.start              the checkpoint to resume (or warm-start from), the data, build_model,
                              build_optimizer (build.py), restore (or warm_start)
-      Run.fit                epochs of Run.step (one optimizer step of the objective: objective.py,
-                             cross_entropy.py, scst.py), Run.validation_round after each epoch (and every
-                             train.eval_every_steps), checkpoints (captioning/checkpoint.py)
+      Run.fit                epochs of Run.step (one optimizer step: the objective's loss, objective.py,
+                             cross_entropy.py, scst.py, applied by stepping.py), Run.validation_round
+                             after each epoch (and every train.eval_every_steps), checkpoints
+                             (captioning/checkpoint.py)
 
 Under torchrun the processes agree, once per step, on everything that changes their path (stop
 signals, non-finite losses, empty parts of a batch: distributed.agree), so none waits on another.
@@ -54,6 +55,7 @@ from captioning.train.record import run_record, run_weights
 from captioning.train.resume import Progress, restore_run, run_payload
 from captioning.train.signals import StopSignals
 from captioning.train.step import TrainingError
+from captioning.train.stepping import Stepping
 from captioning.train.validation import report, validation_metrics
 from captioning.train.warm_start import model_differences, warm_start, warm_vocabulary
 
@@ -74,6 +76,7 @@ class Run:
         self.agreement = distributed.Agreement()  # what the processes agreed on at the last step
         self.module: nn.Module | None = None  # the trained graph, wrapped in DDP under torchrun (start)
         self.objective: Objective | None = None  # train.objective (start)
+        self.stepping: Stepping | None = None  # how each of its steps is taken (start)
         self.log: RunLog | None = None
         self.record: dict[str, Any] | None = None  # written into every checkpoint (save)
         self.started = time.time()
@@ -109,8 +112,9 @@ class Run:
         if checkpoint is None and hardware.context.rank:  # other processes: other dropout masks, from the seed
             torch.manual_seed(t.seed + 1000 * hardware.context.rank)
         run.module = run.wrap(EncoderDecoder(decoder=model.decoder, encoder=model.encoder))
-        run.objective = OBJECTIVES[t.objective](config, data=data, model=model, module=run.module,
-                                                optimizer=optimizer, scaler=run.scaler, hardware=hardware)
+        run.objective = OBJECTIVES[t.objective](config, data=data, model=model, module=run.module, hardware=hardware)
+        run.stepping = Stepping(config, objective=run.objective, model=model, module=run.module, optimizer=optimizer,
+                                scaler=run.scaler, hardware=hardware, training_images=len(data.train.records))
         if checkpoint is not None:  # hard attention's baseline (the REINFORCE state of its objective)
             run.objective.load_state_dict(checkpoint.get("reinforce", {}))
         if hardware.context.is_main:
@@ -164,8 +168,8 @@ class Run:
     def step(self, batch: Any, *, size: int) -> dict[str, float] | None:
         """One optimizer step of the objective on this process's part of a global batch of `size`;
         the numbers to log, or None (a skipped step, or nothing of the batch here)."""
-        result = self.objective.step(batch, step=self.progress.step, size=size,
-                                     received=self.signals.received if self.signals else None)
+        result = self.stepping(batch, step=self.progress.step, size=size,
+                               received=self.signals.received if self.signals else None)
         self.agreement = result.agreement
         applied = self.progress.count(result, max_bad_steps=self.config.train.max_bad_steps)
         # The weights' average (train.ema_decay) follows applied steps only: a skipped step changed no
@@ -276,7 +280,7 @@ class Run:
         # DDP's reducer holds the gloo process group. Left to the interpreter's exit (the Run sits in
         # reference cycles), it is destroyed after destroy_process_group, and gloo's threads can abort
         # the process ("terminate called without an active exception", SIGABRT).
-        self.module = self.objective = None
+        self.module = self.objective = self.stepping = None
         if self.context.enabled:
             gc.collect()
 

@@ -1,17 +1,21 @@
-"""The objective seam: what a run trains towards, and what one optimizer step of it reports.
+"""The objective seam: what a run trains towards, as a loss.
 
 A run (captioning.train.loop.Run) keeps what every objective shares: the epochs, the progress, the
-skipped steps, the weights' average, validation and checkpoints. It asks its objective for the rest:
+skipped steps, the weights' average, validation and checkpoints; and each optimizer step's plumbing
+(captioning.train.stepping.Stepping: this process's part of a global batch, a stand-in where that
+part is empty, what the processes agree on, unreadable images, the gradients applied). It asks its
+objective for the rest:
 
     batches(epoch)        the epoch's global batches: lists of indices into `items`, a function of
                           (train.seed, epoch) alone (the run takes this process's part of each)
     items, collate        what an index reads and how a batch of them is put together
-    step(batch, ...)      one optimizer step on this process's part of a global batch -> StepResult
+    loss(batch, ...)      the loss of this process's part of a global batch, and its statistics -> Loss
     state_dict()          what the objective keeps across a resume (and load_state_dict)
 
 Two objectives, one module each: cross_entropy.CrossEntropy, the paper's (Eq. 14 on (image, caption)
 pairs, with hard attention's REINFORCE terms, Sec. 4.1), and scst.SelfCriticalObjective (Rennie et
-al., 2017, on images; train.objective: scst). A third would be a third module.
+al., 2017, on images; train.objective: scst). A third would be a third module; a new term of the
+paper's loss is a function and a line (CrossEntropy.terms; docs/architecture.md shows one).
 """
 
 from __future__ import annotations
@@ -20,9 +24,26 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import torch
 from torch.utils.data import Dataset
 
 from captioning.runtime.distributed import Agreement
+
+
+@dataclass(frozen=True)
+class Loss:
+    """One batch's loss, as an objective hands it to the step that applies it.
+
+    `value`: the scalar to minimize, on the device, each term summed over the batch's items and
+    divided as the objective documents (the run weights it by this process's share of the global
+    batch). `stats`: what a run logs beside it, floats or 0-dim tensors (brought to the host with the
+    loss, in one trip). `applied`: what to do once the step is known to be applied (a running
+    statistic moved by the batch, e.g. REINFORCE's moving-average baseline), never after a skipped
+    step, whose numbers may not be finite."""
+
+    value: torch.Tensor
+    stats: dict[str, torch.Tensor | float] = field(default_factory=dict)
+    applied: Callable[[], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -43,10 +64,10 @@ class Objective(Protocol):
 
     def batches(self, epoch: int) -> list[list[int]]: ...
 
-    def step(self, batch: Any, *, step: int, size: int, received: int | None) -> StepResult:
-        """One optimizer step on this process's part of a global batch of `size` items, at the run's
-        `step` (steps done before it); `received`: a stop signal this process got, for the processes
-        to agree on."""
+    def loss(self, batch: Any, *, step: int, size: int, counted: bool = True) -> Loss:
+        """The loss of this process's part `batch` (on the device) of a global batch of `size` items,
+        at the run's `step` (steps done before it). `counted` False: the batch is a stand-in for an
+        empty part (Stepping), whose items must not count in anything pooled across processes."""
 
     def state_dict(self) -> dict[str, Any]: ...
 

@@ -35,14 +35,13 @@ from captioning.data.vocab import Vocabulary
 from captioning.model.attention import Draws, choosing, hard_attention, sample
 from captioning.model.decoder import AttentionDecoder
 from captioning.model.decoding import greedy, stepper, unroll
-from captioning.runtime.distributed import Agreement
 from captioning.runtime.hardware import Hardware
 from captioning.runtime.precision import FULL_PRECISION, Precision
 from captioning.train.build import RunModel
 from captioning.train.cider import CiderD
 from captioning.train.losses import leave_one_out
-from captioning.train.objective import StepResult
-from captioning.train.step import apply_gradients, expectation_prob_at
+from captioning.train.objective import Loss, StepResult
+from captioning.train.step import expectation_prob_at, take_step
 
 
 @dataclass
@@ -51,6 +50,16 @@ class ImageRows:
 
     images: torch.Tensor  # [B] long: rows of the training split
     annotations: torch.Tensor  # [B, L, D]
+
+    failures = ()  # cached annotations: every image is readable
+
+    def __len__(self) -> int:
+        return self.images.shape[0]
+
+    def counts(self) -> dict[str, float]:
+        """What processes would weigh their parts by (Batch.counts): the images, for both (the words
+        are only known once sampled; self-critical training runs in one process)."""
+        return {"words": float(len(self)), "images": float(len(self))}
 
     def to(self, device: torch.device, non_blocking: bool = False) -> ImageRows:
         # The cache's fp16 rows are widened after the move: half the bytes pinned and copied.
@@ -144,21 +153,27 @@ class SelfCritical:
         return loss, {"reward": float(sampled.mean()), "baseline": float(baseline.mean()),
                       "ended": float((tokens == Vocabulary.end_id).any(dim=1).float().mean())}
 
-    def step(self, decoder: AttentionDecoder, batch: ImageRows, optimizer: torch.optim.Optimizer, *,
-             grad_clip: float, step: int, precision: Precision = FULL_PRECISION,
-             scaler: torch.amp.GradScaler | None = None, hard_choice: str | None = None,
-             hard_warmup: int = 0) -> StepResult:
-        """One optimizer step of the self-critical loss (skipped where not finite: apply_gradients).
-        Hard attention's coins are flipped at the run's chance of the expectation at `step`, which
-        warms up over `hard_warmup` steps (captioning.train.step.expectation_prob_at)."""
+    def loss_at(self, decoder: AttentionDecoder, batch: ImageRows, *, step: int,
+                precision: Precision = FULL_PRECISION, hard_choice: str | None = None, hard_warmup: int = 0) -> Loss:
+        """The self-critical loss of a batch at the run's `step`, as a step applies it. Hard attention's
+        coins are flipped at the run's chance of the expectation at `step`, which warms up over
+        `hard_warmup` steps (captioning.train.step.expectation_prob_at)."""
         decoder.train()
         hard = hard_attention(decoder)
         draws = None if hard is None else Draws(expectation_prob=expectation_prob_at(
             step, expectation_prob=hard.expectation_prob, warmup=hard_warmup))
         loss, stats = self.loss(decoder, batch, precision=precision, hard_choice=hard_choice, draws=draws)
-        applied = apply_gradients(loss, loss, list(decoder.parameters()), optimizer, grad_clip=grad_clip,
-                                  scaler=scaler)
-        return StepResult({"loss": applied.loss, "grad_norm": applied.norm, **stats}, skipped=applied.skipped)
+        return Loss(loss, stats)
+
+    def step(self, decoder: AttentionDecoder, batch: ImageRows, optimizer: torch.optim.Optimizer, *,
+             grad_clip: float, step: int, precision: Precision = FULL_PRECISION,
+             scaler: torch.amp.GradScaler | None = None, hard_choice: str | None = None,
+             hard_warmup: int = 0) -> StepResult:
+        """One optimizer step of the self-critical loss (skipped where not finite: apply_gradients), as
+        a run takes it (captioning.train.step.take_step)."""
+        loss = self.loss_at(decoder, batch, step=step, precision=precision, hard_choice=hard_choice,
+                            hard_warmup=hard_warmup)
+        return take_step(loss, list(decoder.parameters()), optimizer, grad_clip=grad_clip, scaler=scaler)
 
 
 @OBJECTIVES.register("scst", settings="train.scst")
@@ -166,11 +181,9 @@ class SelfCriticalObjective:
     """train.objective: scst as a run's objective: batches of training images (their cached
     annotations), each stepped by SelfCritical, in one process (a run refuses it under torchrun)."""
 
-    def __init__(self, config: Config, *, data: RunData, model: RunModel, module: torch.nn.Module,
-                 optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler, hardware: Hardware):
-        """As CrossEntropy's; it steps the decoder itself (`module` is the one DDP would wrap)."""
-        self.config, self.decoder, self.optimizer, self.hardware = config, model.decoder, optimizer, hardware
-        self.scaler = scaler if scaler.is_enabled() else None
+    def __init__(self, config: Config, *, data: RunData, model: RunModel, module: torch.nn.Module, hardware: Hardware):
+        """As CrossEntropy's; its loss reads the decoder itself (`module` is the one DDP would wrap)."""
+        self.config, self.decoder, self.hardware = config, model.decoder, hardware
         self.critic = SelfCritical(config.train.scst, references=data.captions, vocab=data.vocab,
                                    max_length=config.decode.max_length)
         self.items, self.collate = TrainingImages(data.train.annotations), collate_image_rows
@@ -199,12 +212,9 @@ class SelfCriticalObjective:
         t = self.config.train
         return image_batches(self.images, batch_size=t.batch_size, seed=t.seed, epoch=epoch)
 
-    def step(self, batch: ImageRows, *, step: int, size: int, received: int | None) -> StepResult:
-        result = self.critic.step(self.decoder, batch.to(self.hardware.device), self.optimizer,
-                                  grad_clip=self.config.train.grad_clip, step=step, precision=self.hardware.precision,
-                                  scaler=self.scaler, hard_choice=self.hard_choice,
-                                  hard_warmup=self.config.model.hard.warmup)
-        return StepResult(result.losses, skipped=result.skipped, agreement=Agreement(signal=received))
+    def loss(self, batch: ImageRows, *, step: int, size: int, counted: bool = True) -> Loss:
+        return self.critic.loss_at(self.decoder, batch, step=step, precision=self.hardware.precision,
+                                   hard_choice=self.hard_choice, hard_warmup=self.config.model.hard.warmup)
 
     def state_dict(self) -> dict[str, Any]:
         return {}

@@ -1,5 +1,5 @@
-"""One training step: the optimizer step of cross-entropy, the doubly stochastic term and, for hard
-attention, the REINFORCE terms (Sec. 4.1 of the paper).
+"""One training step: the paper's loss (cross-entropy, the doubly stochastic term and, for hard
+attention, the REINFORCE terms of Sec. 4.1), and the optimizer step that applies any objective's loss.
 
 Notation: B batch, T caption steps, L grid cells, D channels, S input side, V vocabulary.
 
@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
+from typing import Any
 
 import torch
 from torch import nn
@@ -18,11 +20,16 @@ from torch import nn
 from captioning.data.dataset import Batch
 from captioning.data.vocab import Vocabulary
 from captioning.model.attention import Draws, hard_attention, shared_coins
+from captioning.model.decoder import DecoderOutput
 from captioning.runtime.distributed import Agreement
 from captioning.runtime.host import floats
 from captioning.runtime.precision import FULL_PRECISION, Precision
 from captioning.train.losses import Reinforce, cross_entropy, doubly_stochastic
-from captioning.train.objective import StepResult
+from captioning.train.objective import Loss, StepResult
+
+# Terms a new objective adds to the paper's loss: (decoder output, targets [B, T], mask [B, T]) ->
+# {name: weighted term} (CrossEntropy.terms).
+Terms = Callable[[DecoderOutput, torch.Tensor, torch.Tensor], dict[str, torch.Tensor]]
 
 
 class TrainingError(RuntimeError):
@@ -133,35 +140,30 @@ def stand_in_batch(*, annotations: tuple[int, int] | None = None, images: tuple[
                  lengths=torch.tensor([2]), images=None if images is None else torch.zeros(1, *images))
 
 
-def train_step(model: nn.Module, batch: Batch, optimizer: torch.optim.Optimizer, *, grad_clip: float,
-               ds_lambda: float, precision: Precision = FULL_PRECISION,
-               scaler: torch.amp.GradScaler | None = None, agree: Callable[[torch.Tensor], Agreement] | None = None,
-               reinforce: Reinforce | None = None, word_weights: torch.Tensor | None = None,
-               step: int = 0, draws: torch.Tensor | None = None, hard_warmup: int = 0,
-               stand_in: bool = False) -> StepResult:
-    """One optimizer step of Eq. 14 (cross-entropy plus lambda times the doubly stochastic term),
-    plus, when the decoder's attention samples locations (hard attention), the REINFORCE terms of
-    `reinforce` (Sec. 4.1). Every term is summed over the captions and divided by the batch's real
-    target words (losses.doubly_stochastic says why), so `ds_lambda` is the paper's lambda.
+def paper_loss(model: nn.Module, batch: Batch, *, ds_lambda: float, precision: Precision = FULL_PRECISION,
+               reinforce: Reinforce | None = None, word_weights: torch.Tensor | None = None, step: int = 0,
+               draws: torch.Tensor | None = None, hard_warmup: int = 0, counted: bool = True,
+               terms: Terms | None = None) -> Loss:
+    """Eq. 14 (cross-entropy plus lambda times the doubly stochastic term) of a batch, plus, when the
+    decoder's attention samples locations (hard attention), the REINFORCE terms of `reinforce`
+    (Sec. 4.1). Every term is summed over the captions and divided by the batch's real target words
+    (losses.doubly_stochastic says why), so `ds_lambda` is the paper's lambda.
 
     `model(batch.source, inputs)` is a decoder (on annotations) or an EncoderDecoder (needed with
-    `reinforce.location_samples` > 1: it copies each image after the encoder, so the CNN runs once per image).
-    `agree(loss)` is called between the forward and the backward, under torchrun: what the processes
-    agreed on (captioning.runtime.distributed.agree); its share weights the objective by this process's
-    share of the global batch's words, and no process updates unless every loss was finite. The
-    losses returned are this process's own. `word_weights`
-    [V] weight each target word's cross-entropy (losses.cross_entropy; None: all 1). `step` is the
-    run's optimizer steps so far: every warm-up (hard attention's coin over `hard_warmup` steps:
-    expectation_prob_at; the REINFORCE terms) reads it. `draws` [B*K, 1 + T] (hard attention): each
-    row's uniform draws (Draws.from_uniform; a run's come from row_draws) instead of torch's RNG, so
-    that the samples do not depend on how a run splits its batch. Without them hard attention draws
-    from torch's RNG: each row its own coin, or, with `reinforce.location_samples` > 1, draws made here whose
-    coins each image's rows share. `stand_in`: the
-    batch stands in for this process's empty part of a global batch (stand_in_batch), so its rewards
-    do not move the baseline either.
+    `reinforce.location_samples` > 1: it copies each image after the encoder, so the CNN runs once
+    per image). `word_weights` [V] weight each target word's cross-entropy (losses.cross_entropy;
+    None: all 1). `step` is the run's optimizer steps so far: every warm-up (hard attention's coin
+    over `hard_warmup` steps: expectation_prob_at; the REINFORCE terms) reads it. `draws` [B*K, 1 + T]
+    (hard attention): each row's uniform draws (Draws.from_uniform; a run's come from row_draws)
+    instead of torch's RNG, so that the samples do not depend on how a run splits its batch. Without
+    them hard attention draws from torch's RNG: each row its own coin, or, with
+    `reinforce.location_samples` > 1, draws made here whose coins each image's rows share.
+    `counted` False: the batch stands in for this process's empty part of a global batch
+    (stand_in_batch), so its rewards do not move the baseline. `terms(output, targets, mask)`: terms
+    added to the paper's, each already weighted, by name (CrossEntropy.terms).
 
-    Nothing the step computes moves a running statistic (the REINFORCE baseline) unless the step is
-    applied: a skipped step's rewards may not be finite.
+    The REINFORCE baseline moves by the batch's rewards only once the step is applied (the Loss's
+    `applied`): a skipped step's rewards may not be finite.
     """
     model.train()
     samples = reinforce.location_samples if reinforce is not None else 1
@@ -182,22 +184,43 @@ def train_step(model: nn.Module, batch: Batch, optimizer: torch.optim.Optimizer,
     logits = output.logits.float()  # [B, T-1, V]
     xe = cross_entropy(logits, targets, mask, word_weights=word_weights)
     ds = doubly_stochastic(output.alphas.float(), mask)
-    surrogate, terms = torch.zeros((), device=xe.device), None
+    loss, stats, applied = xe + ds_lambda * ds, {"xe": xe, "ds": ds}, None
+    for name, term in (terms(output, targets, mask) if terms is not None else {}).items():
+        loss, stats[name] = loss + term, term
     if reinforce is not None and output.log_probs is not None:  # soft attention samples nothing
-        terms = reinforce(logits=logits, targets=targets, mask=mask, log_probs=output.log_probs.float(),
-                          entropies=output.entropies.float(), locations=output.locations, step=step,
-                          counted=not stand_in)
-        surrogate = terms.loss
-    loss = xe + ds_lambda * ds + surrogate
-    agreement = Agreement() if agree is None else agree(loss)
+        estimate = reinforce(logits=logits, targets=targets, mask=mask, log_probs=output.log_probs.float(),
+                             entropies=output.entropies.float(), locations=output.locations, step=step,
+                             counted=counted)
+        loss, stats = loss + estimate.loss, {**stats, **estimate.stats}
+        applied = partial(reinforce.move, estimate)
+    return Loss(loss, stats, applied)
+
+
+def take_step(loss: Loss, parameters: list[torch.Tensor], optimizer: torch.optim.Optimizer, *, grad_clip: float,
+              scaler: torch.amp.GradScaler | None = None,
+              agree: Callable[[torch.Tensor], Agreement] | None = None) -> StepResult:
+    """One optimizer step on an objective's `loss`. `agree(loss)` is called between the forward and
+    the backward, under torchrun: what the processes agreed on (captioning.runtime.distributed.agree);
+    its share weights the loss by this process's share of the global batch's words, and no process
+    updates unless every loss was finite. The numbers returned are this process's own; the loss's
+    tensor statistics come to the host in the same trip as the loss and the gradient norm."""
+    agreement = Agreement() if agree is None else agree(loss.value)
     # Every term is a sum over this process's captions divided by its real words: its share of the
     # global batch's words makes DDP's average the one-process objective.
-    objective = agreement.share * loss
-    applied = apply_gradients(loss, objective, list(model.parameters()), optimizer, grad_clip=grad_clip,
-                              scaler=scaler, agreement=agreement, also=(xe, ds))
-    if terms is not None and not applied.skipped:
-        reinforce.move(terms)
-    xe_value, ds_value = applied.values
-    extra = {} if terms is None else terms.stats
-    return StepResult({"loss": applied.loss, "xe": xe_value, "ds": ds_value, "grad_norm": applied.norm, **extra},
-                      skipped=applied.skipped, agreement=agreement)
+    tensors = [name for name, value in loss.stats.items() if isinstance(value, torch.Tensor)]
+    applied = apply_gradients(loss.value, agreement.share * loss.value, parameters, optimizer, grad_clip=grad_clip,
+                              scaler=scaler, agreement=agreement, also=tuple(loss.stats[name] for name in tensors))
+    if loss.applied is not None and not applied.skipped:
+        loss.applied()
+    stats = {**loss.stats, **dict(zip(tensors, applied.values))}
+    return StepResult({"loss": applied.loss, **stats, "grad_norm": applied.norm}, skipped=applied.skipped,
+                      agreement=agreement)
+
+
+def train_step(model: nn.Module, batch: Batch, optimizer: torch.optim.Optimizer, *, grad_clip: float,
+               agree: Callable[[torch.Tensor], Agreement] | None = None, scaler: torch.amp.GradScaler | None = None,
+               stand_in: bool = False, **loss: Any) -> StepResult:
+    """One optimizer step of the paper's loss (paper_loss, which takes the keywords in `loss`), as a
+    run takes it (take_step): what tests and benchmarks call to step a model directly."""
+    return take_step(paper_loss(model, batch, counted=not stand_in, **loss), list(model.parameters()), optimizer,
+                     grad_clip=grad_clip, scaler=scaler, agree=agree)

@@ -127,7 +127,7 @@ def test_dry_run_reports_an_unexpected_failure_in_one_line(tmp_path: Path, capsy
     def broken(*args, **kwargs):
         raise RuntimeError("mat1 and mat2 shapes cannot be multiplied (8x512 and 256x10)\nmore detail")
 
-    monkeypatch.setattr(loop, "train_step", broken)
+    monkeypatch.setattr(loop, "paper_loss", broken)
     monkeypatch.chdir(tmp_path)
     code = train_main(["--dry-run", "model.hidden_dim=32", "model.embed_dim=16", "model.attention_dim=16"])
     errors = [line for line in capsys.readouterr().err.splitlines() if line.strip()]

@@ -93,7 +93,7 @@ def test_sigterm_saves_exits_cleanly_and_resumes_exactly(tmp_path: Path, tiny_ru
                                                          monkeypatch, capsys) -> None:
     out = tmp_path / "terminated"
     args = ["--device", "cpu", *tiny_run.overrides, f"train.out_dir={out}", *RUN]
-    real, calls = cross_entropy.train_step, []
+    real, calls = cross_entropy.paper_loss, []
 
     def terminated_at_step_5(*a, **k):
         calls.append(1)
@@ -101,12 +101,12 @@ def test_sigterm_saves_exits_cleanly_and_resumes_exactly(tmp_path: Path, tiny_ru
             os.kill(os.getpid(), signal.SIGTERM)  # what a cluster sends before preempting the job
         return real(*a, **k)
 
-    monkeypatch.setattr(cross_entropy, "train_step", terminated_at_step_5)
+    monkeypatch.setattr(cross_entropy, "paper_loss", terminated_at_step_5)
     assert train_main(args) == 128 + signal.SIGTERM
     assert "stopped by SIGTERM after 5 steps" in capsys.readouterr().err
     assert torch.load(out / "last.pt", map_location="cpu", weights_only=True)["progress"]["step"] == 5
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the handler is gone again
-    monkeypatch.setattr(cross_entropy, "train_step", real)
+    monkeypatch.setattr(cross_entropy, "paper_loss", real)
     assert train_main(["--resume", *args]) == 0
     _assert_same_run(uninterrupted, out)
 

@@ -21,7 +21,8 @@ from captioning.model.decoder import AttentionDecoder
 from captioning.model.scores import AdditiveScore
 from captioning.runtime.distributed import Agreement
 from captioning.train.losses import Reinforce
-from captioning.train.step import apply_gradients, expectation_prob_at, row_draws, stand_in_batch, train_step
+from captioning.train.objective import Loss
+from captioning.train.step import apply_gradients, expectation_prob_at, row_draws, stand_in_batch, take_step, train_step
 
 B, L, D, H, V = 4, 9, 8, 16, 12
 PAD, START, END = Vocabulary.pad_id, Vocabulary.start_id, Vocabulary.end_id
@@ -374,3 +375,24 @@ def test_the_training_step_flips_the_coins_at_the_chance_of_its_step(step, low, 
     train_step(decoder, many, optimizer, grad_clip=1.0, ds_lambda=1.0, step=step, hard_warmup=4,
                draws=draws)
     assert all(low <= float(coins.float().mean()) <= high for coins in seen) and len(seen) == 2
+
+
+def test_take_step_moves_what_a_loss_moves_only_when_its_step_is_applied() -> None:
+    """A Loss's `applied` (REINFORCE's baseline moving) runs after an applied step and after no
+    other: not where the gradient is not finite although the loss is, nor where another process's
+    loss was not (what the processes agreed on). Its tensor statistics come back as floats."""
+    weight = torch.nn.Parameter(torch.ones(2))
+    optimizer = torch.optim.SGD([weight], lr=0.1)
+    moved: list[str] = []
+
+    def loss(name: str, value: torch.Tensor) -> Loss:
+        return Loss(value, {"term": 3.0 * weight.sum(), "count": 7.0}, applied=lambda: moved.append(name))
+
+    result = take_step(loss("finite", (weight * 2.0).sum()), [weight], optimizer, grad_clip=1e9)
+    assert moved == ["finite"] and not result.skipped
+    assert result.losses["term"] == 6.0 and result.losses["count"] == 7.0 and result.losses["loss"] == 4.0
+    steep = loss("steep", torch.sqrt(weight[0] - weight[0].detach() + 0.0) + weight[1])  # sqrt at 0: infinite slope
+    assert take_step(steep, [weight], optimizer, grad_clip=1e9).skipped and moved == ["finite"]
+    elsewhere = take_step(loss("elsewhere", weight.sum()), [weight], optimizer, grad_clip=1e9,
+                          agree=lambda _: Agreement(finite=False))
+    assert elsewhere.skipped and moved == ["finite"]
