@@ -12,7 +12,8 @@ divided by the words) is taken over all of the decoder's weights, and over the d
 
     signal = |mean gradient|^2,   noise = mean |gradient - mean gradient|^2,
 
-each against |cross-entropy gradient|^2 of the same rows (the term that trains the words). The
+each against |cross-entropy gradient|^2 of the same rows (the term that trains the words); the
+mean over draws still holds 1/D of the noise, which the table takes out (unbiased_signal). The
 baselines: none (b = 0); the run's moving average, stood in for by the mean reward of the *other*
 batches (what a moving average over recent batches holds); the batch's own mean reward (the best a
 single number per batch can do); leave-one-out over a caption's K samples (K >= 2). The reward
@@ -117,17 +118,32 @@ def measure(decoder: nn.Module, batches: list, *, draws: int, seed: int) -> dict
     return result
 
 
+def unbiased_signal(row: dict, draws: int) -> float:
+    """|E gradient|^2 / |cross-entropy gradient|^2 without the noise that the mean of `draws` draws
+    still holds: E|mean|^2 = |E g|^2 + tr(Cov)/D, and `noise` (the spread about the mean) is
+    (D - 1)/D tr(Cov)."""
+    return row["signal_over_xe"] - row["noise_over_xe"] / (draws - 1)
+
+
 def table(result: dict) -> str:
-    lines = ["| samples per caption | baseline | noise / cross-entropy | signal / cross-entropy | noise / signal |",
-             "|---|---|---|---|---|"]
+    """Each row's noise, and how many draws its mean needs to stand out of it. Every baseline is
+    unbiased, so the REINFORCE term has one mean gradient whatever the row: it is estimated from the
+    rows whose noise is least (leave-one-out), where the draws resolve it."""
+    draws = result["draws"]
+    resolved = [unbiased_signal(row, draws) for row in result["rows"] if row["baseline"] == "leave-one-out"]
+    signal = sum(resolved) / len(resolved)
+    lines = ["| samples per caption | baseline | noise / cross-entropy | batches to average till the mean stands out |",
+             "|---|---|---|---|"]
     for row in result["rows"]:
-        lines.append(f"| {row['samples']} | {row['baseline']} | {row['noise_over_xe']:.1f} | "
-                     f"{row['signal_over_xe']:.2f} | {row['noise_over_signal']:.0f} |")
+        lines.append(f"| {row['samples']} | {row['baseline']} | {row['noise_over_xe']:.2f} | "
+                     f"{row['noise_over_xe'] / signal:,.0f} |")
     reward = result["reward"]
-    lines.append("")
-    lines.append(f"The reward log p(y | s, a) varies {reward['between_captions']:.1f} nats² between captions "
-                 f"(their means over draws) and {reward['between_draws']:.1f} nats² between one caption's "
-                 f"draws ({result['batches']} batches of {result['captions']} captions, {result['draws']} draws).")
+    lines += ["", f"Noise: the mean squared distance of one batch's REINFORCE gradient from its mean over draws, "
+                  f"against the squared norm of the cross-entropy gradient of the same rows. The mean itself "
+                  f"(estimated without bias from the leave-one-out rows) is {signal:.4f} of that squared norm. "
+                  f"The reward log p(y | s, a) varies {reward['between_captions']:.0f} nats² between captions "
+                  f"(their means over draws) and {reward['between_draws']:.1f} nats² between one caption's draws "
+                  f"({result['batches']} batches of {result['captions']} captions, {draws} draws)."]
     return "\n".join(lines)
 
 
@@ -143,18 +159,26 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--results", type=Path, default=REPO / "studies/flickr8k/results/hard_variance.json")
+    parser.add_argument("--tables-only", action="store_true", help="the README's table from the kept result")
     args = parser.parse_args()
+    if args.tables_only:
+        _write(json.loads(args.results.read_text()))
+        return
     torch.set_num_threads(args.threads)
     trained = load_trained(args.out / args.run / "best.pt",
                            overrides=[f"data.root={args.data}", f"data.cache_root={args.cache}"])
     train, _ = trained.split("train")
-    pairs = CaptionPairs(train.annotations, tokenized(train.records, cache=tokens_dir(trained.config.data)), trained.vocab,
-                         max_length=trained.config.data.max_caption_length)
+    captions = tokenized(train.records, cache=tokens_dir(trained.config.data))
+    pairs = CaptionPairs(train.annotations, captions, trained.vocab, max_length=trained.config.data.max_caption_length)
     order = torch.randperm(len(pairs), generator=torch.Generator().manual_seed(args.seed))
     batches = [collate([pairs[int(i)] for i in order[b * args.captions:(b + 1) * args.captions]])
                for b in range(args.batches)]
     result = {"run": args.run, **measure(trained.decoder, batches, draws=args.draws, seed=args.seed)}
     args.results.write_text(json.dumps(result, indent=2) + "\n")
+    _write(result)
+
+
+def _write(result: dict) -> None:
     text = table(result)
     print(text)
     write_between(REPO / "studies/flickr8k/README.md", "flickr8k-hard-variance",

@@ -127,6 +127,9 @@ def _runs() -> dict[str, Run]:
             ("no_warmup", "no warm-up of the 50% substitution (the paper)", ("model.hard.warmup=0",)),
             ("entropy0.01", "entropy term lambda_e 0.01", ("train.reinforce.entropy_weight=0.01",))):
         runs[f"hard_{name}"] = Run("hard_budget", label, (*SIDE, *overrides), config="flickr8k_hard.yaml")
+    # the leave-one-out baseline's second seed: the paper's row is a mean of two
+    runs["hard_loo2_seed1"] = Run("hard_budget", "2 location samples per caption, leave-one-out baseline, seed 1",
+                                  (*runs["hard_loo2"].overrides, "train.seed=1"), config="flickr8k_hard.yaml")
     # What SCST's rewards see: the training images, where the model's captions score far above val's.
     for name in ("soft_side_seed1", "scst_d3_loo_lr2e-4", "scst_d3_greedy_lr5e-5"):
         runs[f"{name}_on_train"] = Run("scst_train_split", f"{name}, scored on the training images",

@@ -59,6 +59,8 @@ def table(results: dict[str, dict], group: str) -> str:
         rows.insert(0, _row(results["recipe"], "soft, seed 0 (the recipe)"))
     if group == "scst" and "recipe" in results:
         rows.insert(0, _row(results["recipe"], "the recipe (cross-entropy, the start)"))
+    if group == "hard_budget" and "hard_side" in results:
+        rows.insert(0, _row(results["hard_side"], "hard, seed 0, as in the side-by-side table (the reference)"))
     return "\n".join([HEADER, *rows]) if rows else "(no kept results yet)"
 
 
