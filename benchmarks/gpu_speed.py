@@ -28,7 +28,7 @@ from captioning.model.encoder_decoder import build_decoder
 from captioning.runtime.precision import Precision, allow_tf32
 from captioning.train.build import RunModel, build_optimizer
 from captioning.train.losses import Reinforce
-from captioning.train.step import row_draws, train_step
+from captioning.train.step import row_uniforms, train_step
 
 SHORTEST, LONGEST = 10, 22  # caption tokens, <start> and <end> included
 PAST_WARMUPS = 10**6  # a step number past hard attention's coin and REINFORCE warm-ups
@@ -123,11 +123,11 @@ def training_case(context: Context, *, attention: str, fused: bool, grid: tuple[
     def step(index: int) -> None:
         nonlocal skipped
         moved = batches[index % len(batches)].to(device, non_blocking=True)
-        draws = None if reinforce is None else row_draws(
+        uniforms = None if reinforce is None else row_uniforms(
             seed=t.seed, step=PAST_WARMUPS + index, size=batch, start=0, rows=batch, samples=1,
             width=config.data.max_caption_length + 2, coin=config.model.hard.coin).to(device, non_blocking=True)
         result = train_step(module, moved, optimizer, grad_clip=t.grad_clip, ds_lambda=t.ds_lambda, precision=chosen,
-                            scaler=scaler, reinforce=reinforce, step=PAST_WARMUPS + index, draws=draws,
+                            scaler=scaler, reinforce=reinforce, step=PAST_WARMUPS + index, uniforms=uniforms,
                             hard_warmup=config.model.hard.warmup)
         skipped += result.skipped
 

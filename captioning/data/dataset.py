@@ -14,7 +14,7 @@ from PIL import Image
 from torch.utils.data import Dataset
 
 from captioning.data.images import ImageReadError, augment, load_image, to_tensor
-from captioning.data.mapped import by_reference
+from captioning.data.memory_maps import by_reference
 from captioning.data.records import ImageRecord
 from captioning.data.tokenized import Tokenized
 from captioning.data.vocab import Vocabulary
@@ -30,7 +30,7 @@ class Batch:
     images: torch.Tensor | None = None  # [B, 3, S, S] normalized, for an encoder that runs on the fly
     failures: tuple[str, ...] = ()  # why each pair left out of this batch had an unreadable image
     # [B] long: where each pair sat in the batch it was collated from, when pairs were left out (on the
-    # CPU: hard attention's draws are picked by it, captioning.train.step.row_draws); None when none was
+    # CPU: hard attention's draws are picked by it, captioning.train.step.row_uniforms); None when none was
     positions: torch.Tensor | None = None
 
     def _map(self, function) -> Batch:

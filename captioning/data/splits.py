@@ -15,7 +15,7 @@ import torch
 from captioning.config import Config
 from captioning.data.features import cache_dir, load_or_compute
 from captioning.data.instances import Instances, split_instances
-from captioning.data.mapped import by_reference
+from captioning.data.memory_maps import by_reference
 from captioning.data.mirror import mirror_image
 from captioning.data.records import DatasetError, ImageRecord, first_names, read_records, too_many_unreadable
 from captioning.data.shapes.scenes import SceneObjects, read_scene_objects

@@ -248,25 +248,6 @@ def sample(probabilities: torch.Tensor) -> torch.Tensor:
     return torch.multinomial(safe, 1).squeeze(1)
 
 
-class GivenLocations(HardAttention):
-    """Hard attention whose "samples" are given: row n takes cell sequences[n, t] at step t.
-
-    For analysis rather than training: it enumerates every location sequence of a small problem
-    (the exact gradient of the bound, Sec. 4.1) or replays the same samples in another batch layout.
-    Rows are taken in the order given, every row at every step: run the decoder's teacher-forced
-    forward without `lengths` (which would sort the rows and drop finished ones).
-    """
-
-    def __init__(self, score: nn.Module, sequences: torch.Tensor):
-        super().__init__(score, expectation_prob=0.0)
-        self.sequences = sequences  # [B, T] long
-
-    def _choose(self, alpha: torch.Tensor, memory: Memory) -> tuple[torch.Tensor, torch.Tensor]:
-        cell = self.sequences[:, memory.t]  # [B]
-        memory.t += 1
-        return cell, torch.zeros_like(cell, dtype=torch.bool)
-
-
 def hard_attention(module: nn.Module) -> HardAttention | None:
     """The hard attention inside `module`, or None where it attends softly."""
     return next((m for m in module.modules() if isinstance(m, HardAttention)), None)

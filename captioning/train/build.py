@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from captioning.config import Config
-from captioning.data.loading import RunData
+from captioning.data.run_data import RunData
 from captioning.data.splits import uses_feature_cache
 from captioning.model.decoder import AttentionDecoder
 from captioning.model.encoder import Encoder

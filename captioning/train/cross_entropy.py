@@ -1,7 +1,7 @@
 """The paper's objective (train.objective: xe): Eq. 14 on (image, caption) pairs, each caption's word
 costs plus lambda times its attention's coverage term, with hard attention's REINFORCE terms
 (Sec. 4.1) where the decoder samples locations. The loss is captioning.train.step.paper_loss; this
-module is what it needs from a run: the epoch's batches, hard attention's draws and baseline, the
+module is what it needs from a run: the epoch's batches, hard attention's uniforms and baseline, the
 words' weights. The run steps it (captioning.train.stepping).
 
 Notation: B pairs of this process's part of a global batch, K samples of locations per caption.
@@ -17,8 +17,8 @@ from torch import nn
 from captioning.config import Config
 from captioning.config.registry import OBJECTIVES
 from captioning.data.dataset import Batch
-from captioning.data.loading import RunData
 from captioning.data.mirror import mirror_batches
+from captioning.data.run_data import RunData
 from captioning.data.sampling import epoch_batches
 from captioning.model.decoder import DecoderOutput
 from captioning.runtime import distributed
@@ -27,7 +27,7 @@ from captioning.train.build import RunModel
 from captioning.train.extras.word_weights import word_weight_vector
 from captioning.train.losses import Reinforce
 from captioning.train.objective import Loss
-from captioning.train.step import paper_loss, row_draws
+from captioning.train.step import paper_loss, row_uniforms
 
 
 @OBJECTIVES.register("xe")
@@ -63,7 +63,7 @@ class CrossEntropy:
         t = self.config.train
         return paper_loss(self.module, batch, ds_lambda=t.ds_lambda, precision=self.hardware.precision,
                           reinforce=self.reinforce, word_weights=self.word_weights, step=step,
-                          draws=self.draws(step=step, size=size, rows=len(batch), positions=batch.positions),
+                          uniforms=self.uniforms(step=step, size=size, rows=len(batch), positions=batch.positions),
                           hard_warmup=self.config.model.hard.warmup, counted=counted, terms=self.terms)
 
     def terms(self, output: DecoderOutput, targets: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -72,15 +72,16 @@ class CrossEntropy:
         output: the decoder's teacher-forced output, targets/mask [B, T]."""
         return {}
 
-    def draws(self, *, step: int, size: int, rows: int, positions: torch.Tensor | None = None) -> torch.Tensor | None:
-        """Hard attention's uniform draws for this process's rows of the global batch of `size` pairs
-        now being stepped (step.row_draws); None for soft attention, which samples nothing.
+    def uniforms(self, *, step: int, size: int, rows: int,
+                 positions: torch.Tensor | None = None) -> torch.Tensor | None:
+        """Hard attention's uniforms for this process's rows of the global batch of `size` pairs
+        now being stepped (step.row_uniforms); None for soft attention, which samples nothing.
         `positions`: where each row sits in this process's part, when pairs with unreadable images
         were left out."""
         if self.reinforce is None:
             return None
         start, _ = self.context.shard(size)  # where this process's part of the batch begins
-        return row_draws(seed=self.config.train.seed, step=step, size=size, start=start, rows=rows,
+        return row_uniforms(seed=self.config.train.seed, step=step, size=size, start=start, rows=rows,
                          samples=self.reinforce.location_samples, width=self.config.data.max_caption_length + 2,
                          coin=self.config.model.hard.coin, positions=positions).to(self.hardware.device,
                                                                                    non_blocking=True)

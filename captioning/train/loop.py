@@ -41,7 +41,7 @@ from tqdm import tqdm
 from captioning.checkpoint import load_checkpoint, save_checkpoint
 from captioning.config import Config
 from captioning.config.registry import OBJECTIVES
-from captioning.data.loading import RunData, load_run_data
+from captioning.data.run_data import RunData, load_run_data
 from captioning.data.sampling import rank_batches
 from captioning.model.encoder_decoder import EncoderDecoder
 from captioning.progress import bar

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from captioning.config.schema import ReinforceConfig
-from captioning.runtime.host import floats
+from captioning.runtime.to_host import floats
 
 
 def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor, *,

@@ -29,8 +29,8 @@ from torch.utils.data import Dataset
 
 from captioning.config import Config, ScstConfig
 from captioning.config.registry import OBJECTIVES
-from captioning.data.loading import RunData
-from captioning.data.mapped import by_reference
+from captioning.data.memory_maps import by_reference
+from captioning.data.run_data import RunData
 from captioning.data.vocab import Vocabulary
 from captioning.model.attention import Draws, choosing, hard_attention, sample
 from captioning.model.decoder import AttentionDecoder

@@ -22,8 +22,8 @@ from captioning.data.vocab import Vocabulary
 from captioning.model.attention import Draws, hard_attention, shared_coins
 from captioning.model.decoder import DecoderOutput
 from captioning.runtime.distributed import Agreement
-from captioning.runtime.host import floats
 from captioning.runtime.precision import FULL_PRECISION, Precision
+from captioning.runtime.to_host import floats
 from captioning.train.losses import Reinforce, cross_entropy, doubly_stochastic
 from captioning.train.objective import Loss, StepResult
 
@@ -114,9 +114,9 @@ def expectation_prob_at(step: int, *, expectation_prob: float, warmup: int) -> f
     return 1.0 - (1.0 - expectation_prob) * done
 
 
-def row_draws(*, seed: int, step: int, size: int, start: int, rows: int, samples: int, width: int,
+def row_uniforms(*, seed: int, step: int, size: int, start: int, rows: int, samples: int, width: int,
               coin: str = "image", positions: torch.Tensor | None = None) -> torch.Tensor:
-    """Hard attention's uniform draws for this process's `rows` captions, from row `start` of a
+    """Hard attention's uniforms for this process's `rows` captions, from row `start` of a
     global batch of `size`, each caption's `samples` rows in a row: [rows * samples, 1 + width] (a
     coin, then one per step: Draws.from_uniform). Every process of a run draws the whole global
     batch's from the same seed (train.seed, the step), shares its coins out (one per image, or one
@@ -125,10 +125,10 @@ def row_draws(*, seed: int, step: int, size: int, start: int, rows: int, samples
     sits in this process's part, when some of the part's pairs were left out (unreadable images):
     each keeps its own draws."""
     generator = torch.Generator().manual_seed(seed * 1_000_003 + step)
-    draws = torch.rand(max(size, start + rows) * samples, 1 + width, generator=generator)  # [rows of the batch, 1 + W]
-    draws = shared_coins(draws, group=samples, coin=coin)
+    uniforms = torch.rand(max(size, start + rows) * samples, 1 + width, generator=generator)  # [batch rows, 1 + W]
+    uniforms = shared_coins(uniforms, group=samples, coin=coin)
     captions = start + (torch.arange(rows) if positions is None else positions.long())  # [rows], in the global batch
-    return draws[(captions[:, None] * samples + torch.arange(samples)).flatten()]  # [rows * samples, 1 + W]
+    return uniforms[(captions[:, None] * samples + torch.arange(samples)).flatten()]  # [rows * samples, 1 + W]
 
 
 def stand_in_batch(*, annotations: tuple[int, int] | None = None, images: tuple[int, int, int] | None = None) -> Batch:
@@ -142,7 +142,7 @@ def stand_in_batch(*, annotations: tuple[int, int] | None = None, images: tuple[
 
 def paper_loss(model: nn.Module, batch: Batch, *, ds_lambda: float, precision: Precision = FULL_PRECISION,
                reinforce: Reinforce | None = None, word_weights: torch.Tensor | None = None, step: int = 0,
-               draws: torch.Tensor | None = None, hard_warmup: int = 0, counted: bool = True,
+               uniforms: torch.Tensor | None = None, hard_warmup: int = 0, counted: bool = True,
                terms: Terms | None = None) -> Loss:
     """Eq. 14 (cross-entropy plus lambda times the doubly stochastic term) of a batch, plus, when the
     decoder's attention samples locations (hard attention), the REINFORCE terms of `reinforce`
@@ -153,11 +153,11 @@ def paper_loss(model: nn.Module, batch: Batch, *, ds_lambda: float, precision: P
     `reinforce.location_samples` > 1: it copies each image after the encoder, so the CNN runs once
     per image). `word_weights` [V] weight each target word's cross-entropy (losses.cross_entropy;
     None: all 1). `step` is the run's optimizer steps so far: every warm-up (hard attention's coin
-    over `hard_warmup` steps: expectation_prob_at; the REINFORCE terms) reads it. `draws` [B*K, 1 + T]
-    (hard attention): each row's uniform draws (Draws.from_uniform; a run's come from row_draws)
+    over `hard_warmup` steps: expectation_prob_at; the REINFORCE terms) reads it. `uniforms` [B*K, 1 + T]
+    (hard attention): each row's uniform draws (Draws.from_uniform; a run's come from row_uniforms)
     instead of torch's RNG, so that the samples do not depend on how a run splits its batch. Without
     them hard attention draws from torch's RNG: each row its own coin, or, with
-    `reinforce.location_samples` > 1, draws made here whose coins each image's rows share.
+    `reinforce.location_samples` > 1, uniforms drawn here whose coins each image's rows share.
     `counted` False: the batch stands in for this process's empty part of a global batch
     (stand_in_batch), so its rewards do not move the baseline. `terms(output, targets, mask)`: terms
     added to the paper's, each already weighted, by name (CrossEntropy.terms).
@@ -174,11 +174,12 @@ def paper_loss(model: nn.Module, batch: Batch, *, ds_lambda: float, precision: P
     hard = hard_attention(model)
     if hard is not None:  # the coins, flipped at this step's probability of the expectation (Sec. 4.1)
         now = expectation_prob_at(step, expectation_prob=hard.expectation_prob, warmup=hard_warmup)
-        if draws is None and samples > 1:  # an image's K rows share its coin
-            uniform = torch.rand(tokens.shape[0], inputs.shape[1] + 1, device=tokens.device)  # [B*K, 1 + T-1]
-            draws = shared_coins(uniform, group=samples, coin=hard.coin)
-        repeats["draws"] = (Draws(expectation_prob=now) if draws is None else  # coins from torch's RNG
-                            Draws.from_uniform(draws[:, : inputs.shape[1] + 1], expectation_prob=now))  # [B*K, 1 + T-1]
+        if uniforms is None and samples > 1:  # an image's K rows share its coin
+            drawn = torch.rand(tokens.shape[0], inputs.shape[1] + 1, device=tokens.device)  # [B*K, 1 + T-1]
+            uniforms = shared_coins(drawn, group=samples, coin=hard.coin)
+        repeats["draws"] = (Draws(expectation_prob=now) if uniforms is None else  # coins from torch's RNG
+                            Draws.from_uniform(uniforms[:, : inputs.shape[1] + 1],  # [B*K, 1 + T-1]
+                                               expectation_prob=now))
     with precision.autocast():
         output = model(batch.source, inputs, lengths=mask.sum(1).long(), **repeats)  # padded steps not computed
     logits = output.logits.float()  # [B, T-1, V]

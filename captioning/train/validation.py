@@ -20,7 +20,7 @@ from tqdm import tqdm
 
 from captioning.config import Config
 from captioning.data.images import ImageReadError, load_image
-from captioning.data.loading import RunData
+from captioning.data.run_data import RunData
 from captioning.data.splits import Split
 from captioning.data.vocab import Vocabulary
 from captioning.eval.evaluate import check_unreadable, decode_split, score_split

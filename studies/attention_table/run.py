@@ -30,6 +30,7 @@ from captioning.data.vocab import Vocabulary
 from captioning.eval.evaluate import evaluate_split
 from captioning.eval.scorers import scorer_for
 from captioning.train.loop import fit
+from studies.object_cells import object_cells
 from studies.tables import REPO, study_parser, write_between
 
 COUNTS = {"train": 1500, "val": 150, "test": 300}
@@ -160,7 +161,7 @@ def annotation_norms(data: Path, images: int = 200) -> str:
     config = load_config(REPO / BASE[0], [f"data.root={data}"])
     test = load_splits(config, ("test",))["test"]
     annotations = torch.from_numpy(np.asarray(test.annotations[:images], dtype=np.float32))  # [N, L, D]
-    inside = [truth.object_cells(*test.grid) for truth in test.scenes[:images]]
+    inside = [object_cells(truth, *test.grid) for truth in test.scenes[:images]]
     inside_t = torch.from_numpy(np.stack(inside))  # [N, L]
     norms = annotations.norm(dim=2)  # [N, L]
     mean = annotations.mean(dim=1).norm(dim=1).mean()

@@ -29,6 +29,7 @@ from captioning.config import load_config
 from captioning.config.choices import PADDINGS
 from captioning.data.shapes.scenes import make_shapes
 from captioning.data.splits import load_splits
+from studies.object_cells import object_cells
 from studies.tables import REPO, study_parser, write_between
 
 COUNTS = {"train": 1500, "val": 150, "test": 300}  # the attention study's data (studies/attention_table/run.py)
@@ -37,7 +38,7 @@ CELLS = {"all cells": "all", "background cells": "background", "inner cells": "i
 
 def cell_masks(test, rows: int, columns: int) -> dict[str, torch.Tensor]:
     """[N, L] bool per kind of cell: all, background (no box holds the centre), inner (not the outer ring)."""
-    objects = np.stack([truth.object_cells(rows, columns) for truth in test.scenes])  # [N, L]
+    objects = np.stack([object_cells(truth, rows, columns) for truth in test.scenes])  # [N, L]
     background_t = ~torch.from_numpy(objects)
     inner = torch.zeros(rows, columns, dtype=torch.bool)
     inner[1:-1, 1:-1] = True

@@ -12,7 +12,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from captioning.data.dataset import CaptionPairs, collate
-from captioning.data.mapped import MappedFile
+from captioning.data.memory_maps import MappedFile
 from captioning.data.mirror import MirroredPairs, mirror_words
 from captioning.data.records import ImageRecord
 from captioning.data.splits import Rows

@@ -451,7 +451,7 @@ def test_a_skipped_step_moves_neither_the_weights_nor_their_average(tmp_path: Pa
 def test_pairs_left_out_of_a_batch_leave_the_others_their_own_draws(tmp_path: Path, tiny_config,
                                                                     monkeypatch) -> None:
     """collate_image_pairs leaves out the pairs whose image could not be read and says where the others
-    sat; hard attention's draws are then picked by those positions (step.row_draws), so every kept
+    sat; hard attention's draws are then picked by those positions (step.row_uniforms), so every kept
     caption samples what it would have sampled in the whole batch."""
     from dataclasses import replace
 
@@ -469,8 +469,8 @@ def test_pairs_left_out_of_a_batch_leave_the_others_their_own_draws(tmp_path: Pa
                     hardware=Hardware.setup("cpu", amp=False))
     whole = next(iter(run.loader(run.objective.batches(0))))
     seen = []
-    real = cross_entropy.row_draws
-    monkeypatch.setattr(cross_entropy, "row_draws", lambda **kw: seen.append(kw) or real(**kw))
+    real = cross_entropy.row_uniforms
+    monkeypatch.setattr(cross_entropy, "row_uniforms", lambda **kw: seen.append(kw) or real(**kw))
     kept = torch.tensor([1, 4, 5])
     part = replace(whole, annotations=whole.annotations[kept], tokens=whole.tokens[kept], lengths=whole.lengths[kept],
                    failures=("x.jpg: broken",), positions=kept)

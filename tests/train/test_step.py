@@ -22,7 +22,14 @@ from captioning.model.scores import AdditiveScore
 from captioning.runtime.distributed import Agreement
 from captioning.train.losses import Reinforce
 from captioning.train.objective import Loss
-from captioning.train.step import apply_gradients, expectation_prob_at, row_draws, stand_in_batch, take_step, train_step
+from captioning.train.step import (
+    apply_gradients,
+    expectation_prob_at,
+    row_uniforms,
+    stand_in_batch,
+    take_step,
+    train_step,
+)
 
 B, L, D, H, V = 4, 9, 8, 16, 12
 PAD, START, END = Vocabulary.pad_id, Vocabulary.start_id, Vocabulary.end_id
@@ -232,49 +239,49 @@ def test_the_stand_in_batch_is_one_blank_image_captioned_start_end() -> None:
     assert pixels.tokens.tolist() == [[START, END]] and pixels.lengths.tolist() == [2]
 
 
-def test_row_draws_do_not_depend_on_how_the_batch_is_split() -> None:
+def test_row_uniforms_do_not_depend_on_how_the_batch_is_split() -> None:
     """Every process draws the global batch's rows from (seed, step) and keeps its own: the parts,
     put together, are the draws of one process holding the whole batch."""
-    whole = row_draws(seed=3, step=5, size=5, start=0, rows=5, samples=2, width=4)
+    whole = row_uniforms(seed=3, step=5, size=5, start=0, rows=5, samples=2, width=4)
     assert whole.shape == (10, 5)
     assert ((whole >= 0) & (whole < 1)).all()
-    parts = [row_draws(seed=3, step=5, size=5, start=start, rows=rows, samples=2, width=4)
+    parts = [row_uniforms(seed=3, step=5, size=5, start=start, rows=rows, samples=2, width=4)
              for start, rows in ((0, 2), (2, 0), (2, 3))]
     assert [part.shape[0] for part in parts] == [4, 0, 6]
     assert torch.equal(torch.cat(parts), whole)
     # a slice past the global batch (a stand-in's row) still gets rows of its own, the ones a larger
     # batch would have there
-    beyond = row_draws(seed=3, step=5, size=5, start=5, rows=1, samples=2, width=4)
-    larger = row_draws(seed=3, step=5, size=6, start=0, rows=6, samples=2, width=4)
+    beyond = row_uniforms(seed=3, step=5, size=5, start=5, rows=1, samples=2, width=4)
+    larger = row_uniforms(seed=3, step=5, size=6, start=0, rows=6, samples=2, width=4)
     assert beyond.shape == (2, 5)
     assert torch.equal(beyond, larger[10:])
     assert torch.equal(larger[:10], whole)
 
 
-def test_row_draws_share_the_coin_of_each_image_or_of_the_global_batch_in_every_part() -> None:
+def test_row_uniforms_share_the_coin_of_each_image_or_of_the_global_batch_in_every_part() -> None:
     """model.hard.coin: an image's K rows share its first row's coin; with "batch" every row of every
     process takes the global batch's first coin (not its own part's first: one coin per process)."""
-    whole = row_draws(seed=3, step=5, size=5, start=0, rows=5, samples=2, width=4)
+    whole = row_uniforms(seed=3, step=5, size=5, start=0, rows=5, samples=2, width=4)
     assert torch.equal(whole[0::2, 0], whole[1::2, 0])  # the two samples of a caption: one coin
     assert len(set(whole[0::2, 0].tolist())) == 5  # and each image its own
     for start, rows in ((0, 2), (2, 3), (4, 1)):
-        part = row_draws(seed=3, step=5, size=5, start=start, rows=rows, samples=2, width=4, coin="batch")
+        part = row_uniforms(seed=3, step=5, size=5, start=start, rows=rows, samples=2, width=4, coin="batch")
         assert (part[:, 0] == whole[0, 0]).all(), start
         assert torch.equal(part[:, 1:], whole[start * 2:(start + rows) * 2, 1:])  # the cells' draws as before
 
 
-def test_row_draws_of_a_part_with_pairs_left_out_are_each_pairs_own() -> None:
+def test_row_uniforms_of_a_part_with_pairs_left_out_are_each_pairs_own() -> None:
     """Pairs whose image could not be read leave a process's part (collate_image_pairs): the rows that stay
     keep the draws of their place in the global batch, not the first rows' draws."""
-    whole = row_draws(seed=3, step=5, size=6, start=0, rows=6, samples=2, width=4)
+    whole = row_uniforms(seed=3, step=5, size=6, start=0, rows=6, samples=2, width=4)
     kept = torch.tensor([0, 2])  # of the part that starts at pair 3: pairs 3 and 5, pair 4 unreadable
-    part = row_draws(seed=3, step=5, size=6, start=3, rows=2, samples=2, width=4, positions=kept)
+    part = row_uniforms(seed=3, step=5, size=6, start=3, rows=2, samples=2, width=4, positions=kept)
     assert torch.equal(part, whole[[6, 7, 10, 11]])
 
 
-def test_row_draws_change_with_the_step_and_the_seed_and_repeat_with_both() -> None:
+def test_row_uniforms_change_with_the_step_and_the_seed_and_repeat_with_both() -> None:
     def draws(seed: int, step: int) -> torch.Tensor:
-        return row_draws(seed=seed, step=step, size=3, start=0, rows=3, samples=1, width=2)
+        return row_uniforms(seed=seed, step=step, size=3, start=0, rows=3, samples=1, width=2)
 
     assert torch.equal(draws(0, 0), draws(0, 0))
     others = [draws(0, 1), draws(1, 0), draws(1, 1), draws(2, 0)]
@@ -363,7 +370,7 @@ def rows_on_the_expectation(decoder: AttentionDecoder) -> list[torch.Tensor]:
 @pytest.mark.parametrize(("step", "low", "high"), [(0, 1.0, 1.0), (2, 0.65, 0.85), (9, 0.42, 0.58)])
 def test_the_training_step_flips_the_coins_at_the_chance_of_its_step(step, low, high):
     """train_step hands hard attention coins at expectation_prob_at(step) over `hard_warmup` steps, with
-    the run's own draws (row_draws) and without them: a resumed run at step 2 is where the schedule was."""
+    the run's own uniforms (row_uniforms) and without them: a resumed run at step 2 is where the schedule was."""
     decoder, batch = make_decoder("hard"), make_batch()
     many = Batch(annotations=batch.annotations.repeat(100, 1, 1), tokens=batch.tokens.repeat(100, 1),
                  lengths=batch.lengths.repeat(100))  # 400 captions
@@ -371,9 +378,9 @@ def test_the_training_step_flips_the_coins_at_the_chance_of_its_step(step, low, 
     optimizer = torch.optim.SGD(decoder.parameters(), lr=0.0)
     torch.manual_seed(0)
     train_step(decoder, many, optimizer, grad_clip=1.0, ds_lambda=1.0, step=step, hard_warmup=4)
-    draws = row_draws(seed=0, step=step, size=400, start=0, rows=400, samples=1, width=8)
+    uniforms = row_uniforms(seed=0, step=step, size=400, start=0, rows=400, samples=1, width=8)
     train_step(decoder, many, optimizer, grad_clip=1.0, ds_lambda=1.0, step=step, hard_warmup=4,
-               draws=draws)
+               uniforms=uniforms)
     assert all(low <= float(coins.float().mean()) <= high for coins in seen) and len(seen) == 2
 
 

@@ -274,14 +274,6 @@ class SceneObjects:
     width: int
     height: int
 
-    def object_cells(self, rows: int, columns: int) -> np.ndarray:
-        """[rows * columns] bool, in grid order: the cells whose centre lies inside an object's box."""
-        y, x = np.meshgrid((np.arange(rows) + 0.5) * self.height / rows,
-                           (np.arange(columns) + 0.5) * self.width / columns, indexing="ij")
-        hit = np.zeros((rows, columns), dtype=bool)
-        for o in self.objects:
-            hit |= (x >= o.box[0]) & (x <= o.box[2]) & (y >= o.box[1]) & (y <= o.box[3])
-        return hit.reshape(-1)
 
 
 def read_scene_objects(path: str | Path, image_ids: list[int]) -> list[SceneObjects]:

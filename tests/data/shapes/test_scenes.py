@@ -15,7 +15,6 @@ from captioning.data.shapes.scenes import (
     RELATIONS,
     SHAPES,
     SIZES,
-    SceneObjects,
     ShapeObject,
     generate_image,
     make_shapes,
@@ -220,12 +219,3 @@ def test_image_size_is_respected(dataset: Path) -> None:
     for record in objects["images"].values():
         for obj in record["objects"]:
             assert all(0 <= v <= 64 for v in obj["box"])
-
-
-def test_object_cells_are_the_cells_whose_centre_lies_in_a_box() -> None:
-    # A 4x4 grid over 80 px: cell centres at 10, 30, 50, 70. The box holds x in [25, 55], y in [5, 35].
-    truth = SceneObjects([ShapeObject("circle", "red", "small", (25.0, 5.0, 55.0, 35.0))], width=80, height=80)
-    cells = truth.object_cells(4, 4).reshape(4, 4)
-    expected = [[False, True, True, False], [False, True, True, False], [False] * 4, [False] * 4]
-    assert cells.tolist() == expected
-    assert not SceneObjects([], width=80, height=80).object_cells(4, 4).any()
