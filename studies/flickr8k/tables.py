@@ -155,7 +155,10 @@ OURS = {"soft": {"recipe": "soft, seed 0", "recipe_seed1": None,
                  "ensemble_seeds23": "soft, seeds 2 and 3 decoded together (an ensemble of two)",
                  "scst_d3_greedy_lr5e-5_long": "soft, seed 1, then self-critical training (greedy baseline, lr 5e-5)"},
         "hard": {"hard": None, "hard_seed1": None, "hard_10ep": None, "hard_side": SIDE_LABEL.format(seed=0),
-                 "hard_side_seed1": SIDE_LABEL.format(seed=1)}}
+                 "hard_side_seed1": SIDE_LABEL.format(seed=1),
+                 "hard_loo2": "hard, seed 0, as the row above with 2 location samples per caption and the "
+                              "leave-one-out baseline",
+                 "hard_loo2_seed1": "hard, seed 1, the same"}}
 
 
 def paper_table(results: dict[str, dict]) -> str:
