@@ -14,7 +14,8 @@ import numpy as np
 import torch
 
 from captioning.config import Config
-from captioning.data.formats.folder import check, describe_made, folder_collection, split_counts, write_splits
+from captioning.data.formats.folder import folder_collection
+from captioning.data.formats.folder_report import check, describe_made, split_counts, write_splits
 from captioning.data.records import read_records
 from captioning.data.splits import Split, load_splits
 from captioning.data.tokenized import tokenized, tokens_dir

@@ -16,14 +16,8 @@ from PIL import Image
 
 from captioning.cli import main
 from captioning.config import load_config
-from captioning.data.formats.folder import (
-    check,
-    collection_of,
-    describe_made,
-    read_collection,
-    split_counts,
-    write_splits,
-)
+from captioning.data.formats.folder import collection_of, read_collection
+from captioning.data.formats.folder_report import check, describe_made, split_counts, write_splits
 from captioning.data.records import DatasetError, read_records
 from captioning.eval.evaluate import evaluate_checkpoint
 from captioning.train.loop import fit

@@ -18,7 +18,8 @@ from PIL import Image
 
 from captioning.config import load_config
 from captioning.data import split_record
-from captioning.data.formats.folder import check, folder_collection, read_collection
+from captioning.data.formats.folder import folder_collection, read_collection
+from captioning.data.formats.folder_report import check
 from captioning.data.records import DatasetError
 from captioning.data.split_record import read_record
 from tests.rights import as_another_user

@@ -13,7 +13,8 @@ import pytest
 from PIL import Image
 
 from captioning.config import load_config
-from captioning.data.formats.folder import check, folder_collection, read_collection
+from captioning.data.formats.folder import folder_collection, read_collection
+from captioning.data.formats.folder_report import check
 from captioning.data.records import DatasetError, ImageRecord
 from captioning.data.split_record import read_record
 from captioning.train.record import run_record

@@ -20,7 +20,7 @@ read: adding photos, with splits of their own or without, never moves an image t
 another split (a model is never tested on what an older run trained on), and a photo moved, renamed
 or copied keeps its split, the record knowing it by its contents. `captioning prepare` also writes the run's copy
 (TRAIN.OUT_DIR/splits.csv) and says what it made, and what it found wrong with the collection
-(`check`), one line each.
+(formats/folder_report.py), one line each.
 
 Evaluation's references are these captions: nothing is read from a COCO path.
 """
@@ -34,16 +34,13 @@ import json
 import os
 import re
 from collections import defaultdict
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-
-from PIL import Image, UnidentifiedImageError
 
 from captioning.config import DataConfig
 from captioning.config.registry import DATASETS
 from captioning.data.images import Resolver
-from captioning.data.records import SPLITS, DatasetError, ImageRecord, data_root, first_names
+from captioning.data.records import SPLITS, DatasetError, ImageRecord, data_root
 from captioning.data.split_record import Placed, Recalled, assign_splits, recall, record_path, write_record
 from captioning.data.vocab import normalize
 
@@ -183,7 +180,7 @@ def read_collection(captions_file: str | Path, *, image_root: str | Path, seed: 
     in the dataset's own folder, where it holds these images (split_record.recall)."""
     captions_file, image_root = Path(captions_file), Path(image_root)
     rows = read_rows(captions_file)
-    keys = _ImageKeys(image_root, source=captions_file, allow_outside=allow_outside)
+    keys = ImageKeys(image_root, source=captions_file, allow_outside=allow_outside)
     captions: dict[str, list[str]] = {}
     given: dict[str, set[str]] = defaultdict(set)
     empty, wordless, duplicates = [], [], []
@@ -206,7 +203,7 @@ def read_collection(captions_file: str | Path, *, image_root: str | Path, seed: 
     twice = [image for image in captions if len(given[image]) > 1]
     if twice:
         named = "; ".join(f"{image}: {' and '.join(s for s in SPLITS if s in given[image])}" for image in twice[:SHOWN])
-        raise DatasetError(f"{captions_file}: {_images(len(twice))} in two splits ({named}"
+        raise DatasetError(f"{captions_file}: {image_count(len(twice))} in two splits ({named}"
                            f"{'; ...' if len(twice) > SHOWN else ''}); give each image one split")
     gives = {image: next(iter(given[image]), "") for image in captions}
     recalled = recall(record, list(captions), image_root=image_root, dataset_own=dataset_own)
@@ -247,7 +244,7 @@ def _keep(record: Path, recalled: Recalled, *, splits: dict[str, str], gives: di
             raise
 
 
-class _ImageKeys:
+class ImageKeys:
     """Each row's image as the file it names: its resolved path relative to the image folder, so that
     `a.jpg`, `./a.jpg`, `sub/../a.jpg`, an absolute path and a symbolic link to the same file are one
     image (one split, one cache row, one entry in every digest). A path that resolves outside the
@@ -310,131 +307,5 @@ def collection_of(captions_file: str | Path, *, image_root: str | Path, seed: in
     return _cached(path, mtime, Path(image_root), seed, share, record, allow_outside, dataset_own)
 
 
-def check(collection: Collection, *, max_bad_images: float, readable: bool = True) -> list[str]:
-    """What `captioning prepare` tells the user of the collection, one line each with a count and the
-    first few names: images listed but missing or unreadable, images in the folder with no caption,
-    empty captions dropped, and the splits made by the seed. `readable` opens each listed image's
-    header (a file that is there but not an image)."""
-    findings = []
-    left_out = f"training leaves them out, and stops if a split has more than data.max_bad_images={max_bad_images:g}"
-    missing, unreadable = [], []
-    for image in collection.images:
-        path = collection.image_root / image
-        if not path.is_file():
-            missing.append(image)
-        elif readable and not _opens(path):
-            unreadable.append(image)
-    where = collection.image_root
-    if missing:
-        findings.append(f"{len(missing)} of {_images(len(collection.images))} listed in "
-                        f"{collection.captions_file.name} are not in {where} ({first_names(missing)}); {left_out}")
-    if unreadable:
-        findings.append(f"{_images(len(unreadable))} cannot be read as images ({first_names(unreadable)}); {left_out}")
-    unlisted = _unlisted(collection)
-    if unlisted:
-        findings.append(f"{_images(len(unlisted))} in {where} with no caption in "
-                        f"{collection.captions_file.name}, not used ({first_names(unlisted)})")
-    if collection.empty_captions:
-        lines = collection.empty_captions
-        plural = "s" if len(lines) > 1 else ""
-        findings.append(f"{len(lines)} empty caption{plural} dropped ({collection.captions_file.name} "
-                        f"line{plural} {first_names([str(n) for n in lines])})")
-    name = collection.captions_file.name
-    for lines, what in ((collection.wordless_captions, "with no word once tokenized dropped"),
-                        (collection.duplicate_rows, "repeating an earlier row's image and caption, kept (each "
-                                                    "counts in training and as a reference)")):
-        if lines:
-            plural = "s" if len(lines) > 1 else ""
-            findings.append(f"{len(lines)} caption{plural} {what} ({name} line{plural} "
-                            f"{first_names([str(n) for n in lines])})")
-    if collection.moved_by_rows:
-        moved = [f"{image}: {was} -> {now}" for image, (was, now) in collection.moved_by_rows.items()]
-        findings.append(f"{_images(len(moved))} the splits record kept elsewhere now in the split their rows give "
-                        f"({first_names(moved)}); an image trained on may now be tested on ({collection.record})")
-    findings += _recalled_lines(collection)
-    uncaptioned = [image for image in collection.images if not collection.captions[image]]
-    if uncaptioned:
-        findings.append(f"{_images(len(uncaptioned))} with only empty captions, not used "
-                        f"({first_names(uncaptioned)})")
-    return findings
-
-
-def _recalled_lines(collection: Collection) -> list[str]:
-    """What the splits record knew of images under other names: moved, renamed or copied photos that
-    keep their split, another record whose splits were taken, and recorded images gone while new ones
-    came (edited photos look so: a model may then be tested on what an older run trained on)."""
-    lines = []
-    if collection.adopted is not None:
-        other, count = collection.adopted
-        lines.append(f"{_images(count)} of this data found in the splits record {other} (the data's own, or "
-                     f"this data's before it moved) keep the splits placed there; this data's record is now "
-                     f"{collection.record}")
-    moved = [f"{image} (was {old})" for image, old in collection.moved_by_contents.items()]
-    if moved:
-        lines.append(f"{_images(len(moved))} moved, renamed or copied since the splits record placed them keep "
-                     f"their split, known by their contents ({first_names(moved)})")
-    if collection.gone and collection.appeared:
-        lines.append(f"{_images(len(collection.gone))} of the splits record no longer in "
-                     f"{collection.captions_file.name} ({first_names(collection.gone)}) while "
-                     f"{_images(len(collection.appeared))} with contents the record does not know appeared "
-                     f"({first_names(collection.appeared)}): those were placed as new photos; if they are the old "
-                     "ones edited (resized, re-encoded), a model may be tested on what an older run trained on")
-    return lines
-
-
-def _opens(path: Path) -> bool:
-    try:
-        with Image.open(path) as image:
-            image.verify()  # the header and, for most formats, the structure; no full decode
-        return True
-    except (OSError, UnidentifiedImageError, SyntaxError, ValueError):
-        return False
-
-
-def _unlisted(collection: Collection) -> list[str]:
-    """The images in the folder that no row names, by the file each one is: a link to a captioned image
-    is that image (rows are keyed by the file they name, _ImageKeys), not an image without a caption."""
-    if not collection.image_root.is_dir():
-        return []
-    listed = set(collection.images)
-    keys = _ImageKeys(collection.image_root, source=collection.captions_file, allow_outside=True)
-    found = sorted(str(path.relative_to(collection.image_root)) for path in collection.image_root.rglob("*")
-                   if path.suffix.lower() in IMAGE_SUFFIXES and path.is_file())
-    return [name for name in found if keys.key(Row(line=0, image=name, caption="", split="")) not in listed]
-
-
-def _images(count: int) -> str:
+def image_count(count: int) -> str:
     return f"{count} image{'s' if count != 1 else ''}"
-
-
-def write_splits(collection: Collection, path: str | Path) -> Path:
-    """Every image's split as CSV (image,split), made ones included: the splits written down."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as out:
-        writer = csv.writer(out)
-        writer.writerow(["image", "split"])
-        writer.writerows([image, collection.splits[image]] for image in collection.images)
-    return path
-
-
-def split_counts(collection: Collection) -> dict[str, int]:
-    counted = {split: 0 for split in SPLITS}
-    for image in collection.images:
-        if collection.captions[image]:
-            counted[collection.splits[image]] += 1
-    return counted
-
-
-def describe_made(collection: Collection, *, seed: int, share: float) -> Iterable[str]:
-    """A line for each split the seed made or filled."""
-    for split in ("val", "test", "train"):  # what the seed chose, then where the rest went
-        chosen = collection.made.get(split, [])
-        if not chosen:
-            continue
-        if split == "train":
-            yield f"{_images(len(chosen))} without a split go to train ({first_names(chosen)})"
-        else:
-            yield (f"no row names a {split} split: made it of {_images(len(chosen))} with "
-                   f"data.folder.split_seed={seed} (about data.folder.split_share={share:g} of them; "
-                   f"{first_names(chosen)})")
