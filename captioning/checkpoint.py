@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from captioning.config import Config, ConfigError, apply_overrides, from_dict, migrate, validate
-from captioning.data.features import EncodedImages
+from captioning.data.encoded_images import EncodedImages
 from captioning.data.splits import Split, load_splits
 from captioning.data.vocab import Vocabulary
 from captioning.model.decoder import AttentionDecoder

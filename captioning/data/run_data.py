@@ -13,7 +13,7 @@ from torch.utils.data import Dataset
 
 from captioning.config import Config
 from captioning.data.dataset import Batch, CaptionPairs, ImageCaptionPairs, collate, collate_image_pairs
-from captioning.data.features import EncodedImages
+from captioning.data.encoded_images import EncodedImages
 from captioning.data.mirror import MirroredPairs, mirror_image, mirror_words
 from captioning.data.prepare import run_vocabulary
 from captioning.data.records import DatasetError, held_out_note

@@ -20,7 +20,8 @@ from PIL import Image
 
 from captioning.cli import main
 from captioning.config import ConfigError, load_config
-from captioning.data.features import EncodedImages, read_cache, write_cache
+from captioning.data.encoded_images import EncodedImages
+from captioning.data.features import read_cache, write_cache
 from captioning.data.formats.coco_official import read_coco_captions
 from captioning.data.formats.karpathy import read_split
 from captioning.data.prepare import build_vocabulary, prepare_vocabulary
