@@ -68,7 +68,8 @@ def run(name: str, spec: Run, *, data: Path, cache: Path, out: Path, results: Pa
         checkpoint = [pretrained_path() if m == "shipped" else out / m / "best.pt" for m in spec.members]
     elif spec.start == "shipped":  # the model the package ships, decoded otherwise
         checkpoint = pretrained_path()
-    elif spec.group == "beam" or spec.split != "val":  # a run's model, decoded otherwise or on other images
+    elif spec.group == "beam" or spec.split != "val" or (spec.start and spec.decode):
+        # a run's model, decoded otherwise or on other images
         checkpoint = out / spec.start / "best.pt"
     else:
         overrides = overrides_of(spec, data=data, cache=cache, out=out, name=name)

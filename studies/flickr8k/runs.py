@@ -130,6 +130,10 @@ def _runs() -> dict[str, Run]:
     # the leave-one-out baseline's second seed: the paper's row is a mean of two
     runs["hard_loo2_seed1"] = Run("hard_budget", "2 location samples per caption, leave-one-out baseline, seed 1",
                                   (*runs["hard_loo2"].overrides, "train.seed=1"), config="flickr8k_hard.yaml")
+    # hard attention's best model decoded with each word's most likely cell instead of the expectation
+    # (no training): whether what it learned is a hard choice or a soft one
+    runs["hard_side_seed1_argmax"] = Run("hard_budget", "hard, seed 1, decoded with each word's most likely cell",
+                                         start="hard_side_seed1", decode=("decode.hard_choice=argmax",))
     # What SCST's rewards see: the training images, where the model's captions score far above val's.
     for name in ("soft_side_seed1", "scst_d3_loo_lr2e-4", "scst_d3_greedy_lr5e-5"):
         runs[f"{name}_on_train"] = Run("scst_train_split", f"{name}, scored on the training images",

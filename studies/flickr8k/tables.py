@@ -59,8 +59,10 @@ def table(results: dict[str, dict], group: str) -> str:
         rows.insert(0, _row(results["recipe"], "soft, seed 0 (the recipe)"))
     if group == "scst" and "recipe" in results:
         rows.insert(0, _row(results["recipe"], "the recipe (cross-entropy, the start)"))
-    if group == "hard_budget" and "hard_side" in results:
-        rows.insert(0, _row(results["hard_side"], "hard, seed 0, as in the side-by-side table (the reference)"))
+    if group == "hard_budget":  # the references: hard's two seeds of the side-by-side table
+        references = [(name, f"hard, seed {seed}, as in the side-by-side table (the reference)")
+                      for seed, name in enumerate(("hard_side", "hard_side_seed1")) if name in results]
+        rows[:0] = [_row(results[name], label) for name, label in references]
     return "\n".join([HEADER, *rows]) if rows else "(no kept results yet)"
 
 
