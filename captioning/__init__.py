@@ -19,6 +19,7 @@ from captioning.config import load_config
 _registry.fill_with((
     "captioning.data.formats.coco_official",
     "captioning.data.formats.folder",
+    "captioning.data.formats.folder_report",
     "captioning.data.formats.karpathy",
     "captioning.data.formats.shapes",
     "captioning.model.scores",

@@ -107,3 +107,31 @@ def test_the_loss_term_example_adds_its_weighted_term_to_the_loss_and_the_logs(r
     fit(config)
     logged = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
     assert any("map_entropy" in row and row["map_entropy"] > 0 for row in logged)
+
+
+def test_no_module_outside_the_formats_asks_for_a_dataset_by_its_name():
+    """What a format brings besides reading rides on its reader (data.records.format_extra): no other
+    module switches on data.dataset's value. A format's own module may (shapes' ensure_shapes leaves
+    other data alone when called directly)."""
+    switch = re.compile(r"\.dataset\s*(==|!=|\bin\b|\bnot in\b)|[\"'](shapes|folder|coco|coco_official)[\"']\s*"
+                        r"(==|!=)\s*\w*\.?dataset")
+    formats = REPO / "captioning" / "data" / "formats"
+    found = [f"{path.relative_to(REPO)}:{number}" for path in (REPO / "captioning").rglob("*.py")
+             if formats not in path.parents
+             for number, line in enumerate(path.read_text().splitlines(), 1) if switch.search(line)]
+    assert not found, found
+
+
+def test_each_format_carries_what_it_brings_besides_reading():
+    from captioning.data.records import format_extra
+
+    def extras(dataset: str) -> set[str]:
+        data = load_config(None, [f"data.dataset={dataset}"]).data
+        names = ("validation_metrics", "make_missing", "miniature", "scenes", "instances", "prepare_report",
+                 "beside_vocabulary")
+        return {name for name in names if format_extra(data, name) is not None}
+
+    assert extras("shapes") == {"validation_metrics", "make_missing", "miniature", "scenes"}
+    assert extras("folder") == {"prepare_report", "beside_vocabulary"}
+    assert extras("coco") == extras("coco_official") == {"instances"}
+    assert extras("flickr8k") == set()

@@ -67,14 +67,14 @@ def _add_train_arguments(parser: argparse.ArgumentParser) -> None:
 @guarded
 def _train(args: argparse.Namespace) -> int:
     from captioning.config import load_config
-    from captioning.data.formats.shapes import ensure_shapes
+    from captioning.data.records import make_missing_data
     from captioning.train.loop import fit
 
     config = load_config(args.config, args.overrides)
     if args.dry_run:  # in a temporary folder, shapes data of its own included
         return _dry_run(config, device=default_device(args.device))
     if int(os.environ.get("WORLD_SIZE", "1")) == 1:  # under torchrun, prepare-features first (docs/coco.md)
-        ensure_shapes(config)  # the embedded default on a fresh clone: its data made here, said in one line
+        make_missing_data(config)  # the embedded default on a fresh clone: its data made here, said in one line
     summary = fit(config, resume=args.resume, device=default_device(args.device))
     speaks = os.environ.get("RANK", "0") == "0"  # under torchrun, rank 0 speaks for all; all exit alike
     if summary["interrupted"]:
@@ -127,12 +127,13 @@ def _add_config_arguments(parser: argparse.ArgumentParser) -> None:
 @guarded
 def _prepare(args: argparse.Namespace) -> int:
     from captioning.config import load_config
-    from captioning.data.formats.shapes import ensure_shapes
-    from captioning.data.prepare import check_folder, prepare_vocabulary, vocabulary_path
+    from captioning.data.prepare import prepare_vocabulary, vocabulary_path
+    from captioning.data.records import format_extra, make_missing_data
 
     config = load_config(args.config, args.overrides)
-    ensure_shapes(config)
-    for line in check_folder(config) if config.data.dataset == "folder" else ():
+    make_missing_data(config)
+    report = format_extra(config.data, "prepare_report")  # what the data's format says of it (a folder's)
+    for line in report(config) if report is not None else ():
         print(line)
     vocab, stats = prepare_vocabulary(config)
     print(f"vocabulary of {len(vocab)} words (min count {config.data.min_word_count}, from "
@@ -146,13 +147,12 @@ def _prepare(args: argparse.Namespace) -> int:
 @guarded
 def _prepare_features(args: argparse.Namespace) -> int:
     from captioning.config import load_config
-    from captioning.data.formats.shapes import ensure_shapes
     from captioning.data.prepare import prepare_features
-    from captioning.data.records import held_out_note
+    from captioning.data.records import held_out_note, make_missing_data
     from captioning.data.splits import features_dir
 
     config = load_config(args.config, args.overrides)
-    ensure_shapes(config)
+    make_missing_data(config)
     names = tuple(args.splits.split(",")) if args.splits else ("train", "val", "test")
     if args.splits is None and (note := held_out_note(config.data)) is not None:  # held out: nothing to cache
         print(note, file=sys.stderr)

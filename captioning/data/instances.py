@@ -21,10 +21,7 @@ from typing import Any
 import numpy as np
 
 from captioning.config import DataConfig
-from captioning.data.records import DatasetError
-
-# The datasets whose images COCO's instances files annotate.
-COCO_DATASETS = ("coco", "coco_official")
+from captioning.data.records import DatasetError, format_extra
 
 
 @dataclass(frozen=True)
@@ -125,5 +122,6 @@ class Instances:
 
 
 def split_instances(data: DataConfig, image_ids: Sequence[int]) -> Instances | None:
-    """The instances of a COCO split's images (read when first asked for); None for other datasets."""
-    return Instances(instances_files(data), image_ids) if data.dataset in COCO_DATASETS else None
+    """The instances of a COCO split's images (read when first asked for); None for a dataset whose
+    format says COCO's instances files do not annotate it (its reader's `instances`)."""
+    return Instances(instances_files(data), image_ids) if format_extra(data, "instances") else None

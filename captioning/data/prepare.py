@@ -14,9 +14,7 @@ import numpy as np
 import torch
 
 from captioning.config import Config
-from captioning.data.formats.folder import folder_collection
-from captioning.data.formats.folder_report import check, describe_made, split_counts, write_splits
-from captioning.data.records import read_records
+from captioning.data.records import format_extra, read_records
 from captioning.data.splits import Split, load_splits
 from captioning.data.tokenized import tokenized, tokens_dir
 from captioning.data.vocab import Vocabulary
@@ -48,25 +46,10 @@ def prepare_vocabulary(config: Config) -> tuple[Vocabulary, dict[str, float]]:
     path = vocabulary_path(config)
     path.parent.mkdir(parents=True, exist_ok=True)
     vocab.save(path)
-    if config.data.dataset == "folder":  # the splits written down beside the vocabulary, made ones included
-        write_splits(folder_collection(config.data), splits_path(config))
+    beside = format_extra(config.data, "beside_vocabulary")  # a folder of your own: its splits, written down
+    if beside is not None:
+        beside(config)
     return vocab, stats
-
-
-def splits_path(config: Config) -> Path:
-    return Path(config.train.out_dir) / "splits.csv"
-
-
-def check_folder(config: Config) -> list[str]:
-    """What `captioning prepare` says of a folder of your own images before its vocabulary: what is
-    wrong with the collection and which splits the seed made, a line each, then the split counts."""
-    collection = folder_collection(config.data)
-    lines = check(collection, max_bad_images=config.data.max_bad_images)
-    lines += describe_made(collection, seed=config.data.folder.split_seed, share=config.data.folder.split_share)
-    counts = split_counts(collection)
-    lines.append(f"{sum(counts.values())} captioned images: " + ", ".join(f"{n} {s}" for s, n in counts.items())
-                 + f"; splits kept in {collection.record}, a copy in {splits_path(config)}")
-    return lines
 
 
 def run_vocabulary(config: Config) -> Vocabulary:

@@ -12,8 +12,9 @@ import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from captioning.config import DataConfig
+from captioning.config import Config, DataConfig
 from captioning.config.registry import DATASETS
 
 SPLITS = ("train", "val", "test")
@@ -68,6 +69,25 @@ def read_records(data: DataConfig, split: str) -> list[ImageRecord]:
     if data.max_images is None:
         return records
     return list(itertools.islice((r for r in records if r.path.is_file()), data.max_images))
+
+
+def format_extra(data: DataConfig, name: str) -> Any:
+    """What the configured dataset's format brings besides reading, by name: an attribute its reader
+    carries, None where it brings none. So no other module switches on a dataset's name. The extras:
+    `validation_metrics` (what validation may measure beside the caption metrics, read by the config's
+    checks), `make_missing(config)` (data that draws itself where it is missing: the shapes data),
+    `miniature(config, folder)` (a dry run's few images), `prepare_report(config)` (the lines
+    `captioning prepare` says of the data) and `beside_vocabulary(config)` (what it writes beside the
+    vocabulary: a folder of your own's splits)."""
+    return getattr(DATASETS[data.dataset], name, None)
+
+
+def make_missing_data(config: Config) -> None:
+    """Draw the configured data where it is missing and its format can (the embedded default on a
+    fresh clone); called by the commands that train or prepare, never by a reader."""
+    make = format_extra(config.data, "make_missing")
+    if make is not None:
+        make(config)
 
 
 def held_out_note(data: DataConfig) -> str | None:

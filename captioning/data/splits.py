@@ -17,8 +17,15 @@ from captioning.data.features import cache_dir, load_or_compute
 from captioning.data.instances import Instances, split_instances
 from captioning.data.memory_maps import by_reference
 from captioning.data.mirror import mirror_image
-from captioning.data.records import DatasetError, ImageRecord, first_names, read_records, too_many_unreadable
-from captioning.data.shapes.scenes import SceneObjects, read_scene_objects
+from captioning.data.records import (
+    DatasetError,
+    ImageRecord,
+    first_names,
+    format_extra,
+    read_records,
+    too_many_unreadable,
+)
+from captioning.data.shapes.scenes import SceneObjects
 from captioning.model.encoder import Encoder, weights_identity
 
 
@@ -106,7 +113,6 @@ def load_splits(config: Config, names: tuple[str, ...], *, device: str | torch.d
     """The named splits; with `features`, their cached annotations, computing any missing cache with
     one shared encoder (with data.mirror, the train split's mirror images too). Images that cannot be
     read are left out of the split, with a warning."""
-    objects = Path(config.data.root) / "objects.json"  # the shapes data's object boxes
     encoder = functools.cache(lambda: Encoder.from_config(config.encoder))
     cache = functools.partial(load_or_compute, features_dir(config), encoder_factory=encoder,
                               image_size=config.data.image_size, batch_size=config.encoder.batch_size,
@@ -114,8 +120,8 @@ def load_splits(config: Config, names: tuple[str, ...], *, device: str | torch.d
     splits = {}
     for name in names:
         records = read_records(config.data, name)
-        shapes = config.data.dataset == "shapes" and objects.exists()
-        scenes = read_scene_objects(objects, [r.image_id for r in records]) if shapes else None
+        truth = format_extra(config.data, "scenes")  # what a format knows of its images' objects (shapes)
+        scenes = truth(config.data, records) if truth is not None else None
         if not features:
             splits[name] = Split(name, records, None, None, scenes,
                                  instances=split_instances(config.data, [r.image_id for r in records]))

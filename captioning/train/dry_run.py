@@ -22,15 +22,13 @@ import torch
 
 from captioning.checkpoint import load_checkpoint, load_trained
 from captioning.config import Config, validate
-from captioning.data.records import read_records
-from captioning.data.shapes.scenes import make_shapes
+from captioning.data.records import format_extra, read_records
 from captioning.train.loop import fit
 
 # On a 2-core CPU the encoder on the fly is most of a dry run (a ResNet-101 forward at 448² takes about
 # 0.4 s an image in float32): a few captions a step and one overlay keep every COCO config's dry run
 # well under a minute there (docs/benchmarks.md, "Dry runs").
 TRAIN_IMAGES, VAL_IMAGES, STEPS, MAX_BATCH, OVERLAYS = 8, 2, 2, 4, 1
-SHAPES_COUNTS = {"train": TRAIN_IMAGES, "val": VAL_IMAGES, "test": VAL_IMAGES}
 
 
 @dataclass
@@ -53,9 +51,9 @@ def miniature(config: Config, out_dir: Path) -> Config:
     t.out_dir, t.max_steps, t.epochs = str(out_dir / "run"), STEPS, STEPS  # an epoch may be one batch
     t.batch_size, t.val_images, t.log_images = min(t.batch_size, MAX_BATCH), VAL_IMAGES, min(t.log_images, OVERLAYS)
     t.num_workers, t.save_every_steps, t.eval_every_steps, t.log_every_steps = 0, None, None, 1
-    if trial.data.dataset == "shapes" and not (Path(trial.data.root) / trial.data.split_file).exists():
-        trial.data.root = str(out_dir / "shapes")  # not the full dataset: a few scenes, made here
-        make_shapes(trial.data.root, SHAPES_COUNTS, image_size=trial.data.image_size)
+    miniature = format_extra(trial.data, "miniature")  # data that a dry run draws small for itself (shapes)
+    if miniature is not None:
+        miniature(trial, out_dir)
     return validate(trial, "config (dry run)")
 
 

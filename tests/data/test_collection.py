@@ -171,7 +171,7 @@ def test_cli_prepare_reads_a_setting_under_its_old_name_and_says_the_new_one_in_
     def warns_from_elsewhere(config) -> None:
         warnings.warn("not the package's", UserWarning, stacklevel=1)  # here, in the tests
 
-    monkeypatch.setattr("captioning.data.formats.shapes.ensure_shapes", warns_from_elsewhere)
+    monkeypatch.setattr("captioning.data.records.make_missing_data", warns_from_elsewhere)
     names = [f"p{i:02d}.jpg" for i in range(30)]
     _folder(tmp_path / "photos", [(n, f"a photo of thing {i % 4}", "") for i, n in enumerate(names)],
             header=("image", "caption", "split"), images=names)

@@ -26,6 +26,9 @@ def read_official(data: DataConfig, split: str) -> list[ImageRecord]:
     return read_coco_captions(root / files.val_captions, root / files.val_images)
 
 
+read_official.instances = True  # CHAIR and attention correctness on masks (captioning.data.instances)
+
+
 def read_coco_captions(captions_file: str | Path, image_dir: str | Path) -> list[ImageRecord]:
     """Every image of an official COCO captions file, with all its captions, in image-id order."""
     from pycocotools.coco import COCO

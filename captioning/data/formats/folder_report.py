@@ -1,7 +1,8 @@
 """What `captioning prepare` says of a folder collection (data.dataset=folder, formats/folder.py) and
 writes of it: what it found wrong, one line each with a count and the first few names (`check`),
 the splits the seed made (`describe_made`), each split's images (`split_counts`) and the run's copy
-of every image's split (`write_splits`)."""
+of every image's split (`write_splits`). They are the folder format's extras (data.records.format_extra):
+its reader carries `prepare_report` and `beside_vocabulary`, so no command asks for the format by name."""
 
 from __future__ import annotations
 
@@ -11,7 +12,16 @@ from pathlib import Path
 
 from PIL import Image, UnidentifiedImageError
 
-from captioning.data.formats.folder import IMAGE_SUFFIXES, Collection, ImageKeys, Row, image_count
+from captioning.config import Config
+from captioning.data.formats.folder import (
+    IMAGE_SUFFIXES,
+    Collection,
+    ImageKeys,
+    Row,
+    folder_collection,
+    image_count,
+    read_folder,
+)
 from captioning.data.records import SPLITS, first_names
 
 
@@ -140,3 +150,29 @@ def describe_made(collection: Collection, *, seed: int, share: float) -> Iterabl
             yield (f"no row names a {split} split: made it of {image_count(len(chosen))} with "
                    f"data.folder.split_seed={seed} (about data.folder.split_share={share:g} of them; "
                    f"{first_names(chosen)})")
+
+
+def splits_path(config: Config) -> Path:
+    """The run's copy of every image's split, beside its vocabulary."""
+    return Path(config.train.out_dir) / "splits.csv"
+
+
+def prepare_report(config: Config) -> list[str]:
+    """What `captioning prepare` says of a folder of your own images before its vocabulary: what is
+    wrong with the collection and which splits the seed made, a line each, then the split counts."""
+    collection = folder_collection(config.data)
+    lines = check(collection, max_bad_images=config.data.max_bad_images)
+    lines += describe_made(collection, seed=config.data.folder.split_seed, share=config.data.folder.split_share)
+    counts = split_counts(collection)
+    lines.append(f"{sum(counts.values())} captioned images: " + ", ".join(f"{n} {s}" for s, n in counts.items())
+                 + f"; splits kept in {collection.record}, a copy in {splits_path(config)}")
+    return lines
+
+
+def beside_vocabulary(config: Config) -> None:
+    """The splits written down beside the vocabulary, made ones included."""
+    write_splits(folder_collection(config.data), splits_path(config))
+
+
+read_folder.prepare_report = prepare_report
+read_folder.beside_vocabulary = beside_vocabulary

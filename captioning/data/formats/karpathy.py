@@ -17,7 +17,16 @@ from captioning.config.registry import DATASETS
 from captioning.data.records import DatasetError, ImageRecord, data_root, note_dropped, usable
 
 
-@DATASETS.register("coco", "flickr8k", "flickr30k", "karpathy")
+@DATASETS.register("coco")
+def read_coco(data: DataConfig, split: str) -> list[ImageRecord]:
+    """COCO in Karpathy's split file, read as the others are; COCO's instances files annotate its images."""
+    return read_karpathy(data, split)
+
+
+read_coco.instances = True  # CHAIR and attention correctness on masks (captioning.data.instances)
+
+
+@DATASETS.register("flickr8k", "flickr30k", "karpathy")
 def read_karpathy(data: DataConfig, split: str) -> list[ImageRecord]:
     """One split of data.root/data.split_file."""
     return read_configured(data, split, where=f"docs/coco.md says what the {data.dataset} data holds")

@@ -12,7 +12,7 @@ from captioning.config.registry import DATASETS
 from captioning.data.formats.karpathy import read_configured
 from captioning.data.records import DatasetError, ImageRecord
 from captioning.data.shapes import SHAPES_DEFAULT_COUNTS
-from captioning.data.shapes.scenes import make_shapes
+from captioning.data.shapes.scenes import SceneObjects, make_shapes, read_scene_objects
 
 
 @DATASETS.register("shapes")
@@ -24,6 +24,19 @@ def read_shapes(data: DataConfig, split: str) -> list[ImageRecord]:
 # What validation measures on this format beside the caption metrics (captioning.eval.shapes.scorer):
 # train.val_metric may name these too (captioning.config.checks reads them off the reader).
 read_shapes.validation_metrics = SHAPES_METRICS
+
+
+def scenes(data: DataConfig, records: list[ImageRecord]) -> list[SceneObjects] | None:
+    """Each image's objects (data.root/objects.json, which `captioning make-shapes` writes): what the
+    shapes data's scores read (captioning.eval.shapes.scorer); None where the file is not there."""
+    objects = Path(data.root) / "objects.json"
+    return read_scene_objects(objects, [r.image_id for r in records]) if objects.exists() else None
+
+
+read_shapes.scenes = scenes
+
+# A dry run's shapes data where none is there: as many scenes as it reads (captioning.train.dry_run).
+MINIATURE_COUNTS = {"train": 8, "val": 2, "test": 2}
 
 
 def ensure_shapes(config: Config) -> None:
@@ -42,3 +55,15 @@ def ensure_shapes(config: Config) -> None:
                                "--out DIR`, and set data.root=DIR") from error
         print(f"{root / d.split_file} not found: generating the shapes dataset there", file=sys.stderr)
         make_shapes(root, dict(SHAPES_DEFAULT_COUNTS), image_size=d.image_size)
+
+
+def miniature(config: Config, folder: Path) -> None:
+    """A dry run's data (captioning.train.dry_run): where the shapes data is not there, a few scenes
+    drawn under `folder`, and the config pointed at them (not the full dataset, made for a check)."""
+    if not (Path(config.data.root) / config.data.split_file).exists():
+        config.data.root = str(folder / "shapes")
+        make_shapes(config.data.root, MINIATURE_COUNTS, image_size=config.data.image_size)
+
+
+read_shapes.make_missing = ensure_shapes  # the commands that train or prepare draw it where it is missing
+read_shapes.miniature = miniature
