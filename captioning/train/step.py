@@ -3,7 +3,8 @@ attention, the REINFORCE terms of Sec. 4.1), and the optimizer step that applies
 
 Notation: B batch, T caption steps, L grid cells, D channels, S input side, V vocabulary.
 
-The run around it (checkpoints, logs, signals, validation, the epoch loop) is loop.py.
+The run around it is loop.py (checkpoints, logs, signals, validation, the epoch loop) and stepping.py
+(this process's part of a batch, stand-ins, agreement, unreadable images).
 """
 
 from __future__ import annotations
