@@ -125,7 +125,10 @@ def _runs() -> dict[str, Run]:
              ("train.reinforce.location_samples=2", "train.reinforce.baseline=leave_one_out")),
             ("weight0.1", "REINFORCE weight lambda_r 0.1", ("train.reinforce.weight=0.1",)),
             ("no_warmup", "no warm-up of the 50% substitution (the paper)", ("model.hard.warmup=0",)),
-            ("entropy0.01", "entropy term lambda_e 0.01", ("train.reinforce.entropy_weight=0.01",))):
+            ("entropy0.01", "entropy term lambda_e 0.01", ("train.reinforce.entropy_weight=0.01",)),
+            # whether the sampled half is what costs: three images in four train on the expectation
+            ("expect0.75", "the expectation for 3 images in 4 instead of 1 in 2",
+             ("model.hard.expectation_prob=0.75",))):
         runs[f"hard_{name}"] = Run("hard_budget", label, (*SIDE, *overrides), config="flickr8k_hard.yaml")
     # the leave-one-out baseline's second seed: the paper's row is a mean of two
     runs["hard_loo2_seed1"] = Run("hard_budget", "2 location samples per caption, leave-one-out baseline, seed 1",
