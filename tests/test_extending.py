@@ -9,7 +9,8 @@ import re
 import pytest
 import torch
 
-from captioning.config import load_config
+import captioning.config.registry as registry_module
+from captioning.config import ConfigError, from_dict, load_config
 from captioning.config.registry import DATASETS, OBJECTIVES, SCORES
 from captioning.data.records import read_records
 from captioning.model.encoder_decoder import build_decoder
@@ -25,24 +26,74 @@ def example(title: str) -> str:
 
 @pytest.fixture
 def registries(monkeypatch):
-    """The registries as they are, given back after the test (an example's name stays in no other test)."""
+    """The registries and the sections they add, as they are, given back after the test (an
+    example's name and section stay in no other test)."""
     for registry in (SCORES, DATASETS, OBJECTIVES):
         monkeypatch.setattr(registry, "_entries", dict(registry.entries))  # filled first: the copy is whole
+        monkeypatch.setattr(registry, "_sections", {key: set(names) for key, names in registry._sections.items()})
+    monkeypatch.setattr(registry_module, "_added", {key: dict(added) for key, added in registry_module._added.items()})
+
+
+SMALL = ["model.embed_dim=8", "model.hidden_dim=8", "model.attention_dim=8"]
 
 
 def test_the_score_example_trains_under_its_name_with_soft_and_hard_attention(registries):
     namespace: dict = {}
     exec(compile(example("A score"), "docs/architecture.md", "exec"), namespace)
     for attention in ("soft", "hard"):
-        model = load_config(None, ["model.score=additive_relu", f"model.attention={attention}", "model.embed_dim=8",
-                                   "model.hidden_dim=8", "model.attention_dim=8"]).model
+        model = load_config(None, ["model.score=rbf", "model.rbf.bandwidth=2", f"model.attention={attention}",
+                                   *SMALL]).model
         torch.manual_seed(0)
         decoder = build_decoder(model, vocab_size=9, annotation_dim=6, grid=(2, 2))
-        assert type(decoder.attention.score).__name__ == "AdditiveReluScore"
+        score = decoder.attention.score
+        assert type(score).__name__ == "RbfScore" and score.bandwidth == 2.0  # its setting reached it
         output = decoder(torch.randn(3, 4, 6), torch.randint(3, 9, (3, 5)))
         output.logits.logsumexp(-1).sum().backward()
         assert torch.allclose(output.alphas.sum(-1), torch.ones(3, 5))  # weights over the 4 cells
-        assert decoder.attention.score.key.weight.grad.abs().sum() > 0  # the score is trained
+        assert score.key.weight.grad.abs().sum() > 0  # the score is trained
+    # the kernel, against torch.cdist: e = -d^2 / (2 * 2^2)
+    annotations, hidden = torch.randn(2, 4, 6), torch.randn(2, 8)
+    expected = -torch.cdist(score.key(annotations), score.query(hidden)[:, None]).squeeze(2) ** 2 / 8
+    assert torch.allclose(score(score.prepare(annotations), hidden), expected, atol=1e-5)
+
+
+def test_the_score_examples_setting_is_a_section_of_the_config_with_its_rules(registries, tmp_path):
+    namespace: dict = {}
+    exec(compile(example("A score"), "docs/architecture.md", "exec"), namespace)
+    # read from a file as from an override, typed, kept in a checkpoint's plain data and read back
+    (tmp_path / "rbf.yaml").write_text("model:\n  score: rbf\n  rbf:\n    bandwidth: 3\n")
+    config = load_config(tmp_path / "rbf.yaml")
+    assert isinstance(config.model.rbf.bandwidth, float) and config.model.rbf.bandwidth == 3.0
+    assert config.to_dict()["model"]["rbf"] == {"bandwidth": 3.0}
+    assert from_dict(config.to_dict()).model.rbf == namespace["RbfConfig"](bandwidth=3.0)
+    assert load_config(None).model.rbf.bandwidth == 1.0  # its default, where nothing sets it
+    refused = {"its own rule": (["model.score=rbf", "model.rbf.bandwidth=0"],
+                                "config: model.rbf.bandwidth must be positive, got 0.0"),
+               "the rule for every section": (["model.rbf.bandwidth=2"],
+                                              "config: model.rbf applies only with model.score=rbf (or "
+                                              "model.local.base=rbf), not model.score=additive"),
+               "its types": (["model.score=rbf", "model.rbf.bandwidth=wide"], "'bandwidth' must be a number"),
+               "its keys": (["model.score=rbf", "model.rbf.width=2"], "unknown key 'model.rbf.width'")}
+    for why, (overrides, message) in refused.items():
+        with pytest.raises(ConfigError) as error:
+            load_config(None, overrides)
+        assert message in str(error.value), why
+
+
+def test_no_module_of_the_config_names_a_plugin_or_its_settings():
+    """The checks and the loader name no score, format or objective (each registers its name and its
+    rules), and the schema holds none of their sections (each registers its own)."""
+    names = set(SCORES.names()) | set(DATASETS.names()) | set(OBJECTIVES.names())
+    config = REPO / "captioning" / "config"
+    found = []
+    for path in (config / "checks.py", config / "loading.py"):
+        code = "\n".join(line.split("#")[0] for line in path.read_text().splitlines())  # not its comments
+        code = re.sub(r'"""(.*?)"""', "", code, flags=re.S)  # nor its docstrings
+        found += [f"{path.name}: {name}" for name in sorted(names) if re.search(rf"[\"'.]{re.escape(name)}\b", code)]
+    schema = (config / "schema.py").read_text()
+    sections = [key.split(".")[1] for registry in (SCORES, DATASETS, OBJECTIVES) for key in registry.sections()]
+    found += [f"schema.py: {name}" for name in sections if re.search(rf"^\s+{name}\s*:", schema, re.M)]
+    assert sections and not found, found
 
 
 def test_the_dataset_format_example_reads_a_split_under_its_name(registries, tmp_path):

@@ -10,35 +10,30 @@ refused, with their new names, in a file; settings renamed since (MOVED) are mig
 checkpoint and read as aliases, with a warning, in a file.
 
 Modules: schema.py (the sections and their defaults), loading.py (files, overrides, plain data),
-checks.py (`validate`: every rule on a setting's value, in one place), choices.py (what each fixed
-choice may be), registry.py (the pluggable ones: scores, dataset formats, objectives), migration.py
-(old keys and removed settings).
+checks.py (`validate`: every rule on a setting's value, in one place; a plugin's own rules are
+its `problems`), choices.py (what each fixed choice may be), registry.py (the pluggable ones:
+scores, dataset formats, objectives, and the settings sections they bring), migration.py (old keys
+and removed settings), errors.py (ConfigError).
 """
 
 from captioning.config.checks import validate
 from captioning.config.loading import apply_overrides, from_dict, load_config
 from captioning.config.migration import MOVED, REMOVED, RENAMED, migrate
 from captioning.config.schema import (
-    CocoOfficialConfig,
     Config,
     ConfigError,
-    CosineConfig,
     DataConfig,
     DecodeConfig,
     EncoderConfig,
     ExtrasConfig,
-    FolderConfig,
     HardConfig,
-    LocalConfig,
     ModelConfig,
     ReinforceConfig,
-    ScstConfig,
     TrainConfig,
 )
 
 __all__ = [
-    "MOVED", "REMOVED", "RENAMED", "CocoOfficialConfig", "Config", "ConfigError", "CosineConfig", "DataConfig",
-    "DecodeConfig", "EncoderConfig", "ExtrasConfig", "FolderConfig", "HardConfig", "LocalConfig", "ModelConfig",
-    "ReinforceConfig", "ScstConfig", "TrainConfig", "apply_overrides", "from_dict", "load_config", "migrate",
-    "validate",
+    "MOVED", "REMOVED", "RENAMED", "Config", "ConfigError", "DataConfig", "DecodeConfig", "EncoderConfig",
+    "ExtrasConfig", "HardConfig", "ModelConfig", "ReinforceConfig", "TrainConfig", "apply_overrides", "from_dict",
+    "load_config", "migrate", "validate",
 ]

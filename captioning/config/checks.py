@@ -10,17 +10,19 @@ from typing import Any
 
 import captioning.config.choices as choices
 import captioning.config.registry as registry
-from captioning.config.schema import Config, ConfigError
+from captioning.config.schema import Config, ConfigError, settings_of
 
 
 def _check_types(section: Any, where: str, prefix: str) -> None:
-    """Every field's value has its annotated type (int is not bool; an int is taken as a float)."""
+    """Every setting's value has its annotated type (int is not bool; an int is taken as a float), a
+    plugin's section's as well."""
     hints = typing.get_type_hints(type(section))
-    for item in dataclasses.fields(section):
-        value, hint, key = getattr(section, item.name), hints[item.name], f"{prefix}.{item.name}"
+    for name in settings_of(section):
+        value, key = getattr(section, name), f"{prefix}.{name}"
         if dataclasses.is_dataclass(value):
             _check_types(value, where, key)
             continue
+        hint = hints[name]
         optional = typing.get_origin(hint) in (types.UnionType, typing.Union)
         if optional:
             if value is None:
@@ -28,7 +30,7 @@ def _check_types(section: Any, where: str, prefix: str) -> None:
             hint = next(arg for arg in typing.get_args(hint) if arg is not type(None))
         kind = typing.get_origin(hint) or hint
         if kind is float and isinstance(value, int) and not isinstance(value, bool):
-            setattr(section, item.name, float(value))
+            setattr(section, name, float(value))
             continue
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
             wanted = {int: "an integer", float: "a number", bool: "true or false", str: "a string",
@@ -37,22 +39,22 @@ def _check_types(section: Any, where: str, prefix: str) -> None:
 
 
 def _choices(config: Config) -> dict[str, tuple[str, tuple[str, ...]]]:
-    c, r, m, t = choices, registry, config.model, config.train
-    return {
-        "data.dataset": (config.data.dataset, r.DATASETS.names()), "encoder.name": (config.encoder.name, c.ENCODERS),
+    c, m, t = choices, config.model, config.train
+    fixed = {
+        "encoder.name": (config.encoder.name, c.ENCODERS),
         "encoder.layer": (config.encoder.layer, c.LAYERS), "encoder.padding": (config.encoder.padding, c.PADDINGS),
-        "model.attention": (m.attention, c.ATTENTIONS), "model.score": (m.score, r.SCORES.names()),
+        "model.attention": (m.attention, c.ATTENTIONS),
         "model.gate": (m.gate, c.GATES), "model.deep_output": (m.deep_output, c.DEEP_OUTPUTS),
         "model.hard.coin": (m.hard.coin, c.COINS),
-        "model.local.base": (m.local.base, r.SCORES.names()),
-        "model.local.window": (m.local.window, r.LOCAL_WINDOWS.names()),
         "model.extras.init": (m.extras.init, c.INITS), "model.extras.position": (m.extras.position, c.POSITIONS),
         "train.optimizer": (t.optimizer, c.OPTIMIZERS),
         "train.reinforce.baseline": (t.reinforce.baseline, c.BASELINES),
-        "train.objective": (t.objective, r.OBJECTIVES.names()),
-        "train.scst.baseline": (t.scst.baseline, c.SCST_BASELINES),
         "train.val_tokenizer": (t.val_tokenizer, c.VALIDATION_TOKENIZERS),
     }
+    # every key that names a registry's entry (model.score, and model.local.base, which a plugin's
+    # section holds) takes the names registered
+    pluggable = {key: (_at(config, key), reg.names()) for reg in registry.REGISTRIES for key in reg.choosers}
+    return {**pluggable, **fixed}
 
 
 def _ranges(config: Config) -> dict[str, tuple[Any, str, bool]]:
@@ -71,15 +73,13 @@ def _ranges(config: Config) -> dict[str, tuple[Any, str, bool]]:
                 "train.num_workers": (t.num_workers, 0), "train.save_every_steps": (t.save_every_steps, 1),
                 "train.log_every_steps": (t.log_every_steps, 1), "train.log_images": (t.log_images, 0),
                 "train.reinforce.location_samples": (t.reinforce.location_samples, 1),
-                "train.max_bad_steps": (t.max_bad_steps, 1), "train.scst.samples": (t.scst.samples, 1),
+                "train.max_bad_steps": (t.max_bad_steps, 1),
                 "train.reinforce.weight_warmup": (t.reinforce.weight_warmup, 0),
                 "decode.beam_size": (d.beam_size, 1), "decode.max_length": (d.max_length, 1),
                 "model.extras.grid_attention": (m.extras.grid_attention, 0)}
     checks = {key: (value, f"at least {low}", value is None or value >= low) for key, (value, low) in at_least.items()}
     positive = {"encoder.lr": config.encoder.lr, "train.lr": t.lr, "train.grad_clip": t.grad_clip,
-                "train.dist_timeout": t.dist_timeout,
-                "model.extras.temperature": m.extras.temperature, "model.local.sigma": m.local.sigma,
-                "model.cosine.sharpness": m.cosine.sharpness}
+                "train.dist_timeout": t.dist_timeout, "model.extras.temperature": m.extras.temperature}
     checks.update({key: (value, "positive", value is None or value > 0) for key, value in positive.items()})
     unit = {"model.dropout": (m.dropout, 0.0 <= m.dropout < 1.0, "in [0, 1)"),
             "model.hard.expectation_prob": (m.hard.expectation_prob, 0.0 <= m.hard.expectation_prob <= 1.0,
@@ -90,9 +90,7 @@ def _ranges(config: Config) -> dict[str, tuple[Any, str, bool]]:
                                                "in [0, 1)"),
             "model.extras.glimpses": (m.extras.glimpses, m.extras.glimpses in (1, 2), "1 or 2"),
             "data.max_bad_images": (config.data.max_bad_images, 0.0 <= config.data.max_bad_images <= 1.0,
-                                    "in [0, 1]"),
-            "data.folder.split_share": (config.data.folder.split_share, 0.0 < config.data.folder.split_share < 0.5,
-                                        "in (0, 0.5)")}
+                                    "in [0, 1]")}
     checks.update({key: (value, wanted, ok) for key, (value, ok, wanted) in unit.items()})
     non_negative = {"train.ds_lambda": t.ds_lambda, "train.reinforce.weight": t.reinforce.weight,
                     "train.reinforce.entropy_weight": t.reinforce.entropy_weight,

@@ -60,7 +60,6 @@ POSITIONS = ("none", "learned", "coordinates")
 # Training.
 OPTIMIZERS = ("adam", "rmsprop")
 BASELINES = ("none", "moving_average", "leave_one_out")  # REINFORCE's baselines
-SCST_BASELINES = ("greedy", "leave_one_out")  # leave_one_out: the mean of the image's other samples
 
 # What validation scores, which train.val_metric can pick (captioning.eval.metrics and, on the shapes
 # data, captioning.eval.shapes.scorer compute them); a higher value is better. CHAIR (lower is

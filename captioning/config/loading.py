@@ -25,7 +25,7 @@ from captioning.config.migration import (
     with_values_renamed,
     without_removed,
 )
-from captioning.config.schema import Config, ConfigError
+from captioning.config.schema import Config, ConfigError, settings_of
 
 
 def _closest(key: str, known: list[str]) -> list[str]:
@@ -50,11 +50,11 @@ def _close_elsewhere(key: str) -> list[str]:
 def _every_key(section: Any, prefix: str = "") -> list[str]:
     """Every setting's and section's dotted name under a config section."""
     names = []
-    for field in dataclasses.fields(section):
-        dotted = f"{prefix}.{field.name}" if prefix else field.name
+    for name in settings_of(section):
+        dotted = f"{prefix}.{name}" if prefix else name
         names.append(dotted)
-        if dataclasses.is_dataclass(getattr(section, field.name)):
-            names += _every_key(getattr(section, field.name), dotted)
+        if dataclasses.is_dataclass(getattr(section, name)):
+            names += _every_key(getattr(section, name), dotted)
     return names
 
 
@@ -83,7 +83,7 @@ def _nested(keys: list[str], value: Any) -> dict[str, Any]:
 def _merge(target: Any, values: dict[str, Any], where: str, prefix: str = "", source: str | None = None) -> None:
     """Set `values` on the dataclass `target`; `where` names the place in messages, `source` the file."""
     source = where if source is None else source
-    known = {f.name: f for f in dataclasses.fields(target)}
+    known = settings_of(target)  # name -> its annotated type
     for key, value in values.items():
         dotted = f"{prefix}.{key}" if prefix else str(key)
         if isinstance(key, str) and "." in key:  # `data.split_seed: 3` in a file: a section's key, not a path
@@ -121,7 +121,7 @@ def _merge(target: Any, values: dict[str, Any], where: str, prefix: str = "", so
         else:
             if isinstance(value, dict) and not isinstance(current, dict):  # e.g. `train.lr.x=1`: `x` is unknown
                 raise ConfigError(f"{where}: '{key}' is a value, not a section (got keys {', '.join(map(str, value))})")
-            if isinstance(value, str) and str(known[key].type).startswith("float"):
+            if isinstance(value, str) and str(known[key]).startswith("float"):
                 # YAML 1.1 reads `1e-4` (no dot) as a string; a float field takes it as the number it is.
                 try:
                     value = float(value)

@@ -11,6 +11,10 @@ imports none of that code: `captioning/__init__.py` hands `fill_with` the names 
 register, and Python runs that file before any module of the package. They are imported the first
 time any registry is read, not before: importing the config, or building a command's parser, loads
 no torch. A new score, dataset format or objective is its module plus its name in that list.
+
+An entry with settings of its own registers their dataclass too, and the config gains that section
+under the entry's name (`@SCORES.register("cosine", settings=CosineConfig)`: `model.cosine`), read,
+checked and refused like any other (captioning.config.schema.Extensible), without a line in the schema.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import importlib
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
 
-from captioning.config.schema import ConfigError
+from captioning.config.errors import ConfigError
 
 T = TypeVar("T")
 
@@ -28,18 +32,21 @@ class Registry(Generic[T]):
     """One setting's names, in the order they were registered, their implementations, and the
     config sections each owns."""
 
-    def __init__(self, setting: str, *, also_chosen_by: tuple[str, ...] = ()):
-        """`also_chosen_by`: other config keys whose value names an entry too (model.local.base
-        names the score the local score windows)."""
+    def __init__(self, setting: str, *, section: str, also_chosen_by: tuple[str, ...] = ()):
+        """`section`: the config section an entry's own settings go in, under its name ("model":
+        model.cosine). `also_chosen_by`: other config keys whose value names an entry too
+        (model.local.base names the score the local score windows)."""
         self.setting = setting  # the config key that picks an entry, e.g. model.score
+        self.section = section
         self.choosers = (setting, *also_chosen_by)
         self._entries: dict[str, T] = {}
         self._sections: dict[str, set[str]] = {}  # config section (e.g. model.cosine) -> the names owning it
 
-    def register(self, *names: str, settings: str | None = None) -> Callable[[T], T]:
-        """A decorator: the class or function it decorates answers to each of `names`. `settings`:
-        the config section that only it reads (e.g. "model.cosine"); a config that sets it while
-        choosing none of `names` is refused (captioning.config.checks)."""
+    def register(self, *names: str, settings: type | None = None) -> Callable[[T], T]:
+        """A decorator: the class or function it decorates answers to each of `names`. `settings`: the
+        dataclass of the settings that only it reads, which the config holds as the section
+        `{self.section}.{names[0]}` (e.g. model.cosine); a config that sets it while choosing none of
+        `names` is refused (captioning.config.checks)."""
         def add(entry: T) -> T:
             for name in names:
                 if name in self._entries:
@@ -47,7 +54,8 @@ class Registry(Generic[T]):
                                      f"and {entry!r}")
                 self._entries[name] = entry
             if settings is not None:
-                self._sections.setdefault(settings, set()).update(names)
+                _add_section(self.section, names[0], settings)
+                self._sections.setdefault(f"{self.section}.{names[0]}", set()).update(names)
             return entry
         return add
 
@@ -80,6 +88,7 @@ class Registry(Generic[T]):
         return self._entries[name]
 
 
+_added: dict[str, dict[str, type]] = {}  # a config section -> the sections entries added to it, by name
 _pending: list[tuple[str, ...]] = []  # module names not imported yet, in the order their entries are listed
 _order: list[str] = []  # every module handed to fill_with, in that order
 
@@ -89,6 +98,20 @@ def fill_with(modules: tuple[str, ...]) -> None:
     imported when a registry is first read."""
     _pending.append(modules)
     _order.extend(modules)
+
+
+def _add_section(parent: str, name: str, settings: type) -> None:
+    added = _added.setdefault(parent, {})
+    if name in added and added[name] is not settings:
+        raise ValueError(f"{parent}.{name} is registered twice: {added[name]!r} and {settings!r}")
+    added[name] = settings
+
+
+def added_sections(parent: str) -> dict[str, type]:
+    """The sections that registered entries add to config section `parent` ("model"), by name, each
+    its settings' dataclass; the registering modules imported first."""
+    _fill()
+    return dict(sorted(_added.get(parent, {}).items(), key=lambda item: _rank(item[1])))  # the package's order
 
 
 def _fill() -> None:
@@ -112,14 +135,14 @@ def _rank(entry: Any) -> int:
 
 
 # The attention scores (captioning.model.scores; model.local.base takes any of them but local).
-SCORES: Registry[Any] = Registry("model.score", also_chosen_by=("model.local.base",))
+SCORES: Registry[Any] = Registry("model.score", section="model", also_chosen_by=("model.local.base",))
 # The local score's window: Luong's Gaussian (captioning.model.scores) or a learned shape around it
 # (captioning.model.extras.window).
-LOCAL_WINDOWS: Registry[Any] = Registry("model.local.window")
+LOCAL_WINDOWS: Registry[Any] = Registry("model.local.window", section="model")
 # The dataset formats: a reader per format (captioning.data.formats), each registered under the
 # names of the datasets it reads; (data, split) -> that split's image records.
-DATASETS: Registry[Callable[..., Any]] = Registry("data.dataset")
+DATASETS: Registry[Callable[..., Any]] = Registry("data.dataset", section="data")
 # The training objectives (captioning.train.cross_entropy, captioning.train.scst).
-OBJECTIVES: Registry[Any] = Registry("train.objective")
+OBJECTIVES: Registry[Any] = Registry("train.objective", section="train")
 # Every registry, for the rules that hold for all of them (captioning.config.checks).
 REGISTRIES = (SCORES, LOCAL_WINDOWS, DATASETS, OBJECTIVES)

@@ -2,44 +2,72 @@
 
 The paper's model is `ModelConfig` itself; hard attention's own settings are `model.hard`,
 REINFORCE's are `train.reinforce`, and the options that are not in the paper are `model.extras`
-(captioning/model/extras).
+(captioning/model/extras). A plugin's own settings are not here: the score, dataset format or
+objective registers their dataclass where it is defined (`model.cosine` with the cosine score,
+`data.folder` with the folder format, `train.scst` with self-critical training), and the section it
+belongs to holds them (`Extensible`).
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
+
+from captioning.config.errors import ConfigError
+from captioning.config.registry import added_sections
+
+__all__ = ["Config", "ConfigError", "DataConfig", "DecodeConfig", "EncoderConfig", "Extensible", "ExtrasConfig",
+           "HardConfig", "ModelConfig", "ReinforceConfig", "TrainConfig", "as_dict", "settings_of"]
 
 
-@dataclass
-class FolderConfig:
-    """A folder of your own images (data.dataset=folder, data/formats/folder.py, docs/data.md)."""
+class Extensible:
+    """A section that registered plugins add their settings to (data, model, train).
 
-    captions_file: str = "captions.csv"  # rows of image, caption[, split] (.csv, or JSON Lines), under data.root
-    # A split no row names is made of the images by a hash of each one's path and this seed (not
-    # train.seed: another training seed must not move the test images), each made split about
-    # split_share of them.
-    split_seed: int = 0
-    split_share: float = 0.05
-    # A captions row whose image lies outside data.root/data.image_dir (an absolute path, ../, a link
-    # leading out) is refused unless this is true.
-    allow_outside_images: bool = False
+    Its own settings are its dataclass's fields. A plugin's section (model.cosine, data.folder,
+    train.scst) is set on each instance as it is made, from the dataclass the plugin registered
+    (captioning.config.registry: `register(name, settings=...)`); making one imports the registering
+    modules first. `settings_of` and `as_dict` list both, and equality and repr see both; copy a
+    section with copy.deepcopy, not dataclasses.replace, which knows the fields only.
+    """
+
+    section: ClassVar[str]  # its name in the config ("model")
+
+    def __post_init__(self) -> None:
+        own = {item.name for item in dataclasses.fields(self)}
+        for name, settings in added_sections(self.section).items():
+            if name in own:  # it would replace the section's own setting without a word
+                raise ValueError(f"{self.section}.{name} is a setting of the config's own; a plugin named "
+                                 f"{name} cannot add its settings there")
+            setattr(self, name, settings())
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and as_dict(self) == as_dict(other)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(f'{name}={getattr(self, name)!r}' for name in settings_of(self))})"
 
 
-@dataclass
-class CocoOfficialConfig:
-    """COCO's own captions files, read through pycocotools (data.dataset=coco_official): train from
-    train2014, val and test from val2014."""
-
-    train_captions: str = "annotations/captions_train2014.json"
-    train_images: str = "train2014"
-    val_captions: str = "annotations/captions_val2014.json"
-    val_images: str = "val2014"
+def settings_of(section: Any) -> dict[str, Any]:
+    """A section's settings and subsections by name, each with its annotated type: its dataclass's
+    fields (the annotation as written), then the sections plugins added to it (their dataclass)."""
+    names: dict[str, Any] = {item.name: item.type for item in dataclasses.fields(section)}
+    if isinstance(section, Extensible):  # a plugin registered after this section was made is not in it
+        names.update({name: kind for name, kind in added_sections(section.section).items() if name in vars(section)})
+    return names
 
 
-@dataclass
-class DataConfig:
+def as_dict(section: Any) -> dict[str, Any]:
+    """A section as plain data, its subsections (a plugin's too) nested: what a checkpoint stores."""
+    return {name: as_dict(value) if dataclasses.is_dataclass(value) else copy.deepcopy(value)
+            for name in settings_of(section) for value in (getattr(section, name),)}
+
+
+@dataclass(eq=False, repr=False)
+class DataConfig(Extensible):
+    section: ClassVar[str] = "data"
+
     # shapes | coco | flickr8k | flickr30k | karpathy (any Karpathy-format split file): read from
     # `split_file`; coco_official: the official captions_*2014.json files (data.coco_official);
     # folder: a folder of your own images and its captions file (data.folder).
@@ -51,8 +79,6 @@ class DataConfig:
     cache_root: str | None = None
     split_file: str = "dataset_shapes.json"  # Karpathy-format: dataset_coco.json, dataset_flickr8k.json ...
     image_dir: str = ""  # images are image_dir/filepath/filename (Flickr entries have no filepath)
-    folder: FolderConfig = field(default_factory=FolderConfig)
-    coco_official: CocoOfficialConfig = field(default_factory=CocoOfficialConfig)
     image_size: int = 224  # the encoder's square input; the shorter side is resized, then centre-cropped
     min_word_count: int = 1
     max_caption_length: int = 20  # clips training targets only, never references
@@ -97,22 +123,6 @@ class HardConfig:
 
 
 @dataclass
-class LocalConfig:
-    """The local score's window (model.score=local)."""
-
-    base: str = "additive"  # the content score under the window
-    window: str = "gaussian"  # Luong's; "learned" adds a learned shape (model/extras/window.py)
-    sigma: float | None = None  # the window's width in grid cells (None: a quarter of the grid's longer side)
-
-
-@dataclass
-class CosineConfig:
-    """The cosine score's (and the local score's cosine base's) sharpness."""
-
-    sharpness: float | None = None  # beta at the start, then learned (None: 5)
-
-
-@dataclass
 class ExtrasConfig:
     """Options that are not in the paper (captioning/model/extras), all off by default."""
 
@@ -129,8 +139,10 @@ class ExtrasConfig:
     grid_attention: int = 0
 
 
-@dataclass
-class ModelConfig:
+@dataclass(eq=False, repr=False)
+class ModelConfig(Extensible):
+    section: ClassVar[str] = "model"
+
     embed_dim: int = 128
     hidden_dim: int = 256
     attention_dim: int = 128
@@ -145,8 +157,6 @@ class ModelConfig:
     # runs AttentionDecoder._advance step by step for every config, where an edit of it takes effect.
     fused: bool = True
     hard: HardConfig = field(default_factory=HardConfig)
-    local: LocalConfig = field(default_factory=LocalConfig)
-    cosine: CosineConfig = field(default_factory=CosineConfig)
     extras: ExtrasConfig = field(default_factory=ExtrasConfig)
 
 
@@ -162,18 +172,10 @@ class ReinforceConfig:
     weight_warmup: int = 0  # steps over which both terms grow from 0 to their weight (not in the paper)
 
 
-@dataclass
-class ScstConfig:
-    """Self-critical sequence training (Rennie et al., 2017), train.objective: scst (train/scst.py)."""
+@dataclass(eq=False, repr=False)
+class TrainConfig(Extensible):
+    section: ClassVar[str] = "train"
 
-    samples: int = 5  # captions sampled per image
-    # What a sample's CIDEr-D is compared with: the greedy caption's (Rennie et al.) or the mean of
-    # the image's other samples (Luo, 2020, "a better variant of SCST"; needs samples >= 2).
-    baseline: str = "greedy"
-
-
-@dataclass
-class TrainConfig:
     out_dir: str = "runs/shapes_soft"
     # Start from this checkpoint's weights and vocabulary, with a fresh optimizer, schedule and step
     # count (train/warm_start.py); --resume continues a run instead, and then this is ignored.
@@ -224,7 +226,6 @@ class TrainConfig:
     # xe: cross-entropy on the references (the paper); scst: the CIDEr-D of sampled captions, from a
     # trained model (train.init_from), batches of train.batch_size images (train/scst.py).
     objective: str = "xe"
-    scst: ScstConfig = field(default_factory=ScstConfig)
 
 
 @dataclass
@@ -248,9 +249,5 @@ class Config:
     decode: DecodeConfig = field(default_factory=DecodeConfig)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-
-class ConfigError(ValueError):
-    """A config file or override that does not fit the schema."""
+        return as_dict(self)
 

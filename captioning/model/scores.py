@@ -10,6 +10,7 @@ captioning.model.attention's business: the two are orthogonal, and any score wor
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -25,8 +26,9 @@ from captioning.config.registry import LOCAL_WINDOWS, SCORES
 #   prepare(annotations [B, L, D]) -> keys, the image-only work, once per image;
 #   forward(keys, hidden [B, H]) -> e [B, L], once per step.
 # `grid` (Hg, Wg) is needed only by the scores that know where cells are (location, local). A score
-# with settings of its own (a section of model:, checked by captioning.config.checks) reads them
-# in `options`.
+# with settings of its own registers their dataclass (`settings=`: the section model.<its name>),
+# reads them in `options` and checks them in `problems` (captioning.config.checks asks the chosen
+# score).
 
 
 class Score(nn.Module):
@@ -145,7 +147,14 @@ class ScaledDotScore(DotScore):
         self.scale = 1.0 / math.sqrt(annotation_dim)
 
 
-@SCORES.register("cosine", settings="model.cosine")
+@dataclass
+class CosineConfig:
+    """model.cosine: the cosine score's (and the local score's cosine base's) sharpness."""
+
+    sharpness: float | None = None  # beta at the start, then learned (None: 5)
+
+
+@SCORES.register("cosine", settings=CosineConfig)
 class CosineScore(Score):
     """Graves' content-based score: e_ti = beta * cos(q, a_i), q = h_{t-1} (or W_q h_{t-1}).
 
@@ -157,6 +166,13 @@ class CosineScore(Score):
     def options(cls, model: ModelConfig) -> dict:
         sharpness = model.cosine.sharpness  # None: the default beta
         return {} if sharpness is None else {"sharpness": sharpness}
+
+    @staticmethod
+    def problems(config: Config) -> list[str]:
+        """What the cosine score refuses of a config, chosen as model.score or as model.local.base."""
+        sharpness = config.model.cosine.sharpness
+        return [] if sharpness is None or sharpness > 0 else [f"model.cosine.sharpness must be positive, "
+                                                               f"got {sharpness!r}"]
 
     def __init__(self, *, annotation_dim: int, hidden_dim: int, attention_dim: int,
                  grid: tuple[int, int] | None = None, sharpness: float = 5.0, learn_sharpness: bool = True):
@@ -197,7 +213,16 @@ class LocationScore(Score):
         return self.W(hidden)  # [B, L]
 
 
-@SCORES.register("local", settings="model.local")
+@dataclass
+class LocalConfig:
+    """model.local: the local score's window."""
+
+    base: str = "additive"  # the content score under the window
+    window: str = "gaussian"  # Luong's; "learned" adds a learned shape (model/extras/window.py)
+    sigma: float | None = None  # the window's width in grid cells (None: a quarter of the grid's longer side)
+
+
+@SCORES.register("local", settings=LocalConfig)
 @LOCAL_WINDOWS.register("gaussian")
 class LocalScore(Score):
     """Luong's local-p attention in 2-D: a base score plus the log of a Gaussian window.
@@ -227,9 +252,13 @@ class LocalScore(Score):
     @staticmethod
     def problems(config: Config) -> list[str]:
         """What the local score refuses of a config (captioning.config.checks asks the chosen score)."""
-        base = config.model.local.base
-        return [f"model.local.base '{base}' is not one of the scores a window can wrap (every score but local)"] \
-            if config.model.score == "local" and base == "local" else []
+        local, problems = config.model.local, []
+        if config.model.score == "local" and local.base == "local":
+            problems.append(f"model.local.base '{local.base}' is not one of the scores a window can wrap (every "
+                            "score but local)")
+        if local.sigma is not None and local.sigma <= 0:
+            problems.append(f"model.local.sigma must be positive, got {local.sigma!r}")
+        return problems
 
     def __init__(self, *, annotation_dim: int, hidden_dim: int, attention_dim: int,
                  grid: tuple[int, int] | None = None, base: str = "additive", sigma: float | None = None,

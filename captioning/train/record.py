@@ -11,7 +11,6 @@ parts that differ.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import hashlib
 import json
@@ -24,6 +23,7 @@ from typing import Any
 
 from captioning.checkpoint import weights_digest
 from captioning.config import Config
+from captioning.config.schema import as_dict
 from captioning.data.contents import contents_of, split_digest
 from captioning.data.records import DatasetError, ImageRecord, read_records
 from captioning.model.encoder import normalization, weights_identity
@@ -91,7 +91,18 @@ HOW_NOT_WHAT = ("fused",)
 
 
 def model_settings(config: Config) -> dict[str, Any]:
-    return {name: value for name, value in dataclasses.asdict(config.model).items() if name not in HOW_NOT_WHAT}
+    """The model's settings, but how it is computed, each section's keys sorted: a plugin's section
+    sits where its registration put it, and the digest must not move with that order."""
+    def sorted_keys(values: dict[str, Any]) -> dict[str, Any]:
+        return {key: sorted_keys(value) if isinstance(value, dict) else value for key, value in sorted(values.items())}
+
+    return sorted_keys({name: value for name, value in as_dict(config.model).items() if name not in HOW_NOT_WHAT})
+
+
+def settings_as_written(config: dict[str, Any]) -> str:
+    """The digest of a checkpoint's model settings as a record written before they were sorted
+    (model_settings) took it: in the order its stored config lists them."""
+    return digest({name: value for name, value in config.get("model", {}).items() if name not in HOW_NOT_WHAT})
 
 
 def validation_record(config: Config, *, images: int) -> dict[str, Any]:

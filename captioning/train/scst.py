@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from captioning.config import Config, ScstConfig
+from captioning.config import Config
 from captioning.config.registry import OBJECTIVES
 from captioning.data.memory_maps import by_reference
 from captioning.data.run_data import RunData
@@ -90,6 +90,19 @@ def image_batches(count: int, *, batch_size: int, seed: int, epoch: int) -> list
     """The epoch's batches of image rows: a shuffle that is a function of (seed, epoch) alone."""
     order = torch.randperm(count, generator=torch.Generator().manual_seed(seed * 100_003 + epoch)).tolist()
     return [order[i:i + batch_size] for i in range(0, count, batch_size)]
+
+
+@dataclass
+class ScstConfig:
+    """train.scst: self-critical sequence training's settings (Rennie et al., 2017)."""
+
+    samples: int = 5  # captions sampled per image
+    # What a sample's CIDEr-D is compared with: the greedy caption's (Rennie et al.) or the mean of
+    # the image's other samples (Luo, 2020, "a better variant of SCST"; needs samples >= 2).
+    baseline: str = "greedy"
+
+
+BASELINES = ("greedy", "leave_one_out")  # train.scst.baseline's choices
 
 
 class SelfCritical:
@@ -176,7 +189,7 @@ class SelfCritical:
         return take_step(loss, list(decoder.parameters()), optimizer, grad_clip=grad_clip, scaler=scaler)
 
 
-@OBJECTIVES.register("scst", settings="train.scst")
+@OBJECTIVES.register("scst", settings=ScstConfig)
 class SelfCriticalObjective:
     """train.objective: scst as a run's objective: batches of training images (their cached
     annotations), each stepped by SelfCritical, in one process (a run refuses it under torchrun)."""
@@ -197,6 +210,10 @@ class SelfCriticalObjective:
         the chosen objective)."""
         t = config.train
         problems = []
+        if t.scst.baseline not in BASELINES:
+            problems.append(f"train.scst.baseline '{t.scst.baseline}' is not one of {', '.join(BASELINES)}")
+        if t.scst.samples < 1:
+            problems.append(f"train.scst.samples must be at least 1, got {t.scst.samples}")
         if t.scst.baseline == "leave_one_out" and t.scst.samples < 2:
             problems.append(f"train.scst.baseline=leave_one_out needs train.scst.samples >= 2 (the image's other "
                             f"samples), got {t.scst.samples}")

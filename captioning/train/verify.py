@@ -19,7 +19,7 @@ from captioning.checkpoint import CheckpointError, load_checkpoint, load_trained
 from captioning.config import Config
 from captioning.data.records import DatasetError, read_records
 from captioning.eval.evaluate import evaluate_trained
-from captioning.train.record import run_record, run_weights
+from captioning.train.record import run_record, run_weights, settings_as_written
 from captioning.train.validation import validation_metrics
 
 TOLERANCE = 1e-4  # the same machine gives the same numbers; another CPU or a GPU moves the last digits
@@ -83,6 +83,8 @@ def verify(path: str | Path, *, overrides: tuple[str, ...] = (), device: str | t
     current = {**run_record(config, train=read_records(config.data, "train"), val=val.records,
                             vocab=trained.vocab.words, contents={"val": val.contents}),
                "weights": run_weights(payload)}
+    if record.get("model", {}).get("settings") == settings_as_written(payload.get("config", {})):
+        current["model"]["settings"] = record["model"]["settings"]  # recorded in the order of its day
     differs = {section: _differences(record.get(section, {}), values) for section, values in current.items()}
     return Verification(step=int(progress["step"]), recorded=recorded, now={n: now.get(n, math.nan) for n in recorded},
                         differs={section: names for section, names in differs.items() if names},

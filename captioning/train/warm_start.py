@@ -10,12 +10,12 @@ on another objective.
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any
 
 from captioning.checkpoint import CheckpointError, config_of
 from captioning.config import Config
+from captioning.config.schema import as_dict
 from captioning.data.prepare import vocabulary_path
 from captioning.data.vocab import Vocabulary
 
@@ -40,8 +40,8 @@ def model_differences(config: Config, source: dict[str, Any], path: str | Path) 
     a warm start that samples or trains under other settings than its start's trains another
     model: self-critical training sampled with dropout 0.5 from a model trained with 0.3 moved
     nothing where 0.3 gained (studies/flickr8k, "Self-critical training")."""
-    theirs = dataclasses.asdict(config_of(source, path).model)
-    ours = dataclasses.asdict(config.model)
+    theirs = as_dict(config_of(source, path).model)
+    ours = as_dict(config.model)
 
     def leaves(values: dict[str, Any], prefix: str) -> dict[str, Any]:
         flat: dict[str, Any] = {}

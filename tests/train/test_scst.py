@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import torch
 
-from captioning.config import ConfigError, ScstConfig
+from captioning.config import ConfigError
 from captioning.data.vocab import SPECIALS, Vocabulary
 from captioning.model.encoder_decoder import build_decoder
 from captioning.train.loop import fit
-from captioning.train.scst import ImageRows, SelfCritical, image_batches
+from captioning.train.scst import ImageRows, ScstConfig, SelfCritical, image_batches
 from tests.model.sizes import model_section
 
 WORDS = ["a", "red", "green", "square", "circle"]

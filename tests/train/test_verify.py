@@ -199,3 +199,27 @@ def test_a_record_from_before_a_decoding_setting_is_verified_decoding_as_it_ran(
     recorded = {"decoding": "greedy", "allow_unk": False, "no_repeat_ngram": 3}
     new = as_validated(load_config(None, ["decode.no_repeat_ngram=3"]), recorded)
     assert new.decode.allow_unk is False and new.decode.no_repeat_ngram == 3
+
+
+def test_a_record_of_the_model_settings_in_their_old_order_still_agrees(tiny_run, tmp_path) -> None:
+    """A record written before the model settings' keys were sorted took their digest in the order
+    its config listed them (a plugin's section, model.local and model.cosine, before model.extras);
+    verify finds it agrees, and still names a setting edited since."""
+    import hashlib
+    import json
+
+    def old_record(payload, *, temperature=None):
+        model = payload["config"]["model"]
+        listed = ("embed_dim", "hidden_dim", "attention_dim", "dropout", "attention", "score", "gate", "deep_output",
+                  "hard", "local", "cosine", "extras")  # the schema's order before plugins held their sections
+        settings = {name: model[name] for name in listed}
+        payload["config"]["model"] = {**settings, "fused": model["fused"]}
+        payload["record"]["model"]["settings"] = hashlib.sha256(json.dumps(settings).encode()).hexdigest()[:16]
+        if temperature is not None:
+            payload["config"]["model"]["extras"]["temperature"] = temperature
+
+    written = _edited(tiny_run.checkpoint, tmp_path / "old.pt", old_record)
+    verification = verify(written, overrides=(f"data.root={tiny_run.data_root}",))
+    assert verification.reproduces and "model" not in verification.differs
+    edited = _edited(tiny_run.checkpoint, tmp_path / "edited.pt", lambda p: old_record(p, temperature=2.0))
+    assert "model" in verify(edited, overrides=(f"data.root={tiny_run.data_root}",)).differs

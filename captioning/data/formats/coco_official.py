@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 from captioning.config import DataConfig
@@ -17,7 +18,17 @@ from captioning.config.registry import DATASETS
 from captioning.data.records import DatasetError, ImageRecord, data_root, note_dropped, usable
 
 
-@DATASETS.register("coco_official", settings="data.coco_official")
+@dataclass
+class CocoOfficialConfig:
+    """data.coco_official: where COCO's own captions files and images are, under data.root."""
+
+    train_captions: str = "annotations/captions_train2014.json"
+    train_images: str = "train2014"
+    val_captions: str = "annotations/captions_val2014.json"
+    val_images: str = "val2014"
+
+
+@DATASETS.register("coco_official", settings=CocoOfficialConfig)
 def read_official(data: DataConfig, split: str) -> list[ImageRecord]:
     """train from the train captions file; val and test both from the val file."""
     root, files = data_root(data, where="docs/coco.md says what the coco_official data holds"), data.coco_official

@@ -37,7 +37,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from captioning.config import DataConfig
+from captioning.config import Config, DataConfig
 from captioning.config.registry import DATASETS
 from captioning.data.images import Resolver
 from captioning.data.records import SPLITS, DatasetError, ImageRecord, data_root
@@ -271,11 +271,35 @@ class ImageKeys:
         return self.known[row.image]
 
 
-@DATASETS.register("folder", settings="data.folder")
+@dataclass
+class FolderConfig:
+    """data.folder: a folder of your own images (docs/data.md)."""
+
+    captions_file: str = "captions.csv"  # rows of image, caption[, split] (.csv, or JSON Lines), under data.root
+    # A split no row names is made of the images by a hash of each one's path and this seed (not
+    # train.seed: another training seed must not move the test images), each made split about
+    # split_share of them.
+    split_seed: int = 0
+    split_share: float = 0.05
+    # A captions row whose image lies outside data.root/data.image_dir (an absolute path, ../, a link
+    # leading out) is refused unless this is true.
+    allow_outside_images: bool = False
+
+
+@DATASETS.register("folder", settings=FolderConfig)
 def read_folder(data: DataConfig, split: str) -> list[ImageRecord]:
     """One split of the collection the config names."""
     data_root(data, where="docs/data.md says what a folder of your own images holds")
     return folder_collection(data).records(split)
+
+
+def folder_problems(config: Config) -> list[str]:
+    """What a folder of your own refuses of a config (captioning.config.checks asks the chosen format)."""
+    share = config.data.folder.split_share
+    return [] if 0.0 < share < 0.5 else [f"data.folder.split_share must be in (0, 0.5), got {share!r}"]
+
+
+read_folder.problems = folder_problems
 
 
 def folder_collection(data: DataConfig) -> Collection:
