@@ -253,7 +253,7 @@ def describe(payload: dict[str, Any], path: str | Path) -> list[str]:
              f"best {config.train.val_metric} {progress.get('best_metric', float('nan')):.4f}"
              + (f", {progress['seconds'] / 3600:.2f} h trained" if "seconds" in progress else
                 ", its training time not recorded")]
-    record = payload.get("record")  # what made it (train/record.py); older checkpoints have none
+    record = payload.get("record")  # what made it (train/provenance.py); older checkpoints have none
     if isinstance(record, dict):
         for section, values in record.items():
             if isinstance(values, dict):

@@ -54,7 +54,7 @@ def test_the_score_example_trains_under_its_name_with_soft_and_hard_attention(re
     # the kernel, against torch.cdist: e = -d^2 / (2 * 2^2)
     annotations, hidden = torch.randn(2, 4, 6), torch.randn(2, 8)
     expected = -torch.cdist(score.key(annotations), score.query(hidden)[:, None]).squeeze(2) ** 2 / 8
-    assert torch.allclose(score(score.prepare(annotations), hidden), expected, atol=1e-5)
+    assert torch.allclose(score(score.keys(annotations), hidden), expected, atol=1e-5)
 
 
 def test_the_score_examples_setting_is_a_section_of_the_config_with_its_rules(registries, tmp_path):

@@ -123,7 +123,7 @@ def test_every_model_choice_the_config_accepts_builds_a_decoder() -> None:
         model = load_config(None, ["model.embed_dim=8", "model.hidden_dim=8", "model.attention_dim=8",
                                    *needs.get(override, ()), override]).model
         decoder = build_decoder(model, vocab_size=7, annotation_dim=6, grid=(2, 2)).eval()
-        memory, state = decoder.prepare(torch.randn(1, 4, 6))
+        memory, state = decoder.start(torch.randn(1, 4, 6))
         logits, _, _ = decoder.step(memory, state, torch.tensor([1]))
         assert logits.shape == (1, 7), override
 

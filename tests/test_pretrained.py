@@ -14,7 +14,7 @@ from captioning.checkpoint import PRETRAINED, load_checkpoint, pretrained_path
 from captioning.cli import main
 from captioning.data.photos import SAMPLE_PHOTOS, sample_photo
 from captioning.model.encoder import IMAGENET_MEAN, IMAGENET_STD, weights_identity
-from captioning.train.record import weights_digest
+from captioning.train.provenance import weights_digest
 from tests.tiny import REPO
 
 pytestmark = pytest.mark.usefixtures("no_network")

@@ -1,7 +1,7 @@
 """Counting the work a computation does: its floating-point operations, as torch.utils.flop_counter
 counts them (matrix products, convolutions and attention kernels; elementwise work is not counted).
 
-    flops(decoder.prepare, annotations)  # how many, for this call
+    flops(decoder.start, annotations)  # how many, for this call
 
 Tests hold costs to what the algorithm implies (work done once per image, not per beam or step)
 without naming the modules or functions that do it."""

@@ -1,10 +1,10 @@
 """What an image file holds, as a digest of its bytes: the identity that survives a move, a rename or a
 copy (a path does not), and that changes when the picture does (a name does not).
 
-The splits record (data/split_record.py) keeps each image's digest beside its path, so that a photo
+The splits record (data/kept_splits.py) keeps each image's digest beside its path, so that a photo
 moved into another folder keeps its split; the feature cache (data/features.py) keeps each row's, so
 that a dataset copied or moved is not encoded again and an image replaced under its own name is; a
-checkpoint's record (train/record.py) keeps one per split, so that `captioning verify` can tell
+checkpoint's record (train/provenance.py) keeps one per split, so that `captioning verify` can tell
 changed images from the hardware. SHA-256 runs at about 2 GB/s on one core, so a file is hashed
 when it is new or its size or modification time changed, never at every read (docs/reliability.md
 gives the cost at COCO's size).

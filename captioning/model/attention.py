@@ -9,7 +9,7 @@ s_t ~ Categorical(alpha_t) and uses a_{s_t} (Sec. 4.1). Both return the same Att
 the decoder never asks which kind it holds, and every score works with both.
 
 Whatever depends only on the image (e.g. W_a a_i in the additive score) is computed once per image
-in `prepare`, not once per word: it is the largest tensor in the step, and recomputing it every
+in `start`, not once per word: it is the largest tensor in the step, and recomputing it every
 step is where the popular ports lose most of their time.
 
 Seams for options that are not in the paper (captioning/model/extras): `inputs`, what attention
@@ -88,7 +88,7 @@ class Draws:
     samples, at this point of the run (model.hard.expectation_prob, the paper's 0.5; the training
     step owns its warm-up: captioning.train.step.expectation_prob_at). `coins`: each row's uniform
     draw that decides it (a row uses the expectation where coin < expectation_prob), already shared
-    out one per image or per batch (shared_coins); None: `prepare` flips them with torch's RNG.
+    out one per image or per batch (shared_coins); None: `start` flips them with torch's RNG.
     `cells`: each row's uniform draws that pick its cell at every step by inverse CDF, so that a
     run's samples do not depend on how it splits or orders its batch; None: torch's RNG samples them.
     """
@@ -128,11 +128,11 @@ class _Attention(nn.Module):
         """The width of z_t for annotations of `annotation_dim` channels."""
         return annotation_dim + sum(getattr(module, "channels", 0) for module in self.inputs)
 
-    def prepare(self, annotations: torch.Tensor, draws: Draws | None = None) -> Memory:
+    def start(self, annotations: torch.Tensor, draws: Draws | None = None) -> Memory:
         """The per-image work for annotations [B, L, D]. `draws`: hard attention's randomness while
         training (soft attention samples nothing and ignores them)."""
         annotations = self.inputs(annotations)  # [B, L, D]
-        return Memory(annotations=annotations, keys=self.score.prepare(annotations))
+        return Memory(annotations=annotations, keys=self.score.keys(annotations))
 
     def log_weights(self, memory: Memory, query: torch.Tensor) -> torch.Tensor:
         """log alpha_t [B, L] = log_softmax(e_t / tau), Eqs. 4-5."""
@@ -157,7 +157,7 @@ class HardAttention(_Attention):
     expectation sampled nothing: their log_prob is exactly 0, so the REINFORCE term
     (captioning.train.losses) gets nothing from them, and their location is -1.
 
-    The module holds no training schedule. Without `draws`, `prepare` flips each row's coin at
+    The module holds no training schedule. Without `draws`, `start` flips each row's coin at
     `expectation_prob` (each row one image). A training step hands its `Draws` in: the probability of the
     expectation where the run warms it up (model.hard.warmup: captioning.train.step.expectation_prob_at),
     and a run's own coins, shared out one per image (the K rows of an image's K samples of
@@ -175,8 +175,8 @@ class HardAttention(_Attention):
         self.coin = coin
         self.choice = choice
 
-    def prepare(self, annotations: torch.Tensor, draws: Draws | None = None) -> Memory:
-        memory = super().prepare(annotations)
+    def start(self, annotations: torch.Tensor, draws: Draws | None = None) -> Memory:
+        memory = super().start(annotations)
         if self.training:
             draws = draws if draws is not None else Draws(expectation_prob=self.expectation_prob)  # the paper's mixture
             coins = draws.coins

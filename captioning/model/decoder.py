@@ -32,6 +32,7 @@ against it to float rounding. The decoder only asks whether it holds one; `model
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -167,12 +168,18 @@ class AttentionDecoder(nn.Module):
         self.deep = nn.Tanh() if deep_output == "tanh" else nn.Identity()  # before L_o (Eq. 7)
         self.dropout = nn.Dropout(dropout)
 
-    def prepare(self, annotations: torch.Tensor, draws: Draws | None = None) -> tuple[Memory, DecoderState]:
+    def start(self, annotations: torch.Tensor, draws: Draws | None = None) -> tuple[Memory, DecoderState]:
         """The per-image work: attention keys and the initial state, from annotations [B, L, D].
         `draws`: hard attention's randomness while training, handed in by the training step."""
         summary = self.summary(annotations)  # [B, D] for the paper's mean
         state = DecoderState(h=torch.tanh(self.init_h(summary)), c=self.init_c(summary))
-        return self.attention.prepare(annotations, draws=draws), state
+        return self.attention.start(annotations, draws=draws), state
+
+    def prepare(self, annotations: torch.Tensor, draws: Draws | None = None) -> tuple[Memory, DecoderState]:
+        """`start`'s old name (it is also a command), kept for scripts that call it."""
+        warnings.warn("AttentionDecoder.prepare is now named start (the old name still works)", FutureWarning,
+                      stacklevel=2)
+        return self.start(annotations, draws=draws)
 
     def _advance(self, memory: Memory, state: DecoderState,
                  embedded: torch.Tensor) -> tuple[DecoderState, torch.Tensor, AttentionOutput]:
@@ -216,7 +223,7 @@ class AttentionDecoder(nn.Module):
         if draws is not None and not packing.in_order:
             draws = draws.select(packing.order)
         embedded = self.embed(packing.positions(inputs))  # [N, E], E y_{t-1} at the real positions only
-        memory, state = self.prepare(annotations, draws=draws)
+        memory, state = self.start(annotations, draws=draws)
         if self.accelerator is not None:
             hs, zs, alphas = self.accelerator.recurrence(self, memory, state, embedded, packing.batch_sizes,
                                                          like=annotations)

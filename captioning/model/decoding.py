@@ -102,7 +102,7 @@ def stepper(decoder: AttentionDecoder, annotations: torch.Tensor, group: int, *,
     if isinstance(decoder, Ensemble):
         return _joined([stepper(member, annotations, group, draws=draws, differentiable=differentiable)
                         for member in decoder.members])
-    memory, state = decoder.prepare(annotations, draws=draws)
+    memory, state = decoder.start(annotations, draws=draws)
     rows = torch.arange(annotations.shape[0], device=annotations.device).repeat_interleave(group)  # [B*group]
     state = state.select(rows)
     none = torch.full((rows.shape[0],), -1, dtype=torch.long, device=annotations.device)  # [B*group]

@@ -35,7 +35,7 @@ from captioning.model.scores import AdditiveScore
 def supports(decoder: torch.nn.Module) -> bool:
     """Whether `decoder` is exactly what this path implements: the paper's query h_{t-1}, and soft
     attention with the additive score at temperature 1 (the fused softmax has none). What attention
-    sees of the annotations does not matter: `prepare` runs before the recurrence either way. This
+    sees of the annotations does not matter: `start` runs before the recurrence either way. This
     path asks, so that the decoder need not ask which seams it holds."""
     attention = decoder.attention
     return (type(decoder.query) is PreviousState and type(attention) is SoftAttention

@@ -83,7 +83,7 @@ def prove_recurrence(decoder: torch.nn.Module, like: torch.Tensor) -> None:
             outputs = {}
             for name in ("fast", "slow"):
                 inputs = [annotations.clone().requires_grad_(), embedded.clone().requires_grad_()]
-                memory, state = decoder.prepare(inputs[0])
+                memory, state = decoder.start(inputs[0])
                 if name == "fast":
                     h, z, alpha = fused.recurrence(decoder, memory, state, inputs[1], batch_sizes)
                 else:
@@ -121,7 +121,7 @@ def prove_grouped_step(decoder: torch.nn.Module, like: torch.Tensor) -> None:
     decoder.eval()
     try:
         with torch.autocast(device.type, enabled=False):
-            memory, state = decoder.prepare(annotations)
+            memory, state = decoder.start(annotations)
             state = state.select(rows)
             grouped = fused.GroupedStep(decoder, keys=memory.keys, annotations=memory.annotations, group=group)
             fast = grouped(state.h, state.c, tokens)

@@ -10,6 +10,7 @@ captioning.model.attention's business: the two are orthogonal, and any score wor
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -23,7 +24,7 @@ from captioning.config.registry import LOCAL_WINDOWS, SCORES
 #
 # Every score registers under its model.score name (captioning.config.registry), takes the same
 # keyword arguments (so that SCORES can build any of them alike) and has
-#   prepare(annotations [B, L, D]) -> keys, the image-only work, once per image;
+#   keys(annotations [B, L, D]) -> keys, the image-only work, once per image;
 #   forward(keys, hidden [B, H]) -> e [B, L], once per step.
 # `grid` (Hg, Wg) is needed only by the scores that know where cells are (location, local). A score
 # with settings of its own registers their dataclass (`settings=`: the section model.<its name>),
@@ -33,6 +34,15 @@ from captioning.config.registry import LOCAL_WINDOWS, SCORES
 
 class Score(nn.Module):
     """What every score shares: how a config builds it."""
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        # A score written before the image's work was named `keys` (it was `prepare`, which is also a
+        # command) still works: its `prepare` answers as its keys, with a warning.
+        super().__init_subclass__(**kwargs)
+        if "prepare" in cls.__dict__ and "keys" not in cls.__dict__:
+            warnings.warn(f"{cls.__qualname__}.prepare is now named keys (the old name still works)", FutureWarning,
+                          stacklevel=2)
+            cls.keys = cls.__dict__["prepare"]
 
     @classmethod
     def options(cls, model: ModelConfig) -> dict:
@@ -68,7 +78,7 @@ class AdditiveScore(Score):
         self.query = nn.Linear(hidden_dim, attention_dim, bias=False)  # W_h
         self.v = nn.Linear(attention_dim, 1, bias=False)
 
-    def prepare(self, annotations: torch.Tensor) -> torch.Tensor:
+    def keys(self, annotations: torch.Tensor) -> torch.Tensor:
         return self.key(annotations)  # [B, L, A], once per image
 
     def forward(self, keys: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
@@ -93,7 +103,7 @@ class ConcatScore(Score):
         self.W = nn.Linear(hidden_dim + annotation_dim, attention_dim)  # W over [h; a], with b
         self.v = nn.Linear(attention_dim, 1, bias=False)
 
-    def prepare(self, annotations: torch.Tensor) -> torch.Tensor:
+    def keys(self, annotations: torch.Tensor) -> torch.Tensor:
         W_a = self.W.weight[:, self.hidden_dim:]  # [A, D], the annotation block of W
         return annotations @ W_a.T + self.W.bias  # [B, L, A], once per image
 
@@ -111,7 +121,7 @@ class GeneralScore(Score):
         super().__init__()
         self.W = nn.Linear(annotation_dim, hidden_dim, bias=False)  # W [H, D]
 
-    def prepare(self, annotations: torch.Tensor) -> torch.Tensor:
+    def keys(self, annotations: torch.Tensor) -> torch.Tensor:
         return self.W(annotations)  # [B, L, H]
 
     def forward(self, keys: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
@@ -128,7 +138,7 @@ class DotScore(Score):
         self.query = _query(hidden_dim, annotation_dim)
         self.scale = 1.0
 
-    def prepare(self, annotations: torch.Tensor) -> torch.Tensor:
+    def keys(self, annotations: torch.Tensor) -> torch.Tensor:
         return annotations  # [B, L, D]: nothing to precompute, the keys are the annotations
 
     def forward(self, keys: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
@@ -184,7 +194,7 @@ class CosineScore(Score):
         else:
             self.register_buffer("log_sharpness", log_sharpness)
 
-    def prepare(self, annotations: torch.Tensor) -> torch.Tensor:
+    def keys(self, annotations: torch.Tensor) -> torch.Tensor:
         return F.normalize(annotations, dim=2)  # [B, L, D], unit annotations, once per image
 
     def forward(self, keys: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
@@ -205,7 +215,7 @@ class LocationScore(Score):
         self.cells = grid[0] * grid[1]
         self.W = nn.Linear(hidden_dim, self.cells)  # W_loc
 
-    def prepare(self, annotations: torch.Tensor) -> None:
+    def keys(self, annotations: torch.Tensor) -> None:
         check_cells(annotations, self.cells, "location")
         return None  # nothing image-side: the score ignores the annotations
 
@@ -276,9 +286,9 @@ class LocalScore(Score):
         self.register_buffer("extent", torch.tensor([float(grid[0]), float(grid[1])]), persistent=False)  # [2]
         self.sigma = float(sigma) if sigma is not None else max(grid) / 4
 
-    def prepare(self, annotations: torch.Tensor) -> torch.Tensor | None:
+    def keys(self, annotations: torch.Tensor) -> torch.Tensor | None:
         check_cells(annotations, self.cells.shape[0], "local")
-        return self.base.prepare(annotations)
+        return self.base.keys(annotations)
 
     def centre_of(self, hidden: torch.Tensor) -> torch.Tensor:
         """p_t [B, 2] in cell units: (row, column), each in (0, Hg) x (0, Wg)."""

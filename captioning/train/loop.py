@@ -51,7 +51,7 @@ from captioning.train.build import RunModel, build_encoder, build_model, build_o
 from captioning.train.lock import run_folder
 from captioning.train.logs import RunLog
 from captioning.train.objective import Objective
-from captioning.train.record import run_record, run_weights
+from captioning.train.provenance import run_record, run_weights
 from captioning.train.resume import Progress, restore_run, run_payload
 from captioning.train.signals import StopSignals
 from captioning.train.step import TrainingError
@@ -145,7 +145,7 @@ class Run:
             payload = run_payload(config=self.config, vocab=self.data.vocab, model=self.model, optimizer=self.optimizer,
                                   scheduler=self.scheduler, scaler=self.scaler, progress=self.progress,
                                   objective_state=self.objective.state_dict(), device=self.device)
-            if self.record is None:  # what made the run (train/record.py), once: it asks Java and git
+            if self.record is None:  # what made the run (train/provenance.py), once: it asks Java and git
                 self.record = run_record(self.config, train=self.data.train.records, val=self.data.val.records,
                                          vocab=self.data.vocab.words,
                                          contents={"train": self.data.train.contents, "val": self.data.val.contents,

@@ -1,5 +1,5 @@
 """`captioning verify CKPT`: score a checkpoint again as its run's validation scored it, and say whether
-its recorded numbers reproduce; when they do not, name what differs from its record (train/record.py):
+its recorded numbers reproduce; when they do not, name what differs from its record (train/provenance.py):
 the data (its references and its images' contents included), the model's settings, the
 preprocessing, the validation's settings, the versions, the weights; the hardware only where all of
 these match. A released model (checkpoint.for_captioning) is scored as its card says it was: the
@@ -19,7 +19,7 @@ from captioning.checkpoint import CheckpointError, load_checkpoint, load_trained
 from captioning.config import Config
 from captioning.data.records import DatasetError, read_records
 from captioning.eval.evaluate import evaluate_trained
-from captioning.train.record import run_record, run_weights, settings_as_written
+from captioning.train.provenance import run_record, run_weights, settings_as_written
 from captioning.train.validation import validation_metrics
 
 TOLERANCE = 1e-4  # the same machine gives the same numbers; another CPU or a GPU moves the last digits

@@ -141,7 +141,7 @@ def teacher_forced(decoder, annotations: torch.Tensor, tokens: torch.Tensor,
     found = []
     try:
         with torch.no_grad():
-            memory, state = decoder.prepare(annotations)
+            memory, state = decoder.start(annotations)
             for k in range(steps):
                 logits, state, _ = decoder.step(memory, state, tokens[k:k + 1])
                 found.append((logits[0], {name: maps[name][0] for name in glimpses}))

@@ -1,4 +1,4 @@
-"""The splits record knows each image by its contents beside its path (data/split_record.py): photos
+"""The splits record knows each image by its contents beside its path (data/kept_splits.py): photos
 moved, renamed or copied keep their split, recorded photos gone while new ones came are said, one
 record per dataset (also under a shared data.cache_root), a record readable by the other users of a
 shared dataset, and a record a spreadsheet saved in another encoding is one line."""
@@ -17,11 +17,11 @@ import pytest
 from PIL import Image
 
 from captioning.config import load_config
-from captioning.data import split_record
+from captioning.data import kept_splits
 from captioning.data.formats.folder import folder_collection, read_collection
 from captioning.data.formats.folder_report import check
+from captioning.data.kept_splits import read_record
 from captioning.data.records import DatasetError
-from captioning.data.split_record import read_record
 from tests.rights import as_another_user
 from tests.tiny import REPO
 
@@ -102,8 +102,8 @@ def test_an_unchanged_file_is_not_hashed_again(tmp_path: Path, monkeypatch: pyte
     _photos(tmp_path, names)
     _read(tmp_path)
     hashed = []
-    digest = split_record.file_digest
-    monkeypatch.setattr(split_record, "file_digest", lambda path: hashed.append(Path(path).name) or digest(path))
+    digest = kept_splits.file_digest
+    monkeypatch.setattr(kept_splits, "file_digest", lambda path: hashed.append(Path(path).name) or digest(path))
     _read(tmp_path)
     assert hashed == []
     Image.new("RGB", (8, 8), (1, 2, 3)).save(tmp_path / "images" / "p03.jpg")  # replaced under its own name
@@ -163,7 +163,7 @@ def test_a_record_others_may_not_read_or_saved_in_another_encoding_is_one_line(t
     assert str(raised.value).endswith("save it as UTF-8 (a spreadsheet's \"CSV UTF-8\")")
     record.write_text(text, encoding="utf-8")
     record.chmod(0o600)
-    probe = [sys.executable, "-c", "from pathlib import Path; from captioning.data.split_record import read_record; "
+    probe = [sys.executable, "-c", "from pathlib import Path; from captioning.data.kept_splits import read_record; "
              f"read_record(Path({str(record)!r}))"]
     done = as_another_user(probe, owner_of=[tmp_path], writable=[])
     assert done.returncode != 0 and "DatasetError" in done.stderr

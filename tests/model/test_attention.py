@@ -39,7 +39,7 @@ def test_alphas_are_a_distribution_over_cells(seed):
     attention = make_attention(seed)
     annotations, hidden = inputs(seed + 10)
     with torch.no_grad():
-        out = attention(attention.prepare(annotations), hidden * 5)  # large inputs: saturated tanh
+        out = attention(attention.start(annotations), hidden * 5)  # large inputs: saturated tanh
     assert isinstance(out, AttentionOutput)
     assert out.alpha.shape == (B, L)
     assert out.context.shape == (B, D)
@@ -59,8 +59,8 @@ def test_additive_score_matches_the_formula_from_the_weights():
         for i in range(L):
             expected[b, i] = v @ torch.tanh(W_a @ annotations[b, i] + b_a + W_h @ hidden[b])
     with torch.no_grad():
-        got = score(score.prepare(annotations), hidden)  # [B, L]
-        out = attention(attention.prepare(annotations), hidden)
+        got = score(score.keys(annotations), hidden)  # [B, L]
+        out = attention(attention.start(annotations), hidden)
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(out.alpha, torch.softmax(expected, dim=1), rtol=1e-5, atol=1e-6)
 
@@ -69,7 +69,7 @@ def test_context_is_the_alpha_weighted_sum_of_annotations():
     attention = make_attention()
     annotations, hidden = inputs()
     with torch.no_grad():
-        out = attention(attention.prepare(annotations), hidden)
+        out = attention(attention.start(annotations), hidden)
     expected = torch.stack([sum(out.alpha[b, i] * annotations[b, i] for i in range(L)) for b in range(B)])
     torch.testing.assert_close(out.context, expected, rtol=1e-5, atol=1e-6)
 
@@ -79,8 +79,8 @@ def test_permuting_cells_permutes_alphas_and_keeps_the_context():
     annotations, hidden = inputs()
     perm = torch.randperm(L, generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
-        out = attention(attention.prepare(annotations), hidden)
-        shuffled = attention(attention.prepare(annotations[:, perm]), hidden)
+        out = attention(attention.start(annotations), hidden)
+        shuffled = attention(attention.start(annotations[:, perm]), hidden)
     torch.testing.assert_close(shuffled.alpha, out.alpha[:, perm])
     torch.testing.assert_close(shuffled.context, out.context)
 
@@ -89,8 +89,8 @@ def test_rows_of_the_batch_are_independent():
     attention = make_attention()
     annotations, hidden = inputs()
     with torch.no_grad():
-        both = attention(attention.prepare(annotations), hidden)
-        second = attention(attention.prepare(annotations[1:]), hidden[1:])
+        both = attention(attention.start(annotations), hidden)
+        second = attention(attention.start(annotations[1:]), hidden[1:])
     torch.testing.assert_close(both.alpha[1:], second.alpha)
     torch.testing.assert_close(both.context[1:], second.context)
 
@@ -99,7 +99,7 @@ def test_prepare_holds_the_annotations_and_their_key_projection():
     attention = make_attention()
     annotations, _ = inputs()
     with torch.no_grad():
-        memory = attention.prepare(annotations)
+        memory = attention.start(annotations)
     assert memory.annotations is annotations
     assert memory.keys.shape == (B, L, A)
     torch.testing.assert_close(memory.keys, annotations @ attention.score.key.weight.T + attention.score.key.bias)
@@ -112,7 +112,7 @@ def test_gradcheck_float64_wrt_annotations_and_hidden():
     hidden.requires_grad_(True)
 
     def run(a, h):
-        out = attention(attention.prepare(a), h)
+        out = attention(attention.start(a), h)
         return out.context, out.alpha
 
     assert torch.autograd.gradcheck(run, (annotations, hidden), eps=1e-6, atol=1e-5)
@@ -121,7 +121,7 @@ def test_gradcheck_float64_wrt_annotations_and_hidden():
 def test_gradients_reach_every_attention_parameter():
     attention = make_attention()
     annotations, hidden = inputs()
-    out = attention(attention.prepare(annotations), hidden)
+    out = attention(attention.start(annotations), hidden)
     (out.context ** 2).sum().backward()
     for name, parameter in attention.named_parameters():
         assert parameter.grad is not None and parameter.grad.abs().sum() > 0, name
@@ -144,9 +144,9 @@ def test_attention_on_selected_memory_equals_attention_on_the_original_rows():
     annotations, hidden = inputs()
     index = torch.tensor([1, 1, 0])
     with torch.no_grad():
-        memory = attention.prepare(annotations)
+        memory = attention.start(annotations)
         selected = attention(memory.select(index), hidden[index])
-        direct = attention(attention.prepare(annotations[index]), hidden[index])
+        direct = attention(attention.start(annotations[index]), hidden[index])
     torch.testing.assert_close(selected.alpha, direct.alpha)
     torch.testing.assert_close(selected.context, direct.context)
 

@@ -54,7 +54,7 @@ def test_teacher_forcing_equals_step_by_step_decoding(gate, seed):
     annotations, tokens = make_inputs(seed + 5)
     with torch.no_grad():
         output = decoder(annotations, tokens)
-        memory, state = decoder.prepare(annotations)
+        memory, state = decoder.start(annotations)
         logits, alphas = [], []
         for t in range(T):
             step_logits, state, attended = decoder.step(memory, state, tokens[:, t])
@@ -90,7 +90,7 @@ def test_lstm_input_is_the_word_embedding_and_the_gated_context(gate):
     decoder = make_decoder(3, gate=gate).eval()
     annotations, tokens = make_inputs()
     with torch.no_grad():
-        memory, state = decoder.prepare(annotations)
+        memory, state = decoder.start(annotations)
         attended = decoder.attention(memory, state.h)
         beta = torch.sigmoid(decoder.gate(state.h))  # [B, 1] or [B, D]
         embedded, z = decoder.embed(tokens[:, 0]), beta * attended.context
@@ -113,7 +113,7 @@ def test_deep_output_layer_eq7(deep_output):
     decoder = make_decoder(4, deep_output=deep_output).eval()
     annotations, tokens = make_inputs()
     with torch.no_grad():
-        memory, state = decoder.prepare(annotations)
+        memory, state = decoder.start(annotations)
         attended = decoder.attention(memory, state.h)
         z = torch.sigmoid(decoder.gate(state.h)) * attended.context
         embedded = decoder.embed(tokens[:, 0])
@@ -131,7 +131,7 @@ def test_initial_state_comes_from_the_mean_annotation():
     decoder = make_decoder()
     annotations, _ = make_inputs()
     with torch.no_grad():
-        _, state = decoder.prepare(annotations)
+        _, state = decoder.start(annotations)
         mean = annotations.mean(1)
         assert isinstance(state, DecoderState)
         assert state.h.shape == state.c.shape == (B, H)
@@ -140,7 +140,7 @@ def test_initial_state_comes_from_the_mean_annotation():
         # different annotations with the same mean give the same initial state
         other = annotations + torch.randn(B, L, D, generator=torch.Generator().manual_seed(9))
         other = other - other.mean(1, keepdim=True) + mean[:, None]
-        _, same = decoder.prepare(other)
+        _, same = decoder.start(other)
     torch.testing.assert_close(same.h, state.h)
     torch.testing.assert_close(same.c, state.c)
 
@@ -153,10 +153,10 @@ def test_layout_init_adds_every_cell_in_grid_order_to_the_mean():
     annotations, tokens = make_inputs()
     perm = torch.randperm(L, generator=torch.Generator().manual_seed(4))
     with torch.no_grad():
-        _, state = decoder.prepare(annotations)
+        _, state = decoder.start(annotations)
         layout = decoder.summary.layout(annotations).reshape(B, L * 3)
         summary = torch.cat([annotations.mean(1), layout], 1)  # [B, D + 3L]
-        _, shuffled = decoder.prepare(annotations[:, perm])
+        _, shuffled = decoder.start(annotations[:, perm])
     assert decoder.init_h.in_features == decoder.init_c.in_features == D + L * 3
     torch.testing.assert_close(state.h, torch.tanh(decoder.init_h(summary)))
     torch.testing.assert_close(state.c, decoder.init_c(summary))
@@ -179,8 +179,8 @@ def test_permuting_cells_keeps_the_state_and_outputs_and_permutes_the_maps():
     annotations, tokens = make_inputs()
     perm = torch.randperm(L, generator=torch.Generator().manual_seed(4))
     with torch.no_grad():
-        _, state = decoder.prepare(annotations)
-        _, shuffled_state = decoder.prepare(annotations[:, perm])
+        _, state = decoder.start(annotations)
+        _, shuffled_state = decoder.start(annotations[:, perm])
         output = decoder(annotations, tokens)
         shuffled = decoder(annotations[:, perm], tokens)
     torch.testing.assert_close(shuffled_state.h, state.h)

@@ -132,7 +132,7 @@ def test_beam_search_as_wide_as_the_vocabulary_is_exact_over_two_words(seed):
     """With K = V and two steps, beam search keeps every first word, so it must find the best caption."""
     decoder, annotations = make_decoder(seed, sharpness=1.0), make_annotations(seed)
     with torch.no_grad():
-        memory, state = decoder.prepare(annotations)
+        memory, state = decoder.start(annotations)
         first, state, _ = decoder.step(memory, state, torch.full((B,), START))
         first = torch.log_softmax(first, 1)  # [B, V]
         best = []
@@ -267,7 +267,7 @@ def test_length_penalty_values_give_valid_captions(length_penalty):
 @pytest.mark.parametrize("fused", [True, False])
 def test_image_side_work_is_done_once_per_image_not_per_beam_or_step(fused):
     """The keys W_a a_i and the initial state (h_0, c_0) depend on the image alone: decoding T words
-    costs one `prepare` of the images' batch plus T steps of equal cost (in floating-point operations,
+    costs one `start` of the images' batch plus T steps of equal cost (in floating-point operations,
     tests/work.py), and a step's work is per row (B * K rows: a 4-beam step costs 4 greedy steps).
     Redoing the image side per beam would add to the first part; redoing it per step would add the
     same per-image work to every step, whatever K."""
@@ -276,7 +276,7 @@ def test_image_side_work_is_done_once_per_image_not_per_beam_or_step(fused):
     fused_check.prove_grouped_step(decoder, annotations)  # the fast path's one-time check, not counted
     with torch.no_grad():
         decoder.out.bias[END] = -1e4  # no caption ends: every search runs its max_length steps
-        once = flops(decoder.prepare, annotations)
+        once = flops(decoder.start, annotations)
     assert once > 0
     searches = {"greedy": lambda steps: greedy(decoder, annotations, max_length=steps)}
     for beam_size in (1, 4):
@@ -287,7 +287,7 @@ def test_image_side_work_is_done_once_per_image_not_per_beam_or_step(fused):
         total = {steps: flops(search, steps) for steps in (1, 2, 5)}
         per_step[name] = total[2] - total[1]
         assert total[5] == total[1] + 4 * per_step[name], name  # every step costs the same
-        assert total[1] - per_step[name] == once, name  # and the image side is one prepare of the batch
+        assert total[1] - per_step[name] == once, name  # and the image side is one start of the batch
     assert per_step["greedy"] > 0
     assert per_step["beam1"] == per_step["greedy"] and per_step["beam4"] == 4 * per_step["greedy"]
 

@@ -252,7 +252,7 @@ def test_min_length_runs_every_search_to_the_end_without_end_tokens(seed):
 def test_grouped_step_equals_the_decoder_step_on_repeated_memory(seed):
     decoder = sharp_decoder(seed)
     annotations = torch.randn(3, L, D, generator=torch.Generator().manual_seed(seed))
-    memory, state = decoder.prepare(annotations)
+    memory, state = decoder.start(annotations)
     rows = torch.arange(3).repeat_interleave(4)
     state = state.select(rows)
     state.h = state.h + 0.1 * torch.randn_like(state.h)  # hypotheses of one image that have diverged
@@ -295,7 +295,7 @@ def test_model_fused_false_reaches_the_decoder_and_leaves_the_records_model_dige
     otherwise). It changes how the numbers are computed, not what they are, so a checkpoint's record
     does not call it a different model."""
     from captioning.config import load_config
-    from captioning.train.record import model_settings
+    from captioning.train.provenance import model_settings
 
     decoder, switched = build([]).float(), build(["model.fused=false"]).float()
     annotations, inputs, _, _ = make_batch(4, dtype=torch.float32)

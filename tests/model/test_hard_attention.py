@@ -35,7 +35,7 @@ def test_sampled_weights_are_one_hot_and_pick_the_annotation(score):
     a, h = inputs()
     torch.manual_seed(3)
     with torch.no_grad():
-        out = attention(attention.prepare(a), h)
+        out = attention(attention.start(a), h)
     assert isinstance(attention, HardAttention)
     assert out.location.shape == (B,) and ((out.location >= 0) & (out.location < L)).all()
     weights = out.weights  # [B, L]
@@ -53,9 +53,9 @@ def test_the_expectation_path_equals_soft_attention(score):
     hard.load_state_dict(soft.state_dict())  # the same weights, and nothing else: no counter of its own
     a, h = inputs()
     with torch.no_grad():
-        expected = soft(soft.prepare(a), h)
-        trained = hard.train()(hard.prepare(a), h)  # coin always says "expectation"
-        tested = hard.eval()(hard.prepare(a), h)  # the default test-time choice
+        expected = soft(soft.start(a), h)
+        trained = hard.train()(hard.start(a), h)  # coin always says "expectation"
+        tested = hard.eval()(hard.start(a), h)  # the default test-time choice
     for out in (trained, tested):
         torch.testing.assert_close(out.context, expected.context)
         torch.testing.assert_close(out.alpha, expected.alpha)
@@ -116,7 +116,7 @@ def test_a_coin_of_exactly_the_expectations_chance_samples(monkeypatch):
     """The expectation is taken where the coin u < p: with p = 0 (sampling only) even u = 0 samples."""
     attention = make(expectation_prob=0.0).train()
     monkeypatch.setattr(torch, "rand", lambda *size, **options: torch.zeros(*size, **options))
-    assert not attention.prepare(inputs(batch=3)[0]).expectation.any()
+    assert not attention.start(inputs(batch=3)[0]).expectation.any()
 
 
 def test_shared_coins_give_each_image_its_first_rows_draw_or_the_batch_its_first():
@@ -134,7 +134,7 @@ def test_samples_follow_alpha():
     a, h = inputs(batch=1)
     count = 20000
     with torch.no_grad():
-        memory = attention.prepare(a.expand(count, L, D))
+        memory = attention.start(a.expand(count, L, D))
         torch.manual_seed(11)
         out = attention(memory, h.expand(count, H))
     frequencies = torch.bincount(out.location, minlength=L).float() / count
@@ -144,7 +144,7 @@ def test_samples_follow_alpha():
 
 
 def test_given_draws_pick_cells_with_alphas_probabilities_and_decide_the_coin():
-    """Draws handed to `prepare`: the cell whose cumulative alpha first passes the row's draw (inverse
+    """Draws handed to `start`: the cell whose cumulative alpha first passes the row's draw (inverse
     CDF: frequencies equal alpha), and the coin from column 0, shared by each image's 2 rows."""
     attention = make(expectation_prob=0.5).train()
     a, h = inputs(batch=1)
@@ -152,7 +152,7 @@ def test_given_draws_pick_cells_with_alphas_probabilities_and_decide_the_coin():
     draws = torch.rand(count, 3, generator=torch.Generator().manual_seed(5))  # [rows, coin + 2 steps]
     draws = shared_coins(draws, group=2, coin="image")
     with torch.no_grad():
-        memory = attention.prepare(a.expand(count, L, D), draws=Draws.from_uniform(draws, expectation_prob=0.5))
+        memory = attention.start(a.expand(count, L, D), draws=Draws.from_uniform(draws, expectation_prob=0.5))
         out = attention(memory, h.expand(count, H))
     alpha = out.alpha[0]
     expected = torch.searchsorted(alpha.cumsum(0), draws[:, 1].contiguous(), right=True)  # by hand
@@ -174,7 +174,7 @@ def test_given_draws_decide_the_coin_per_image_or_once_for_the_batch(coin, expec
     a, _ = inputs(batch=4)
     draws = torch.tensor([[0.2, 0.5], [0.5, 0.5], [0.9, 0.5], [0.49, 0.5]])  # [rows, coin + 1 step]
     shared = shared_coins(draws, group=1, coin=coin)
-    memory = attention.prepare(a, draws=Draws.from_uniform(shared, expectation_prob=0.5))
+    memory = attention.start(a, draws=Draws.from_uniform(shared, expectation_prob=0.5))
     assert memory.expectation.tolist() == expected
 
 
@@ -185,9 +185,9 @@ def test_each_step_takes_its_own_column_of_draws_and_a_draw_past_the_last_bounda
     a, h = inputs(batch=1)
     draws = torch.tensor([[0.9, 1e-6, 0.999999, 0.5, 2.0]])  # [1, coin + 4 steps]
     with torch.no_grad():
-        memory = attention.prepare(a, draws=Draws.from_uniform(draws, expectation_prob=0.0))
+        memory = attention.start(a, draws=Draws.from_uniform(draws, expectation_prob=0.0))
         cells = [int(attention(memory, h).location) for _ in range(4)]
-        alpha = attention(attention.prepare(a), h).alpha[0]  # the same map at every step (same h)
+        alpha = attention(attention.start(a), h).alpha[0]  # the same map at every step (same h)
     cumulative = alpha.cumsum(0)
     middle = int((cumulative < 0.5).sum())  # by hand: how many cells the draw passes
     assert cells == [0, L - 1, middle, L - 1] and memory.t == 4
@@ -225,7 +225,7 @@ def test_test_time_choices_and_the_context_manager():
     attention = make().eval()
     a, h = inputs()
     with torch.no_grad():
-        memory = attention.prepare(a)
+        memory = attention.start(a)
         assert memory.expectation is None  # no coin outside training
         with choosing(attention, "argmax"):
             argmax = attention(memory, h)
@@ -251,9 +251,9 @@ def test_hard_attentions_map_is_soft_attentions_at_the_same_temperature():
     for temperature in (1.0, 2.5):
         soft, hard = make("soft", temperature=temperature), make("hard", temperature=temperature).eval()
         with torch.no_grad():
-            torch.testing.assert_close(hard(hard.prepare(a), h).alpha, soft(soft.prepare(a), h).alpha)
+            torch.testing.assert_close(hard(hard.start(a), h).alpha, soft(soft.start(a), h).alpha)
     with torch.no_grad():
-        assert not torch.allclose(hard(hard.prepare(a), h).alpha, make("soft")(soft.prepare(a), h).alpha)
+        assert not torch.allclose(hard(hard.start(a), h).alpha, make("soft")(soft.start(a), h).alpha)
 
 
 def hard_decoder(seed: int = 0) -> AttentionDecoder:
@@ -290,18 +290,18 @@ def test_argmax_decoding_beam_one_equals_greedy_and_teacher_forcing():
 
 
 def test_without_draws_each_image_flips_its_own_coin_at_the_papers_chance():
-    """The module holds no schedule: unless a training step hands coins in, `prepare` flips one per
+    """The module holds no schedule: unless a training step hands coins in, `start` flips one per
     row at expectation_prob (by default the paper's 0.5), and none outside training."""
     attention = make().train()  # the defaults
     a, _ = inputs(batch=400)
     torch.manual_seed(0)
-    share = float(attention.prepare(a).expectation.float().mean())
+    share = float(attention.start(a).expectation.float().mean())
     assert 0.42 < share < 0.58
     for _ in range(50):
-        attention.prepare(a[:1])
-    later = float(attention.prepare(a).expectation.float().mean())
+        attention.start(a[:1])
+    later = float(attention.start(a).expectation.float().mean())
     assert 0.42 < later < 0.58  # no counter of its own: the 52nd call flips at the chance of the first
-    assert attention.eval().prepare(a).expectation is None
+    assert attention.eval().start(a).expectation is None
 
 
 @pytest.mark.parametrize("kind", ["soft", "hard"])

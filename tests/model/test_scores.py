@@ -26,7 +26,7 @@ def make_score(name: str, seed: int = 0, dtype=torch.float32, **options) -> torc
 
 def scores_of(score: torch.nn.Module, annotations: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
     with torch.no_grad():
-        return score(score.prepare(annotations), hidden)  # [B, L]
+        return score(score.keys(annotations), hidden)  # [B, L]
 
 
 def gradcheck_attention(attention: torch.nn.Module, *, kind: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -41,7 +41,7 @@ def gradcheck_attention(attention: torch.nn.Module, *, kind: str) -> tuple[torch
     h.requires_grad_(True)
 
     def run(annotations, hidden):
-        out = attention(attention.prepare(annotations), hidden)
+        out = attention(attention.start(annotations), hidden)
         return tuple(x for x in (out.context, out.alpha, out.log_prob, out.entropy) if x is not None)
 
     assert torch.autograd.gradcheck(run, (a, h), eps=1e-6, atol=1e-5)
@@ -153,7 +153,7 @@ def test_local_adds_a_log_gaussian_window_around_the_predicted_centre():
     torch.manual_seed(0)
     attention = make_attention("score=local")
     with torch.no_grad():
-        alpha = attention(attention.prepare(a), h).alpha
+        alpha = attention(attention.start(a), h).alpha
     product = torch.softmax(base, dim=1) * by_formula(window)
     torch.testing.assert_close(alpha, product / product.sum(1, keepdim=True), rtol=1e-5, atol=1e-6)
 
@@ -226,7 +226,7 @@ def test_scores_that_know_the_grid_need_it_and_check_it(name):
         SCORES[name](annotation_dim=D, hidden_dim=H, attention_dim=A)
     score = make_score(name)
     with pytest.raises(ValueError, match="9 grid cells"):
-        score.prepare(torch.randn(B, 16, D))
+        score.keys(torch.randn(B, 16, D))
 
 
 def test_softmax_temperature_divides_the_scores():
@@ -234,7 +234,7 @@ def test_softmax_temperature_divides_the_scores():
     hot = make_attention("score=general", "extras.temperature=2.5")
     a, h = inputs()
     with torch.no_grad():
-        alpha = hot(hot.prepare(a), h).alpha
+        alpha = hot(hot.start(a), h).alpha
     torch.testing.assert_close(alpha, torch.softmax(scores_of(hot.score, a, h) / 2.5, dim=1))
     with pytest.raises(ConfigError, match="model.extras.temperature must be positive"):
         model_section("extras.temperature=0.0")
@@ -246,7 +246,7 @@ def test_learned_position_is_added_per_row_and_column():
     position = attention.inputs[0]
     assert isinstance(position, GridPosition) and len(attention.inputs) == 1
     a, _ = inputs()
-    memory = attention.prepare(a)
+    memory = attention.start(a)
     rows, columns = position.rows, position.columns
     for i in range(L):
         row, column = divmod(i, GRID[1])
@@ -266,7 +266,7 @@ def test_coordinates_are_appended_and_the_soft_context_ends_with_the_centre_of_m
     attention = make_attention("extras.position=coordinates")
     assert isinstance(attention.inputs[0], GridCoordinates) and attention.context_dim(D) == D + 2
     a, h = inputs()
-    memory = attention.prepare(a)
+    memory = attention.start(a)
     assert memory.annotations.shape == (B, L, D + 2)
     torch.testing.assert_close(memory.annotations[:, :, :D], a)
     for b in range(B):
@@ -278,7 +278,7 @@ def test_coordinates_are_appended_and_the_soft_context_ends_with_the_centre_of_m
         mass_centre = sum(out.alpha[b, i] * centre(i) for i in range(L))  # sum_i alpha_i (x_i, y_i)
         torch.testing.assert_close(out.context[b, D:], a[b].pow(2).mean().sqrt() * mass_centre)
     # A corner cell's coordinates do not depend on which other images share the batch.
-    alone = attention.prepare(a[1:])
+    alone = attention.start(a[1:])
     torch.testing.assert_close(alone.annotations[0], memory.annotations[1])
 
 
@@ -287,7 +287,7 @@ def test_hard_attention_with_coordinates_hands_over_the_chosen_cells_centre():
     attention = make_attention("attention=hard", "score=local", "extras.position=coordinates").eval()
     a, h = inputs()
     with choosing(attention, "argmax"):
-        out = attention(attention.prepare(a), h)
+        out = attention(attention.start(a), h)
     for b in range(B):
         cell = int(out.location[b])
         torch.testing.assert_close(out.context[b], torch.cat([a[b, cell], a[b].pow(2).mean().sqrt() * centre(cell)]))
@@ -317,7 +317,7 @@ def test_gradcheck_float64_every_score_with_both_kinds(name, kind, position):
     torch.manual_seed(0)
     attention = make_attention(f"attention={kind}", f"score={name}", f"extras.position={position}").to(torch.float64)
     a, h = gradcheck_attention(attention, kind=kind)
-    out = attention(attention.prepare(a), h)
+    out = attention(attention.start(a), h)
     (out.context.sum() + out.alpha[:, 0].sum()).backward()
     assert a.grad.abs().sum() > 0 or name == "location"  # location alone ignores the content
     assert h.grad.abs().sum() > 0
@@ -331,7 +331,7 @@ def test_every_score_works_in_both_kinds_and_sums_to_one(name):
         attention = make_attention(f"attention={kind}", f"score={name}")
         assert type(attention) is cls
         with torch.no_grad():
-            out = attention(attention.prepare(a), h)
+            out = attention(attention.start(a), h)
         assert out.alpha.shape == (B, L) and out.context.shape == (B, D)
         torch.testing.assert_close(out.alpha.sum(1), torch.ones(B))
 
@@ -346,8 +346,8 @@ def test_image_side_work_runs_once_per_decoder_forward(name, monkeypatch):
     # the cost (tests/model/test_decoding.py checks the same of decoding by its operations).
     fused_check.prove_recurrence(decoder, inputs()[0])  # the fast path's one-time check, not counted
     calls = []
-    prepare = attention.score.prepare
-    monkeypatch.setattr(attention.score, "prepare", lambda annotations: calls.append(1) or prepare(annotations))
+    keys = attention.score.keys
+    monkeypatch.setattr(attention.score, "keys", lambda annotations: calls.append(1) or keys(annotations))
     tokens = torch.randint(0, V, (B, 5), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         output = decoder(inputs()[0], tokens)
@@ -361,8 +361,41 @@ def test_unit_annotations_give_every_cell_the_same_norm(kind):
     attention = make_attention(f"attention={kind}", "extras.unit_annotations=true", grid=None)
     a, h = inputs()
     a = a * torch.linspace(0.1, 10, L)[None, :, None]  # loud and quiet cells
-    memory = attention.prepare(a)
+    memory = attention.start(a)
     torch.testing.assert_close(memory.annotations.norm(dim=2), torch.full((B, L), D ** 0.5))
     torch.testing.assert_close(memory.annotations, a / a.norm(dim=2, keepdim=True) * D ** 0.5)
     plain = make_attention(f"attention={kind}", grid=None)
-    assert plain.prepare(a).annotations is a  # off by default
+    assert plain.start(a).annotations is a  # off by default
+
+
+def test_a_score_written_with_the_old_name_prepare_still_scores_and_says_the_new_one():
+    """`Score.keys` was `prepare` (also a command's name); a score of one's own that defines
+    `prepare` is taken as its keys, with a warning naming the new name."""
+    from captioning.model.scores import Score
+
+    with pytest.warns(FutureWarning, match="OldScore.prepare is now named keys"):
+        class OldScore(Score):
+            def __init__(self):
+                super().__init__()
+                self.key = torch.nn.Linear(D, A)
+
+            def prepare(self, annotations):
+                return self.key(annotations)
+
+            def forward(self, keys, hidden):
+                return keys.sum(2)
+
+    a = inputs()[0]
+    score = OldScore()
+    assert torch.equal(score.keys(a), score.key(a))
+    soft = SoftAttention(score)
+    torch.testing.assert_close(soft(soft.start(a), torch.zeros(B, H)).alpha, torch.softmax(score.key(a).sum(2), 1))
+
+
+def test_the_decoders_old_name_prepare_still_starts_and_says_the_new_one():
+    decoder = build_decoder(model_section(), vocab_size=V, annotation_dim=D, grid=GRID)
+    a = inputs()[0]
+    with pytest.warns(FutureWarning, match="AttentionDecoder.prepare is now named start"):
+        memory, state = decoder.prepare(a)
+    torch.testing.assert_close(state.h, decoder.start(a)[1].h)
+    torch.testing.assert_close(memory.keys, decoder.start(a)[0].keys)

@@ -21,16 +21,16 @@ WORDS = ["a", "red", "green", "square", "circle"]
 
 
 def handed_coins(monkeypatch, decoder: torch.nn.Module) -> list[torch.Tensor]:
-    """The coins each `prepare` of hard attention is handed (True: that row uses the expectation).
+    """The coins each `start` of hard attention is handed (True: that row uses the expectation).
     Sampling returns no locations to read them from, so they are read where they are made."""
-    seen, prepare = [], decoder.attention.prepare
+    seen, start = [], decoder.attention.start
 
     def spy(annotations, draws=None):
-        memory = prepare(annotations, draws=draws)
+        memory = start(annotations, draws=draws)
         seen.append(memory.expectation)
         return memory
 
-    monkeypatch.setattr(decoder.attention, "prepare", spy)
+    monkeypatch.setattr(decoder.attention, "start", spy)
     return seen
 
 
@@ -101,7 +101,7 @@ def test_the_gradient_moves_towards_the_rewarded_word(baseline: str, monkeypatch
     def p_red() -> float:
         decoder.eval()
         with torch.no_grad():
-            memory, state = decoder.prepare(annotations)
+            memory, state = decoder.start(annotations)
             logits, _, _ = decoder.step(memory, state, torch.full((2,), Vocabulary.start_id))
         return torch.softmax(logits, 1)[:, red].mean().item()
 
@@ -272,7 +272,7 @@ def test_a_self_critical_run_with_hard_attention_and_an_odd_batch_of_images(tiny
 def test_self_critical_steps_flip_each_images_coin_at_the_chance_of_the_runs_step(step, low, high,
                                                                                 monkeypatch) -> None:
     """Hard attention under SCST warms up as under cross-entropy (model.hard.warmup): the step hands
-    `prepare` one coin per image at expectation_prob_at(step), which the image's K samples share."""
+    `start` one coin per image at expectation_prob_at(step), which the image's K samples share."""
     decoder, critic = _decoder("attention=hard", "hard.expectation_prob=0.5"), _critic(samples=2)
     seen = handed_coins(monkeypatch, decoder)
     monkeypatch.setattr(critic, "rewards", lambda tokens, images: np.zeros(len(images)))

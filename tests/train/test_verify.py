@@ -1,4 +1,4 @@
-"""A checkpoint's record (train/record.py) and `captioning verify`: the numbers reproduce where
+"""A checkpoint's record (train/provenance.py) and `captioning verify`: the numbers reproduce where
 nothing changed, and where they do not, the part of the record that differs is named."""
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def test_the_same_checkpoint_on_the_same_data_reproduces(tiny_run, capsys) -> No
 
 
 def test_changed_weights_do_not_reproduce_and_are_named(tiny_run, tmp_path, capsys) -> None:
-    from captioning.train.record import weights_digest
+    from captioning.train.provenance import weights_digest
 
     def nudge(payload):
         payload["decoder"]["out.bias"] += 3 * torch.randn_like(payload["decoder"]["out.bias"])

@@ -15,7 +15,7 @@ A split that no row names (val or test, most often both) is made with a seed: fr
 without a split, or, when every image has one, from the training images. Each such image goes by a
 hash of its path and data.folder.split_seed, not by its place in a shuffle; each made split takes about
 data.folder.split_share of them, at least one image. Every split, once given, is written down
-(DATA_ROOT/splits/, or under data.cache_root, data/split_record.py) and read back at every later
+(DATA_ROOT/splits/, or under data.cache_root, data/kept_splits.py) and read back at every later
 read: adding photos, with splits of their own or without, never moves an image that was there into
 another split (a model is never tested on what an older run trained on), and a photo moved, renamed
 or copied keeps its split, the record knowing it by its contents. `captioning prepare` also writes the run's copy
@@ -40,8 +40,8 @@ from pathlib import Path
 from captioning.config import Config, DataConfig
 from captioning.config.registry import DATASETS
 from captioning.data.images import Resolver
+from captioning.data.kept_splits import Placed, Recalled, assign_splits, recall, record_path, write_record
 from captioning.data.records import SPLITS, DatasetError, ImageRecord, data_root
-from captioning.data.split_record import Placed, Recalled, assign_splits, recall, record_path, write_record
 from captioning.data.vocab import normalize
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff")
@@ -73,7 +73,7 @@ class Collection:
     # annotators may write the same words, and each is a reference as COCO's are, but prepare says so
     wordless_captions: list[int] = field(default_factory=list)
     duplicate_rows: list[int] = field(default_factory=list)
-    record: Path | None = None  # where the splits are kept (data/split_record.py)
+    record: Path | None = None  # where the splits are kept (data/kept_splits.py)
     # images the record kept in one split whose rows now give another: (kept, now), named by prepare
     moved_by_rows: dict[str, tuple[str, str]] = field(default_factory=dict)
     # images the record knows by their contents under another name (moved, renamed, copied): new -> old
@@ -175,9 +175,9 @@ def read_collection(captions_file: str | Path, *, image_root: str | Path, seed: 
                     dataset_own: Path | None = None) -> Collection:
     """The captions file, every image given its split. Refuses (one line, with a count and the first
     few names) an image that rows put in two splits, and an image outside image_root unless
-    `allow_outside`. With `record` (data/split_record.py), the splits given earlier are read back and
+    `allow_outside`. With `record` (data/kept_splits.py), the splits given earlier are read back and
     kept, and new images' splits are added to it; a new record starts from `dataset_own`, the record
-    in the dataset's own folder, where it holds these images (split_record.recall)."""
+    in the dataset's own folder, where it holds these images (kept_splits.recall)."""
     captions_file, image_root = Path(captions_file), Path(image_root)
     rows = read_rows(captions_file)
     keys = ImageKeys(image_root, source=captions_file, allow_outside=allow_outside)

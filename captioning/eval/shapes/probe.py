@@ -70,7 +70,7 @@ def relation_log_likelihoods(decoder: AttentionDecoder, annotations: torch.Tenso
     four whole captions "a A <relation> a B" [P, 4], and of the relation's own words after "a A" [P, 4],
     in the order of RELATIONS."""
     device = annotations.device
-    memory, state = decoder.prepare(annotations)  # the keys once per image
+    memory, state = decoder.start(annotations)  # the keys once per image
 
     def ids(rows: Sequence[Sequence[str]]) -> torch.Tensor:
         return torch.tensor([vocab.encode(row)[1:-1] for row in rows], device=device)  # [N, words]

@@ -11,7 +11,7 @@ attention heads are often averaged to show them. Which glimpse looks at the obje
 not fixed by the architecture, so neither glimpse's map alone would show where the decoder looked
 on every trained model. Each glimpse's own map is what `first` and `second` return (forward hooks).
 
-Seam: the decoder's `attention` (one interface: prepare, forward, context_dim).
+Seam: the decoder's `attention` (one interface: start, forward, context_dim).
 Notation: B batch, L grid cells, D annotation channels (+ appended ones).
 """
 
@@ -50,9 +50,9 @@ class TwoGlimpses(nn.Module):
     def context_dim(self, annotation_dim: int) -> int:
         return self.first.context_dim(annotation_dim) + self.second.context_dim(annotation_dim)
 
-    def prepare(self, annotations: torch.Tensor, draws: Draws | None = None) -> GlimpsesMemory:
+    def start(self, annotations: torch.Tensor, draws: Draws | None = None) -> GlimpsesMemory:
         """`draws` (hard attention while training) go to the first glimpse: the second is soft."""
-        return GlimpsesMemory(self.first.prepare(annotations, draws=draws), self.second.prepare(annotations))
+        return GlimpsesMemory(self.first.start(annotations, draws=draws), self.second.start(annotations))
 
     def forward(self, memory: GlimpsesMemory, query: torch.Tensor) -> AttentionOutput:
         first = self.first(memory.first, query)

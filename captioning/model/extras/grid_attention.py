@@ -14,7 +14,7 @@ the paper's (a_i unchanged), and what the heads add is learned from there; the a
 what the pretrained CNN put in them, which the paper's model reads.
 
 Seam: what attention sees of the annotations (SoftAttention / HardAttention `inputs`), so it works
-with every score and both kinds of attention; it runs once per image in `prepare`, before the
+with every score and both kinds of attention; it runs once per image in `start`, before the
 recurrence, so soft additive attention keeps its fused path (captioning.model.fused).
 Notation: B batch, L grid cells, D annotation channels, n heads, p = D / n.
 """

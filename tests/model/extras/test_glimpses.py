@@ -47,7 +47,7 @@ def test_second_glimpse_is_queried_with_the_state_and_the_first_context():
     handle = decoder.lstm.register_forward_pre_hook(lambda module, args: seen.append(args[0]))
     try:
         with torch.no_grad():
-            memory, state = decoder.prepare(annotations)
+            memory, state = decoder.start(annotations)
             first = decoder.attention.first(memory.first, state.h).context  # [B, D]
             score = decoder.attention.second.score
             e = score.v(torch.tanh(score.key(annotations) + score.query(torch.cat([state.h, first], 1))[:, None]))
@@ -75,7 +75,7 @@ def assert_teacher_forcing_equals_stepping(decoder: AttentionDecoder, annotation
     """The packed teacher-forced pass gives each running row the logits and maps of `step`, and zeros past its end."""
     with torch.no_grad():
         output = decoder(annotations, tokens, lengths=lengths)
-        memory, state = decoder.prepare(annotations)
+        memory, state = decoder.start(annotations)
         for t in range(tokens.shape[1]):
             logits, state, attended = decoder.step(memory, state, tokens[:, t])
             running = lengths > t
@@ -87,7 +87,7 @@ def assert_teacher_forcing_equals_stepping(decoder: AttentionDecoder, annotation
 def test_memory_rows_carry_both_glimpses_memories():
     decoder = make_decoder()
     annotations, _ = make_inputs()
-    memory, _ = decoder.prepare(annotations)
+    memory, _ = decoder.start(annotations)
     assert isinstance(memory.first, Memory) and isinstance(memory.second, Memory)
     index = torch.tensor([2, 2, 0])
     picked, first_two = memory.select(index), memory.prefix(2)

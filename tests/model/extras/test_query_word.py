@@ -37,7 +37,7 @@ def test_the_additive_map_is_computed_from_the_state_and_the_previous_word():
     decoder = make_decoder(3)
     annotations, tokens = make_inputs()
     with torch.no_grad():
-        memory, state = decoder.prepare(annotations)
+        memory, state = decoder.start(annotations)
         _, state, _ = decoder.step(memory, state, tokens[:, 0])
         score = decoder.attention.score
         query = torch.cat([state.h, decoder.embed(tokens[:, 1])], dim=1)  # [B, H + E]

@@ -51,7 +51,7 @@ def test_the_recalled_words_are_the_softmax_of_scaled_dot_products_over_the_stat
     annotations, tokens = make_inputs()
     words: WordSelfAttention = decoder.query
     with torch.no_grad():
-        memory, state = decoder.prepare(annotations)
+        memory, state = decoder.start(annotations)
         states = [state.h]
         for t in range(3):
             _, state, _ = decoder.step(memory, state, tokens[:, t])
@@ -106,7 +106,7 @@ def test_beam_search_carries_each_beams_keys_and_values(beam_size):
     # the word weights it reports are those of stepping through the captions it returns
     inputs = torch.cat([torch.full_like(captions.tokens[:, :1], START_ID), captions.tokens[:, :-1]], dim=1)
     with torch.no_grad():
-        memory, state = decoder.prepare(annotations)
+        memory, state = decoder.start(annotations)
         for t in range(inputs.shape[1]):
             _, state, _ = decoder.step(memory, state, inputs[:, t])
             said = t <= captions.lengths  # the words up to <end>; after it, a finished beam only pads

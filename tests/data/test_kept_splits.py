@@ -1,4 +1,4 @@
-"""A folder collection's splits never move (data/split_record.py) and each image is one key, the
+"""A folder collection's splits never move (data/kept_splits.py) and each image is one key, the
 file it names (data/formats/folder.py): the property over random collections and additions, the two
 cases where the seed's drawing alone moved old images, and the spellings of one file."""
 
@@ -15,9 +15,9 @@ from PIL import Image
 from captioning.config import load_config
 from captioning.data.formats.folder import folder_collection, read_collection
 from captioning.data.formats.folder_report import check
+from captioning.data.kept_splits import read_record
 from captioning.data.records import DatasetError, ImageRecord
-from captioning.data.split_record import read_record
-from captioning.train.record import run_record
+from captioning.train.provenance import run_record
 
 REPO_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "folder_soft.yaml"
 
