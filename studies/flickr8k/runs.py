@@ -85,6 +85,9 @@ def _runs() -> dict[str, Run]:
         "ensemble_seeds23": Run("ensemble", "soft seeds 2 and 3", members=("soft_side_seed2", "soft_side_seed3")),
         "ensemble_seeds01_shipped": Run("ensemble", "soft seeds 0 and 1 and the shipped model",
                                         members=("soft_side", "soft_side_seed1", "shipped")),
+        # how far decoding together goes: all four seeds (35 MiB in fp16, over what may ship)
+        "ensemble_seeds0123": Run("ensemble", "soft seeds 0 to 3",
+                                  members=("soft_side", "soft_side_seed1", "soft_side_seed2", "soft_side_seed3")),
     }
     # Self-critical training's budget, from the best cross-entropy model on val (soft_side_seed1):
     # 240 steps of 50 images (2 epochs), validated every 60 steps as eval.py reports. The first runs
