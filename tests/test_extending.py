@@ -9,7 +9,6 @@ import re
 import pytest
 import torch
 
-import captioning.config.registry as registry_module
 from captioning.config import ConfigError, from_dict, load_config
 from captioning.config.registry import DATASETS, OBJECTIVES, SCORES
 from captioning.data.records import read_records
@@ -30,8 +29,8 @@ def registries(monkeypatch):
     example's name and section stay in no other test)."""
     for registry in (SCORES, DATASETS, OBJECTIVES):
         monkeypatch.setattr(registry, "_entries", dict(registry.entries))  # filled first: the copy is whole
-        monkeypatch.setattr(registry, "_sections", {key: set(names) for key, names in registry._sections.items()})
-    monkeypatch.setattr(registry_module, "_added", {key: dict(added) for key, added in registry_module._added.items()})
+        monkeypatch.setattr(registry, "_sections", {key: (settings, set(names))
+                                                    for key, (settings, names) in registry._sections.items()})
 
 
 SMALL = ["model.embed_dim=8", "model.hidden_dim=8", "model.attention_dim=8"]

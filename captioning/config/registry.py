@@ -40,7 +40,8 @@ class Registry(Generic[T]):
         self.section = section
         self.choosers = (setting, *also_chosen_by)
         self._entries: dict[str, T] = {}
-        self._sections: dict[str, set[str]] = {}  # config section (e.g. model.cosine) -> the names owning it
+        # config section (e.g. model.cosine) -> its settings' dataclass and the names owning it
+        self._sections: dict[str, tuple[type, set[str]]] = {}
 
     def register(self, *names: str, settings: type | None = None) -> Callable[[T], T]:
         """A decorator: the class or function it decorates answers to each of `names`. `settings`: the
@@ -54,15 +55,18 @@ class Registry(Generic[T]):
                                      f"and {entry!r}")
                 self._entries[name] = entry
             if settings is not None:
-                _add_section(self.section, names[0], settings)
-                self._sections.setdefault(f"{self.section}.{names[0]}", set()).update(names)
+                key = f"{self.section}.{names[0]}"
+                held = [other._sections[key][0] for other in REGISTRIES if key in other._sections]
+                if held and held[0] is not settings:
+                    raise ValueError(f"{key} is registered twice: {held[0]!r} and {settings!r}")
+                self._sections.setdefault(key, (settings, set()))[1].update(names)
             return entry
         return add
 
     def sections(self) -> dict[str, tuple[str, ...]]:
         """Each owned config section -> the names that own it, in registration order."""
         entries = self.entries
-        return {section: tuple(n for n in entries if n in owners) for section, owners in self._sections.items()}
+        return {section: tuple(n for n in entries if n in owners) for section, (_, owners) in self._sections.items()}
 
     @property
     def entries(self) -> dict[str, T]:
@@ -88,7 +92,6 @@ class Registry(Generic[T]):
         return self._entries[name]
 
 
-_added: dict[str, dict[str, type]] = {}  # a config section -> the sections entries added to it, by name
 _pending: list[tuple[str, ...]] = []  # module names not imported yet, in the order their entries are listed
 _order: list[str] = []  # every module handed to fill_with, in that order
 
@@ -100,18 +103,13 @@ def fill_with(modules: tuple[str, ...]) -> None:
     _order.extend(modules)
 
 
-def _add_section(parent: str, name: str, settings: type) -> None:
-    added = _added.setdefault(parent, {})
-    if name in added and added[name] is not settings:
-        raise ValueError(f"{parent}.{name} is registered twice: {added[name]!r} and {settings!r}")
-    added[name] = settings
-
-
 def added_sections(parent: str) -> dict[str, type]:
     """The sections that registered entries add to config section `parent` ("model"), by name, each
     its settings' dataclass; the registering modules imported first."""
     _fill()
-    return dict(sorted(_added.get(parent, {}).items(), key=lambda item: _rank(item[1])))  # the package's order
+    added = {key.split(".", 1)[1]: settings for registry in REGISTRIES if registry.section == parent
+             for key, (settings, _) in registry._sections.items()}
+    return dict(sorted(added.items(), key=lambda item: _rank(item[1])))  # the package's order
 
 
 def _fill() -> None:
