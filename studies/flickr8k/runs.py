@@ -80,6 +80,9 @@ def _runs() -> dict[str, Run]:
         # two more soft seeds at the side-by-side budget: the second pair of an ensemble of two
         "soft_side_seed2": Run("side", "soft, seed 2", (*SIDE, "train.seed=2")),
         "soft_side_seed3": Run("side", "soft, seed 3", (*SIDE, "train.seed=3")),
+        # the photos mirrored left-right for half the pairs of each epoch, "left" and "right" swapped in
+        # their captions (data.mirror; from a second feature cache, of the mirrored photos)
+        "soft_side_mirror": Run("stronger", "soft, seed 0, photos mirrored", (*SIDE, "data.mirror=true")),
         # several checkpoints decoded together (captioning.model.ensemble; no training)
         "ensemble_seeds01": Run("ensemble", "soft seeds 0 and 1", members=("soft_side", "soft_side_seed1")),
         "ensemble_seeds23": Run("ensemble", "soft seeds 2 and 3", members=("soft_side_seed2", "soft_side_seed3")),
