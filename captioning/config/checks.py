@@ -128,6 +128,8 @@ def _combinations(config: Config) -> list[str]:
     if e.fine_tune_from is not None and e.fine_tune_from not in stages:
         problems.append(f"encoder.fine_tune_from '{e.fine_tune_from}' is not a stage of {e.name} cut at {e.layer} "
                         f"(stages: {', '.join(stages)})")
+    if e.cache_frozen:
+        problems += _cache_frozen_problems(config, stages)
     weights = t.word_weights
     if not all(isinstance(word, str) and isinstance(weight, (int, float)) and not isinstance(weight, bool)
                and weight > 0 for word, weight in weights.items()):
@@ -205,3 +207,21 @@ def validate(config: Config, where: str = "config", *, unread_sections: bool = F
     if problems:
         raise ConfigError(f"{where}: {problems[0]}")
     return config
+
+
+def _cache_frozen_problems(config: Config, stages: list[str]) -> list[str]:
+    """encoder.cache_frozen: the stages before encoder.fine_tune_from are cached, so there must be
+    some, and their output must be the same every epoch."""
+    e, problems = config.encoder, []
+    if e.fine_tune_from is None:
+        problems.append("encoder.cache_frozen caches the stages before encoder.fine_tune_from, which is not set "
+                        f"(e.g. encoder.fine_tune_from={stages[-1] if stages else 'layer4'})")
+    elif stages and e.fine_tune_from == stages[0]:
+        problems.append(f"encoder.cache_frozen: encoder.fine_tune_from={e.fine_tune_from} trains every stage, "
+                        "so none is left to cache")
+    if not config.data.feature_cache:
+        problems.append("encoder.cache_frozen needs data.feature_cache=true (it is a feature cache)")
+    if config.data.augment:
+        problems.append("data.augment changes the pixels every epoch, so the frozen stages' output cannot be "
+                        "cached: set encoder.cache_frozen=false")
+    return problems

@@ -110,6 +110,9 @@ class EncoderConfig:
     batch_size: int = 32  # when computing the feature cache
     padding: str = "zeros"  # how convolutions pad the border: zeros (as trained), reflect, replicate
     fine_tune_from: str | None = None  # e.g. layer4: train this stage and the later ones (no feature cache)
+    # with fine_tune_from: the stages before it run once per image into a cache of their own, and a
+    # step runs only the stages that train (data.feature_cache on, no data.augment)
+    cache_frozen: bool = False
     lr: float = 1e-4  # the learning rate of the fine-tuned part
 
 

@@ -1,8 +1,11 @@
-"""Annotations computed on demand from image files, for an encoder that trains (encoder.fine_tune_from)
-and so cannot be cached: where a frozen encoder's annotations come from the feature cache
-(data/features.py), a fine-tuned one's come from here, read like the cached array."""
+"""Annotations computed on demand, for an encoder that trains (encoder.fine_tune_from) and so cannot be
+cached: where a frozen encoder's annotations come from the feature cache (data/features.py), a
+fine-tuned one's come from here, read like the cached array: from the image files (EncodedImages),
+or from the cache of its frozen stages' output (EncodedCells, encoder.cache_frozen)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 import torch
@@ -59,3 +62,30 @@ class EncodedImages:
         out = np.zeros((len(images), *annotations.shape[1:]), dtype=np.float32)
         out[batch.rows] = annotations.float().cpu().numpy()
         return out
+
+
+class EncodedCells:
+    """Annotations computed on demand from the cached output of a fine-tuned encoder's frozen stages
+    (encoder.cache_frozen): encoded[a:b] runs the stages that train (in eval mode) on those rows ->
+    [b - a, L, D] float32. Reads like the cached array wherever a split is decoded; `part` stays on
+    demand (a slice would encode them all at once)."""
+
+    def __init__(self, encoder: Encoder, cells: Any, *, device: str | torch.device = "cpu"):
+        self.encoder, self.cells, self.device = encoder, cells, device  # cells: [N, Lf, Df], the cache's rows
+
+    def __len__(self) -> int:
+        return len(self.cells)
+
+    def part(self, start: int, stop: int) -> EncodedCells:
+        return EncodedCells(self.encoder, self.cells[start:stop], device=self.device)
+
+    @torch.no_grad()
+    def __getitem__(self, key: slice) -> np.ndarray:
+        if not isinstance(key, slice):
+            raise TypeError("EncodedCells takes slices, e.g. encoded[0:100]")
+        cells = torch.from_numpy(np.array(self.cells[key])).to(self.device).float()  # [b, Lf, Df]
+        was_training = self.encoder.training
+        self.encoder.eval()
+        annotations, _ = self.encoder(cells)  # [b, L, D]
+        self.encoder.train(was_training)
+        return annotations.float().cpu().numpy()

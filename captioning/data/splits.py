@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from captioning.config import Config
+from captioning.config.choices import stage_names
 from captioning.data.features import cache_dir, load_or_compute
 from captioning.data.instances import Instances, split_instances
 from captioning.data.memory_maps import by_reference
@@ -78,13 +79,32 @@ class Split:
 
 
 def uses_feature_cache(config: Config) -> bool:
-    """A fine-tuned encoder changes its annotations at every step: only a frozen one can be cached."""
-    return config.data.feature_cache and config.encoder.fine_tune_from is None
+    """Whether training reads a feature cache: a frozen encoder's annotations, or with
+    encoder.cache_frozen the output of a fine-tuned encoder's frozen stages. A fine-tuned encoder's
+    own annotations change at every step, so they are never cached."""
+    return config.data.feature_cache and (config.encoder.fine_tune_from is None or config.encoder.cache_frozen)
+
+
+def reads_frozen_stages(config: Config) -> bool:
+    """Whether the cache holds the frozen stages' output (encoder.cache_frozen) rather than annotations."""
+    return uses_feature_cache(config) and config.encoder.fine_tune_from is not None
+
+
+def cache_encoder(config: Config) -> Encoder:
+    """What the feature cache holds the output of: the encoder, or its frozen stages (encoder.cache_frozen)."""
+    encoder = Encoder.from_config(config.encoder)
+    return encoder.frozen_stages() if reads_frozen_stages(config) else encoder
 
 
 def features_dir(config: Config) -> Path:
+    """The feature cache's folder; the frozen stages' cache is named after the last of them (block5,
+    layer3), where the encoder's is named after its layer (stride32)."""
     d, e = config.data, config.encoder
-    return cache_dir(d.cache_root or d.root, encoder=e.name, layer=e.layer, image_size=d.image_size,
+    layer = e.layer
+    if reads_frozen_stages(config):
+        stages = stage_names(e.name, e.layer)
+        layer = stages[stages.index(e.fine_tune_from) - 1]
+    return cache_dir(d.cache_root or d.root, encoder=e.name, layer=layer, image_size=d.image_size,
                      weights=weights_identity(e.name, e.weights_path), padding=e.padding)
 
 
@@ -113,7 +133,7 @@ def load_splits(config: Config, names: tuple[str, ...], *, device: str | torch.d
     """The named splits; with `features`, their cached annotations, computing any missing cache with
     one shared encoder (with data.mirror, the train split's mirror images too). Images that cannot be
     read are left out of the split, with a warning."""
-    encoder = functools.cache(lambda: Encoder.from_config(config.encoder))
+    encoder = functools.cache(lambda: cache_encoder(config))
     cache = functools.partial(load_or_compute, features_dir(config), encoder_factory=encoder,
                               image_size=config.data.image_size, batch_size=config.encoder.batch_size,
                               device=device, num_workers=num_workers)

@@ -16,7 +16,9 @@ what taking that cue away does (studies/position_in_features, studies/attention_
 
 The encoder is frozen and in eval mode unless `fine_tune_from` names a stage: that stage and the
 later ones train (and follow `.train()`), the earlier ones stay frozen in eval mode, so their
-batch-norm statistics never drift.
+batch-norm statistics never drift. What the frozen stages give never changes either: with
+`encoder.cache_frozen` it is computed once per image and cached (`frozen_stages`), and the encoder
+reads it in place of the images (`reading_cache`), running only the stages that train.
 """
 
 from __future__ import annotations
@@ -59,6 +61,8 @@ class Encoder(nn.Module):
         self.mean = mean  # the normalization the weights were trained with; the data pipeline applies it
         self.std = std
         self.trainable: list[str] = []  # the stages that fine-tune, in order
+        self.cached_grid: tuple[int, int] | None = None  # reading the frozen stages' cached output (reading_cache)
+        self.cached_dim: int | None = None  # its channels
 
     @classmethod
     def from_config(cls, encoder: EncoderConfig) -> Encoder:
@@ -83,8 +87,37 @@ class Encoder(nn.Module):
             getattr(self.body, name).train(mode)
         return self
 
-    def forward(self, images: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int]]:
-        features = self.body(images)  # [B, D, Hg, Wg]
+    def frozen_stages(self) -> Encoder:
+        """The stages before the first one that fine-tunes, as an encoder of their own (sharing their
+        modules): images [B, 3, S, S] -> their output [B, Lf, Df], what encoder.cache_frozen caches."""
+        if not self.trainable:
+            raise ValueError("frozen_stages: no stage fine-tunes (encoder.fine_tune_from), the whole encoder is frozen")
+        names = [name for name, _ in self.body.named_children()]
+        frozen = names[:names.index(self.trainable[0])]
+        if not frozen:
+            raise ValueError(f"frozen_stages: every stage fine-tunes, from {self.trainable[0]}")
+        body = nn.Sequential(OrderedDict((name, getattr(self.body, name)) for name in frozen))
+        with torch.no_grad():  # their width, from a small blank image
+            dim = body.eval()(torch.zeros(1, 3, 64, 64)).shape[1]
+        return Encoder(body=body, dim=dim, mean=self.mean, std=self.std).eval()
+
+    def reading_cache(self, *, grid: tuple[int, int], dim: int) -> Encoder:
+        """From now on `forward` takes the frozen stages' cached output [B, Lf, Df] (`grid` (Hf, Wf),
+        `dim` Df) in place of images and runs only the stages that fine-tune: their output is the
+        same, the frozen stages being a fixed function of the image (eval mode, weights untouched)."""
+        if not self.trainable:
+            raise ValueError("reading_cache: no stage fine-tunes (encoder.fine_tune_from); read the annotations' cache")
+        self.cached_grid, self.cached_dim = grid, dim
+        return self
+
+    def forward(self, source: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int]]:
+        """source: images [B, 3, S, S]; or, reading the frozen stages' cache, their output [B, Lf, Df]."""
+        if self.cached_grid is None:
+            features = self.body(source)  # [B, D, Hg, Wg]
+        else:
+            features = source.transpose(1, 2).reshape(len(source), -1, *self.cached_grid)  # [B, Df, Hf, Wf]
+            for name in self.trainable:
+                features = getattr(self.body, name)(features)  # [B, D, Hg, Wg] after the last
         grid = (features.shape[2], features.shape[3])
         return features.flatten(2).transpose(1, 2), grid  # [B, L, D]
 

@@ -12,7 +12,7 @@ from torch import nn
 
 from captioning.config import Config
 from captioning.data.run_data import RunData
-from captioning.data.splits import uses_feature_cache
+from captioning.data.splits import reads_frozen_stages, uses_feature_cache
 from captioning.model.decoder import AttentionDecoder
 from captioning.model.encoder import Encoder
 from captioning.model.encoder_decoder import build_decoder
@@ -39,9 +39,10 @@ class RunModel:
 
 
 def build_encoder(config: Config, device: torch.device, context: distributed.Distributed) -> Encoder | None:
-    """The encoder, where it runs on the fly; None where training reads cached annotations. Under
-    DDP on GPUs its fine-tuned batch-norm stages see the global batch's statistics (SyncBatchNorm)."""
-    if uses_feature_cache(config):
+    """The encoder, where it runs on the fly (with encoder.cache_frozen, its stages that train, on
+    their cached input); None where training reads cached annotations. Under DDP on GPUs its
+    fine-tuned batch-norm stages see the global batch's statistics (SyncBatchNorm)."""
+    if uses_feature_cache(config) and not reads_frozen_stages(config):
         return None
     return distributed.sync_batch_norm(Encoder.from_config(config.encoder).to(device), context, device=device)
 
@@ -49,10 +50,12 @@ def build_encoder(config: Config, device: torch.device, context: distributed.Dis
 def build_model(config: Config, data: RunData, encoder: Encoder | None, device: torch.device) -> RunModel:
     """The decoder for the data's annotations (their grid and width), and the weights' average."""
     t = config.train
-    if encoder is not None:  # the grid the encoder gives at this input size
+    if encoder is not None:  # the grid the encoder gives at this input size (or from its cached input)
         with torch.no_grad():
             side = config.data.image_size
-            grid = encoder.eval()(torch.zeros(1, 3, side, side, device=device))[1]
+            blank = (torch.zeros(1, *data.train.annotations.shape[1:], device=device) if encoder.cached_grid
+                     else torch.zeros(1, 3, side, side, device=device))
+            grid = encoder.eval()(blank)[1]
         data.val.grid = data.train.grid = grid
         annotation_dim = encoder.dim
     else:

@@ -83,6 +83,9 @@ class Stepping:
 
     def stand_in(self) -> Any:
         """What a process with an empty part of a global batch steps on (its terms get a share of 0)."""
-        if self.model.encoder is not None:
+        encoder = self.model.encoder
+        if encoder is not None and encoder.cached_grid is not None:  # the frozen stages' output (encoder.cache_frozen)
+            return stand_in_batch(annotations=(encoder.cached_grid[0] * encoder.cached_grid[1], encoder.cached_dim))
+        if encoder is not None:
             return stand_in_batch(images=(3, self.config.data.image_size, self.config.data.image_size))
         return stand_in_batch(annotations=(self.model.grid[0] * self.model.grid[1], self.model.annotation_dim))

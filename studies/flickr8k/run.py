@@ -44,7 +44,7 @@ CONFIGS = REPO / "configs"
 
 def overrides_of(run: Run, *, data: Path, cache: Path, out: Path, name: str) -> list[str]:
     common = [f"data.root={data}", f"data.cache_root={cache}", f"train.out_dir={out / name}"]
-    start = [f"train.init_from={out / run.start / 'best.pt'}"] if run.config == "flickr8k_scst.yaml" else []
+    start = [f"train.init_from={out / run.start / 'best.pt'}"] if run.start else []  # a run trained from another
     epochs = [f"train.epochs={ABLATION_EPOCHS}"] if run.ablation else []
     return [*common, *start, *run.overrides, *epochs]
 

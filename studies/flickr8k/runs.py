@@ -83,6 +83,10 @@ def _runs() -> dict[str, Run]:
         # the photos mirrored left-right for half the pairs of each epoch, "left" and "right" swapped in
         # their captions (data.mirror; from a second feature cache, of the mirrored photos)
         "soft_side_mirror": Run("stronger", "soft, seed 0, photos mirrored", (*SIDE, "data.mirror=true")),
+        # stage 2 from soft_side's best.pt: Lite2's last block fine-tuned with the decoder, on the cache of
+        # the blocks before it (encoder.cache_frozen)
+        "finetune_block6": Run("stronger", "soft, seed 0, then block6 fine-tuned 4 epochs",
+                               ("model.dropout=0.3",), config="flickr8k_finetune.yaml", start="soft_side"),
         # several checkpoints decoded together (captioning.model.ensemble; no training)
         "ensemble_seeds01": Run("ensemble", "soft seeds 0 and 1", members=("soft_side", "soft_side_seed1")),
         "ensemble_seeds23": Run("ensemble", "soft seeds 2 and 3", members=("soft_side_seed2", "soft_side_seed3")),
