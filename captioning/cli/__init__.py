@@ -157,7 +157,10 @@ def _prepare_features(args: argparse.Namespace) -> int:
     if args.splits is None and (note := held_out_note(config.data)) is not None:  # held out: nothing to cache
         print(note, file=sys.stderr)
         names = ("train", "val")
-    if config.encoder.fine_tune_from is not None:
+    if config.encoder.fine_tune_from is not None and config.encoder.cache_frozen:
+        print(f"note: encoder.cache_frozen: this caches the stages before {config.encoder.fine_tune_from}, which "
+              "training reads", file=sys.stderr)
+    elif config.encoder.fine_tune_from is not None:
         print(f"note: encoder.fine_tune_from={config.encoder.fine_tune_from}: training runs the encoder on the "
               "fly and does not read this cache (evaluation of a frozen encoder would)", file=sys.stderr)
     splits = prepare_features(config, splits=names, device=default_device(args.device))
