@@ -6,6 +6,10 @@ states, the best metric so far). A frozen encoder is not stored: its weights are
 config; a fine-tuned one is. Under train.ema_decay "decoder" is the weights' moving average, the
 model that was validated and that captions, and "training_decoder" the weights training goes on from.
 
+A file may hold several decoders that caption together as one ensemble (the mean of their word
+probabilities, model/ensemble.py), cut into it by `for_captioning(..., members=...)`: "decoder" is the
+first, "members" the others, each with its own config and record. `load_trained` reads it as one model.
+
 Format 2 gave the config its sections and the decoder its seams. A format-1 checkpoint is migrated
 as it is read (`migrate_v1`): its config's flat keys move to their sections (captioning.config.RENAMED),
 and the decoder's parameters that moved get their new names; the numbers are untouched.
@@ -114,7 +118,7 @@ class Trained:
     path: str
     config: Config
     vocab: Vocabulary
-    decoder: AttentionDecoder
+    decoder: AttentionDecoder | Ensemble  # an Ensemble: several checkpoints, or a file that holds several
     grid: tuple[int, int]
     device: torch.device
     encoder_weights: dict[str, Any] | None = None  # a fine-tuned encoder's own (encoder.fine_tune_from)
@@ -167,9 +171,23 @@ def load_trained(path: str | Path, *, overrides: Sequence[str] = (), may_change:
                               f"trained model (these can: {', '.join(may_change)})")
     validate(apply_overrides(config, overrides), f"{path}: config with overrides", unread_sections=True)
     device = torch.device(device)
-    return Trained(path=str(path), config=config, vocab=Vocabulary(payload["vocab"]),
-                   decoder=decoder_from_checkpoint(payload, config, path).to(device), grid=tuple(payload["grid"]),
-                   device=device, encoder_weights=payload.get("encoder"))
+    decoder: AttentionDecoder | Ensemble = decoder_from_checkpoint(payload, config, path)
+    if payload.get("members"):  # a file of several decoders, cut by for_captioning(members=...)
+        decoder = Ensemble([decoder, *member_decoders(payload, path)]).eval()
+    return Trained(path=str(path), config=config, vocab=Vocabulary(payload["vocab"]), decoder=decoder.to(device),
+                   grid=tuple(payload["grid"]), device=device, encoder_weights=payload.get("encoder"))
+
+
+def member_decoders(payload: dict[str, Any], path: str | Path) -> list[AttentionDecoder]:
+    """The decoders a file holds beside its own ("members"), each built from its own config's model
+    section over the file's vocabulary, grid and annotations."""
+    members = payload["members"]
+    if not isinstance(members, list) or not all(isinstance(m, dict) and isinstance(m.get("config"), dict)
+                                                and isinstance(m.get("decoder"), dict) for m in members):
+        raise CheckpointError(f"{path}: its members are not decoders with their configs")
+    return [decoder_from_checkpoint({**payload, "decoder": member["decoder"]},
+                                    from_dict(member["config"], where=f"{path}: member {index}'s config"), path)
+            for index, member in enumerate(members, start=2)]
 
 
 def load_ensemble(paths: Sequence[str | Path], *, overrides: Sequence[str] = (),
@@ -183,6 +201,8 @@ def load_ensemble(paths: Sequence[str | Path], *, overrides: Sequence[str] = (),
     if len(members) == 1:
         return members[0]
     first = members[0]
+    # a file that holds an ensemble adds its decoders one by one: each decoder weighs the same
+    decoders = [d for m in members for d in (m.decoder.members if isinstance(m.decoder, Ensemble) else [m.decoder])]
     for member in members:
         if member.fine_tuned:
             raise ConfigError(f"{member.path}: its encoder was fine-tuned (its annotations are its own); an ensemble's "
@@ -196,8 +216,7 @@ def load_ensemble(paths: Sequence[str | Path], *, overrides: Sequence[str] = (),
         if differs:
             raise ConfigError(f"{member.path}: its {' and '.join(differs)} differ from {first.path}'s; an ensemble's "
                               "members read the same annotations and say the same words")
-    return dataclasses.replace(first, path=" + ".join(m.path for m in members),
-                               decoder=Ensemble([m.decoder for m in members]).eval())
+    return dataclasses.replace(first, path=" + ".join(m.path for m in members), decoder=Ensemble(decoders).eval())
 
 
 def _load_weights(module: torch.nn.Module, state: dict[str, Any], path: str | Path) -> None:
@@ -263,6 +282,15 @@ def describe(payload: dict[str, Any], path: str | Path) -> list[str]:
     release = payload.get("release")  # a shipped model's note (for_captioning): its data, numbers, licence
     if isinstance(release, dict):
         lines += release_lines(release)
+    members = payload.get("members") if isinstance(payload.get("members"), list) else []
+    if members:
+        lines.append(f"  ensemble    {len(members) + 1} decoders caption together (the mean of their word "
+                     "probabilities): \"decoder\" and the members below")
+    for index, member in enumerate(members, start=2):
+        weights = member.get("record", {}).get("weights", {}) if isinstance(member, dict) else {}
+        progress = member.get("progress", {}) if isinstance(member, dict) else {}
+        lines.append(f"  member {index}    step {progress.get('step', '?')}, best {config.train.val_metric} "
+                     f"{progress.get('best_metric', float('nan')):.4f}, decoder {weights.get('decoder', '?')}")
     for part in ("decoder", "training_decoder", "encoder"):
         state = payload.get(part)
         if not isinstance(state, dict):
@@ -311,27 +339,42 @@ def pretrained_path(name: str = "flickr8k") -> Path:
     return path
 
 
-def for_captioning(payload: dict[str, Any], *, release: dict[str, Any] | None = None) -> dict[str, Any]:
+def for_captioning(payload: dict[str, Any], *, release: dict[str, Any] | None = None,
+                   members: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
     """A checkpoint cut down to what captioning reads (config, vocabulary, grid, the decoder's
     weights in fp16, its record), as the shipped model is: no optimizer state, nothing to resume;
     about a quarter of a best.pt. `release` (the numbers, the command that made it, the licence)
     is kept beside the record. The decoder computes in fp32; fp16 storage rounds each weight to
-    about 3 significant digits, so the exported model's captions are those of its own file."""
-    if "encoder" in payload:
-        raise CheckpointError("a fine-tuned encoder's weights are the checkpoint's own: export keeps the "
-                              "decoder only, for a frozen encoder rebuilt from its package")
-    slim = {key: payload[key] for key in ("vocab", "grid", "annotation_dim", "record") if key in payload}
-    slim["config"] = without_machine_paths(payload["config"])
-    slim["decoder"] = {name: value.half() if value.is_floating_point() else value
-                       for name, value in payload["decoder"].items()}
-    progress = payload.get("progress", {})  # where its run stood, its validations included (inspect shows them)
-    slim["progress"] = {key: progress[key] for key in ("step", "epoch", "best_metric", "seconds", "history")
-                        if key in progress}
-    if "record" in slim:  # the digest of the weights it holds (verify compares them), the fp16 ones
-        slim["record"] = {**slim["record"], "weights": {"decoder": weights_digest(slim["decoder"])}}
+    about 3 significant digits, so the exported model's captions are those of its own file.
+
+    `members`: other checkpoints whose decoders caption together with this one, as one ensemble in
+    one file (each cut the same way, under "members"). They must read the same annotations and say
+    the same words, as load_ensemble checks: the caller loads them together first."""
+    for part in (payload, *members):
+        if "encoder" in part:
+            raise CheckpointError("a fine-tuned encoder's weights are the checkpoint's own: export keeps the "
+                                  "decoder only, for a frozen encoder rebuilt from its package")
+    slim = {**_cut(payload), **{key: payload[key] for key in ("vocab", "grid", "annotation_dim") if key in payload}}
+    if members:
+        slim["members"] = [_cut(member) for member in members]
+        if "record" in slim:  # every decoder's digest, in order (verify compares them)
+            slim["record"]["weights"]["members"] = [weights_digest(m["decoder"]) for m in slim["members"]]
     if release is not None:
         slim["release"] = release
     return slim
+
+
+def _cut(payload: dict[str, Any]) -> dict[str, Any]:
+    """One decoder as it is shipped: its config (no machine's paths), fp16 weights, record, progress."""
+    cut: dict[str, Any] = {"config": without_machine_paths(payload["config"]),
+                           "decoder": {name: value.half() if value.is_floating_point() else value
+                                       for name, value in payload["decoder"].items()}}
+    progress = payload.get("progress", {})  # where its run stood, its validations included (inspect shows them)
+    cut["progress"] = {key: progress[key] for key in ("step", "epoch", "best_metric", "seconds", "history")
+                       if key in progress}
+    if "record" in payload:  # the digest of the weights it holds (verify compares them), the fp16 ones
+        cut["record"] = {**payload["record"], "weights": {"decoder": weights_digest(cut["decoder"])}}
+    return cut
 
 
 def without_machine_paths(config: dict[str, Any]) -> dict[str, Any]:

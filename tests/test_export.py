@@ -91,3 +91,57 @@ def test_a_released_models_card_says_how_it_decoded_and_an_override_of_it_is_nam
     assert any(line.startswith("  card differs from the record:") and "length_penalty 0.0 -> 2.0" in line
                for line in lines)
     assert not any("hardware" in line for line in lines)
+
+
+def _other_run(tiny_run) -> dict:
+    """A second model of the same run's vocabulary and annotations: its decoder's weights moved."""
+    payload = load_checkpoint(tiny_run.checkpoint)
+    generator = torch.Generator().manual_seed(1)
+    payload["decoder"] = {name: value + 0.2 * torch.randn(value.shape, generator=generator)
+                          if value.is_floating_point() else value for name, value in payload["decoder"].items()}
+    return payload
+
+
+def test_several_checkpoints_cut_into_one_file_caption_as_they_do_given_together(tiny_run, tmp_path) -> None:
+    """The reference: each cut alone into its own file, then decoded together (load_ensemble)."""
+    from captioning.model.ensemble import Ensemble
+    from captioning.train.provenance import weights_digest
+
+    first, other = load_checkpoint(tiny_run.checkpoint), _other_run(tiny_run)
+    save_checkpoint(tmp_path / "first.pt", for_captioning(first))
+    save_checkpoint(tmp_path / "other.pt", for_captioning(other))
+    save_checkpoint(tmp_path / "both.pt", for_captioning(first, members=[other]))
+    both = load_checkpoint(tmp_path / "both.pt")
+    assert len(both["members"]) == 1 and both["members"][0]["config"]["data"]["root"] == "data/shapes"
+    assert both["record"]["weights"] == {"decoder": weights_digest(both["decoder"]),
+                                         "members": [weights_digest(both["members"][0]["decoder"])]}
+    files = sorted((tiny_run.data_root / "images" / "val").iterdir())[:4]
+    one_file = Captioner.from_checkpoint(tmp_path / "both.pt", device="cpu")
+    two_files = Captioner.from_checkpoint([tmp_path / "first.pt", tmp_path / "other.pt"], device="cpu")
+    alone = Captioner.from_checkpoint(tmp_path / "first.pt", device="cpu")
+    assert isinstance(one_file.model.decoder, Ensemble) and len(one_file.model.decoder.members) == 2
+    said = [r.caption for r in one_file.caption(files)]
+    assert said == [r.caption for r in two_files.caption(files)]
+    assert said != [r.caption for r in alone.caption(files)]  # the second decoder is heard
+    for mine, theirs in zip(one_file.caption(files), two_files.caption(files)):
+        torch.testing.assert_close(mine.alphas, theirs.alphas)
+    # a file of two given with a third checkpoint: three decoders, each weighing the same
+    three = Captioner.from_checkpoint([tmp_path / "both.pt", tmp_path / "first.pt"], device="cpu")
+    assert len(three.model.decoder.members) == 3
+    lines = describe(both, tmp_path / "both.pt")
+    assert any(line.startswith("  ensemble    2 decoders caption together") for line in lines)
+
+
+def test_an_ensemble_in_one_file_without_a_card_is_not_verified_as_its_first_run(tiny_run, tmp_path) -> None:
+    from captioning.train.verify import verify
+
+    save_checkpoint(tmp_path / "both.pt", for_captioning(load_checkpoint(tiny_run.checkpoint),
+                                                         members=[_other_run(tiny_run)]))
+    with pytest.raises(CheckpointError, match="holds 2 decoders that caption together and no release card"):
+        verify(tmp_path / "both.pt", overrides=(f"data.root={tiny_run.data_root}",))
+
+
+def test_a_fine_tuned_member_is_not_exported_either(tiny_run) -> None:
+    other = {**load_checkpoint(tiny_run.checkpoint), "encoder": {"conv.weight": torch.zeros(1)}}
+    with pytest.raises(CheckpointError, match="fine-tuned encoder"):
+        for_captioning(load_checkpoint(tiny_run.checkpoint), members=[other])

@@ -36,9 +36,11 @@ def digest(value: Any) -> str:
 
 
 def run_weights(payload: dict[str, Any]) -> dict[str, str]:
-    """Digests of the weights a checkpoint holds: its decoder's, and a fine-tuned encoder's (whose
-    weights are the checkpoint's own, not its package's)."""
+    """Digests of the weights a checkpoint holds: its decoder's (and its members', in a file that holds
+    an ensemble), and a fine-tuned encoder's (whose weights are the checkpoint's own, not its package's)."""
     weights = {"decoder": weights_digest(payload["decoder"])}
+    if isinstance(payload.get("members"), list):  # the other decoders of a file that holds an ensemble
+        weights["members"] = [weights_digest(member["decoder"]) for member in payload["members"]]
     if isinstance(payload.get("encoder"), dict):
         weights["encoder"] = weights_digest(payload["encoder"])
     return weights

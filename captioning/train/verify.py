@@ -56,6 +56,10 @@ def verify(path: str | Path, *, overrides: tuple[str, ...] = (), device: str | t
     payload = load_checkpoint(path)
     if isinstance(payload.get("release"), dict) and isinstance(payload["release"].get("val"), dict):
         return verify_release(path, payload, overrides=overrides, device=device, tolerance=tolerance)
+    if payload.get("members"):
+        raise CheckpointError(f"{path}: holds {len(payload['members']) + 1} decoders that caption together and no "
+                              "release card to score them against (its record is its first decoder's run): verify "
+                              "each one's own checkpoint")
     record = payload.get("record")
     if not isinstance(record, dict):
         raise CheckpointError(f"{path}: carries no record of what made it (written before checkpoints had one)")

@@ -1,10 +1,12 @@
 """The model that ships inside the package: the Flickr8k recipe's best.pt, cut to what captioning reads.
 
-    python -m studies.flickr8k.ship --checkpoint runs/flickr8k/recipe_seed1/best.pt --run recipe_seed1 \
+    python -m studies.flickr8k.ship --checkpoint runs/flickr8k/soft_side/best.pt --run soft_side \
+        --checkpoint runs/flickr8k/soft_side_seed1/best.pt --run soft_side_seed1 \
         --data ../shared/flickr8k --cache /tmp/flickr8k
 
 writes captioning/pretrained/flickr8k_soft.pt (config, with no path of the machine that trained it;
-vocabulary; the decoder's weights in fp16; the run's record and validation history; and a release
+vocabulary; the decoder's weights in fp16, and with several --checkpoint each one's, decoded together
+as one ensemble in the one file; each run's record and validation history; and a release
 note: the data, the shipped file's own numbers on the val split of --data, scored as `eval.py --split
 val` scores them, the command that scores them again, the command that made it, the licence), then
 captions scikit-image's public-domain sample photos with it and writes what it said and where it
@@ -28,7 +30,14 @@ import json
 import torch
 
 from captioning.api import Captioner
-from captioning.checkpoint import PRETRAINED, for_captioning, load_checkpoint, load_trained, save_checkpoint
+from captioning.checkpoint import (
+    PRETRAINED,
+    for_captioning,
+    load_checkpoint,
+    load_ensemble,
+    load_trained,
+    save_checkpoint,
+)
 from captioning.config import load_config
 from captioning.data.photos import SAMPLE_PHOTOS, sample_photo
 from captioning.eval.evaluate import evaluate_trained
@@ -42,21 +51,23 @@ LICENCE = ("Trained on Flickr8k (Hodosh, Young & Hockenmaier, JAIR 2013), whose 
            "project's MIT licence on those terms.")
 
 
-def release_note(*, run: str, scored: dict, tokenizer: str, beam_size: int, decode: dict) -> dict:
+def release_note(*, runs: list[str], scored: dict, tokenizer: str, beam_size: int, decode: dict) -> dict:
     """What the shipped model is: its data, its own numbers on val (`scored`, the fp16 file's: fp16
     storage moves the fp32 run's kept numbers in their fourth digit) and how they were decoded
     (`decode`: the length penalty, the n-gram block, <unk>), how to score them again, how it was made."""
     metrics = {k: round(scored[k], 4) for k in ("Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4", "METEOR", "ROUGE_L", "CIDEr")}
     shipped = f"captioning/{PRETRAINED_DIR.name}/{PRETRAINED['flickr8k']}"
+    kept = ", ".join(f"studies/flickr8k/results/{run}.json" for run in runs)
+    trained = "; ".join(f"python -m studies.flickr8k.run --only {run} --data DATA --cache CACHE" for run in runs)
+    cut = " ".join(f"--checkpoint runs/flickr8k/{run}/best.pt --run {run}" for run in runs)
+    what = "the run's best.pt" if len(runs) == 1 else f"the best.pt of {len(runs)} runs, decoded together"
     return {"name": "flickr8k", "data": "Flickr8k, Karpathy's split: trained on its 6 000 train images, selected on "
                                         "its 1 000 val images (224x224 copies); the test split was held out",
             "val": {**metrics, "beam_size": beam_size, "tokenizer": tokenizer, "decode": decode},
-            "scored": f"captioning verify {shipped} data.root=DATA, or python eval.py --checkpoint {shipped} "
-                      f"--split val --beam-size {beam_size} data.root=DATA",
-            "cut_from": f"the run's best.pt, in fp32 (its numbers: studies/flickr8k/results/{run}.json)",
-            "command": f"python -m studies.flickr8k.run --only {run} --data DATA --cache CACHE, then "
-                       f"python -m studies.flickr8k.ship --checkpoint runs/flickr8k/{run}/best.pt --run {run} "
-                       "--data DATA --cache CACHE",
+            "scored": f"captioning verify {shipped} data.root=DATA, or python eval.py --pretrained --split val "
+                      f"--beam-size {beam_size} data.root=DATA",
+            "cut_from": f"{what}, in fp32 (their numbers: {kept})",
+            "command": f"{trained}, then python -m studies.flickr8k.ship {cut} --data DATA --cache CACHE",
             "licence": LICENCE}
 
 
@@ -82,25 +93,35 @@ def samples(captioner: Captioner) -> dict[str, dict]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--checkpoint", help="the recipe's best.pt")
+    source.add_argument("--checkpoint", action="append", help="a run's best.pt; given more than once, the runs "
+                        "decode together as one ensemble in the one file")
     source.add_argument("--from-shipped", action="store_true", help="cut the shipped file again, its weights as "
                         "they are")
-    parser.add_argument("--run", default="recipe", help="its name in studies/flickr8k/results")
+    parser.add_argument("--run", action="append", help="its name in studies/flickr8k/results (once per --checkpoint, "
+                        "in the same order)")
     parser.add_argument("--data", required=True, help="Flickr8k (data.root): its val split scores the shipped file")
     parser.add_argument("--cache", help="data.cache_root, where the val split's feature cache is kept")
     parser.add_argument("--picture", default="motorcycle", choices=SAMPLE_PHOTOS, help="the README's photo")
     args = parser.parse_args()
     target = PRETRAINED_DIR / PRETRAINED["flickr8k"]
-    payload = load_checkpoint(target if args.from_shipped else args.checkpoint)
-    slim = for_captioning(kept_history(payload, run=args.run) if args.from_shipped else payload)
+    runs = args.run or ["recipe"]
+    if args.checkpoint and len(args.run or []) != len(args.checkpoint):
+        parser.error("give one --run per --checkpoint, in the same order")
+    if args.from_shipped:
+        payload = load_checkpoint(target)
+        slim = for_captioning(kept_history(payload, run=runs[0]), members=payload.get("members", []))
+    else:
+        load_ensemble(args.checkpoint)  # one line naming the one that does not decode with the others
+        first, *others = [load_checkpoint(path) for path in args.checkpoint]
+        slim = for_captioning(first, members=others)
     slim["config"]["decode"] = dataclasses.asdict(load_config(RECIPE).decode)
     target.parent.mkdir(parents=True, exist_ok=True)
     save_checkpoint(target, slim)
-    kept = json.loads((RESULTS / f"{args.run}.json").read_text())
+    kept = json.loads((RESULTS / f"{runs[0]}.json").read_text())
     data = [f"data.root={args.data}", *([f"data.cache_root={args.cache}"] if args.cache else [])]
     evaluation, _ = evaluate_trained(load_trained(target, overrides=data), split="val", beam_size=kept["beam_size"])
     decode = slim["config"]["decode"]
-    slim["release"] = release_note(run=args.run, scored=evaluation.metrics, tokenizer=evaluation.tokenizer,
+    slim["release"] = release_note(runs=runs, scored=evaluation.metrics, tokenizer=evaluation.tokenizer,
                                    beam_size=evaluation.beam_size, decode={key: decode[key] for key in (
                                        "length_penalty", "no_repeat_ngram", "allow_unk", "max_length")})
     save_checkpoint(target, slim)
