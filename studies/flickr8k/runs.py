@@ -121,6 +121,13 @@ def _runs() -> dict[str, Run]:
         ("train.lr=0.00005", "model.dropout=0.3", "train.epochs=8", "train.eval_every_steps=120",
          "train.log_every_steps=5", "train.early_stop_patience=3"),
         config="flickr8k_scst.yaml", start="soft_side_seed1")
+    # the setting that paid (greedy baseline, lr 5e-5, dropout 0.3) from the other seed of the pair
+    # decoded together, and the two self-critical models decoded together: SCST on top of the ensemble
+    runs["scst_d3_greedy_lr5e-5_seed0"] = Run("stronger", "soft, seed 0, then SCST (greedy baseline, lr 5e-5)",
+                                              (*SCST_BUDGET, "train.lr=0.00005", "model.dropout=0.3"),
+                                              config="flickr8k_scst.yaml", start="soft_side")
+    runs["ensemble_scst01"] = Run("stronger", "soft seeds 0 and 1, each after SCST, decoded together",
+                                  members=("scst_d3_greedy_lr5e-5_seed0", "scst_d3_greedy_lr5e-5"))
     # hard attention's best cross-entropy model on val, its settings (dropout 0.3, the 50% substitution
     # from the first step: its warm-up is behind it)
     runs["scst_hard_loo_lr5e-5"] = Run("scst_budget", "hard attention: leave-one-out baseline, lr 5e-5",
