@@ -95,6 +95,9 @@ def _runs() -> dict[str, Run]:
         # the blocks before it (encoder.cache_frozen)
         "finetune_block6": Run("stronger", "soft, seed 0, then block6 fine-tuned 4 epochs",
                                ("model.dropout=0.3",), config="flickr8k_finetune.yaml", start="soft_side"),
+        "finetune_block6_seed1": Run("stronger", "soft, seed 1, then block6 fine-tuned 4 epochs",
+                                     ("model.dropout=0.3", "train.seed=1"), config="flickr8k_finetune.yaml",
+                                     start="soft_side_seed1"),
         # several checkpoints decoded together (captioning.model.ensemble; no training)
         "ensemble_seeds01": Run("ensemble", "soft seeds 0 and 1", members=("soft_side", "soft_side_seed1")),
         "ensemble_seeds23": Run("ensemble", "soft seeds 2 and 3", members=("soft_side_seed2", "soft_side_seed3")),
