@@ -272,6 +272,7 @@ def describe(payload: dict[str, Any], path: str | Path) -> list[str]:
              f"best {config.train.val_metric} {progress.get('best_metric', float('nan')):.4f}"
              + (f", {progress['seconds'] / 3600:.2f} h trained" if "seconds" in progress else
                 ", its training time not recorded")]
+    lines += _member_lines(payload)
     record = payload.get("record")  # what made it (train/provenance.py); older checkpoints have none
     if isinstance(record, dict):
         for section, values in record.items():
@@ -282,15 +283,6 @@ def describe(payload: dict[str, Any], path: str | Path) -> list[str]:
     release = payload.get("release")  # a shipped model's note (for_captioning): its data, numbers, licence
     if isinstance(release, dict):
         lines += release_lines(release)
-    members = payload.get("members") if isinstance(payload.get("members"), list) else []
-    if members:
-        lines.append(f"  ensemble    {len(members) + 1} decoders caption together (the mean of their word "
-                     "probabilities): \"decoder\" and the members below")
-    for index, member in enumerate(members, start=2):
-        weights = member.get("record", {}).get("weights", {}) if isinstance(member, dict) else {}
-        progress = member.get("progress", {}) if isinstance(member, dict) else {}
-        lines.append(f"  member {index}    step {progress.get('step', '?')}, best {config.train.val_metric} "
-                     f"{progress.get('best_metric', float('nan')):.4f}, decoder {weights.get('decoder', '?')}")
     for part in ("decoder", "training_decoder", "encoder"):
         state = payload.get(part)
         if not isinstance(state, dict):
@@ -303,6 +295,25 @@ def describe(payload: dict[str, Any], path: str | Path) -> list[str]:
     resumable = [k for k in ("optimizer", "scheduler", "rng") if k in payload]
     held = ", ".join(resumable) or "no optimizer state"
     lines.append(f"  resumable   {'yes' if len(resumable) == 3 else 'no'} ({held})")
+    return lines
+
+
+def _member_lines(payload: dict[str, Any]) -> list[str]:
+    """A file that holds an ensemble: that it does, and where each other decoder's run stood."""
+    members = payload.get("members") if isinstance(payload.get("members"), list) else []
+    if not members:
+        return []
+    lines = [f"  ensemble    {len(members) + 1} decoders caption together (the mean of their word probabilities): "
+             "the one above and the members below, each with its own run's record"]
+    for index, member in enumerate(members, start=2):
+        member = member if isinstance(member, dict) else {}
+        progress, train = member.get("progress", {}), member.get("config", {}).get("train", {})
+        weights = member.get("record", {}).get("weights", {})
+        hours = f", {progress['seconds'] / 3600:.2f} h trained" if "seconds" in progress else ""
+        lines.append(f"  member {index}    {train.get('objective', '?')}, seed {train.get('seed', '?')}, step "
+                     f"{progress.get('step', '?')}, epoch "
+                     f"{progress.get('epoch', '?')}, best {train.get('val_metric', '?')} "
+                     f"{progress.get('best_metric', float('nan')):.4f}{hours}, decoder {weights.get('decoder', '?')}")
     return lines
 
 

@@ -130,6 +130,7 @@ def test_several_checkpoints_cut_into_one_file_caption_as_they_do_given_together
     assert len(three.model.decoder.members) == 3
     lines = describe(both, tmp_path / "both.pt")
     assert any(line.startswith("  ensemble    2 decoders caption together") for line in lines)
+    assert any(line.startswith(f"  member 2    xe, seed 0, step {other['progress']['step']}, ") for line in lines)
 
 
 def test_an_ensemble_in_one_file_without_a_card_is_not_verified_as_its_first_run(tiny_run, tmp_path) -> None:

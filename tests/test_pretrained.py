@@ -13,6 +13,7 @@ from captioning.api import Captioner
 from captioning.checkpoint import PRETRAINED, load_checkpoint, pretrained_path
 from captioning.cli import main
 from captioning.data.photos import SAMPLE_PHOTOS, sample_photo
+from captioning.model.ensemble import Ensemble
 from captioning.model.encoder import IMAGENET_MEAN, IMAGENET_STD, weights_identity
 from captioning.train.provenance import weights_digest
 from tests.tiny import REPO
@@ -52,7 +53,21 @@ def test_its_weights_are_the_recorded_ones() -> None:
     the model was trained on (another file under the package's name would change every caption)."""
     payload = load_checkpoint(pretrained_path())
     assert weights_digest(payload["decoder"]) == payload["record"]["weights"]["decoder"]
+    assert [weights_digest(m["decoder"]) for m in payload.get("members", [])] == payload["record"]["weights"].get(
+        "members", [])
     assert payload["record"]["preprocessing"]["weights"] == weights_identity("efficientnet_lite2", None)
+
+
+def test_it_is_two_runs_decoded_together_from_one_file(captioner) -> None:
+    """Two runs, cut into one file (checkpoint.for_captioning's members): captioning reads it as one
+    ensemble, each decoder keeps its own run's record, and the card names both runs' kept results."""
+    payload = load_checkpoint(pretrained_path())
+    assert isinstance(captioner.model.decoder, Ensemble) and len(captioner.model.decoder.members) == 2
+    assert [m["record"]["weights"]["decoder"] for m in payload["members"]] == payload["record"]["weights"]["members"]
+    assert payload["record"]["weights"]["decoder"] not in payload["record"]["weights"]["members"]
+    kept = [part.split(".json")[0] for part in CARD["release"]["cut_from"].split("results/")[1:]]
+    assert len(kept) == 2 and all((REPO / "studies/flickr8k/results" / f"{run}.json").is_file() for run in kept)
+    assert all(f"--checkpoint runs/flickr8k/{run}/best.pt --run {run}" in CARD["release"]["command"] for run in kept)
 
 
 def test_it_describes_real_photos_as_its_card_says(said) -> None:
@@ -143,7 +158,8 @@ def test_it_says_what_it_is_to_inspect_and_verify(capsys) -> None:
         payload["progress"]["best_metric"])
     assert main(["inspect", str(path)]) == 0
     shown = capsys.readouterr().out
-    assert "  released    flickr8k: a released model" in shown and "h trained" not in shown
+    assert "  released    flickr8k: a released model" in shown
+    assert "\n  ensemble    2 decoders caption together" in shown and "\n  member 2    " in shown
     assert f"  release val          Bleu_1 {release['val']['Bleu_1']:.4f}, " in shown
     assert main(["verify", str(path), "data.root=/nowhere"]) == 2
     err = capsys.readouterr().err.strip().splitlines()

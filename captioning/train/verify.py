@@ -87,8 +87,7 @@ def verify(path: str | Path, *, overrides: tuple[str, ...] = (), device: str | t
     current = {**run_record(config, train=read_records(config.data, "train"), val=val.records,
                             vocab=trained.vocab.words, contents={"val": val.contents}),
                "weights": run_weights(payload)}
-    if record.get("model", {}).get("settings") == settings_as_written(payload.get("config", {})):
-        current["model"]["settings"] = record["model"]["settings"]  # recorded in the order of its day
+    _in_recorded_order(current, record, payload)
     differs = {section: _differences(record.get(section, {}), values) for section, values in current.items()}
     return Verification(step=int(progress["step"]), recorded=recorded, now={n: now.get(n, math.nan) for n in recorded},
                         differs={section: names for section, names in differs.items() if names},
@@ -128,6 +127,7 @@ def verify_release(path: str | Path, payload: dict[str, Any], *, overrides: tupl
                             vocab=trained.vocab.words, contents={"val": val.contents}),
                "weights": run_weights(payload)}
     record = payload.get("record", {})
+    _in_recorded_order(current, record, payload)
     differs = {section: _differences(record.get(section, {}), values) for section, values in current.items()
                if section in ("data", "model", "preprocessing", "weights")}  # what the card's scoring read
     # The card's numbers depend on how it decoded (its decode section, recorded since cards had it):
@@ -141,6 +141,14 @@ def verify_release(path: str | Path, payload: dict[str, Any], *, overrides: tupl
                         differs={section: names for section, names in differs.items() if names},
                         tolerance=tolerance, contents_recorded="val_image_contents" in record.get("data", {}),
                         release=release)
+
+
+def _in_recorded_order(current: dict[str, Any], record: dict[str, Any], payload: dict[str, Any]) -> None:
+    """A record written before the model's settings were sorted holds their digest in the order its
+    config lists them: where that digest is the stored config's, the settings are the recorded ones."""
+    if isinstance(record.get("model"), dict) and record["model"].get("settings") == settings_as_written(
+            payload.get("config", {})):
+        current["model"]["settings"] = record["model"]["settings"]
 
 
 def _differences(recorded: dict[str, Any], now: dict[str, Any]) -> list[str]:

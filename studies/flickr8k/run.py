@@ -17,17 +17,17 @@ training. --threads sets torch's threads, so that two runs can share the two cor
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from pathlib import Path
 
 import torch
 
-from captioning.checkpoint import pretrained_path
 from captioning.config import load_config
 from captioning.eval.evaluate import evaluate_checkpoint
 from captioning.train.loop import fit
 from captioning.train.validation import validation_beam, validation_tokenizer
-from studies.flickr8k.runs import ABLATION_EPOCHS, METRICS, RUNS, Run
+from studies.flickr8k.runs import ABLATION_EPOCHS, FIRST_SHIPPED, METRICS, RUNS, Run
 from studies.flickr8k.tables import (
     ablation_table,
     decoding_table,
@@ -40,6 +40,7 @@ from studies.flickr8k.tables import (
 from studies.tables import REPO, study_parser, write_between
 
 CONFIGS = REPO / "configs"
+FIRST_SHIPPED_COMMIT = "5807b26"  # the last commit whose package shipped the first model
 
 
 def overrides_of(run: Run, *, data: Path, cache: Path, out: Path, name: str) -> list[str]:
@@ -47,6 +48,18 @@ def overrides_of(run: Run, *, data: Path, cache: Path, out: Path, name: str) -> 
     start = [f"train.init_from={out / run.start / 'best.pt'}"] if run.start else []  # a run trained from another
     epochs = [f"train.epochs={ABLATION_EPOCHS}"] if run.ablation else []
     return [*common, *start, *run.overrides, *epochs]
+
+
+def first_shipped(out: Path) -> Path:
+    """The model the package shipped first (runs.FIRST_SHIPPED), as it shipped: its file from the
+    repository's history, written once under --out."""
+    path = out / f"{FIRST_SHIPPED}.pt"
+    if not path.exists():
+        shown = subprocess.run(["git", "show", f"{FIRST_SHIPPED_COMMIT}:captioning/pretrained/flickr8k_soft.pt"],
+                               cwd=REPO, capture_output=True, check=True)
+        out.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(shown.stdout)
+    return path
 
 
 def curve(run_dir: Path) -> list[dict]:
@@ -65,9 +78,9 @@ def run(name: str, spec: Run, *, data: Path, cache: Path, out: Path, results: Pa
         return json.loads(path.read_text())
     trained = {}
     if spec.members:  # several runs' models decoded together: the first one's config
-        checkpoint = [pretrained_path() if m == "shipped" else out / m / "best.pt" for m in spec.members]
-    elif spec.start == "shipped":  # the model the package ships, decoded otherwise
-        checkpoint = pretrained_path()
+        checkpoint = [first_shipped(out) if m == FIRST_SHIPPED else out / m / "best.pt" for m in spec.members]
+    elif spec.start == FIRST_SHIPPED:  # the model the package shipped first, decoded otherwise
+        checkpoint = first_shipped(out)
     elif spec.group == "beam" or spec.split != "val" or (spec.start and spec.decode):
         # a run's model, decoded otherwise or on other images
         checkpoint = out / spec.start / "best.pt"

@@ -15,11 +15,11 @@ class Run:
     overrides: tuple[str, ...] = ()
     config: str = "flickr8k_soft.yaml"
     beam_size: int | None = None  # None: the config's (3)
-    start: str | None = None  # SCST: the run whose best.pt it starts from ("shipped": the shipped model)
+    start: str | None = None  # SCST: the run whose best.pt it starts from (FIRST_SHIPPED: that file)
     decode: tuple[str, ...] = ()  # decode.* overrides when it is scored
     ablation: bool = False  # trained ABLATION_EPOCHS only, set beside the recipe's curve at that epoch
     split: str = "val"  # what it is scored on: train only to measure how a model fits its own training images
-    members: tuple[str, ...] = ()  # an ensemble: the runs (or "shipped") whose best.pt decode together
+    members: tuple[str, ...] = ()  # an ensemble: the runs (or FIRST_SHIPPED) whose best.pt decode together
 
 
 # The budget at which hard and soft attention are set side by side: the epochs the hard recipe needed
@@ -37,7 +37,12 @@ SCST_BUDGET = ("train.max_steps=240", "train.eval_every_steps=60", "train.log_ev
 MOVING_AVERAGE = ("train.reinforce.location_samples=1", "train.reinforce.baseline=moving_average")
 FIRST_HARD = ("train.epochs=6", "model.dropout=0.5", *MOVING_AVERAGE)
 
-# How the shipped model's run decoded, before the recipe took a length penalty and the n-gram block.
+# The model the package shipped first: the first soft recipe's seed 1 (recipe_seed1), cut to fp16 by
+# ship.py. The decoding table and one ensemble decode it; it is no longer in the package, and its
+# run's best.pt is not kept, so run.py takes the file from the repository's history (run.first_shipped).
+FIRST_SHIPPED = "first_shipped"
+
+# How the first shipped model's run decoded, before the recipe took a length penalty and the n-gram block.
 DECODED_AS_TRAINED = ("decode.length_penalty=0.0", "decode.no_repeat_ngram=0", "decode.allow_unk=false")
 
 # An ablation trains this many epochs (of the recipe's 8) and is compared on the validation curve
@@ -101,8 +106,8 @@ def _runs() -> dict[str, Run]:
         # several checkpoints decoded together (captioning.model.ensemble; no training)
         "ensemble_seeds01": Run("ensemble", "soft seeds 0 and 1", members=("soft_side", "soft_side_seed1")),
         "ensemble_seeds23": Run("ensemble", "soft seeds 2 and 3", members=("soft_side_seed2", "soft_side_seed3")),
-        "ensemble_seeds01_shipped": Run("ensemble", "soft seeds 0 and 1 and the shipped model",
-                                        members=("soft_side", "soft_side_seed1", "shipped")),
+        "ensemble_seeds01_shipped": Run("ensemble", "soft seeds 0 and 1 and the first shipped model",
+                                        members=("soft_side", "soft_side_seed1", FIRST_SHIPPED)),
         # how far decoding together goes: all four seeds (35 MiB in fp16, over what may ship)
         "ensemble_seeds0123": Run("ensemble", "soft seeds 0 to 3",
                                   members=("soft_side", "soft_side_seed1", "soft_side_seed2", "soft_side_seed3")),
@@ -139,6 +144,18 @@ def _runs() -> dict[str, Run]:
                                               config="flickr8k_scst.yaml", start="soft_side")
     runs["ensemble_scst01"] = Run("stronger", "soft seeds 0 and 1, each after SCST, decoded together",
                                   members=("scst_d3_greedy_lr5e-5_seed0", "scst_d3_greedy_lr5e-5"))
+    # SCST paid on seed 1 and not on seed 0: each seed as it scored best, decoded together
+    runs["ensemble_seed0_scst1"] = Run("stronger", "soft seed 0, and seed 1 after SCST, decoded together",
+                                       members=("soft_side", "scst_d3_greedy_lr5e-5"))
+    # that pair decoded otherwise (the recipe's decoding was chosen on val with one model)
+    pair = runs["ensemble_seed0_scst1"].members
+    for name, label, beam, decode in (
+            ("beam5", "beam 5", 5, ()),
+            ("lp1.5", "length penalty 1.5", None, ("decode.length_penalty=1.5",)),
+            ("lp0.5", "length penalty 0.5", None, ("decode.length_penalty=0.5",)),
+            ("ngram3", "no 3-gram twice (where the recipe blocks 2-grams)", None, ("decode.no_repeat_ngram=3",))):
+        runs[f"ensemble_seed0_scst1_{name}"] = Run("stronger", f"the same pair, {label}", beam_size=beam,
+                                                   decode=decode, members=pair)
     # hard attention's best cross-entropy model on val, its settings (dropout 0.3, the 50% substitution
     # from the first step: its warm-up is behind it)
     runs["scst_hard_loo_lr5e-5"] = Run("scst_budget", "hard attention: leave-one-out baseline, lr 5e-5",
@@ -172,8 +189,8 @@ def _runs() -> dict[str, Run]:
                                        start=name, split="train")
     for beam in (1, 2, 5, 10):  # the recipe's checkpoint decoded with other beams (no training)
         runs[f"recipe_beam{beam}"] = Run("beam", f"beam {beam}", beam_size=beam, start="recipe")
-    # The shipped model decoded otherwise (no training): <unk>, the n-gram block, the length penalty,
-    # each row from decoding as its run did (DECODED_AS_TRAINED), whatever the shipped file says now.
+    # The first shipped model decoded otherwise (no training): <unk>, the n-gram block, the length
+    # penalty, each row from decoding as its run did (DECODED_AS_TRAINED), whatever its file's config says.
     for name, label, decode in (
             ("unk", "<unk> allowed (decoding before the block)", ("decode.allow_unk=true",)),
             ("default", "<unk> blocked (the default)", ()),
@@ -189,7 +206,7 @@ def _runs() -> dict[str, Run]:
              ("decode.no_repeat_ngram=3", "decode.length_penalty=1.5")),
             ("ngram3_lp2", "no 3-gram twice, length penalty 2",
              ("decode.no_repeat_ngram=3", "decode.length_penalty=2.0"))):
-        runs[f"shipped_{name}"] = Run("decoding", label, start="shipped", decode=(*DECODED_AS_TRAINED, *decode))
+        runs[f"shipped_{name}"] = Run("decoding", label, start=FIRST_SHIPPED, decode=(*DECODED_AS_TRAINED, *decode))
     return runs
 
 

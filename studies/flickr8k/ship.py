@@ -41,6 +41,7 @@ from captioning.checkpoint import (
 from captioning.config import load_config
 from captioning.data.photos import SAMPLE_PHOTOS, sample_photo
 from captioning.eval.evaluate import evaluate_trained
+from studies.flickr8k.runs import RUNS
 from studies.tables import REPO
 
 PRETRAINED_DIR = REPO / "captioning" / "pretrained"
@@ -58,7 +59,8 @@ def release_note(*, runs: list[str], scored: dict, tokenizer: str, beam_size: in
     metrics = {k: round(scored[k], 4) for k in ("Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4", "METEOR", "ROUGE_L", "CIDEr")}
     shipped = f"captioning/{PRETRAINED_DIR.name}/{PRETRAINED['flickr8k']}"
     kept = ", ".join(f"studies/flickr8k/results/{run}.json" for run in runs)
-    trained = "; ".join(f"python -m studies.flickr8k.run --only {run} --data DATA --cache CACHE" for run in runs)
+    trained = "; ".join(f"python -m studies.flickr8k.run --only {run} --data DATA --cache CACHE"
+                        for run in dict.fromkeys(step for run in runs for step in lineage(run)))
     cut = " ".join(f"--checkpoint runs/flickr8k/{run}/best.pt --run {run}" for run in runs)
     what = "the run's best.pt" if len(runs) == 1 else f"the best.pt of {len(runs)} runs, decoded together"
     return {"name": "flickr8k", "data": "Flickr8k, Karpathy's split: trained on its 6 000 train images, selected on "
@@ -69,6 +71,13 @@ def release_note(*, runs: list[str], scored: dict, tokenizer: str, beam_size: in
             "cut_from": f"{what}, in fp32 (their numbers: {kept})",
             "command": f"{trained}, then python -m studies.flickr8k.ship {cut} --data DATA --cache CACHE",
             "licence": LICENCE}
+
+
+def lineage(run: str) -> list[str]:
+    """The runs to train, in order, for `run`: the runs it starts from (a warm start: SCST from a
+    cross-entropy run), then itself."""
+    start = RUNS[run].start if run in RUNS else None
+    return [*lineage(start), run] if start and start in RUNS else [run]
 
 
 def kept_history(payload: dict, *, run: str) -> dict:

@@ -63,6 +63,12 @@ def table(results: dict[str, dict], group: str) -> str:
         references = [(name, f"hard, seed {seed}, as in the side-by-side table (the reference)")
                       for seed, name in enumerate(("hard_side", "hard_side_seed1")) if name in results]
         rows[:0] = [_row(results[name], label) for name, label in references]
+    if group == "stronger":  # the references: what each change starts from or adds to
+        references = [("soft_side", "soft, seed 0 (the reference)"),
+                      ("soft_side_seed1", "soft, seed 1 (the reference)"),
+                      ("scst_d3_greedy_lr5e-5", "soft, seed 1, then SCST (greedy baseline, lr 5e-5; the reference)"),
+                      ("ensemble_seeds01", "soft seeds 0 and 1 decoded together (the reference)")]
+        rows[:0] = [_row(results[name], label) for name, label in references if name in results]
     return "\n".join([HEADER, *rows]) if rows else "(no kept results yet)"
 
 
@@ -103,7 +109,7 @@ def train_split_table(results: dict[str, dict]) -> str:
 
 
 def decoding_table(results: dict[str, dict]) -> str:
-    """The shipped model decoded otherwise: the caption metrics beside what changes in the captions."""
+    """The first shipped model decoded otherwise: the caption metrics beside what changes in the captions."""
     lines = ["| decoding | BLEU-1 | BLEU-4 | METEOR | ROUGE-L | CIDEr | distinct captions | words a caption | "
              "with <unk> | a 3-gram twice |", "|---|" + "---|" * 9]
     for r in (r for r in results.values() if r["group"] == "decoding"):
@@ -152,14 +158,20 @@ SIDE_LABEL = "seed {seed}, dropout 0.3, kept on beam 3 (PTB), the recipe's decod
 OURS = {"soft": {"recipe": "soft, seed 0", "recipe_seed1": None,
                  "recipe_beam5": "soft, seed 0, beam 5 (the beam chosen on val)",
                  "soft_side": SIDE_LABEL.format(seed=0), "soft_side_seed1": SIDE_LABEL.format(seed=1),
-                 "shipped_ngram2_lp1": "soft, the shipped model, length penalty 1, no 2-gram twice (chosen on val)",
+                 "shipped_ngram2_lp1": "soft, the first shipped model (seed 1 above), length penalty 1, no 2-gram "
+                                       "twice (chosen on val)",
                  "ensemble_seeds01": "soft, seeds 0 and 1 decoded together (an ensemble of two)",
                  "ensemble_seeds23": "soft, seeds 2 and 3 decoded together (an ensemble of two)",
-                 "scst_d3_greedy_lr5e-5_long": "soft, seed 1, then self-critical training (greedy baseline, lr 5e-5)"},
+                 "scst_d3_greedy_lr5e-5_long": "soft, seed 1, then self-critical training (greedy baseline, lr 5e-5)",
+                 "scst_d3_greedy_lr5e-5_seed0": "soft, seed 0, then self-critical training (the same)",
+                 "finetune_block6": "soft, seed 0, then Lite2's last block fine-tuned with the decoder (4 epochs)",
+                 "finetune_block6_seed1": "soft, seed 1, the same",
+                 "ensemble_seed0_scst1": "soft, seed 0 and seed 1 after self-critical training, decoded together: "
+                                         "**the shipped model** (its fp32 checkpoints)"},
         "hard": {"hard": None, "hard_seed1": None, "hard_10ep": None, "hard_side": SIDE_LABEL.format(seed=0),
                  "hard_side_seed1": SIDE_LABEL.format(seed=1),
                  "hard_loo2": "hard, seed 0, as the row above with 2 location samples per caption and the "
-                              "leave-one-out baseline",
+                              "leave-one-out baseline (configs/flickr8k_hard.yaml as it is now)",
                  "hard_loo2_seed1": "hard, seed 1, the same"}}
 
 

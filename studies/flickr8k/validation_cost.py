@@ -4,7 +4,8 @@ defaults score it (greedy, the project's own tokenizer), alternated, medians of 
 
     python -m studies.flickr8k.validation_cost --data /data/flickr8k --cache /tmp/flickr8k
 
-The model is the shipped one (captioning/pretrained/flickr8k_soft.pt) with the recipe's decoding
+The model is one decoder, as a training run validates one: the package's first shipped model
+(studies/flickr8k/run.py: first_shipped, from the repository's history) with the recipe's decoding
 (configs/flickr8k_soft.yaml: beam 3, length penalty 1, no 2-gram twice); the result goes to
 results/validation_cost.json, and its numbers to docs/benchmarks.md.
 """
@@ -20,9 +21,10 @@ from pathlib import Path
 
 import torch
 
-from captioning.checkpoint import load_trained, pretrained_path
+from captioning.checkpoint import load_trained
 from captioning.config import apply_overrides, load_config
 from captioning.train.validation import validation_beam, validation_metrics, validation_tokenizer
+from studies.flickr8k.run import first_shipped
 from studies.tables import REPO
 
 # How validation scores: as eval.py reports (the recipe's settings), and as the defaults do.
@@ -37,12 +39,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", type=Path, default=REPO / "studies/flickr8k/results/validation_cost.json")
+    parser.add_argument("--runs", type=Path, default=REPO / "runs/flickr8k", help="where the first shipped model's "
+                        "file is written")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     recipe = load_config(REPO / "configs/flickr8k_soft.yaml").decode
     decoding = [f"decode.{key}={getattr(recipe, key)}" for key in ("beam_size", "length_penalty", "no_repeat_ngram")]
-    trained = load_trained(pretrained_path(), overrides=[f"data.root={args.data}", f"data.cache_root={args.cache}",
-                                                         *decoding])
+    where = [f"data.root={args.data}", f"data.cache_root={args.cache}"]
+    trained = load_trained(first_shipped(args.runs), overrides=[*where, *decoding])
     val, _ = trained.split("val")
     seconds: dict[str, list[float]] = {name: [] for name in SCORINGS}
     scored: dict[str, dict] = {}
