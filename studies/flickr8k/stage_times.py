@@ -66,8 +66,8 @@ WHAT = {"prepare": "the vocabulary and the captions tokenized",
         "evaluate": "the kept checkpoint's captions of the 1 000 val photos, scored",
         **{f"train_seed{seed}": f"seed {seed}: 10 epochs at dropout 0.3, validated after each" for seed in (0, 1)},
         "scst_seed1": "seed 1's best.pt trained self-critically, 240 steps, validated every 60",
-        "evaluate_best": "seed 0's and seed 1's self-critical checkpoints decoding the 1 000 val photos together, "
-                         "scored"}
+        "evaluate_best": "seed 0's best.pt and seed 1's self-critical one decoding the 1 000 val photos "
+                         "together, scored"}
 
 
 def table(kept: dict) -> str:
@@ -83,7 +83,8 @@ def table(kept: dict) -> str:
     lines += ["", f"On {cpus}."]
     if "val" in kept:
         val = kept["val"]
-        lines[-1] += (f" The checkpoint kept scored BLEU-4 {val['Bleu_4']:.3f}, METEOR {val['METEOR']:.3f}, "
+        what = "The two checkpoints together" if "scst_seed1" in kept["stages"] else "The checkpoint kept"
+        lines[-1] += (f" {what} scored BLEU-4 {val['Bleu_4']:.3f}, METEOR {val['METEOR']:.3f}, "
                       f"CIDEr {val['CIDEr']:.3f} on val.")
     return "\n".join(lines)
 
@@ -130,7 +131,9 @@ def main() -> None:
         subprocess.run(command, cwd=REPO, check=True)
         seconds = time.perf_counter() - started
         typed = " ".join([Path(command[0]).name, *command[1:]])
-        for path, name_of_it in ((args.data, "DATA"), (args.cache, "CACHE"), (args.out, "OUT")):
+        # the longest first: an --out that begins with --cache's path stays OUT
+        for path, name_of_it in sorted(((args.data, "DATA"), (args.cache, "CACHE"), (args.out, "OUT")),
+                                       key=lambda pair: -len(pair[0])):
             typed = typed.replace(path, name_of_it)
         stages[name] = {"command": typed,
                         "seconds": round(seconds, 1), "cpu": _cpu(), "load_before": round(load_before, 2),
