@@ -13,8 +13,8 @@ from captioning.api import Captioner
 from captioning.checkpoint import PRETRAINED, load_checkpoint, pretrained_path
 from captioning.cli import main
 from captioning.data.photos import SAMPLE_PHOTOS, sample_photo
-from captioning.model.ensemble import Ensemble
 from captioning.model.encoder import IMAGENET_MEAN, IMAGENET_STD, weights_identity
+from captioning.model.ensemble import Ensemble
 from captioning.train.provenance import weights_digest
 from tests.tiny import REPO
 
