@@ -173,7 +173,9 @@ def _runs() -> dict[str, Run]:
             ("entropy0.01", "entropy term lambda_e 0.01", ("train.reinforce.entropy_weight=0.01",)),
             # whether the sampled half is what costs: three images in four train on the expectation
             ("expect0.75", "the expectation for 3 images in 4 instead of 1 in 2",
-             ("model.hard.expectation_prob=0.75",))):
+             ("model.hard.expectation_prob=0.75",)),
+            # whether a smaller step lets the noisy REINFORCE term do less harm
+            ("lr2e-4", "learning rate 2e-4 (half the recipe's 4e-4)", ("train.lr=0.0002",))):
         runs[f"hard_{name}"] = Run("hard_budget", label, (*SIDE, *MOVING_AVERAGE, *overrides),
                                    config="flickr8k_hard.yaml")
     # the leave-one-out baseline's second seed: the paper's row is a mean of two
