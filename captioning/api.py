@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from captioning.checkpoint import load_ensemble, pretrained_path
+from captioning.checkpoint import load_ensemble
 from captioning.config import Config
 from captioning.data.images import ImageFiles, ImageReadError, collate_pixels, load_image, to_tensor, upright_rgb
 from captioning.data.records import ImageRecord
@@ -36,6 +36,7 @@ from captioning.model.attention import refuse_hard_choice
 from captioning.model.encoder_decoder import EncoderDecoder
 from captioning.progress import bar as progress_bar
 from captioning.runtime.hardware import default_device
+from captioning.shipped import pretrained_path
 
 # What a checkpoint's config may change at inference: where the pretrained weights are, and how to
 # decode. Everything else (sizes, score, encoder, image size) is part of the trained model.

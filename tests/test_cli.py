@@ -749,8 +749,8 @@ def test_inspect_of_what_is_not_our_checkpoint_is_one_line(kind: str, tmp_path: 
 
 def test_eval_pretrained_scores_the_shipped_file_and_takes_no_checkpoint_beside_it(monkeypatch, capsys) -> None:
     import captioning.eval.evaluate as evaluation
-    from captioning.checkpoint import pretrained_path
     from captioning.config import ConfigError
+    from captioning.shipped import pretrained_path
 
     asked = {}
 

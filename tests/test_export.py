@@ -1,4 +1,4 @@
-"""A checkpoint cut for shipping (checkpoint.for_captioning): what captioning reads and nothing to
+"""A checkpoint cut for shipping (shipped.for_captioning): what captioning reads and nothing to
 resume, the decoder stored in fp16 and computed in fp32, a release note that inspect shows."""
 
 from __future__ import annotations
@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from captioning.api import Captioner
-from captioning.checkpoint import CheckpointError, describe, for_captioning, load_checkpoint, save_checkpoint
+from captioning.checkpoint import CheckpointError, describe, load_checkpoint, save_checkpoint
+from captioning.shipped import for_captioning
 
 
 def test_an_exported_checkpoint_captions_and_holds_nothing_to_resume(tiny_run, tmp_path) -> None:

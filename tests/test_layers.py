@@ -19,6 +19,7 @@ LAYERS = (
     ("model",),  # the paper's model: encoder, scores, attention, decoder, decoding
     ("data",),  # images, captions, vocabulary, splits, the feature cache, batches
     ("checkpoint",),  # a trained model on disk, and the model built from it
+    ("shipped",),  # the models the package ships, and a checkpoint cut for shipping
     ("eval",),  # captions scored, maps scored and drawn
     ("train",),  # a run: the objective's steps, validation, checkpoints, several processes
     ("api",),  # captioning from Python

@@ -10,11 +10,12 @@ import pytest
 import torch
 
 from captioning.api import Captioner
-from captioning.checkpoint import PRETRAINED, load_checkpoint, pretrained_path
+from captioning.checkpoint import load_checkpoint
 from captioning.cli import main
 from captioning.data.photos import SAMPLE_PHOTOS, sample_photo
 from captioning.model.encoder import IMAGENET_MEAN, IMAGENET_STD, weights_identity
 from captioning.model.ensemble import Ensemble
+from captioning.shipped import PRETRAINED, pretrained_path
 from captioning.train.provenance import weights_digest
 from tests.tiny import REPO
 
@@ -59,7 +60,7 @@ def test_its_weights_are_the_recorded_ones() -> None:
 
 
 def test_it_is_two_runs_decoded_together_from_one_file(captioner) -> None:
-    """Two runs, cut into one file (checkpoint.for_captioning's members): captioning reads it as one
+    """Two runs, cut into one file (shipped.for_captioning's members): captioning reads it as one
     ensemble, each decoder keeps its own run's record, and the card names both runs' kept results."""
     payload = load_checkpoint(pretrained_path())
     assert isinstance(captioner.model.decoder, Ensemble) and len(captioner.model.decoder.members) == 2

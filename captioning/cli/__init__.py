@@ -201,8 +201,8 @@ def _add_eval_arguments(parser: argparse.ArgumentParser) -> None:
 
 @guarded
 def _evaluate(args: argparse.Namespace) -> int:
-    from captioning.checkpoint import pretrained_path
     from captioning.eval.evaluate import evaluate_checkpoint, write_evaluation
+    from captioning.shipped import pretrained_path
 
     checkpoints = [str(pretrained_path())] if args.pretrained else args.checkpoint
     evaluation = evaluate_checkpoint(checkpoints, split=args.split, overrides=args.overrides,

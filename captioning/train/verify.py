@@ -2,7 +2,7 @@
 its recorded numbers reproduce; when they do not, name what differs from its record (train/provenance.py):
 the data (its references and its images' contents included), the model's settings, the
 preprocessing, the validation's settings, the versions, the weights; the hardware only where all of
-these match. A released model (checkpoint.for_captioning) is scored as its card says it was: the
+these match. A released model (shipped.for_captioning) is scored as its card says it was: the
 shipped file on the val split with the card's beam, against the card's numbers.
 """
 
@@ -107,7 +107,7 @@ def as_validated(config: Config, recorded: dict[str, Any]) -> Config:
 
 def verify_release(path: str | Path, payload: dict[str, Any], *, overrides: tuple[str, ...] = (),
                    device: str | torch.device = "cpu", tolerance: float = TOLERANCE) -> Verification:
-    """A released model (checkpoint.for_captioning): its card's numbers are the shipped file's own,
+    """A released model (shipped.for_captioning): its card's numbers are the shipped file's own,
     scored on the val split with the card's beam; they are scored so again. Its data must be given
     (data.root=DIR: a released model names no place on any machine); without it, one line saying
     what the model is and how to score it."""

@@ -224,7 +224,8 @@ def test_a_record_of_the_model_settings_in_their_old_order_still_agrees(tiny_run
     edited = _edited(tiny_run.checkpoint, tmp_path / "edited.pt", lambda p: old_record(p, temperature=2.0))
     assert "model" in verify(edited, overrides=(f"data.root={tiny_run.data_root}",)).differs
     # the same for a released model cut from such a run: scored against its card
-    from captioning.checkpoint import for_captioning, load_checkpoint, save_checkpoint
+    from captioning.checkpoint import load_checkpoint, save_checkpoint
+    from captioning.shipped import for_captioning
 
     for source, named in ((written, False), (edited, True)):
         released = for_captioning(load_checkpoint(source), release={"name": "old", "val": {"CIDEr": 0.0,
