@@ -96,6 +96,9 @@ def _runs() -> dict[str, Run]:
         # the photos mirrored left-right for half the pairs of each epoch, "left" and "right" swapped in
         # their captions (data.mirror; from a second feature cache, of the mirrored photos)
         "soft_side_mirror": Run("stronger", "soft, seed 0, photos mirrored", (*SIDE, "data.mirror=true")),
+        # the wider decoder of the ablations (embed 512, hidden 1024, attention 512) over the full schedule
+        "wide_side": Run("stronger", "soft, seed 0, embed 512, hidden 1024, attention 512",
+                         (*SIDE, "model.embed_dim=512", "model.hidden_dim=1024", "model.attention_dim=512")),
         # stage 2 from soft_side's best.pt: Lite2's last block fine-tuned with the decoder, on the cache of
         # the blocks before it (encoder.cache_frozen)
         "finetune_block6": Run("stronger", "soft, seed 0, then block6 fine-tuned 4 epochs",
