@@ -27,6 +27,9 @@ class Run:
 # recipe's 0.5 after 3 epochs.
 SIDE = ("train.epochs=10", "model.dropout=0.3")
 
+# The wider decoder of the ablations: twice the recipe's embedding, hidden state and attention.
+WIDE = ("model.embed_dim=512", "model.hidden_dim=1024", "model.attention_dim=512")
+
 # Self-critical training's budget in the study: 2 epochs of 120 steps (train.max_steps the same, so a
 # run stopped at 240 steps resumes as finished), validated every 60 steps, its losses every 5.
 SCST_BUDGET = ("train.max_steps=240", "train.eval_every_steps=60", "train.log_every_steps=5")
@@ -70,7 +73,7 @@ def _runs() -> dict[str, Run]:
         "hidden256": Run("model", "embed 128, hidden 256, attention 128",
                          ("model.embed_dim=128", "model.hidden_dim=256", "model.attention_dim=128"), ablation=True),
         "hidden1024": Run("model", "embed 512, hidden 1024, attention 512",
-                          ("model.embed_dim=512", "model.hidden_dim=1024", "model.attention_dim=512"), ablation=True),
+                          WIDE, ablation=True),
         "dropout0.3": Run("model", "dropout 0.3", ("model.dropout=0.3",), ablation=True),
         "ds1": Run("model", "doubly stochastic λ = 1 (the authors' COCO script)", ("train.ds_lambda=1.0",),
                    ablation=True),
@@ -98,7 +101,9 @@ def _runs() -> dict[str, Run]:
         "soft_side_mirror": Run("stronger", "soft, seed 0, photos mirrored", (*SIDE, "data.mirror=true")),
         # the wider decoder of the ablations (embed 512, hidden 1024, attention 512) over the full schedule
         "wide_side": Run("stronger", "soft, seed 0, embed 512, hidden 1024, attention 512",
-                         (*SIDE, "model.embed_dim=512", "model.hidden_dim=1024", "model.attention_dim=512")),
+                         (*SIDE, *WIDE)),
+        "wide_side_seed1": Run("stronger", "soft, seed 1, embed 512, hidden 1024, attention 512",
+                               (*SIDE, *WIDE, "train.seed=1")),
         # stage 2 from soft_side's best.pt: Lite2's last block fine-tuned with the decoder, on the cache of
         # the blocks before it (encoder.cache_frozen)
         "finetune_block6": Run("stronger", "soft, seed 0, then block6 fine-tuned 4 epochs",
