@@ -26,6 +26,12 @@ Cases (model dims as in the paper's COCO setting: embedding = attention = hidden
       for each batch size of --encoder-batches, in the default (NCHW) layout and in channels-last,
       --encoder-seconds each after two warm-up batches. What `captioning caption` encodes at once on a
       CPU (captioning.model.encoder_decoder.CPU_ENCODER_CHUNK, channels-last) was chosen from this.
+  shipped
+      what the shipped model costs against one of its decoders: `captioning caption --pretrained`'s
+      work through captioning.api on the --photos JPEGs in batches of --caption-batch, with the
+      package's Flickr8k file (EfficientNet-Lite2 and its decoders decoded together, beam 3, its own
+      decoding) and with its first decoder alone, --repeats rounds taking turns; and each one's
+      encoding and decoding alone over the same images. images/s (the pair's).
 
 --impl picks whose code runs: `fast` (the package), `stepwise` (the package with model.fused=false:
 the decoder's `_advance` at every step, what the fused path accelerates), `reference`
@@ -65,7 +71,7 @@ from captioning.train.losses import cross_entropy, doubly_stochastic
 
 REPO = Path(__file__).resolve().parents[1]
 
-CASES = ("a", "b", "c3", "c5", "d", "caption", "encoder")
+CASES = ("a", "b", "c3", "c5", "d", "caption", "encoder", "shipped")
 VOCAB, EMBED, HIDDEN, ATTENTION = 10_000, 512, 512, 512
 SHORTEST, LONGEST = 10, 22  # caption tokens, <start> and <end> included
 BEAM_STEPS = 50
@@ -403,6 +409,49 @@ def encoder_case(args: argparse.Namespace) -> dict[str, object]:
     return {"images_per_s": rates[layout][batch], "batch": int(batch), "layout": layout, "images_per_s_by_batch": rates}
 
 
+def shipped_case(args: argparse.Namespace) -> dict[str, object]:
+    import tempfile
+
+    from captioning.api import Captioner, image_files
+    from captioning.model.decoding import decode
+    from captioning.model.encoder_decoder import EncoderDecoder
+
+    pair = Captioner.from_pretrained(device=args.device)
+    alone = Captioner(EncoderDecoder(encoder=pair.model.encoder, decoder=pair.model.decoder.members[0]),
+                      pair.vocab, pair.config, device=args.device)
+    paths = make_photos(args.photos, Path(tempfile.gettempdir()) / "captioning_benchmark_photos")
+    batch, decoding = args.caption_batch, pair.config.decode
+
+    def captioned(captioner: Captioner) -> Callable[[], object]:
+        return lambda: list(captioner.caption_files(paths, batch_size=batch, num_workers=0))
+
+    seconds: dict[str, list[float]] = {"pair": [], "alone": []}
+    for captioner in (pair, alone):  # warm-up
+        list(captioner.caption_files(paths[:batch], batch_size=batch, num_workers=0))
+    for _ in range(args.repeats):  # taking turns, so that a change in the machine's load touches both alike
+        for name, captioner in (("pair", pair), ("alone", alone)):
+            seconds[name] += timed(captioned(captioner), warmup=0, repeats=1, device=args.device)
+    # each stage alone, over the same images: the encoder is shared, the decoding is not
+    photos = image_files(paths, size=pair.config.data.image_size, mean=pair.model.encoder.mean,
+                         std=pair.model.encoder.std)
+    pixels = [photos[i][1] for i in range(len(photos))]
+    stages = {"encode": 0.0, "decode_pair": 0.0, "decode_alone": 0.0}
+    with torch.no_grad():
+        for first in range(0, len(pixels), batch):
+            start = time.perf_counter()
+            annotations, _ = pair.model.encode(torch.stack(pixels[first:first + batch]).to(args.device))
+            stages["encode"] += time.perf_counter() - start
+            for name, decoder in (("decode_pair", pair.model.decoder), ("decode_alone", alone.model.decoder)):
+                start = time.perf_counter()
+                decode(decoder, annotations, beam_size=decoding.beam_size, max_length=decoding.max_length,
+                       length_penalty=decoding.length_penalty, no_repeat_ngram=decoding.no_repeat_ngram,
+                       allow_unk=decoding.allow_unk)
+                stages[name] += time.perf_counter() - start
+    count, pair_s, alone_s = len(paths), statistics.median(seconds["pair"]), statistics.median(seconds["alone"])
+    return {"images_per_s": count / pair_s, "alone_images_per_s": count / alone_s, "cost": pair_s / alone_s,
+            "images": count, "batch": batch, "repeats": args.repeats, "stage_seconds": stages}
+
+
 def run_case(case: str, args: argparse.Namespace) -> dict[str, float]:
     impl = Implementation(args.impl)
     if case == "a":
@@ -417,6 +466,8 @@ def run_case(case: str, args: argparse.Namespace) -> dict[str, float]:
         result = caption_case(args)
     elif case == "encoder":
         result = encoder_case(args)
+    elif case == "shipped":
+        result = shipped_case(args)
     else:
         raise ValueError(f"unknown case '{case}' (known: {', '.join(CASES)})")
     result["peak_rss_mib"] = peak_rss_mib()
@@ -442,6 +493,13 @@ def describe(case: str, result: dict) -> str:
                           for batch in rates["nchw"])
         return (f"encoder images/s by batch, NCHW / channels-last: {cells}; fastest {result['images_per_s']:.1f} "
                 f"at {result['batch']} in {result['layout']}  peak RSS {result['peak_rss_mib']:.0f} MiB")
+    if case == "shipped":
+        stages = result["stage_seconds"]
+        return (f"shipped {result['images_per_s']:.2f} images/s with both decoders, {result['alone_images_per_s']:.2f} "
+                f"with the first alone ({result['cost']:.2f}x the time), median of {result['repeats']} rounds of "
+                f"{result['images']} images in batches of {result['batch']}; stages alone: encode "
+                f"{stages['encode']:.1f} s, decode {stages['decode_pair']:.1f} s (both) / "
+                f"{stages['decode_alone']:.1f} s (first alone)  peak RSS {result['peak_rss_mib']:.0f} MiB")
     unit = "captions/s" if "captions_per_s" in result else "images/s"
     rate = result.get("captions_per_s", result.get("images_per_s"))
     extra = f", tried {result['trial_images_per_s']}" if "trial_images_per_s" in result else ""

@@ -79,3 +79,21 @@ def test_the_encoder_case_times_both_layouts_at_each_batch(monkeypatch, capsys):
     assert {layout: set(rates) for layout, rates in result["images_per_s_by_batch"].items()} == {
         "nchw": {"1", "2"}, "channels_last": {"1", "2"}}
     assert result["images_per_s"] == max(max(rates.values()) for rates in result["images_per_s_by_batch"].values())
+
+
+def test_the_shipped_case_times_the_pair_against_its_first_decoder(monkeypatch, capsys, tmp_path):
+    """`benchmarks/run.py --cases shipped`: the package's file and its first decoder alone, each
+    timed whole and by stage; the cost is the ratio of their times."""
+    import json
+    import tempfile
+
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    run = importlib.import_module("run")
+    monkeypatch.setattr(sys, "argv", ["run.py", "--one-case", "shipped", "--photos", "2", "--caption-batch", "2",
+                                      "--repeats", "1", "--threads", "1"])
+    run.main()
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert (result["images"], result["repeats"]) == (2, 1)
+    assert result["cost"] == pytest.approx(result["alone_images_per_s"] / result["images_per_s"])
+    assert set(result["stage_seconds"]) == {"encode", "decode_pair", "decode_alone"}
