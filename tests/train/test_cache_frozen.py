@@ -104,3 +104,20 @@ def test_a_run_on_the_frozen_stages_cache_trains_the_model_that_inference_runs_o
     np.testing.assert_allclose(from_cache[0:8], from_images, atol=0.03, rtol=0.01)
     np.testing.assert_allclose(from_cache.part(2, 8)[0:6], from_images[2:8], atol=0.03, rtol=0.01)
     assert reading.training
+
+
+def test_a_frozen_stages_cache_the_disk_cannot_hold_is_refused_at_that_stages_size(
+        tmp_path: Path, tiny_config, monkeypatch) -> None:
+    """The free-space check before any image is read sizes the cache that will be written: block3's
+    6x6x80 per image when block4 trains on it, not the whole encoder's 6x6x112."""
+    import shutil
+
+    from captioning.data import features
+    from captioning.data.records import DatasetError
+
+    config = tiny_config(tmp_path / "run", "encoder.fine_tune_from=block4", "encoder.cache_frozen=true")
+    free = shutil._ntuple_diskusage(10**12, 10**12 - 1000, 1000)  # 1 kB: no cache fits
+    monkeypatch.setattr(features.shutil, "disk_usage", lambda path: free)
+    with pytest.raises(DatasetError, match=r"the train feature cache needs .* \(24 images x 36 cells x 80 channels"):
+        load_splits(config, ("train",))
+    assert not (features_dir(config) / "train.npy").exists()
