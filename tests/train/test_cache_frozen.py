@@ -115,7 +115,8 @@ def test_a_frozen_stages_cache_the_disk_cannot_hold_is_refused_at_that_stages_si
     from captioning.data import features
     from captioning.data.records import DatasetError
 
-    config = tiny_config(tmp_path / "run", "encoder.fine_tune_from=block4", "encoder.cache_frozen=true")
+    config = tiny_config(tmp_path / "run", "encoder.fine_tune_from=block4", "encoder.cache_frozen=true",
+                         f"data.cache_root={tmp_path / 'cache'}")  # not the caches other tests of the data wrote
     free = shutil._ntuple_diskusage(10**12, 10**12 - 1000, 1000)  # 1 kB: no cache fits
     monkeypatch.setattr(features.shutil, "disk_usage", lambda path: free)
     with pytest.raises(DatasetError, match=r"the train feature cache needs .* \(24 images x 36 cells x 80 channels"):
