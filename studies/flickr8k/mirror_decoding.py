@@ -30,6 +30,8 @@ from captioning.data.mirror import MIRRORED_WORDS, mirror_image
 from captioning.data.splits import cache_encoder, features_dir
 from captioning.data.vocab import Vocabulary
 from captioning.eval.evaluate import evaluate_split
+from captioning.model.attention import AttentionOutput, Draws, Memory
+from captioning.model.decoder import DecoderState
 from captioning.model.ensemble import Ensemble
 from captioning.shipped import pretrained_path
 from studies.tables import REPO, write_between
@@ -40,8 +42,9 @@ ROWS = {"photos": "the photos (as the model decodes)", "mirrored": "their mirror
 
 class View(nn.Module):
     """A decoder that reads one half of annotations joined along the channels [B, L, 2D]: the photo's
-    (part 0) or its mirror image's (part 1), where "left" and "right" trade places in the words it
-    is fed and says, and its map is flipped back to the photo's columns."""
+    (part 0) or its mirror image's (part 1). Given `swap` (the mirror image's view), "left" and
+    "right" trade places in the words it is fed and says, and its map is flipped back to the
+    photo's columns."""
 
     def __init__(self, decoder: nn.Module, *, part: int, channels: int, swap: torch.Tensor | None,
                  grid: tuple[int, int]):
@@ -49,11 +52,12 @@ class View(nn.Module):
         self.decoder, self.part, self.channels, self.swap, self.grid = decoder, part, channels, swap, grid
         self.accelerator = None  # the step below, not the decoder's grouped fast path
 
-    def start(self, annotations: torch.Tensor, draws=None):
+    def start(self, annotations: torch.Tensor, draws: Draws | None = None) -> tuple[Memory, DecoderState]:
         own = annotations[..., self.part * self.channels:(self.part + 1) * self.channels]  # [B, L, D]
         return self.decoder.start(own, draws=draws)
 
-    def step(self, memory, state, tokens: torch.Tensor):
+    def step(self, memory: Memory, state: DecoderState,
+             tokens: torch.Tensor) -> tuple[torch.Tensor, DecoderState, AttentionOutput]:
         if self.swap is None:
             return self.decoder.step(memory, state, tokens)
         logits, state, attended = self.decoder.step(memory, state, self.swap[tokens])  # [N, V]
