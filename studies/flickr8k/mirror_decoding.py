@@ -96,9 +96,9 @@ def main() -> int:
     joined = np.concatenate([np.asarray(photos), np.asarray(mirrored)], axis=2)  # [N, L, 2D]
     channels, swap = photos.shape[2], swapped_ids(vocab)
     decoders = list(trained.decoder.members) if isinstance(trained.decoder, Ensemble) else [trained.decoder]
-    views = {part: [View(d, part=part, channels=channels, swap=swap if part else None, grid=val.grid)
-                    for d in decoders] for part in (0, 1)}
-    d = config.decode
+    views = {part: [View(decoder, part=part, channels=channels, swap=swap if part else None, grid=val.grid)
+                    for decoder in decoders] for part in (0, 1)}
+    d = config.decode  # how the model decodes, for every row
     kept = {}
     for name, members in (("photos", views[0]), ("mirrored", views[1]), ("both", views[0] + views[1])):
         model = Ensemble(members) if len(members) > 1 else members[0]

@@ -56,7 +56,7 @@ def _stages(*, data: str, cache: str, out: str, recipe: str = "soft") -> dict[st
     stages["scst_seed1"] = [sys.executable, "train.py", "--quiet", "--config", "configs/flickr8k_scst.yaml", *SCST,
                             f"train.init_from={out}/seed1/best.pt", *where, f"train.out_dir={out}/scst1"]
     stages["evaluate_pair"] = [sys.executable, "eval.py", "--quiet", "--checkpoint", f"{out}/seed0/best.pt",
-                          "--checkpoint", f"{out}/scst1/best.pt", *scored]
+                               "--checkpoint", f"{out}/scst1/best.pt", *scored]
     return stages
 
 
