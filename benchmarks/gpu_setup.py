@@ -99,14 +99,24 @@ def set_up(*, wheels: Path, site: Path) -> tuple[list[Row], dict[str, str]]:
         rows.append(Row("setup", "the project (--no-deps)", OK if done.returncode == 0 else FAILED,
                         "" if done.returncode == 0 else f"pip: {_last_line(done.stderr)}; the tree is imported "
                         "instead", {"seconds": time.perf_counter() - start}))
-    rows += import_check(env)
+    rows += import_check(env, cwd=site.parent)
     return rows, env
 
 
-def import_check(env: dict[str, str]) -> list[Row]:
-    """Each requirement and the project imported in a fresh process with `env`: a row for each that
-    fails, one for all that import."""
-    modules = {**requirements(), "captioning": "captioning"}
+def project_modules() -> list[str]:
+    """Every module of the tree's package, by its dotted name (a subpackage that its installed copy
+    lacks fails to import; `__main__` is left out: importing it runs the CLI)."""
+    return sorted(".".join(path.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__")
+                  for path in (REPO / "captioning").rglob("*.py")
+                  if "__pycache__" not in path.parts and path.name != "__main__.py")
+
+
+def import_check(env: dict[str, str], *, cwd: Path) -> list[Row]:
+    """Each requirement and every module of the project imported in a fresh process with `env`,
+    from `cwd` (where the parts run: not the tree, whose package would shadow the installed one): a
+    row for each that fails, one for all that import."""
+    project = project_modules()
+    modules = {**requirements(), **{name: name for name in project}}
     script = ("import importlib, json, sys\nout = {}\nfor m in sys.argv[1:]:\n"
               "    try:\n        module = importlib.import_module(m)\n"
               "        out[m] = [True, getattr(module, '__version__', ''), getattr(module, '__file__', '') or '']\n"
@@ -114,18 +124,29 @@ def import_check(env: dict[str, str]) -> list[Row]:
               "print(json.dumps(out))")
     try:
         done = subprocess.run([sys.executable, "-c", script, *modules.values()], capture_output=True, text=True,
-                              env=env, timeout=PIP_SECONDS)
+                              env=env, timeout=PIP_SECONDS, cwd=cwd)
         seen = json.loads(done.stdout.strip().splitlines()[-1])
     except (subprocess.TimeoutExpired, ValueError, IndexError) as error:
         return [Row("setup", "imports", FAILED, f"the import check did not answer: {type(error).__name__}")]
+    package = Path(seen["captioning"][2]).parent if seen["captioning"][0] else None
+    for name in project:  # found outside the package (in a tree an editable install points to): not installed
+        imported, _, file = seen[name]
+        if imported and package is not None and not Path(file).is_relative_to(package):
+            seen[name] = [False, f"imported from {file}, outside the package at {package}", file]
     fetched = {requirement.split("==")[0].lower() for requirement in WHEELS}
     rows = [Row("setup", f"import {module} ({name})", FAILED, seen[module][1] + (
-        ": its wheel is not in the wheels folder (make gpu-wheels)" if name.lower() in fetched else
+        ": its wheel is not in the wheels folder (make gpu-wheels), or a module it needs is missing"
+        if name.lower() in fetched else
         ": the machine's own Python must have it (no wheel brings it)"))
-        for name, module in modules.items() if not seen[module][0]]
+        for name, module in requirements().items() if not seen[module][0]]
+    broken = [name for name in project if not seen[name][0]]
+    if broken:  # one row: a requirement that is missing breaks many modules at once
+        rows.append(Row("setup", "import the project's modules", FAILED, f"{len(broken)} of {len(project)} do not "
+                        "import: " + "; ".join(f"{name} ({seen[name][1]})" for name in broken[:3])
+                        + ("; …" if len(broken) > 3 else ""), {"modules": broken}))
     versions = {m: seen[m][1] for m in ("torch", "torchvision", "timm") if seen.get(m, [False])[0]}
     rows.append(Row("setup", "imports", OK if not rows else FAILED,
                     "" if not rows else f"{len(rows)} of {len(modules)} do not import",
                     {"imported": sum(v[0] for v in seen.values()), "of": len(modules), **versions,
-                     "captioning from": str(Path(seen["captioning"][2]).parent) if seen["captioning"][0] else ""}))
+                     "captioning from": str(package or "")}))
     return rows

@@ -209,7 +209,7 @@ def test_pycocoevalcap_is_repacked_without_its_java_parts_and_installs_without_a
 
 
 def test_set_up_installs_the_wheels_of_what_does_not_import_and_nothing_else(tmp_path: Path):
-    from gpu_setup import requirements, set_up
+    from gpu_setup import project_modules, requirements, set_up
 
     wheels = tmp_path / "wheels"
     wheels.mkdir()
@@ -220,7 +220,8 @@ def test_set_up_installs_the_wheels_of_what_does_not_import_and_nothing_else(tmp
     assert installed["wheels"].status == "ok"
     assert installed["wheels"].values["installed"] == ["gpu_run_probe-1.0-py3-none-any.whl"]
     assert installed["the project"].status == "not run"  # the tree's captioning imports already
-    assert installed["imports"].status == "ok" and installed["imports"].values["of"] == len(requirements()) + 1
+    assert installed["imports"].status == "ok"
+    assert installed["imports"].values["of"] == len(requirements()) + len(project_modules())
     probe = subprocess.run([sys.executable, "-c", "import gpu_run_probe, yaml; print(gpu_run_probe.ANSWER)"], env=env,
                            capture_output=True, text=True, check=True)
     assert probe.stdout.strip() == "42"
@@ -235,3 +236,21 @@ def test_the_wheels_are_setup_cfgs_requirements_and_their_own():
     pinned = {requirement.split("==")[0] for requirement in WHEELS}
     assert all("==" in requirement for requirement in WHEELS)  # one version of each, the same on every run
     assert pinned - needed == {"defusedxml"}  # nltk's own need
+
+
+def test_the_import_check_imports_every_module_of_the_installed_project_not_the_trees(tmp_path: Path):
+    import shutil
+
+    from gpu_setup import import_check, project_modules
+
+    site = tmp_path / "site"  # an install that left a subpackage out (as a folder without __init__.py was)
+    shutil.copytree(REPO / "captioning", site / "captioning",
+                    ignore=shutil.ignore_patterns("__pycache__", "runtime", "*.pt"))
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    rows = {row.case: row for row in import_check(env, cwd=tmp_path)}
+    assert rows["imports"].status == "failed"
+    assert rows["imports"].values["captioning from"] == str(site / "captioning")
+    broken = rows["import the project's modules"]
+    assert broken.status == "failed" and f" of {len(project_modules())} do not import: " in broken.cause
+    assert {"captioning.runtime", "captioning.runtime.precision"} <= set(broken.values["modules"])
+    assert "captioning" not in broken.values["modules"]
