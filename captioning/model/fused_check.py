@@ -18,8 +18,10 @@ import weakref
 import torch
 
 from captioning.model import fused
+from captioning.runtime.precision import full_float32
 
-# Float32 on both sides: the two paths order their sums differently, by ~1e-6 of the values.
+# Float32 on both sides, TF32 off (a GPU's TF32 matmuls alone differ by ~1e-3 between the paths):
+# the two paths order their sums differently, by ~1e-6 of the values.
 TOLERANCE = 1e-4
 
 _proven: dict[str, weakref.WeakSet] = {"recurrence": weakref.WeakSet(), "grouped": weakref.WeakSet()}
@@ -79,7 +81,7 @@ def prove_recurrence(decoder: torch.nn.Module, like: torch.Tensor) -> None:
     was_training = decoder.training
     decoder.eval()  # nothing random in the recurrence either way; dropout acts on the output layer only
     try:
-        with torch.enable_grad(), torch.autocast(device.type, enabled=False):
+        with torch.enable_grad(), torch.autocast(device.type, enabled=False), full_float32():
             outputs = {}
             for name in ("fast", "slow"):
                 inputs = [annotations.clone().requires_grad_(), embedded.clone().requires_grad_()]
@@ -120,7 +122,7 @@ def prove_grouped_step(decoder: torch.nn.Module, like: torch.Tensor) -> None:
     was_training = decoder.training
     decoder.eval()
     try:
-        with torch.autocast(device.type, enabled=False):
+        with torch.autocast(device.type, enabled=False), full_float32():
             memory, state = decoder.start(annotations)
             state = state.select(rows)
             grouped = fused.GroupedStep(decoder, keys=memory.keys, annotations=memory.annotations, group=group)

@@ -12,8 +12,10 @@ is the one line a run prints about the choice.
 
 from __future__ import annotations
 
+import contextlib
 import platform
 import subprocess
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,6 +89,18 @@ def allow_tf32(enabled: bool) -> None:
     fp32 throughput with a 10-bit mantissa, ample for training this model; no effect elsewhere."""
     torch.backends.cuda.matmul.allow_tf32 = enabled
     torch.backends.cudnn.allow_tf32 = enabled
+
+
+@contextlib.contextmanager
+def full_float32() -> Iterator[None]:
+    """TF32 off inside the block, then as it was: for checks that hold two computations of the same
+    equations to 1e-4, which TF32's 10-bit mantissa (relative error ~1e-3) cannot meet."""
+    was = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    allow_tf32(False)
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = was
 
 
 FULL_PRECISION = Precision()  # fp32 on any device: autocast disabled

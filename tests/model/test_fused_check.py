@@ -10,6 +10,7 @@ import torch
 from captioning.model import fused, fused_check, scores
 from captioning.model.decoding import beam_search, greedy
 from captioning.model.fused_check import FastPathError
+from captioning.runtime.precision import allow_tf32
 from tests.model.test_fused import LENGTHS, loss_of, make_batch, make_decoder
 
 
@@ -74,3 +75,35 @@ def test_a_float64_decoder_is_checked_in_its_own_dtype():
     annotations, inputs, _, _ = make_batch()
     decoder(annotations, inputs, lengths=LENGTHS)
     assert decoder in fused_check._proven["recurrence"]
+
+
+def test_the_checks_run_without_tf32_and_leave_it_as_the_run_set_it(monkeypatch):
+    """On a GPU, a run's fp32 matmuls are TF32 (train.tf32): ~1e-3 apart between the two paths, ten
+    times the tolerance. The checks hold the equations, so they compute in full float32, and the run
+    gets its TF32 back after them, after a failed one too."""
+    seen = []
+    real_recurrence, real_step = fused.recurrence, fused.GroupedStep.__call__
+
+    def flags() -> tuple[bool, bool]:
+        return torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+
+    monkeypatch.setattr(fused, "recurrence", lambda *a, **k: seen.append(("recurrence", flags()))
+                        or real_recurrence(*a, **k))
+    monkeypatch.setattr(fused.GroupedStep, "__call__", lambda *a, **k: seen.append(("grouped", flags()))
+                        or real_step(*a, **k))
+    before = flags()
+    allow_tf32(True)  # as a run's train.tf32 sets it
+    try:
+        decoder = make_decoder(dtype=torch.float32)
+        annotations = make_batch(dtype=torch.float32)[0]
+        fused_check.prove_recurrence(decoder, annotations)
+        fused_check.prove_grouped_step(decoder, annotations)
+        assert seen == [("recurrence", (False, False)), ("grouped", (False, False))]
+        assert flags() == (True, True)
+
+        monkeypatch.setattr(scores.AdditiveScore, "forward", _relu_score)
+        with pytest.raises(FastPathError):
+            fused_check.prove_recurrence(make_decoder(dtype=torch.float32), annotations)
+        assert flags() == (True, True)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
