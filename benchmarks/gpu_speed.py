@@ -294,6 +294,7 @@ def compiled(context: Context) -> None:
     context.cases.run(names[1], lambda: _with_dynamo_counts(lambda: beam_case(
         context, grid, beams, "fp32", True, wrap=lambda decoder: _compile_beam_step(decoder, plan.compile_backend))))
     free_memory(context.device)
+    allow_tf32(True)  # the training step as the train part times it (train.tf32, the default)
     train = {"attention": "soft", "fused": True, "grid": grid, "precision": "bf16", "batch": batch}
     context.cases.run(names[2], lambda: training_case(context, **train))
     context.cases.run(names[3], lambda: _with_dynamo_counts(lambda: training_case(

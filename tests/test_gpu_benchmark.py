@@ -254,3 +254,63 @@ def test_the_import_check_imports_every_module_of_the_installed_project_not_the_
     assert broken.status == "failed" and f" of {len(project_modules())} do not import: " in broken.cause
     assert {"captioning.runtime", "captioning.runtime.precision"} <= set(broken.values["modules"])
     assert "captioning" not in broken.values["modules"]
+
+
+# ----------------------------------------------------------------------------------------------- the kept runs
+
+def _h100_section() -> str:
+    text = (REPO / "docs" / "benchmarks.md").read_text()
+    return text.split("### Measured: one H100 (2026-11-28)", 1)[1].split("\n### ", 1)[0]
+
+
+def _table_rows(section: str) -> dict[tuple[str, ...], list[str]]:
+    """The section's table rows by their first three cells."""
+    rows = {}
+    for line in section.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if line.startswith("|") and len(cells) > 3 and not set(cells[0]) <= {"-"}:
+            rows[tuple(cells[:3])] = cells[3:]
+    return rows
+
+
+def test_the_h100_numbers_in_the_docs_are_the_kept_runs():
+    """Each rate in the GPU section's tables is the kept run's, as gpu.md rounds it, in its own row and
+    column: a number typed by hand, or one put in the wrong cell, fails here."""
+    section = _h100_section()
+    table = _table_rows(section)
+    run2 = {row["case"]: row for row in json.loads(
+        (REPO / "benchmarks/results/gpu-h100-2026-11-28.json").read_text())["rows"] if row["status"] == "ok"}
+
+    def rate(case: str) -> str:
+        values = run2[case]["values"]
+        return f"{values.get('captions_per_s', values.get('images_per_s')):,.0f}"
+
+    checked = 0
+    for label, path in (("soft, step by step", "soft step-by-step"), ("hard", "hard")):
+        for grid in ("14x14x512", "7x7x2048"):
+            for batch in (64, 256):
+                row = table[(label, grid, str(batch))]
+                assert row[:3] == [rate(f"{path} {grid} {p} B={batch}") for p in ("fp32", "bf16", "fp16")]
+                checked += 3
+    for grid in ("14x14x512", "7x7x2048"):
+        for images in (32, 256):
+            row = table[(grid, "fused", str(images))]
+            assert row[:2] == [rate(f"beam 3 {grid} fused {p} {images} images") for p in ("fp32", "bf16")]
+            checked += 2
+    assert table[("14x14x512", "step by step", "256")][0] == rate("beam 3 14x14x512 step-by-step fp32 256 images")
+    for label, case in (("VGG-19 to stride16", "vgg19 stride16 224²"),
+                        ("ResNet-101 to stride32", "resnet101 stride32 224²"),
+                        ("ResNet-101 to stride32", "resnet101 stride32 448²"),
+                        ("EfficientNet-Lite2 to stride32", "efficientnet_lite2 stride32 224²")):
+        side = case.rsplit(" ", 1)[1]
+        row = table[(label, side, run2[f"{case} fp32 (as the cache) B=64"]["values"]["annotations"])]
+        assert row[:2] == [rate(f"{case} fp32 (as the cache) B=64"), rate(f"{case} bf16 channels-last B=64")]
+        checked += 2
+    assert checked == 24 + 8 + 8
+
+    run3 = json.loads((REPO / "benchmarks/results/gpu-h100-2026-11-28-paths-training.json").read_text())
+    epochs = next(row for row in run3["rows"] if row["case"] == "train 3 epochs on the device (cuda)")["values"]
+    row = table[("the GPU, epochs 1 / 2 / 3", " / ".join(f"{e:.1f}" for e in epochs["epoch_s"]),
+                 " / ".join(f"{c:.3f}" for c in epochs["CIDEr"]))]
+    assert row == [" / ".join(f"{b:.3f}" for b in epochs["Bleu_4"])]
+    assert run3["counts"] == {"ok": 15, "failed": 0, "not run": 0}
