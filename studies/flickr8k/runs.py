@@ -111,6 +111,13 @@ def _runs() -> dict[str, Run]:
         "finetune_block6_seed1": Run("stronger", "soft, seed 1, then block6 fine-tuned 4 epochs",
                                      ("model.dropout=0.3", "train.seed=1"), config="flickr8k_finetune.yaml",
                                      start="soft_side_seed1"),
+        # the same from block5 (five of Lite2's layers more, at 7x7): the cache holds block4's output
+        "finetune_block5": Run("stronger", "soft, seed 0, then block5 and block6 fine-tuned 4 epochs",
+                               ("model.dropout=0.3", "encoder.fine_tune_from=block5"),
+                               config="flickr8k_finetune.yaml", start="soft_side"),
+        "finetune_block5_seed1": Run("stronger", "soft, seed 1, then block5 and block6 fine-tuned 4 epochs",
+                                     ("model.dropout=0.3", "encoder.fine_tune_from=block5", "train.seed=1"),
+                                     config="flickr8k_finetune.yaml", start="soft_side_seed1"),
         # several checkpoints decoded together (captioning.model.ensemble; no training)
         "ensemble_seeds01": Run("ensemble", "soft seeds 0 and 1", members=("soft_side", "soft_side_seed1")),
         "ensemble_seeds23": Run("ensemble", "soft seeds 2 and 3", members=("soft_side_seed2", "soft_side_seed3")),
