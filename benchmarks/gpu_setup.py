@@ -1,7 +1,8 @@
 """The set-up of benchmarks/gpu.py on a bare machine, without a network: each wheel of the wheels
 folder (`make gpu-wheels`, benchmarks/gpu_wheels.py) whose modules this Python cannot import is
 installed into a folder of its own, the project itself with --no-deps where it is not installed,
-and then every requirement of setup.cfg is imported once in a fresh process.
+and then every requirement of setup.cfg and every module of the project is imported once in a
+fresh process, from the folder the parts run in.
 
 A machine that already has everything (a developer's environment) installs nothing. Every step is a
 row; a step that fails says why, and the parts still run with whatever imports.
