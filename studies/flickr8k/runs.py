@@ -118,6 +118,13 @@ def _runs() -> dict[str, Run]:
         "finetune_block5_seed1": Run("stronger", "soft, seed 1, then block5 and block6 fine-tuned 4 epochs",
                                      ("model.dropout=0.3", "encoder.fine_tune_from=block5", "train.seed=1"),
                                      config="flickr8k_finetune.yaml", start="soft_side_seed1"),
+        # and from block4 (its four layers at 14x14): the cache holds block3's output
+        "finetune_block4": Run("stronger", "soft, seed 0, then blocks 4 to 6 fine-tuned 4 epochs",
+                               ("model.dropout=0.3", "encoder.fine_tune_from=block4"),
+                               config="flickr8k_finetune.yaml", start="soft_side"),
+        "finetune_block4_seed1": Run("stronger", "soft, seed 1, then blocks 4 to 6 fine-tuned 4 epochs",
+                                     ("model.dropout=0.3", "encoder.fine_tune_from=block4", "train.seed=1"),
+                                     config="flickr8k_finetune.yaml", start="soft_side_seed1"),
         # several checkpoints decoded together (captioning.model.ensemble; no training)
         "ensemble_seeds01": Run("ensemble", "soft seeds 0 and 1", members=("soft_side", "soft_side_seed1")),
         "ensemble_seeds23": Run("ensemble", "soft seeds 2 and 3", members=("soft_side_seed2", "soft_side_seed3")),
