@@ -166,6 +166,12 @@ OURS = {"soft": {"recipe": "soft, seed 0", "recipe_seed1": None,
                  "scst_d3_greedy_lr5e-5_seed0": "soft, seed 0, then self-critical training (the same)",
                  "finetune_block6": "soft, seed 0, then Lite2's last block fine-tuned with the decoder (4 epochs)",
                  "finetune_block6_seed1": "soft, seed 1, the same",
+                 "finetune_block5": "soft, seed 0, then Lite2 fine-tuned from block5 (its last six layers) with "
+                                    "the decoder (4 epochs)",
+                 "finetune_block5_seed1": "soft, seed 1, the same",
+                 "finetune_block4": "soft, seed 0, then Lite2 fine-tuned from block4 (its last ten layers) with "
+                                    "the decoder (4 epochs)",
+                 "finetune_block4_seed1": "soft, seed 1, the same",
                  "ensemble_seed0_scst1": "soft, seed 0 and seed 1 after self-critical training, decoded together: "
                                          "**the shipped model** (its fp32 checkpoints)"},
         "hard": {"hard": None, "hard_seed1": None, "hard_10ep": None, "hard_side": SIDE_LABEL.format(seed=0),
