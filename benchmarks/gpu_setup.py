@@ -116,8 +116,8 @@ def import_check(env: dict[str, str], *, cwd: Path) -> list[Row]:
     """Each requirement and every module of the project imported in a fresh process with `env`,
     from `cwd` (where the parts run: not the tree, whose package would shadow the installed one): a
     row for each that fails, one for all that import."""
-    project = project_modules()
-    modules = {**requirements(), **{name: name for name in project}}
+    required, project = requirements(), project_modules()
+    modules = {**required, **{name: name for name in project}}
     script = ("import importlib, json, sys\nout = {}\nfor m in sys.argv[1:]:\n"
               "    try:\n        module = importlib.import_module(m)\n"
               "        out[m] = [True, getattr(module, '__version__', ''), getattr(module, '__file__', '') or '']\n"
@@ -139,7 +139,7 @@ def import_check(env: dict[str, str], *, cwd: Path) -> list[Row]:
         ": its wheel is not in the wheels folder (make gpu-wheels), or a module it needs is missing"
         if name.lower() in fetched else
         ": the machine's own Python must have it (no wheel brings it)"))
-        for name, module in requirements().items() if not seen[module][0]]
+        for name, module in required.items() if not seen[module][0]]
     broken = [name for name in project if not seen[name][0]]
     if broken:  # one row: a requirement that is missing breaks many modules at once
         rows.append(Row("setup", "import the project's modules", FAILED, f"{len(broken)} of {len(project)} do not "

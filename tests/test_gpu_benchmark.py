@@ -10,6 +10,7 @@ import hashlib
 import importlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -239,8 +240,6 @@ def test_the_wheels_are_setup_cfgs_requirements_and_their_own():
 
 
 def test_the_import_check_imports_every_module_of_the_installed_project_not_the_trees(tmp_path: Path):
-    import shutil
-
     from gpu_setup import import_check, project_modules
 
     site = tmp_path / "site"  # an install that left a subpackage out (as a folder without __init__.py was)
