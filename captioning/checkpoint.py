@@ -29,14 +29,14 @@ from typing import Any
 
 import torch
 
-from captioning.config import Config, ConfigError, apply_overrides, from_dict, migrate, validate
+from captioning.config import Config, ConfigError, EncoderConfig, apply_overrides, from_dict, migrate, validate
 from captioning.data.encoded_images import EncodedImages
 from captioning.data.splits import Split, load_splits
 from captioning.data.vocab import Vocabulary
 from captioning.model.decoder import AttentionDecoder
-from captioning.model.encoder import Encoder
+from captioning.model.encoder import Encoder, normalization
 from captioning.model.encoder_decoder import EncoderDecoder, build_decoder
-from captioning.model.ensemble import Ensemble
+from captioning.model.ensemble import Ensemble, JoinedEncoder
 
 FORMAT_VERSION = 2
 
@@ -106,12 +106,46 @@ def migrate_v1(payload: dict[str, Any]) -> dict[str, Any]:
     return payload
 
 
+@dataclass(frozen=True)
+class View:
+    """What one view of the annotations comes from (captioning.model.ensemble): an encoder's settings
+    and, where it was fine-tuned (encoder.fine_tune_from), the weights of its own, from `path`."""
+
+    encoder: EncoderConfig
+    weights: dict[str, Any] | None
+    path: str
+
+    def build(self, device: torch.device) -> Encoder:
+        """The encoder, in eval mode on `device`: its own fine-tuned weights, or the pretrained ones its
+        config names."""
+        encoder = Encoder.from_config(self.encoder)
+        if self.weights is not None:
+            _load_weights(encoder, self.weights, self.path)
+        return encoder.to(device).eval()
+
+
+def shared_views(sources: Sequence[View]) -> tuple[list[View], list[int]]:
+    """The distinct views of decoders' annotations, and which one each decoder reads: decoders over
+    the same frozen encoder share its view (one cache, one pass of the encoder); a fine-tuned encoder's
+    annotations are its own."""
+    views: list[View] = []
+    index = []
+    for source in sources:
+        same = [i for i, view in enumerate(views)
+                if source.weights is None and view.weights is None and view.encoder == source.encoder]
+        if not same:
+            views.append(source)
+        index.append(same[0] if same else len(views) - 1)
+    return views, index
+
+
 @dataclass
 class Trained:
     """A checkpoint read for inference, by captioning (captioning.api) and evaluation alike: its
     config (with the overrides given), vocabulary, the grid of its annotations and its decoder, in
     eval mode on `device`. The encoder is built only when asked for: work on a feature cache never
-    needs its weights."""
+    needs its weights. `views`: what the decoder's annotations come from, one encoder each (several
+    for an ensemble whose members do not all read one frozen encoder's)."""
 
     path: str
     config: Config
@@ -119,28 +153,34 @@ class Trained:
     decoder: AttentionDecoder | Ensemble  # an Ensemble: several checkpoints, or a file that holds several
     grid: tuple[int, int]
     device: torch.device
-    encoder_weights: dict[str, Any] | None = None  # a fine-tuned encoder's own (encoder.fine_tune_from)
+    views: list[View]
+
+    @property
+    def encoder_weights(self) -> dict[str, Any] | None:
+        """A fine-tuned encoder's own weights (encoder.fine_tune_from); None where it is frozen (the
+        first view's, for an ensemble)."""
+        return self.views[0].weights
 
     @property
     def fine_tuned(self) -> bool:
-        """Whether the encoder's weights are the checkpoint's own: its annotations then differ from a
+        """Whether any encoder's weights are the checkpoint's own: its annotations then differ from a
         cache of the pretrained encoder's."""
-        return self.encoder_weights is not None
+        return any(view.weights is not None for view in self.views)
 
-    def encoder(self) -> Encoder:
+    def encoder(self) -> Encoder | JoinedEncoder:
         """The encoder the decoder was trained on, in eval mode on `device`: the checkpoint's
-        fine-tuned weights, or the pretrained ones its config names."""
-        encoder = Encoder.from_config(self.config.encoder)
-        if self.encoder_weights is not None:
-            _load_weights(encoder, self.encoder_weights, self.path)
-        return encoder.to(self.device).eval()
+        fine-tuned weights, or the pretrained ones its config names; for several views, their
+        encoders side by side (JoinedEncoder)."""
+        encoders = [view.build(self.device) for view in self.views]
+        return encoders[0] if len(encoders) == 1 else JoinedEncoder(encoders).eval()
 
     def split(self, name: str) -> tuple[Split, Any]:
-        """A split of the checkpoint's data and what its decoder reads of it: the feature cache, or for
-        a fine-tuned encoder the images, encoded on demand with the checkpoint's own weights (its
-        annotations differ from a cache of the pretrained encoder's; the split takes its grid)."""
-        split = load_splits(self.config, (name,), device=self.device, features=not self.fine_tuned)[name]
-        if not self.fine_tuned:
+        """A split of the checkpoint's data and what its decoder reads of it: the feature cache of one
+        frozen encoder, or otherwise the images, encoded on demand (a fine-tuned encoder's annotations
+        differ from a cache of the pretrained encoder's; the split takes its grid)."""
+        cached = len(self.views) == 1 and not self.fine_tuned
+        split = load_splits(self.config, (name,), device=self.device, features=cached)[name]
+        if cached:
             return split, split.annotations
         split.grid = self.grid
         return split, EncodedImages(self.encoder(), split.records, image_size=self.config.data.image_size,
@@ -170,51 +210,75 @@ def load_trained(path: str | Path, *, overrides: Sequence[str] = (), may_change:
     validate(apply_overrides(config, overrides), f"{path}: config with overrides", unread_sections=True)
     device = torch.device(device)
     decoder: AttentionDecoder | Ensemble = decoder_from_checkpoint(payload, config, path)
+    views = [View(config.encoder, payload.get("encoder"), str(path))]
     if payload.get("members"):  # a file of several decoders, cut by for_captioning(members=...)
-        decoder = Ensemble([decoder, *member_decoders(payload, path)]).eval()
+        members = member_decoders(payload, path)
+        for member in members:  # where the encoder's weights are is the machine's, for every member alike
+            apply_overrides(member.config, [text for text in overrides if text.startswith("encoder.")])
+        views, index = shared_views([*views, *(View(member.config.encoder, member.encoder, str(path))
+                                              for member in members)])
+        decoder = Ensemble([decoder, *(member.decoder for member in members)], views=index).eval()
     return Trained(path=str(path), config=config, vocab=Vocabulary(payload["vocab"]), decoder=decoder.to(device),
-                   grid=tuple(payload["grid"]), device=device, encoder_weights=payload.get("encoder"))
+                   grid=tuple(payload["grid"]), device=device, views=views)
 
 
-def member_decoders(payload: dict[str, Any], path: str | Path) -> list[AttentionDecoder]:
+@dataclass
+class Member:
+    """One of the decoders a file holds beside its own: its config, its decoder and, where its encoder
+    was fine-tuned, that encoder's weights."""
+
+    config: Config
+    decoder: AttentionDecoder
+    encoder: dict[str, Any] | None
+
+
+def member_decoders(payload: dict[str, Any], path: str | Path) -> list[Member]:
     """The decoders a file holds beside its own ("members"), each built from its own config's model
-    section over the file's vocabulary, grid and annotations."""
+    section over the file's vocabulary and grid, with its fine-tuned encoder's weights where it has them."""
     members = payload["members"]
     if not isinstance(members, list) or not all(isinstance(m, dict) and isinstance(m.get("config"), dict)
-                                                and isinstance(m.get("decoder"), dict) for m in members):
+                                                and isinstance(m.get("decoder"), dict)
+                                                and isinstance(m.get("encoder", {}), dict) for m in members):
         raise CheckpointError(f"{path}: its members are not decoders with their configs")
-    return [decoder_from_checkpoint({**payload, "decoder": member["decoder"]},
-                                    from_dict(member["config"], where=f"{path}: member {index}'s config"), path)
-            for index, member in enumerate(members, start=2)]
+    built = []
+    for index, member in enumerate(members, start=2):
+        config = from_dict(member["config"], where=f"{path}: member {index}'s config")
+        built.append(Member(config, decoder_from_checkpoint({**payload, "decoder": member["decoder"]}, config, path),
+                            member.get("encoder")))
+    return built
 
 
 def load_ensemble(paths: Sequence[str | Path], *, overrides: Sequence[str] = (),
                   may_change: Sequence[str] | None = None, device: str | torch.device = "cpu") -> Trained:
     """Several checkpoints as one model that decodes with the mean of their word probabilities
     (captioning.model.ensemble), or the one checkpoint given. Its config is the first's (with the
-    overrides: how to decode); every member must read the same annotations (one encoder, one image
-    size, one grid, none fine-tuned) and say the same words (one vocabulary): otherwise one line
-    naming the member that differs and how."""
+    overrides: how to decode). Members over one frozen encoder read one view of the annotations; a
+    fine-tuned member (encoder.fine_tune_from), or one over another encoder, reads its own. Every
+    member must see the same pixels (one image size, one normalization), attend over one grid and
+    say the same words (one vocabulary): otherwise one line naming the member that differs and how."""
     members = [load_trained(path, overrides=overrides, may_change=may_change, device=device) for path in paths]
     if len(members) == 1:
         return members[0]
     first = members[0]
-    # a file that holds an ensemble adds its decoders one by one: each decoder weighs the same
-    decoders = [d for m in members for d in (m.decoder.members if isinstance(m.decoder, Ensemble) else [m.decoder])]
-    for member in members:
-        if member.fine_tuned:
-            raise ConfigError(f"{member.path}: its encoder was fine-tuned (its annotations are its own); an ensemble's "
-                              "members read one feature cache")
+    pixels = normalization(first.config.encoder.name)
     for member in members[1:]:
         differs = [what for what, same in (
             ("vocabulary", member.vocab.words == first.vocab.words),
-            ("encoder", member.config.encoder == first.config.encoder),
             ("image size", member.config.data.image_size == first.config.data.image_size),
+            ("normalization", normalization(member.config.encoder.name) == pixels),
             ("grid", member.grid == first.grid)) if not same]
         if differs:
             raise ConfigError(f"{member.path}: its {' and '.join(differs)} differ from {first.path}'s; an ensemble's "
-                              "members read the same annotations and say the same words")
-    return dataclasses.replace(first, path=" + ".join(m.path for m in members), decoder=Ensemble(decoders).eval())
+                              "members see the same pixels, attend over one grid and say the same words")
+    # a file that holds an ensemble adds its decoders one by one: each decoder weighs the same
+    decoders, sources = [], []
+    for member in members:
+        ensemble = member.decoder if isinstance(member.decoder, Ensemble) else None
+        decoders += list(ensemble.members) if ensemble else [member.decoder]
+        sources += [member.views[view] for view in ensemble.views] if ensemble else [member.views[0]]
+    views, index = shared_views(sources)
+    return dataclasses.replace(first, path=" + ".join(m.path for m in members), views=views,
+                               decoder=Ensemble(decoders, views=index).to(first.device).eval())
 
 
 def _load_weights(module: torch.nn.Module, state: dict[str, Any], path: str | Path) -> None:

@@ -22,6 +22,7 @@ from captioning.checkpoint import CheckpointError, captioner_from_checkpoint, de
 from captioning.config import ConfigError
 from captioning.data.images import ImageReadError, load_image, to_tensor
 from captioning.model.decoding import decode
+from captioning.model.tokens import PAD_ID, START_ID
 from tests.tiny import REPO
 
 
@@ -97,6 +98,40 @@ def test_a_fine_tuned_checkpoint_brings_its_own_encoder_weights(tiny_run, tmp_pa
     torch.save(payload, path)
     with pytest.raises(CheckpointError, match=rf"^{re.escape(str(path))}: its weights do not fit"):
         load_trained(path).model()
+
+
+def fine_tuned_copy(tiny_run, path: Path, *, seed: int = 0) -> Path:
+    """The tiny run with an encoder of its own: its weights moved a little (as fine-tuning moves them)."""
+    generator = torch.Generator().manual_seed(seed)
+    state = load_trained(tiny_run.checkpoint).model().encoder.state_dict()
+    payload = torch.load(tiny_run.checkpoint, map_location="cpu", weights_only=True)
+    payload["encoder"] = {name: value * (1 + 0.2 * torch.randn(value.shape, generator=generator))
+                          if value.is_floating_point() else value for name, value in state.items()}
+    torch.save(payload, path)
+    return path
+
+
+def test_a_fine_tuned_member_of_an_ensemble_reads_its_own_annotations(tiny_run, tmp_path: Path) -> None:
+    """A fine-tuned checkpoint decoded together with a frozen one: each decoder reads its own
+    encoder's annotations. The reference is each checkpoint loaded alone, teacher-forced on the
+    ensemble's words: the chosen caption's score is the sum of the log mean of their probabilities."""
+    from captioning.checkpoint import load_ensemble
+
+    tuned = fine_tuned_copy(tiny_run, tmp_path / "tuned.pt")
+    ensemble = load_ensemble([tuned, tiny_run.checkpoint, tiny_run.checkpoint])
+    assert len(ensemble.views) == 2 and ensemble.decoder.views == [0, 1, 1]  # the frozen two share theirs
+    side = ensemble.config.data.image_size
+    pixels = torch.randn(3, 3, side, side, generator=torch.Generator().manual_seed(1))
+    captions, _ = ensemble.model().caption(pixels, beam_size=3, max_length=6)
+    inputs = torch.cat([torch.full_like(captions.tokens[:, :1], START_ID), captions.tokens[:, :-1]], dim=1)
+    probs = []
+    for path in (tuned, tiny_run.checkpoint, tiny_run.checkpoint):
+        alone = load_trained(path).model()
+        with torch.no_grad():
+            probs.append(torch.softmax(alone.decoder(alone.encode(pixels)[0], inputs).logits, dim=2))
+    chosen = torch.stack(probs).mean(0).gather(2, captions.tokens[:, :, None])[:, :, 0].log()  # [B, T]
+    said = captions.tokens != PAD_ID
+    torch.testing.assert_close(captions.scores, (chosen * said).sum(1), rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("damage", ["config", "weights"])

@@ -152,6 +152,7 @@ class AttentionDecoder(nn.Module):
         `_advance` always. It is no module of the decoder's: its weights are the decoder's own."""
         super().__init__()
         self.accelerator = accelerator
+        self.annotation_dim = annotation_dim  # D: the channels of the annotations it reads
         self.attention = attention
         self.query = query if query is not None else PreviousState()
         self.embed = nn.Embedding(vocab_size, embed_dim)  # E

@@ -100,8 +100,8 @@ def stepper(decoder: AttentionDecoder, annotations: torch.Tensor, group: int, *,
     share it). Soft attention chooses no cell: its locations are -1.
     """
     if isinstance(decoder, Ensemble):
-        return _joined([stepper(member, annotations, group, draws=draws, differentiable=differentiable)
-                        for member in decoder.members])
+        return _joined([stepper(member, own, group, draws=draws, differentiable=differentiable)
+                        for member, own in zip(decoder.members, decoder.annotations(annotations))])
     memory, state = decoder.start(annotations, draws=draws)
     rows = torch.arange(annotations.shape[0], device=annotations.device).repeat_interleave(group)  # [B*group]
     state = state.select(rows)

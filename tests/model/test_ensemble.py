@@ -10,9 +10,12 @@ import pytest
 import torch
 
 from captioning.data.vocab import Vocabulary
+from captioning.model.attention import SoftAttention
+from captioning.model.decoder import AttentionDecoder
 from captioning.model.decoding import beam_search, greedy
 from captioning.model.ensemble import Ensemble
-from tests.model.test_fused import make_batch, make_decoder
+from captioning.model.scores import AdditiveScore
+from tests.model.test_fused import D, V, make_batch, make_decoder
 
 
 def members(*seeds: int):
@@ -91,3 +94,34 @@ def test_an_ensemble_needs_two_members_and_does_not_train():
         Ensemble(members(0))
     with pytest.raises(TypeError, match="decodes only"):
         Ensemble(members(1, 2))(torch.zeros(1, 9, 8), torch.zeros(1, 3, dtype=torch.long))
+
+
+def test_members_with_views_each_read_their_own_annotations():
+    """Members over different encoders (one fine-tuned): the search sees their annotations side by
+    side, and each member's words and maps are those of its own view, whichever order they lie in."""
+    decoders = members(1, 2)
+    own = [make_batch(seed, dtype=torch.float32)[0] for seed in (5, 6)]  # [B, L, D] each: member 0's, member 1's
+    joined = torch.cat([own[1], own[0]], dim=2)  # views: member 1's first
+    captions = beam_search(Ensemble(decoders, views=[1, 0]).eval(), joined, beam_size=3, max_length=6)
+    inputs = torch.cat([torch.full_like(captions.tokens[:, :1], Vocabulary.start_id), captions.tokens[:, :-1]], 1)
+    with torch.no_grad():
+        outputs = [decoder(annotations, inputs) for decoder, annotations in zip(decoders, own)]
+    probs = torch.stack([torch.softmax(out.logits, dim=2) for out in outputs]).mean(0)  # [B, T, V]
+    reference = probs.gather(2, captions.tokens[:, :, None])[:, :, 0].log()
+    said = captions.tokens != Vocabulary.pad_id
+    torch.testing.assert_close(captions.scores, (reference * said).sum(1), rtol=1e-4, atol=1e-4)
+
+
+def test_views_are_one_per_member_none_left_out_and_of_one_width_each():
+    with pytest.raises(ValueError, match="one per member"):
+        Ensemble(members(1, 2), views=[0])
+    with pytest.raises(ValueError, match="none left out"):
+        Ensemble(members(1, 2), views=[0, 2])
+    score = AdditiveScore(annotation_dim=D + 4, hidden_dim=16, attention_dim=7)
+    wide = AttentionDecoder(vocab_size=V, annotation_dim=D + 4, embed_dim=6, hidden_dim=16,
+                            attention=SoftAttention(score))
+    with pytest.raises(ValueError, match=f"view 0 is read by members of {D} and {D + 4} channels"):
+        Ensemble([members(1)[0], wide], views=[0, 0])
+    assert Ensemble([members(1)[0], wide], views=[0, 1]).dim == 2 * D + 4
+    with pytest.raises(ValueError, match=f"read {2 * D} channels"):
+        greedy(Ensemble(members(1, 2), views=[0, 1]).eval(), make_batch(dtype=torch.float32)[0], max_length=3)
