@@ -117,10 +117,11 @@ class View:
 
     def build(self, device: torch.device) -> Encoder:
         """The encoder, in eval mode on `device`: its own fine-tuned weights, or the pretrained ones its
-        config names."""
+        config names. A file cut for shipping holds only the stages that were fine-tuned: the frozen
+        ones before them are the pretrained weights, unchanged by fine-tuning."""
         encoder = Encoder.from_config(self.encoder)
         if self.weights is not None:
-            _load_weights(encoder, self.weights, self.path)
+            _load_weights(encoder, float_weights(self.weights), self.path, only=encoder.trainable)
         return encoder.to(device).eval()
 
 
@@ -281,12 +282,59 @@ def load_ensemble(paths: Sequence[str | Path], *, overrides: Sequence[str] = (),
                                decoder=Ensemble(decoders, views=index).to(first.device).eval())
 
 
-def _load_weights(module: torch.nn.Module, state: dict[str, Any], path: str | Path) -> None:
+def _load_weights(module: torch.nn.Module, state: dict[str, Any], path: str | Path,
+                  only: Sequence[str] = ()) -> None:
+    """Load `state` into `module`. `only`: the encoder's stages that fine-tuned; the state may hold
+    these alone (the others keep their pretrained weights), or everything."""
     try:
-        module.load_state_dict(state)
+        missing, unexpected = module.load_state_dict(state, strict=False)
+        stages = tuple(f"body.{stage}." for stage in only)
+        lacking = [key for key in missing if not stages or key.startswith(stages)]
+        if lacking or unexpected:
+            raise KeyError(f"{'missing ' + lacking[0] if lacking else 'unexpected ' + unexpected[0]}")
     except (KeyError, RuntimeError) as error:  # weights of another model under our format's name
-        first = str(error).strip().splitlines()[0] if str(error).strip() else error.__class__.__name__
+        first = str(error).strip().strip("'").splitlines()[0] if str(error).strip() else error.__class__.__name__
         raise CheckpointError(f"{path}: its weights do not fit the model its config describes ({first})") from error
+
+
+# Weights stored below fp16 (shipped.for_captioning(..., precision="int8")): each tensor of two or
+# more dimensions as int8 codes, in groups of INT8_GROUP numbers along its rows (a whole row where
+# they do not divide it), each group with an fp16 scale, max |w| / 127, under NAME + SCALE. Read back
+# here as float32: a weight moves by at most half its group's scale.
+SCALE, INT8_GROUP = ":scale", 32
+
+
+def int8_weights(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A state dict as int8 codes and their scales (matrices and kernels), the rest in fp16."""
+    stored = {}
+    for name, value in state.items():
+        if not value.is_floating_point() or value.dim() < 2:
+            stored[name] = value.half() if value.is_floating_point() else value
+            continue
+        rows = value.detach().float().reshape(value.shape[0], -1)  # [R, C]
+        group = INT8_GROUP if rows.shape[1] % INT8_GROUP == 0 else rows.shape[1]
+        groups = rows.reshape(rows.shape[0], -1, group)  # [R, C / group, group]
+        scale = (groups.abs().amax(dim=2) / 127).clamp_min(1e-7).half()  # [R, C / group], as stored
+        codes = torch.round(groups / scale.float()[..., None]).clamp(-127, 127)  # [R, C / group, group]
+        stored[name] = codes.to(torch.int8).reshape(value.shape)
+        stored[name + SCALE] = scale
+    return stored
+
+
+def float_weights(state: dict[str, Any]) -> dict[str, Any]:
+    """A state dict as stored (fp32, fp16, or int8 codes with their scales) -> what a module loads:
+    int8 codes times their group's scale; every other tensor as it is (load_state_dict widens fp16)."""
+    weights = {}
+    for name, value in state.items():
+        if name.endswith(SCALE):
+            continue
+        scale = state.get(name + SCALE)
+        if scale is None:
+            weights[name] = value
+            continue
+        groups = value.float().reshape(*scale.shape, -1)  # [R, C / group, group]
+        weights[name] = (groups * scale.float()[..., None]).reshape(value.shape)
+    return weights
 
 
 def captioner_from_checkpoint(path: str | Path, *,
@@ -311,7 +359,7 @@ def decoder_from_checkpoint(payload: dict[str, Any], config: Config,
     fit the model the config describes are one line naming `path`."""
     decoder = build_decoder(config.model, vocab_size=len(payload["vocab"]),
                             annotation_dim=int(payload["annotation_dim"]), grid=tuple(payload["grid"]))
-    _load_weights(decoder, payload["decoder"], path)
+    _load_weights(decoder, float_weights(payload["decoder"]), path)
     return decoder.eval()
 
 

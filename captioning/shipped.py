@@ -11,7 +11,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from captioning.checkpoint import CheckpointError, weights_digest
+from captioning.checkpoint import CheckpointError, float_weights, int8_weights, weights_digest
+from captioning.config.choices import stage_names
 
 # The models that ship inside the package (decoder and vocabulary; the encoder's weights come from
 # their own package): name -> file under captioning/pretrained/. Each file's record says what made it.
@@ -30,40 +31,76 @@ def pretrained_path(name: str = "flickr8k") -> Path:
 
 
 def for_captioning(payload: dict[str, Any], *, release: dict[str, Any] | None = None,
-                   members: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
+                   members: Sequence[dict[str, Any]] = (), precision: str = "fp16") -> dict[str, Any]:
     """A checkpoint cut down to what captioning reads (config, vocabulary, grid, the decoder's
-    weights in fp16, its record), as the shipped model is: no optimizer state, nothing to resume;
-    about a quarter of a best.pt. `release` (the numbers, the command that made it, the licence)
-    is kept beside the record. The decoder computes in fp32; fp16 storage rounds each weight to
-    about 3 significant digits, so the exported model's captions are those of its own file.
+    weights, a fine-tuned encoder's own stages, its record), as the shipped model is: no optimizer
+    state, nothing to resume; about a quarter of a best.pt. `release` (the numbers, the command that
+    made it, the licence) is kept beside the record.
+
+    `precision`: how the weights are stored; they are computed in fp32 either way, so the exported
+    model's captions are those of its own file. "fp16" rounds each weight to about 3 significant
+    digits; "int8" stores matrices and kernels as int8 codes with a scale per 32 numbers
+    (captioning.checkpoint.int8_weights), half the size again, for an ensemble that would not fit
+    otherwise.
 
     `members`: other checkpoints whose decoders caption together with this one, as one ensemble in
-    one file (each cut the same way, under "members"). They must read the same annotations and say
-    the same words, as load_ensemble checks: the caller loads them together first."""
-    for part in (payload, *members):
-        if "encoder" in part:
-            raise CheckpointError("a fine-tuned encoder's weights are the checkpoint's own: export keeps the "
-                                  "decoder only, for a frozen encoder rebuilt from its package")
-    slim = {**_cut(payload), **{key: payload[key] for key in ("vocab", "grid", "annotation_dim") if key in payload}}
+    one file (each cut the same way, under "members"; a fine-tuned member keeps its encoder's
+    stages). They must see the same pixels and say the same words, as load_ensemble checks: the
+    caller loads them together first."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision '{precision}': one of {', '.join(PRECISIONS)}")
+    slim = {**_cut(payload, precision),
+            **{key: payload[key] for key in ("vocab", "grid", "annotation_dim") if key in payload}}
     if members:
-        slim["members"] = [_cut(member) for member in members]
+        slim["members"] = [_cut(member, precision) for member in members]
         if "record" in slim:  # every decoder's digest, in order (verify compares them)
             slim["record"]["weights"]["members"] = [weights_digest(m["decoder"]) for m in slim["members"]]
+            if any("encoder" in m for m in slim["members"]):
+                slim["record"]["weights"]["member_encoders"] = [
+                    weights_digest(m["encoder"]) if "encoder" in m else None for m in slim["members"]]
     if release is not None:
         slim["release"] = release
     return slim
 
 
-def _cut(payload: dict[str, Any]) -> dict[str, Any]:
-    """One decoder as it is shipped: its config (no machine's paths), fp16 weights, record, progress."""
+PRECISIONS = ("fp16", "int8")
+
+
+def _stored(state: dict[str, Any], precision: str) -> dict[str, Any]:
+    """Weights as `precision` stores them, from weights as a checkpoint holds them (a shipped file's
+    int8 codes read back first, so that a file cut again from itself keeps its numbers)."""
+    state = float_weights(state)
+    if precision == "int8":
+        return int8_weights(state)
+    return {name: value.half() if value.is_floating_point() else value for name, value in state.items()}
+
+
+def tuned_stages(state: dict[str, Any], encoder: dict[str, Any]) -> dict[str, Any]:
+    """A fine-tuned encoder's weights, cut to the stages that fine-tuned (encoder.fine_tune_from and
+    those after it): the frozen ones before are the pretrained weights its package ships."""
+    first = encoder.get("fine_tune_from")
+    stages = stage_names(encoder.get("name", ""), encoder.get("layer", ""))
+    if first is None or first not in stages:
+        return state
+    tuned = tuple(f"body.{stage}." for stage in stages[stages.index(first):])
+    return {name: value for name, value in state.items() if name.startswith(tuned)}
+
+
+def _cut(payload: dict[str, Any], precision: str) -> dict[str, Any]:
+    """One decoder as it is shipped: its config (no machine's paths), its weights as `precision`
+    stores them (and a fine-tuned encoder's own stages), record, progress."""
     cut: dict[str, Any] = {"config": without_machine_paths(payload["config"]),
-                           "decoder": {name: value.half() if value.is_floating_point() else value
-                                       for name, value in payload["decoder"].items()}}
+                           "decoder": _stored(payload["decoder"], precision)}
+    if isinstance(payload.get("encoder"), dict):
+        cut["encoder"] = _stored(tuned_stages(payload["encoder"], payload["config"].get("encoder", {})), precision)
     progress = payload.get("progress", {})  # where its run stood, its validations included (inspect shows them)
     cut["progress"] = {key: progress[key] for key in ("step", "epoch", "best_metric", "seconds", "history")
                        if key in progress}
-    if "record" in payload:  # the digest of the weights it holds (verify compares them), the fp16 ones
-        cut["record"] = {**payload["record"], "weights": {"decoder": weights_digest(cut["decoder"])}}
+    if "record" in payload:  # the digests of the weights it holds (verify compares them), as stored
+        weights = {"decoder": weights_digest(cut["decoder"])}
+        if "encoder" in cut:
+            weights["encoder"] = weights_digest(cut["encoder"])
+        cut["record"] = {**payload["record"], "weights": weights}
     return cut
 
 

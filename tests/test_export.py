@@ -29,10 +29,75 @@ def test_an_exported_checkpoint_captions_and_holds_nothing_to_resume(tiny_run, t
     assert "  release licence      research use" in describe(again, path)
 
 
-def test_a_fine_tuned_encoder_is_not_exported_without_its_weights(tiny_run) -> None:
-    payload = {**load_checkpoint(tiny_run.checkpoint), "encoder": {"conv.weight": torch.zeros(1)}}
-    with pytest.raises(CheckpointError, match="fine-tuned encoder"):
-        for_captioning(payload)
+def _fine_tuned_run(tiny_run, *, seed: int = 2) -> dict:
+    """The tiny run as if its encoder's last stage had been fine-tuned (encoder.fine_tune_from): its
+    checkpoint holds the whole encoder, that stage's weights moved."""
+    from captioning.checkpoint import load_trained
+
+    payload = load_checkpoint(tiny_run.checkpoint)
+    encoder = load_trained(tiny_run.checkpoint).encoder()
+    last = [name for name, _ in encoder.body.named_children()][-1]
+    payload["config"]["encoder"]["fine_tune_from"] = last
+    generator = torch.Generator().manual_seed(seed)
+    payload["encoder"] = {name: value * (1 + 0.2 * torch.randn(value.shape, generator=generator))
+                          if value.is_floating_point() and name.startswith(f"body.{last}.") else value
+                          for name, value in encoder.state_dict().items()}
+    return payload
+
+
+def test_a_fine_tuned_encoder_is_exported_as_the_stages_it_fine_tuned(tiny_run, tmp_path) -> None:
+    """Only the stages that fine-tuned travel (the frozen ones are the pretrained weights); read back,
+    the encoder is the run's: its own last stage, the package's weights before it."""
+    from captioning.checkpoint import load_trained
+
+    payload = _fine_tuned_run(tiny_run)
+    last = payload["config"]["encoder"]["fine_tune_from"]
+    slim = for_captioning(payload)
+    assert slim["encoder"] and all(name.startswith(f"body.{last}.") for name in slim["encoder"])
+    save_checkpoint(tmp_path / "tuned.pt", slim)
+    encoder = load_trained(tmp_path / "tuned.pt").encoder()
+    pretrained = load_trained(tiny_run.checkpoint).encoder().state_dict()
+    for name, value in encoder.state_dict().items():
+        expected = payload["encoder"][name]
+        torch.testing.assert_close(value, expected.to(value.dtype), rtol=1e-3, atol=1e-4, msg=name)  # fp16 storage
+        if not name.startswith(f"body.{last}."):
+            assert torch.equal(value, pretrained[name]), name
+    slim["encoder"].pop(next(name for name in slim["encoder"] if name.endswith("weight")))
+    save_checkpoint(tmp_path / "lacking.pt", slim)
+    with pytest.raises(CheckpointError, match=r"lacking\.pt: its weights do not fit .*\(missing body\."):
+        load_trained(tmp_path / "lacking.pt").encoder()
+
+
+def test_int8_storage_moves_each_weight_by_at_most_half_its_groups_step_and_halves_the_file(tiny_run,
+                                                                                              tmp_path) -> None:
+    """precision="int8": matrices and kernels as int8 codes with a scale per 32 numbers. Each weight
+    read back is within half a step (max |w| of its group / 127 / 2, and the fp16 scale's rounding) of
+    the run's; vectors keep fp16; the file is smaller than fp16's and captions."""
+    from captioning.checkpoint import load_trained
+
+    payload = _fine_tuned_run(tiny_run)
+    save_checkpoint(tmp_path / "fp16.pt", for_captioning(payload))
+    save_checkpoint(tmp_path / "int8.pt", for_captioning(payload, precision="int8"))
+    assert (tmp_path / "int8.pt").stat().st_size < 0.7 * (tmp_path / "fp16.pt").stat().st_size
+    stored = load_checkpoint(tmp_path / "int8.pt")
+    assert stored["decoder"]["lstm.weight_hh"].dtype == torch.int8
+    assert stored["decoder"]["lstm.bias_hh"].dtype == torch.float16
+    loaded = load_trained(tmp_path / "int8.pt")
+    for part, module in (("decoder", loaded.decoder), ("encoder", loaded.encoder())):
+        state = module.state_dict()
+        for name, original in payload[part].items():
+            if not original.is_floating_point():
+                continue
+            rows = original.float().reshape(original.shape[0], -1)
+            width = 32 if rows.shape[1] % 32 == 0 else rows.shape[1]
+            bound = rows.reshape(rows.shape[0], -1, width).abs().amax(2, keepdim=True) / 127 * 0.502 + 1e-6
+            step = bound.expand(-1, -1, width).reshape(original.shape) if original.dim() > 1 else \
+                original.float().abs() * 1e-3 + 1e-6  # vectors: fp16's rounding
+            assert ((state[name].float() - original.float()).abs() <= step).all(), f"{part} {name}"
+    with pytest.raises(ValueError, match="precision 'int4': one of fp16, int8"):
+        for_captioning(payload, precision="int4")
+    files = sorted((tiny_run.data_root / "images" / "val").iterdir())[:2]
+    assert all(r.caption for r in Captioner.from_checkpoint(tmp_path / "int8.pt", device="cpu").caption(files))
 
 
 def test_an_exported_checkpoint_names_no_place_on_the_machine_that_trained_it(tiny_run, tmp_path) -> None:
@@ -143,7 +208,24 @@ def test_an_ensemble_in_one_file_without_a_card_is_not_verified_as_its_first_run
         verify(tmp_path / "both.pt", overrides=(f"data.root={tiny_run.data_root}",))
 
 
-def test_a_fine_tuned_member_is_not_exported_either(tiny_run) -> None:
-    other = {**load_checkpoint(tiny_run.checkpoint), "encoder": {"conv.weight": torch.zeros(1)}}
-    with pytest.raises(CheckpointError, match="fine-tuned encoder"):
-        for_captioning(load_checkpoint(tiny_run.checkpoint), members=[other])
+def test_a_fine_tuned_member_cut_into_one_file_captions_as_it_does_given_beside_the_other(tiny_run,
+                                                                                          tmp_path) -> None:
+    """A frozen run and a fine-tuned one in one file: the member keeps its encoder's own stages, and
+    the file captions as the two cut alone and given together do."""
+    from captioning.train.provenance import run_weights
+
+    first, tuned = load_checkpoint(tiny_run.checkpoint), _fine_tuned_run(tiny_run)
+    save_checkpoint(tmp_path / "first.pt", for_captioning(first))
+    save_checkpoint(tmp_path / "tuned.pt", for_captioning(tuned))
+    save_checkpoint(tmp_path / "both.pt", for_captioning(first, members=[tuned]))
+    both = load_checkpoint(tmp_path / "both.pt")
+    assert "encoder" not in both and both["members"][0]["encoder"]
+    assert both["record"]["weights"] == run_weights(both)  # verify compares these
+    assert both["record"]["weights"]["member_encoders"] == [run_weights(both)["member_encoders"][0]]
+    files = sorted((tiny_run.data_root / "images" / "val").iterdir())[:4]
+    one_file = Captioner.from_checkpoint(tmp_path / "both.pt", device="cpu")
+    two_files = Captioner.from_checkpoint([tmp_path / "first.pt", tmp_path / "tuned.pt"], device="cpu")
+    assert one_file.model.decoder.views == [0, 1]
+    for mine, theirs in zip(one_file.caption(files), two_files.caption(files)):
+        assert mine.caption == theirs.caption
+        torch.testing.assert_close(mine.alphas, theirs.alphas)

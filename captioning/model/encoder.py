@@ -118,8 +118,13 @@ class Encoder(nn.Module):
             features = source.transpose(1, 2).reshape(len(source), -1, *self.cached_grid)  # [B, Df, Hf, Wf]
             for name in self.trainable:
                 features = getattr(self.body, name)(features)  # [B, D, Hg, Wg] after the last
-        grid = (features.shape[2], features.shape[3])
-        return features.flatten(2).transpose(1, 2), grid  # [B, L, D]
+        return as_annotations(features)
+
+
+def as_annotations(features: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int]]:
+    """A stage's output [B, D, Hg, Wg] -> the annotation vectors a_i [B, L, D] (row-major over the
+    grid, L = Hg * Wg) and the grid (Hg, Wg)."""
+    return features.flatten(2).transpose(1, 2), (features.shape[2], features.shape[3])
 
 
 def efficientnet_weights_file(name: str) -> str:

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from captioning.model.encoder import Encoder, as_annotations
 from captioning.model.state import DecoderState
 
 
@@ -91,9 +92,12 @@ def mean_log_probs(logits: Sequence[torch.Tensor]) -> torch.Tensor:
 class JoinedEncoder(nn.Module):
     """Encoders whose annotations lie side by side along the channels, one view each: pixels
     [B, 3, S, S] -> [B, L, D_1 + D_2 + ...], what an Ensemble with `views` reads. They share the
-    pixels and the maps: one normalization (checked here) and one grid (checked as they run)."""
+    pixels and the maps: one normalization (checked here) and one grid (checked as they run).
 
-    def __init__(self, encoders: Sequence[nn.Module]):
+    Stages they hold alike run once: a fine-tuned encoder's frozen stages are the pretrained ones
+    (encoder.fine_tune_from), so beside the frozen encoder it adds only the stages it fine-tuned."""
+
+    def __init__(self, encoders: Sequence[Encoder]):
         super().__init__()
         normalizations = {(tuple(e.mean), tuple(e.std)) for e in encoders}
         if len(normalizations) > 1:
@@ -102,11 +106,34 @@ class JoinedEncoder(nn.Module):
         self.encoders = nn.ModuleList(encoders)
         self.mean, self.std = encoders[0].mean, encoders[0].std
         self.dim = sum(e.dim for e in encoders)
+        self.shared = shared_stages(encoders)  # the leading stages of the first that run for all
 
     def forward(self, pixels: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int]]:
-        parts = [encoder(pixels) for encoder in self.encoders]  # V x ([B, L, D_v], grid)
+        trunk = self.encoders[0].body[:self.shared](pixels)  # [B, C, H, W] (the pixels where none is shared)
+        parts = [as_annotations(encoder.body[self.shared:](trunk)) for encoder in self.encoders]  # V x [B, L, D_v]
         grids = [grid for _, grid in parts]
         if len(set(grids)) > 1:
             raise ValueError(f"the encoders' grids differ ({', '.join(f'{h}x{w}' for h, w in grids)}); an ensemble's "
                              "maps are over one grid")
         return torch.cat([annotations for annotations, _ in parts], dim=2), grids[0]
+
+
+def shared_stages(encoders: Sequence[Encoder]) -> int:
+    """How many leading stages every encoder holds alike: the same stage names, modules (their
+    settings, a border's padding among them) and weights and buffers."""
+    bodies = [dict(encoder.body.named_children()) for encoder in encoders]
+    names = list(bodies[0])
+    shared = 0
+    for name in names:
+        if any(list(body)[:shared + 1] != names[:shared + 1] for body in bodies):
+            break
+        first = bodies[0][name]
+        if not all(repr(body[name]) == repr(first) and _same(first.state_dict(), body[name].state_dict())
+                   for body in bodies[1:]):
+            break
+        shared += 1
+    return shared
+
+
+def _same(one: dict[str, torch.Tensor], other: dict[str, torch.Tensor]) -> bool:
+    return one.keys() == other.keys() and all(torch.equal(one[key], other[key]) for key in one)

@@ -41,6 +41,9 @@ def run_weights(payload: dict[str, Any]) -> dict[str, str]:
     weights = {"decoder": weights_digest(payload["decoder"])}
     if isinstance(payload.get("members"), list):  # the other decoders of a file that holds an ensemble
         weights["members"] = [weights_digest(member["decoder"]) for member in payload["members"]]
+        if any(isinstance(member.get("encoder"), dict) for member in payload["members"]):  # fine-tuned members
+            weights["member_encoders"] = [weights_digest(member["encoder"]) if isinstance(member.get("encoder"), dict)
+                                          else None for member in payload["members"]]
     if isinstance(payload.get("encoder"), dict):
         weights["encoder"] = weights_digest(payload["encoder"])
     return weights

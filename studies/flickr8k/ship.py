@@ -30,11 +30,11 @@ import json
 import torch
 
 from captioning.api import Captioner
-from captioning.checkpoint import load_checkpoint, load_ensemble, load_trained, save_checkpoint
+from captioning.checkpoint import SCALE, load_checkpoint, load_ensemble, load_trained, save_checkpoint
 from captioning.config import load_config
 from captioning.data.photos import SAMPLE_PHOTOS, sample_photo
 from captioning.eval.evaluate import evaluate_trained
-from captioning.shipped import PRETRAINED, for_captioning
+from captioning.shipped import PRECISIONS, PRETRAINED, for_captioning
 from studies.flickr8k.runs import RUNS
 from studies.tables import REPO
 
@@ -46,7 +46,12 @@ LICENCE = ("Trained on Flickr8k (Hodosh, Young & Hockenmaier, JAIR 2013), whose 
            "project's MIT licence on those terms.")
 
 
-def release_note(*, runs: list[str], scored: dict, tokenizer: str, beam_size: int, decode: dict) -> dict:
+STORED = {"fp16": "stored in fp16, computed in fp32",
+          "int8": "stored as int8 codes with an fp16 scale per 32 numbers (vectors in fp16), computed in fp32"}
+
+
+def release_note(*, runs: list[str], scored: dict, tokenizer: str, beam_size: int, decode: dict,
+                 precision: str = "fp16") -> dict:
     """What the shipped model is: its data, its own numbers on val (`scored`, the fp16 file's: fp16
     storage moves the fp32 run's kept numbers in their fourth digit) and how they were decoded
     (`decode`: the length penalty, the n-gram block, <unk>), how to score them again, how it was made."""
@@ -55,7 +60,8 @@ def release_note(*, runs: list[str], scored: dict, tokenizer: str, beam_size: in
     kept = ", ".join(f"studies/flickr8k/results/{run}.json" for run in runs)
     trained = "; ".join(f"python -m studies.flickr8k.run --only {run} --data DATA --cache CACHE"
                         for run in dict.fromkeys(step for run in runs for step in lineage(run)))
-    cut = " ".join(f"--checkpoint runs/flickr8k/{run}/best.pt --run {run}" for run in runs)
+    cut = " ".join(f"--checkpoint runs/flickr8k/{run}/best.pt --run {run}" for run in runs) + \
+        (f" --precision {precision}" if precision != "fp16" else "")
     what = "the run's best.pt" if len(runs) == 1 else f"the best.pt of {len(runs)} runs, decoded together"
     return {"name": "flickr8k", "data": "Flickr8k, Karpathy's split: trained on its 6 000 train images, selected on "
                                         "its 1 000 val images (224x224 copies); the test split was held out",
@@ -63,6 +69,7 @@ def release_note(*, runs: list[str], scored: dict, tokenizer: str, beam_size: in
             "scored": f"captioning verify {shipped} data.root=DATA, or python eval.py --pretrained --split val "
                       f"--beam-size {beam_size} data.root=DATA",
             "cut_from": f"{what}, in fp32 (their numbers: {kept})",
+            "weights": STORED[precision],
             "command": f"{trained}, then python -m studies.flickr8k.ship {cut} --data DATA --cache CACHE",
             "licence": LICENCE}
 
@@ -105,6 +112,9 @@ def main() -> int:
     parser.add_argument("--data", required=True, help="Flickr8k (data.root): its val split scores the shipped file")
     parser.add_argument("--cache", help="data.cache_root, where the val split's feature cache is kept")
     parser.add_argument("--picture", default="motorcycle", choices=SAMPLE_PHOTOS, help="the README's photo")
+    parser.add_argument("--precision", choices=PRECISIONS, help="how the weights are stored (default: fp16, or as "
+                        "the shipped file stores them with --from-shipped); int8 for an ensemble that would not "
+                        "fit 20 MB in fp16")
     args = parser.parse_args()
     target = PRETRAINED_DIR / PRETRAINED["flickr8k"]
     runs = args.run or ["recipe"]
@@ -112,11 +122,14 @@ def main() -> int:
         parser.error("give one --run per --checkpoint, in the same order")
     if args.from_shipped:
         payload = load_checkpoint(target)
-        slim = for_captioning(kept_history(payload, run=runs[0]), members=payload.get("members", []))
+        precision = args.precision or ("int8" if any(name.endswith(SCALE) for name in payload["decoder"]) else "fp16")
+        slim = for_captioning(kept_history(payload, run=runs[0]), members=payload.get("members", []),
+                              precision=precision)
     else:
+        precision = args.precision or "fp16"
         load_ensemble(args.checkpoint)  # one line naming the one that does not decode with the others
         first, *others = [load_checkpoint(path) for path in args.checkpoint]
-        slim = for_captioning(first, members=others)
+        slim = for_captioning(first, members=others, precision=precision)
     slim["config"]["decode"] = dataclasses.asdict(load_config(RECIPE).decode)
     target.parent.mkdir(parents=True, exist_ok=True)
     save_checkpoint(target, slim)
@@ -126,7 +139,8 @@ def main() -> int:
     decode = slim["config"]["decode"]
     slim["release"] = release_note(runs=runs, scored=evaluation.metrics, tokenizer=evaluation.tokenizer,
                                    beam_size=evaluation.beam_size, decode={key: decode[key] for key in (
-                                       "length_penalty", "no_repeat_ngram", "allow_unk", "max_length")})
+                                       "length_penalty", "no_repeat_ngram", "allow_unk", "max_length")},
+                                   precision=precision)
     save_checkpoint(target, slim)
     print(f"{target}: {target.stat().st_size / 2**20:.1f} MiB; on val: " + ", ".join(
         f"{k} {v}" for k, v in slim["release"]["val"].items()))

@@ -13,7 +13,7 @@ from captioning.data.vocab import Vocabulary
 from captioning.model.attention import SoftAttention
 from captioning.model.decoder import AttentionDecoder
 from captioning.model.decoding import beam_search, greedy
-from captioning.model.ensemble import Ensemble
+from captioning.model.ensemble import Ensemble, JoinedEncoder
 from captioning.model.scores import AdditiveScore
 from tests.model.test_fused import D, V, make_batch, make_decoder
 
@@ -125,3 +125,25 @@ def test_views_are_one_per_member_none_left_out_and_of_one_width_each():
     assert Ensemble([members(1)[0], wide], views=[0, 1]).dim == 2 * D + 4
     with pytest.raises(ValueError, match=f"read {2 * D} channels"):
         greedy(Ensemble(members(1, 2), views=[0, 1]).eval(), make_batch(dtype=torch.float32)[0], max_length=3)
+
+
+def test_a_joined_encoder_runs_the_stages_its_encoders_share_once_and_gives_each_its_own_annotations(encoder):
+    """A fine-tuned copy (its last stage moved) beside the pretrained encoder: the stages before run
+    once, and the joined annotations are each encoder's own, side by side."""
+    tuned = copy.deepcopy(encoder)
+    names = [name for name, _ in encoder.body.named_children()]
+    with torch.no_grad():
+        for value in getattr(tuned.body, names[-1]).parameters():
+            value.mul_(1.1)
+    padded = copy.deepcopy(encoder)
+    for module in padded.modules():  # the same weights, another border: not the same stage
+        if isinstance(module, torch.nn.Conv2d):
+            module.padding_mode = "reflect"
+    pixels = torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        joined, grid = JoinedEncoder([encoder, tuned]).eval()(pixels)
+        alone = [e.eval()(pixels) for e in (encoder, tuned)]
+    assert JoinedEncoder([encoder, tuned]).shared == len(names) - 1
+    assert JoinedEncoder([encoder, padded]).shared == 0
+    assert grid == alone[0][1] and joined.shape[2] == 2 * encoder.dim
+    torch.testing.assert_close(joined, torch.cat([alone[0][0], alone[1][0]], dim=2))
