@@ -115,6 +115,14 @@ class View:
     weights: dict[str, Any] | None
     path: str
 
+    def same_annotations(self, other: View) -> bool:
+        """Whether both give the same annotations: frozen, one encoder at one layer, the same weights
+        file and border (a cache's batch size or a run's rate change nothing)."""
+        def made_of(view: View) -> tuple:
+            e = view.encoder
+            return e.name, e.layer, e.weights_path, e.padding
+        return self.weights is None and other.weights is None and made_of(self) == made_of(other)
+
     def build(self, device: torch.device) -> Encoder:
         """The encoder, in eval mode on `device`: its own fine-tuned weights, or the pretrained ones its
         config names. A file cut for shipping holds only the stages that were fine-tuned: the frozen
@@ -132,8 +140,7 @@ def shared_views(sources: Sequence[View]) -> tuple[list[View], list[int]]:
     views: list[View] = []
     index = []
     for source in sources:
-        same = [i for i, view in enumerate(views)
-                if source.weights is None and view.weights is None and view.encoder == source.encoder]
+        same = [i for i, view in enumerate(views) if view.same_annotations(source)]
         if not same:
             views.append(source)
         index.append(same[0] if same else len(views) - 1)
@@ -423,8 +430,17 @@ def _member_lines(payload: dict[str, Any]) -> list[str]:
         lines.append(f"  member {index}    {train.get('objective', '?')}, seed {train.get('seed', '?')}, step "
                      f"{progress.get('step', '?')}, epoch "
                      f"{progress.get('epoch', '?')}, best {train.get('val_metric', '?')} "
-                     f"{progress.get('best_metric', float('nan')):.4f}{hours}, decoder {weights.get('decoder', '?')}")
+                     f"{progress.get('best_metric', float('nan')):.4f}{hours}, decoder {weights.get('decoder', '?')}"
+                     + _tuned_encoder(member, weights))
     return lines
+
+
+def _tuned_encoder(member: dict[str, Any], weights: dict[str, Any]) -> str:
+    """A member's fine-tuned encoder, as inspect names it: the stage it was fine-tuned from, its digest."""
+    if not isinstance(member.get("encoder"), dict):
+        return ""
+    first = member.get("config", {}).get("encoder", {}).get("fine_tune_from")
+    return f", encoder fine-tuned from {first} (its weights {weights.get('encoder', '?')})"
 
 
 def release_lines(release: dict[str, Any]) -> list[str]:

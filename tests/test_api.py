@@ -134,6 +134,21 @@ def test_a_fine_tuned_member_of_an_ensemble_reads_its_own_annotations(tiny_run, 
     torch.testing.assert_close(captions.scores, (chosen * said).sum(1), rtol=1e-4, atol=1e-4)
 
 
+def test_frozen_members_whose_encoders_differ_only_in_how_a_cache_is_computed_share_one_view(tiny_run,
+                                                                                              tmp_path: Path) -> None:
+    """One frozen encoder's annotations, whatever batch size computed its cache: one view, so the
+    ensemble reads the feature cache (a view each would encode the photos on the fly, twice)."""
+    from captioning.checkpoint import load_ensemble
+
+    payload = torch.load(tiny_run.checkpoint, map_location="cpu", weights_only=True)
+    payload["config"]["encoder"]["batch_size"] += 1
+    torch.save(payload, tmp_path / "other_batch.pt")
+    assert len(load_ensemble([tiny_run.checkpoint, tmp_path / "other_batch.pt"]).views) == 1
+    payload["config"]["encoder"]["padding"] = "reflect"  # another border: other annotations
+    torch.save(payload, tmp_path / "other_border.pt")
+    assert len(load_ensemble([tiny_run.checkpoint, tmp_path / "other_border.pt"]).views) == 2
+
+
 @pytest.mark.parametrize("damage", ["config", "weights"])
 def test_load_trained_names_the_file_whose_config_or_weights_are_wrong(tiny_run, tmp_path: Path,
                                                                      damage: str) -> None:
