@@ -169,10 +169,11 @@ class Captioner:
     @classmethod
     def from_pretrained(cls, name: str = "flickr8k", *, device: str | torch.device | None = None,
                         overrides: Sequence[str] = ()) -> Captioner:
-        """A model that ships inside the package: "flickr8k", two soft-attention decoders trained on
+        """A model that ships inside the package: "flickr8k", three soft-attention decoders trained on
         Flickr8k's 6 000 training photos that caption together (one file; research use; their records
         and numbers: docs/results.md). Its encoder, EfficientNet-Lite2, comes with its own package's
-        ImageNet weights."""
+        ImageNet weights; the third decoder reads a copy whose last two blocks were fine-tuned with it,
+        which the file holds."""
         return cls.from_checkpoint(pretrained_path(name), device=device, overrides=overrides)
 
     # One image or a list ---------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from captioning.checkpoint import load_checkpoint
 from captioning.cli import main
 from captioning.data.photos import SAMPLE_PHOTOS, sample_photo
 from captioning.model.encoder import IMAGENET_MEAN, IMAGENET_STD, weights_identity
-from captioning.model.ensemble import Ensemble
+from captioning.model.ensemble import Ensemble, JoinedEncoder
 from captioning.shipped import PRETRAINED, pretrained_path
 from captioning.train.provenance import weights_digest
 from tests.tiny import REPO
@@ -56,19 +56,31 @@ def test_its_weights_are_the_recorded_ones() -> None:
     assert weights_digest(payload["decoder"]) == payload["record"]["weights"]["decoder"]
     assert [weights_digest(m["decoder"]) for m in payload.get("members", [])] == payload["record"]["weights"].get(
         "members", [])
+    assert [weights_digest(m["encoder"]) if "encoder" in m else None for m in payload.get("members", [])] == \
+        payload["record"]["weights"].get("member_encoders", [None] * len(payload.get("members", [])))
     assert payload["record"]["preprocessing"]["weights"] == weights_identity("efficientnet_lite2", None)
 
 
-def test_it_is_two_runs_decoded_together_from_one_file(captioner) -> None:
-    """Two runs, cut into one file (shipped.for_captioning's members): captioning reads it as one
-    ensemble, each decoder keeps its own run's record, and the card names both runs' kept results."""
+def test_it_is_three_runs_decoded_together_from_one_file_one_over_its_own_fine_tuned_encoder(captioner) -> None:
+    """Three runs, cut into one file (shipped.for_captioning's members): captioning reads it as one
+    ensemble, each decoder keeps its own run's record, and the card names every run's kept results.
+    The third fine-tuned Lite2 from block5: the file holds those stages of its own, stored in int8,
+    and its decoder reads that encoder's annotations while the stages before block5 run once."""
     payload = load_checkpoint(pretrained_path())
-    assert isinstance(captioner.model.decoder, Ensemble) and len(captioner.model.decoder.members) == 2
+    decoder, encoder = captioner.model.decoder, captioner.model.encoder
+    assert isinstance(decoder, Ensemble) and len(decoder.members) == 3 and decoder.views == [0, 0, 1]
     assert [m["record"]["weights"]["decoder"] for m in payload["members"]] == payload["record"]["weights"]["members"]
     assert payload["record"]["weights"]["decoder"] not in payload["record"]["weights"]["members"]
+    tuned = payload["members"][1]
+    assert tuned["config"]["encoder"]["fine_tune_from"] == "block5"
+    assert {name.split(".")[1] for name in tuned["encoder"]} == {"block5", "block6"}
+    assert tuned["encoder"]["body.block6.0.conv_pwl.weight"].dtype == torch.int8
+    assert isinstance(encoder, JoinedEncoder) and [name for name, _ in encoder.encoders[0].body.named_children()][
+        encoder.shared] == "block5"
     kept = [part.split(".json")[0] for part in CARD["release"]["cut_from"].split("results/")[1:]]
-    assert len(kept) == 2 and all((REPO / "studies/flickr8k/results" / f"{run}.json").is_file() for run in kept)
+    assert len(kept) == 3 and all((REPO / "studies/flickr8k/results" / f"{run}.json").is_file() for run in kept)
     assert all(f"--checkpoint runs/flickr8k/{run}/best.pt --run {run}" in CARD["release"]["command"] for run in kept)
+    assert "--precision int8 " in CARD["release"]["command"] and "int8" in CARD["release"]["weights"]
 
 
 def test_it_describes_real_photos_as_its_card_says(said) -> None:
@@ -160,7 +172,8 @@ def test_it_says_what_it_is_to_inspect_and_verify(capsys) -> None:
     assert main(["inspect", str(path)]) == 0
     shown = capsys.readouterr().out
     assert "  released    flickr8k: a released model" in shown
-    assert "\n  ensemble    2 decoders caption together" in shown and "\n  member 2    " in shown
+    assert "\n  ensemble    3 decoders caption together" in shown and "\n  member 3    " in shown
+    assert "encoder fine-tuned from block5" in shown
     assert f"  release val          Bleu_1 {release['val']['Bleu_1']:.4f}, " in shown
     assert main(["verify", str(path), "data.root=/nowhere"]) == 2
     err = capsys.readouterr().err.strip().splitlines()

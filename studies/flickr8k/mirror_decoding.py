@@ -6,7 +6,10 @@ The photo flipped left-right is encoded once more (a cache of its own beside the
 val_mirrored) and every decoder of the model reads it as a second member of one ensemble
 (captioning.model.ensemble): each word from the mean of the members' probabilities, where a member
 that reads the mirror image says "right" for "left" and "left" for "right" (data/mirror.py), and
-its map is flipped back. The model is the shipped file unless --checkpoint names another. Three
+its map is flipped back. The model is the pair the package shipped before its fine-tuned member
+joined it (seed 0, and seed 1 after SCST: its file from the repository's history, written once
+under CACHE) unless --checkpoint names another; the photos and their mirror images are each read
+from one cache, so its decoders must read one frozen encoder's annotations. Three
 rows: the photos alone (as the model ships), the mirror images alone, both together. Written to
 RESULTS/mirror_decoding.json and as a table into the study's README.
 """
@@ -33,7 +36,7 @@ from captioning.eval.evaluate import evaluate_split
 from captioning.model.attention import AttentionOutput, Draws, Memory
 from captioning.model.decoder import DecoderState
 from captioning.model.ensemble import Ensemble
-from captioning.shipped import pretrained_path
+from studies.flickr8k.run import PAIR_SHIPPED_COMMIT, shipped_at
 from studies.tables import REPO, write_between
 
 ROWS = {"photos": "the photos (as the model decodes)", "mirrored": "their mirror images alone",
@@ -78,15 +81,18 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", required=True, help="data.root: Flickr8k")
     parser.add_argument("--cache", required=True, help="data.cache_root: the feature caches")
-    parser.add_argument("--checkpoint", help="the model (default: the shipped file)")
+    parser.add_argument("--checkpoint", help="the model (default: the pair shipped before)")
     parser.add_argument("--threads", type=int, help="torch threads (default: torch's)")
     parser.add_argument("--results", default=str(REPO / "studies/flickr8k/results"))
     parser.add_argument("--doc", default=str(REPO / "studies/flickr8k/README.md"))
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    trained = load_trained(args.checkpoint or pretrained_path("flickr8k"),
-                           overrides=[f"data.root={args.data}", f"data.cache_root={args.cache}"])
+    model = args.checkpoint or shipped_at(PAIR_SHIPPED_COMMIT, Path(args.cache) / "shipped_pair.pt")
+    trained = load_trained(model, overrides=[f"data.root={args.data}", f"data.cache_root={args.cache}"])
+    if trained.fine_tuned or len(trained.views) > 1:
+        parser.error(f"{model}: its decoders read more than one frozen encoder's annotations; the photos and "
+                     "their mirror images are read from one cache each")
     config, vocab = trained.config, trained.vocab
     val, photos = trained.split("val")
     mirrored = load_or_compute(features_dir(config), "val_mirrored", val.records,
@@ -110,7 +116,7 @@ def main() -> int:
         kept[name] = {"label": ROWS[name], "decoders": len(members), "decode_seconds": time.perf_counter() - start,
                       **metrics}
         print(name, {k: round(v, 4) for k, v in metrics.items() if k in ("Bleu_4", "METEOR", "CIDEr")}, flush=True)
-    checkpoint = args.checkpoint or "the shipped file"
+    checkpoint = args.checkpoint or "the pair shipped before"
     Path(args.results, "mirror_decoding.json").write_text(json.dumps({"checkpoint": checkpoint, **kept}, indent=2))
     lines = ["| decoding | decoders | BLEU-1 | BLEU-4 | METEOR | ROUGE-L | CIDEr | distinct captions "
              "| words a caption |", "|---|---|---|---|---|---|---|---|---|"]

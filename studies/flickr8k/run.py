@@ -41,6 +41,7 @@ from studies.tables import REPO, study_parser, write_between
 
 CONFIGS = REPO / "configs"
 FIRST_SHIPPED_COMMIT = "5807b26"  # the last commit whose package shipped the first model
+PAIR_SHIPPED_COMMIT = "46a9a97"  # the last commit whose package shipped the pair (seed 0, seed 1 after SCST)
 
 
 def overrides_of(run: Run, *, data: Path, cache: Path, out: Path, name: str) -> list[str]:
@@ -53,11 +54,16 @@ def overrides_of(run: Run, *, data: Path, cache: Path, out: Path, name: str) -> 
 def first_shipped(out: Path) -> Path:
     """The model the package shipped first (runs.FIRST_SHIPPED), as it shipped: its file from the
     repository's history, written once under --out."""
-    path = out / f"{FIRST_SHIPPED}.pt"
+    return shipped_at(FIRST_SHIPPED_COMMIT, out / f"{FIRST_SHIPPED}.pt")
+
+
+def shipped_at(commit: str, path: Path) -> Path:
+    """The package's shipped file as it was at `commit`, from the repository's history, written once
+    to `path` (a model the package no longer ships, whose kept numbers are that file's)."""
     if not path.exists():
-        shown = subprocess.run(["git", "show", f"{FIRST_SHIPPED_COMMIT}:captioning/pretrained/flickr8k_soft.pt"],
+        shown = subprocess.run(["git", "show", f"{commit}:captioning/pretrained/flickr8k_soft.pt"],
                                cwd=REPO, capture_output=True, check=True)
-        out.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(shown.stdout)
     return path
 

@@ -178,12 +178,17 @@ def _runs() -> dict[str, Run]:
             ("ngram3", "no 3-gram twice (where the recipe blocks 2-grams)", None, ("decode.no_repeat_ngram=3",))):
         runs[f"ensemble_seed0_scst1_{name}"] = Run("stronger", f"the same pair, {label}", beam_size=beam,
                                                    decode=decode, members=pair)
-    # the wider decoder's two seeds decoded together, and beside the shipped pair (over what may ship in
+    # the wider decoder's two seeds decoded together, and beside the pair shipped then (over what may ship in
     # fp16: how far wider members go)
     runs["ensemble_wide01"] = Run("stronger", "wider decoders, seeds 0 and 1, decoded together",
                                   members=("wide_side", "wide_side_seed1"))
-    runs["ensemble_pair_wide01"] = Run("stronger", "the shipped pair and both wider decoders, decoded together",
+    runs["ensemble_pair_wide01"] = Run("stronger", "the pair then shipped and both wider decoders, decoded together",
                                        members=(*pair, "wide_side", "wide_side_seed1"))
+    # a decoder over Lite2 fine-tuned from block5 beside that pair: it reads its own encoder's
+    # annotations (the joined encoder runs the stages before block5 once for all three)
+    for seed in ("", "_seed1"):
+        label = f"that pair and a decoder over Lite2 fine-tuned from block5 (seed {1 if seed else 0}), together"
+        runs[f"ensemble_pair_block5{seed}"] = Run("stronger", label, members=(*pair, f"finetune_block5{seed}"))
     # hard attention's best cross-entropy model on val, its settings (dropout 0.3, the 50% substitution
     # from the first step: its warm-up is behind it)
     runs["scst_hard_loo_lr5e-5"] = Run("scst_budget", "hard attention: leave-one-out baseline, lr 5e-5",
