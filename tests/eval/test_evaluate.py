@@ -243,6 +243,41 @@ def test_a_fine_tuned_checkpoint_is_scored_on_its_own_encoders_annotations_witho
     shutil.rmtree(root)
 
 
+def test_an_ensemble_with_a_fine_tuned_member_is_scored_on_the_images_as_it_captions_them(tiny_run,
+                                                                                          tmp_path: Path) -> None:
+    """A fine-tuned checkpoint beside a frozen one: each decoder reads its own encoder's annotations,
+    so the split's images are encoded live (no feature cache read or made), and the captions scored
+    are those the Python API gives for the same image files."""
+    import torch
+
+    from captioning.api import Captioner
+    from captioning.checkpoint import load_trained
+    from captioning.eval.evaluate import evaluate_checkpoint
+
+    root = tmp_path / "shapes"  # the tiny data without its feature cache
+    root.mkdir()
+    for item in tiny_run.data_root.iterdir():
+        if item.name != "features":
+            (root / item.name).symlink_to(item)
+    generator = torch.Generator().manual_seed(3)
+    payload = torch.load(tiny_run.checkpoint, map_location="cpu", weights_only=True)
+    payload["encoder"] = {name: value * (1 + 0.2 * torch.randn(value.shape, generator=generator))
+                          if value.is_floating_point() else value
+                          for name, value in load_trained(tiny_run.checkpoint).encoder().state_dict().items()}
+    tuned = tmp_path / "tuned.pt"
+    torch.save(payload, tuned)
+    checkpoints = [tiny_run.checkpoint, tuned]  # the frozen one first: its config names the data
+    evaluation = evaluate_checkpoint(checkpoints, split="val", overrides=[f"data.root={root}"], beam_size=2)
+    assert not (root / "features").exists()
+    files = {r.image_id: r.path for r in read_split(root / "dataset_shapes.json", "val")}
+    captioner = Captioner.from_checkpoint(checkpoints, device="cpu", overrides=["decode.beam_size=2"])
+    said = captioner.caption([files[r["image_id"]] for r in evaluation.results])
+    assert [r["caption"] for r in evaluation.results] == [result.caption for result in said]
+    alone = evaluate_checkpoint(tiny_run.checkpoint, split="val", overrides=[f"data.root={tiny_run.data_root}"],
+                                beam_size=2)
+    assert [r["caption"] for r in alone.results] != [r["caption"] for r in evaluation.results]  # the tuned one heard
+
+
 def test_evaluate_checkpoint_hands_the_splits_scoring_its_settings(tiny_run, monkeypatch) -> None:
     import captioning.eval.evaluate as evaluate
 
