@@ -4,7 +4,7 @@ An ensemble's next-word distribution is the mean of its members' probabilities:
 
     p(y_t | y_<t, a) = 1/M sum_m p_m(y_t | y_<t, a)
 
-each member running its own recurrence (h, c, attention) over the same annotations a, fed the words
+each member running its own recurrence (h, c, attention) over its annotations a, fed the words
 the search chose. The search sees one decoder whose step returns log p, so greedy, beam search, the
 length penalty and the n-gram block work unchanged (captioning.model.decoding.stepper joins the
 members' steps). A word's map is the mean of the members' maps. The members index the same
@@ -13,8 +13,8 @@ vocabulary and attend over one grid; the caller checks both (captioning.checkpoi
 Members whose encoders differ (one fine-tuned, encoder.fine_tune_from, beside a frozen one) read
 annotations of their own. The search still sees one tensor: each encoder's annotations side by
 side along the channels, a *view* each ([B, L, D_1 + D_2 + ...]), and `views` says which view each
-member reads; members that share an encoder share its view (captioning.checkpoint.JoinedEncoder
-computes them).
+member reads; members that share an encoder share its view (JoinedEncoder, below, computes the
+views; captioning.checkpoint.shared_views says which members share one).
 
 Notation: M members, N rows (images x beams), V words, L cells, D_v the channels of view v.
 """

@@ -189,6 +189,12 @@ def _runs() -> dict[str, Run]:
     for seed in ("", "_seed1"):
         label = f"that pair and a decoder over Lite2 fine-tuned from block5 (seed {1 if seed else 0}), together"
         runs[f"ensemble_pair_block5{seed}"] = Run("stronger", label, members=(*pair, f"finetune_block5{seed}"))
+    # the shipped trio decoded otherwise (the recipe's decoding was chosen on val with one model)
+    trio = runs["ensemble_pair_block5"].members
+    for name, label, beam, decode in (("beam5", "beam 5", 5, ()),
+                                      ("lp0.5", "length penalty 0.5", None, ("decode.length_penalty=0.5",))):
+        runs[f"ensemble_pair_block5_{name}"] = Run("stronger", f"the same three, {label}", beam_size=beam,
+                                                   decode=decode, members=trio)
     # hard attention's best cross-entropy model on val, its settings (dropout 0.3, the 50% substitution
     # from the first step: its warm-up is behind it)
     runs["scst_hard_loo_lr5e-5"] = Run("scst_budget", "hard attention: leave-one-out baseline, lr 5e-5",

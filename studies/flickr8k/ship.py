@@ -1,12 +1,14 @@
 """The model that ships inside the package: the Flickr8k recipe's best.pt, cut to what captioning reads.
 
     python -m studies.flickr8k.ship --checkpoint runs/flickr8k/soft_side/best.pt --run soft_side \
-        --checkpoint runs/flickr8k/soft_side_seed1/best.pt --run soft_side_seed1 \
+        --checkpoint runs/flickr8k/scst_d3_greedy_lr5e-5/best.pt --run scst_d3_greedy_lr5e-5 \
+        --checkpoint runs/flickr8k/finetune_block5/best.pt --run finetune_block5 --precision int8 \
         --data ../shared/flickr8k --cache /tmp/flickr8k
 
 writes captioning/pretrained/flickr8k_soft.pt (config, with no path of the machine that trained it;
-vocabulary; the decoder's weights in fp16, and with several --checkpoint each one's, decoded together
-as one ensemble in the one file; each run's record and validation history; and a release
+vocabulary; the decoder's weights in fp16, or int8 with --precision int8, and with several
+--checkpoint each one's, decoded together as one ensemble in the one file, a fine-tuned run's
+encoder stages with it; each run's record and validation history; and a release
 note: the data, the shipped file's own numbers on the val split of --data, scored as `eval.py --split
 val` scores them, the command that scores them again, the command that made it, the licence), then
 captions scikit-image's public-domain sample photos with it and writes what it said and where it
