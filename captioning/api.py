@@ -160,7 +160,7 @@ class Captioner:
         (INFERENCE_KEYS: where the encoder's weights are, how to decode); anything that would change
         the model is refused with ConfigError. A list of checkpoints decodes as one ensemble (the
         mean of their word probabilities; captioning.checkpoint.load_ensemble), with the first's
-        decoding and encoder."""
+        decoding, each decoder over its own encoder's annotations (a fine-tuned one's its own)."""
         paths = [path] if isinstance(path, (str, Path)) else list(path)
         trained = load_ensemble(paths, overrides=overrides, may_change=INFERENCE_KEYS)
         return cls(trained.model(), trained.vocab, trained.config,
