@@ -405,8 +405,10 @@ def describe(payload: dict[str, Any], path: str | Path) -> list[str]:
         if not isinstance(state, dict):
             continue
         tensors = {k: v for k, v in state.items() if isinstance(v, torch.Tensor)}
-        count = sum(v.numel() for v in tensors.values())
-        lines.append(f"  {part}: {len(tensors)} tensors, {count:,} numbers")
+        scales = [k for k in tensors if k.endswith(SCALE)]  # int8 storage's: not weights of the model
+        count = sum(v.numel() for k, v in tensors.items() if not k.endswith(SCALE))
+        stored = f" (int8 codes for {len(scales)} of them, with their scales)" if scales else ""
+        lines.append(f"  {part}: {len(tensors) - len(scales)} tensors, {count:,} numbers{stored}")
         lines += [f"    {name:<44} {str(tuple(value.shape)):<18} {str(value.dtype).removeprefix('torch.')}"
                   for name, value in tensors.items()]
     resumable = [k for k in ("optimizer", "scheduler", "rng") if k in payload]

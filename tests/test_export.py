@@ -94,6 +94,9 @@ def test_int8_storage_moves_each_weight_by_at_most_half_its_groups_step_and_halv
             step = bound.expand(-1, -1, width).reshape(original.shape) if original.dim() > 1 else \
                 original.float().abs() * 1e-3 + 1e-6  # vectors: fp16's rounding
             assert ((state[name].float() - original.float()).abs() <= step).all(), f"{part} {name}"
+    weights = sum(value.numel() for value in payload["decoder"].values())  # inspect counts weights, not scales
+    assert any(line.startswith(f"  decoder: {len(payload['decoder'])} tensors, {weights:,} numbers (int8 codes for ")
+               for line in describe(stored, tmp_path / "int8.pt"))
     with pytest.raises(ValueError, match="precision 'int4': one of fp16, int8"):
         for_captioning(payload, precision="int4")
     files = sorted((tiny_run.data_root / "images" / "val").iterdir())[:2]
