@@ -14,6 +14,11 @@ leave_one_out, as REINFORCE's baseline of that name). With hard attention the ce
 the way are part of the policy: their log alpha_t[s_t] joins the words' log-probabilities with the
 same sequence reward.
 
+A decoder trained with a fine-tuned encoder (encoder.fine_tune_from with encoder.cache_frozen) goes
+on over its own encoder's annotations: the stages that were fine-tuned run on the cache of the
+frozen ones, in eval mode and without gradients, so the encoder stays as the warm start left it and
+only the decoder learns from the reward.
+
 Notation: B images, K samples per image, N = B*K rows, T steps, L cells, D channels.
 """
 
@@ -31,6 +36,7 @@ from captioning.config import Config
 from captioning.config.registry import OBJECTIVES
 from captioning.data.memory_maps import by_reference
 from captioning.data.run_data import RunData
+from captioning.data.splits import uses_feature_cache
 from captioning.data.vocab import Vocabulary
 from captioning.model.attention import Draws, choosing, hard_attention, sample
 from captioning.model.decoder import AttentionDecoder
@@ -197,6 +203,7 @@ class SelfCriticalObjective:
     def __init__(self, config: Config, *, data: RunData, model: RunModel, module: torch.nn.Module, hardware: Hardware):
         """As CrossEntropy's; its loss reads the decoder itself (`module` is the one DDP would wrap)."""
         self.config, self.decoder, self.hardware = config, model.decoder, hardware
+        self.encoder = model.encoder  # a fine-tuned encoder reading its frozen stages' cache; None: annotations
         self.critic = SelfCritical(config.train.scst, references=data.captions, vocab=data.vocab,
                                    max_length=config.decode.max_length)
         self.items, self.collate = TrainingImages(data.train.annotations), collate_image_rows
@@ -217,9 +224,9 @@ class SelfCriticalObjective:
         if t.scst.baseline == "leave_one_out" and t.scst.samples < 2:
             problems.append(f"train.scst.baseline=leave_one_out needs train.scst.samples >= 2 (the image's other "
                             f"samples), got {t.scst.samples}")
-        if config.encoder.fine_tune_from is not None or not config.data.feature_cache:
-            problems.append("train.objective=scst trains the decoder on cached annotations: not with "
-                            "encoder.fine_tune_from or data.feature_cache=false")
+        if not uses_feature_cache(config):
+            problems.append("train.objective=scst trains the decoder on a feature cache: not with "
+                            "data.feature_cache=false, nor with encoder.fine_tune_from without encoder.cache_frozen")
         if config.data.mirror or t.word_weights:
             problems.append("train.objective=scst has no reference pairs to mirror or words to weight: "
                             "set data.mirror=false and train.word_weights={}")
@@ -230,6 +237,10 @@ class SelfCriticalObjective:
         return image_batches(self.images, batch_size=t.batch_size, seed=t.seed, epoch=epoch)
 
     def loss(self, batch: ImageRows, *, step: int, size: int, counted: bool = True) -> Loss:
+        if self.encoder is not None:  # its own annotations [B, L, D] from its frozen stages' output; not trained
+            self.encoder.eval()
+            with torch.no_grad():
+                batch = ImageRows(batch.images, self.encoder(batch.annotations)[0])
         return self.critic.loss_at(self.decoder, batch, step=step, precision=self.hardware.precision,
                                    hard_choice=self.hard_choice, hard_warmup=self.config.model.hard.warmup)
 

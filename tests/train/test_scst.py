@@ -224,7 +224,8 @@ def test_image_batches_cover_every_image_once_per_epoch_in_a_seeded_order() -> N
 
 @pytest.mark.parametrize(("overrides", "said"), [
     (["train.scst.baseline=leave_one_out", "train.scst.samples=1"], "needs train.scst.samples >= 2"),
-    (["encoder.fine_tune_from=block6"], "cached annotations"),
+    (["encoder.fine_tune_from=block6"], "nor with encoder.fine_tune_from without encoder.cache_frozen"),
+    (["data.feature_cache=false"], "not with data.feature_cache=false"),
     (["data.mirror=true"], "data.mirror=false"),
 ])
 def test_configs_scst_cannot_run_are_refused_at_load(overrides: list[str], said: str) -> None:
@@ -245,6 +246,28 @@ def test_a_self_critical_run_from_a_cross_entropy_checkpoint(tiny_run, tiny_conf
     assert all(0.0 <= e["ended"] <= 1.0 and math.isfinite(e["loss"]) and e["reward"] >= 0 for e in steps)
     payload = torch.load(tmp_path / "last.pt", map_location="cpu", weights_only=True)
     assert payload["config"]["train"]["objective"] == "scst"
+
+
+def test_a_self_critical_run_from_a_fine_tuned_checkpoint_trains_its_decoder_over_its_own_encoder(
+        tiny_config, tmp_path: Path) -> None:
+    """From a run that fine-tuned block4 on block3's cache: self-critical steps read that cache, run
+    the fine-tuned block4 on it (the decoder reads 112 channels, the cache holds 80), and leave the
+    encoder as the warm start left it while the decoder moves."""
+    from captioning.config import load_config
+
+    tuned = ("encoder.fine_tune_from=block4", "encoder.cache_frozen=true")
+    load_config(None, ["train.objective=scst", *tuned])  # accepted: the frozen stages are cached
+    fit(tiny_config(tmp_path / "xe", *tuned, "train.max_steps=3", "train.val_images=4"))
+    start = torch.load(tmp_path / "xe" / "last.pt", map_location="cpu", weights_only=True)
+    config = tiny_config(tmp_path / "scst", *tuned, f"train.init_from={tmp_path / 'xe' / 'last.pt'}",
+                         "train.objective=scst", "train.max_steps=3", "train.log_every_steps=1",
+                         "train.scst.samples=2", "train.val_images=4", "train.lr=0.01")
+    assert fit(config)["steps"] == 3
+    logged = [json.loads(line) for line in (tmp_path / "scst" / "log.jsonl").read_text().splitlines()]
+    assert [e["step"] for e in logged if "reward" in e] == [1, 2, 3]
+    end = torch.load(tmp_path / "scst" / "last.pt", map_location="cpu", weights_only=True)
+    assert all(torch.equal(end["encoder"][key], value) for key, value in start["encoder"].items())
+    assert not all(torch.equal(end["decoder"][key], value) for key, value in start["decoder"].items())
 
 
 @pytest.mark.parametrize(("name", "start"), [("shapes_scst", "shapes_soft"), ("coco_vgg19_scst", "coco_vgg19_soft")])
