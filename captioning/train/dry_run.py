@@ -43,8 +43,12 @@ def miniature(config: Config, out_dir: Path) -> Config:
     """The config cut to a few images, steps and captions, writing under `out_dir`; the rest as it is."""
     trial = copy.deepcopy(config)
     trial.data.max_images = TRAIN_IMAGES
-    if trial.train.objective == "scst" and Path(trial.data.root).is_dir():
-        trial.data.root = str(_linked(Path(trial.data.root), out_dir / "data"))  # its cache is written here
+    if trial.train.objective == "scst" or trial.encoder.cache_frozen:  # these read a feature cache only
+        # The cache of its few images goes under out_dir, never where the real run's caches are (a
+        # cache of 8 images would take the place of the split's): a cache root of its own that links
+        # to what the real one holds but its feature caches (the tokenized captions, read as they are).
+        source = Path(trial.data.cache_root or trial.data.root)
+        trial.data.cache_root = str(_linked(source, out_dir / "cache") if source.is_dir() else out_dir / "cache")
     else:
         trial.data.feature_cache = False  # the encoder runs on the images: nothing cached for a dry run
     t = trial.train

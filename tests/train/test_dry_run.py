@@ -76,6 +76,40 @@ def test_dry_run_of_the_self_critical_config_caches_its_few_images_in_its_tempor
     assert sorted(p.name for p in partial_coco.iterdir()) == ["dataset_coco.json", "train2014", "val2014"]
 
 
+@pytest.mark.parametrize("stage", ["scst", "cache_frozen"])
+def test_a_dry_run_that_caches_leaves_the_real_cache_root_as_it_was(stage: str, partial_coco: Path,
+                                                                   resnet18_file: Path, tmp_path: Path,
+                                                                   capsys) -> None:
+    """Self-critical training and a fine-tuned encoder over its frozen stages' cache read a feature
+    cache only, so their dry runs cache their few images, in their temporary folder: never in
+    data.cache_root, where a cache of 8 images would take the place of the split's real one."""
+    from captioning.data.splits import features_dir
+
+    common = [f"data.root={partial_coco}", "encoder.name=resnet18", f"encoder.weights_path={resnet18_file}",
+              "data.image_size=64", "train.amp=false", "train.num_workers=0"]
+    first = tmp_path / "first"  # the cross-entropy stage both start from
+    assert train_main(["--config", str(REPO / "configs" / "coco_vgg19_soft.yaml"), *common, f"train.out_dir={first}",
+                       "train.max_steps=1", "data.max_images=4", "data.feature_cache=false", "train.val_images=2",
+                       "train.batch_size=4"]) == 0
+    capsys.readouterr()
+    config, extra = {"scst": ("coco_vgg19_scst.yaml", []),
+                     "cache_frozen": ("coco_vgg19_finetune.yaml", ["encoder.fine_tune_from=layer3",
+                                                                   "encoder.cache_frozen=true"])}[stage]
+    cache = tmp_path / "cache"  # the real run's cache root, its train split's cache already there
+    settings = [*common, *extra, f"data.cache_root={cache}", f"train.init_from={first / 'best.pt'}"]
+    real = features_dir(load_config(REPO / "configs" / config, settings))
+    real.mkdir(parents=True)
+    (real / "train.npy").write_bytes(b"the split's real annotations")
+    (real / "train.json").write_text(json.dumps({"image_ids": list(range(1600))}))
+    before = {path: path.read_bytes() for path in cache.rglob("*") if path.is_file()}
+    code = train_main(["--config", str(REPO / "configs" / config), "--dry-run", *settings,
+                       f"train.out_dir={tmp_path / 'run'}"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "dry run passed" in captured.out
+    assert {path: path.read_bytes() for path in cache.rglob("*") if path.is_file()} == before
+
+
 def test_dry_run_of_the_embedded_default_without_its_data(tmp_path: Path, capsys, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)  # data/shapes does not exist here
     assert train_main(["--dry-run", "model.hidden_dim=32", "model.embed_dim=16", "model.attention_dim=16"]) == 0
