@@ -295,13 +295,14 @@ def _load_weights(module: torch.nn.Module, state: dict[str, Any], path: str | Pa
     these alone (the others keep their pretrained weights), or everything."""
     try:
         missing, unexpected = module.load_state_dict(state, strict=False)
-        stages = tuple(f"body.{stage}." for stage in only)
-        lacking = [key for key in missing if not stages or key.startswith(stages)]
-        if lacking or unexpected:
-            raise KeyError(f"{'missing ' + lacking[0] if lacking else 'unexpected ' + unexpected[0]}")
     except (KeyError, RuntimeError) as error:  # weights of another model under our format's name
-        first = str(error).strip().strip("'").splitlines()[0] if str(error).strip() else error.__class__.__name__
+        first = str(error).strip().splitlines()[0] if str(error).strip() else error.__class__.__name__
         raise CheckpointError(f"{path}: its weights do not fit the model its config describes ({first})") from error
+    stages = tuple(f"body.{stage}." for stage in only)
+    lacking = [key for key in missing if not stages or key.startswith(stages)]
+    if lacking or unexpected:
+        first = f"missing {lacking[0]}" if lacking else f"unexpected {unexpected[0]}"
+        raise CheckpointError(f"{path}: its weights do not fit the model its config describes ({first})")
 
 
 # Weights stored below fp16 (shipped.for_captioning(..., precision="int8")): each tensor of two or
