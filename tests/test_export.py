@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from captioning.api import Captioner
-from captioning.checkpoint import CheckpointError, describe, load_checkpoint, save_checkpoint
+from captioning.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from captioning.description import describe
 from captioning.shipped import for_captioning
 
 

@@ -15,11 +15,12 @@ from tests.tiny import REPO
 PACKAGE = REPO / "captioning"
 # Bottom to top; a part imports only its own folder and the parts of lower layers.
 LAYERS = (
-    ("config", "runtime", "progress"),  # what a run is; where and how a process computes; progress bars
+    ("config", "runtime", "progress", "storage"),  # what a run is; where and how a process computes; progress
+    # bars; how weights are stored in a file
     ("model",),  # the paper's model: encoder, scores, attention, decoder, decoding
     ("data",),  # images, captions, vocabulary, splits, the feature cache, batches
     ("checkpoint",),  # a trained model on disk, and the model built from it
-    ("shipped",),  # the models the package ships, and a checkpoint cut for shipping
+    ("shipped", "description"),  # the models the package ships, a checkpoint cut for shipping; what one holds
     ("eval",),  # captions scored, maps scored and drawn
     ("train",),  # a run: the objective's steps, validation, checkpoints, several processes
     ("api",),  # captioning from Python

@@ -236,7 +236,8 @@ def eval_main(argv: Sequence[str] | None = None) -> int:
 
 @guarded
 def _inspect(args: argparse.Namespace) -> int:
-    from captioning.checkpoint import describe, load_checkpoint
+    from captioning.checkpoint import load_checkpoint
+    from captioning.description import describe
 
     print("\n".join(describe(load_checkpoint(args.checkpoint), args.checkpoint)))
     return 0

@@ -32,11 +32,12 @@ import json
 import torch
 
 from captioning.api import Captioner
-from captioning.checkpoint import SCALE, load_checkpoint, load_ensemble, load_trained, save_checkpoint
+from captioning.checkpoint import load_checkpoint, load_ensemble, load_trained, save_checkpoint
 from captioning.config import load_config
 from captioning.data.photos import SAMPLE_PHOTOS, sample_photo
 from captioning.eval.evaluate import evaluate_trained
 from captioning.shipped import PRECISIONS, PRETRAINED, for_captioning
+from captioning.storage import SCALE
 from studies.flickr8k.runs import RUNS
 from studies.tables import REPO
 

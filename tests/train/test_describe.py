@@ -1,4 +1,4 @@
-"""`captioning inspect`'s lines (checkpoint.describe) for payloads built by hand: every line written
+"""`captioning inspect`'s lines (description.describe) for payloads built by hand: every line written
 out in full here, so a field shown under another's name, a part left out or a wrong default fails."""
 
 from __future__ import annotations
@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from captioning.checkpoint import CheckpointError, describe
+from captioning.checkpoint import CheckpointError
 from captioning.config import load_config
+from captioning.description import describe
 
 
 def _payload(**extra) -> dict:

@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from captioning.checkpoint import CheckpointError, describe, load_checkpoint
+from captioning.checkpoint import CheckpointError, load_checkpoint
 from captioning.cli import main
 from captioning.config import load_config
 from captioning.data.records import read_records
+from captioning.description import describe
 from captioning.train.verify import report, verify
 
 

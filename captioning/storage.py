@@ -1,0 +1,49 @@
+"""How a checkpoint's weights are stored: as they are (fp32, fp16), or below fp16 as int8 codes with
+scales, which a module cannot load as they are (float_weights reads them back). A shipped file
+stores its weights so when fp16 would not fit (captioning.shipped.for_captioning(..., precision=)).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+# Weights stored below fp16 (shipped.for_captioning(..., precision="int8")): each tensor of two or
+# more dimensions as int8 codes, in groups of INT8_GROUP numbers along its rows (a whole row where
+# they do not divide it), each group with an fp16 scale, max |w| / 127, under NAME + SCALE. Read back
+# here as float32: a weight moves by at most half its group's scale.
+SCALE, INT8_GROUP = ":scale", 32
+
+
+def int8_weights(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A state dict as int8 codes and their scales (matrices and kernels), the rest in fp16."""
+    stored = {}
+    for name, value in state.items():
+        if not value.is_floating_point() or value.dim() < 2:
+            stored[name] = value.half() if value.is_floating_point() else value
+            continue
+        rows = value.detach().float().reshape(value.shape[0], -1)  # [R, C]
+        group = INT8_GROUP if rows.shape[1] % INT8_GROUP == 0 else rows.shape[1]
+        groups = rows.reshape(rows.shape[0], -1, group)  # [R, C / group, group]
+        scale = (groups.abs().amax(dim=2) / 127).clamp_min(1e-7).half()  # [R, C / group], as stored
+        codes = torch.round(groups / scale.float()[..., None]).clamp(-127, 127)  # [R, C / group, group]
+        stored[name] = codes.to(torch.int8).reshape(value.shape)
+        stored[name + SCALE] = scale
+    return stored
+
+
+def float_weights(state: dict[str, Any]) -> dict[str, Any]:
+    """A state dict as stored (fp32, fp16, or int8 codes with their scales) -> what a module loads:
+    int8 codes times their group's scale; every other tensor as it is (load_state_dict widens fp16)."""
+    weights = {}
+    for name, value in state.items():
+        if name.endswith(SCALE):
+            continue
+        scale = state.get(name + SCALE)
+        if scale is None:
+            weights[name] = value
+            continue
+        groups = value.float().reshape(*scale.shape, -1)  # [R, C / group, group]
+        weights[name] = (groups * scale.float()[..., None]).reshape(value.shape)
+    return weights
