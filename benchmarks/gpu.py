@@ -22,6 +22,7 @@ each in its own process, within its own time limit, in this order:
   compile   torch.compile of the training step and of beam search's step beside eager, with its
             graph breaks; where it does not work, why
 
+Time a part leaves unused goes to the next, and the last part named takes what is left of --minutes.
 Every case is a row of DIR/gpu.json and DIR/gpu.md, both written again after each row: measured,
 failed with its cause, or not run and why (a part stopped at its limit, a budget spent); a run cut
 short still leaves what it measured. The parts' output goes to DIR/gpu.log. Without CUDA (or with
@@ -232,9 +233,12 @@ def run(args: argparse.Namespace, parts: list[str]) -> int:
         report.header["plan"] = "gpu" if cuda and not args.smoke else "smoke (tiny sizes)"
         budgets = (GPU if cuda and not args.smoke else SMOKE).budgets
     planned_end = time.monotonic()
-    for part in parts:
+    for index, part in enumerate(parts):
         planned_end += budgets[part]
-        seconds = min(planned_end, deadline) - time.monotonic()
+        # the last part takes what is left of --minutes: a run of a few parts given more minutes
+        # than their seconds gives them to its last (torch.compile's, whose compiling can outlast 60 s)
+        end = deadline if index == len(parts) - 1 else min(planned_end, deadline)
+        seconds = end - time.monotonic()
         if seconds < MINIMUM_SECONDS:
             report.add(Row(part, "(the whole part)", NOT_RUN,
                            f"the time budget was spent ({max(deadline - time.monotonic(), 0):.0f} s of "

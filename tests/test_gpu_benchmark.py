@@ -89,7 +89,8 @@ def test_the_smoke_runs_every_part_and_every_case_passes(tmp_path: Path):
     for device in ("on the device (cpu)", "on the CPU"):  # case names are unique: the smoke's device is the CPU
         trained = rows[("training", f"train 1 epoch {device}")]
         assert len(trained["epoch_s"]) == len(trained["CIDEr"]) == len(trained["Bleu_4"]) == 1
-    assert {"graphs", "graph_breaks"} <= rows[("compile", "compiled (eager): soft fused 3x3x8 bf16 B=4")].keys()
+    compiled = rows[("compile", "compiled (eager): soft fused 3x3x8 bf16 B=4, one caption length")]
+    assert {"graphs", "graph_breaks"} <= compiled.keys()
     print(f"smoke: {seconds:.0f} s, {len(report['rows'])} rows")
 
 
@@ -135,6 +136,26 @@ def test_a_part_stopped_at_its_limit_or_dead_leaves_its_rows_and_a_row_for_each_
     assert [(row["case"], row["status"], row["cause"]) for row in saved] == [
         ("first", "ok", ""), ("second", *second), ("third", *third)]
     assert "10 captions/s" in (args.out / "gpu.md").read_text()
+
+
+def test_each_part_gets_its_seconds_and_the_last_one_named_what_is_left_of_the_minutes(tmp_path: Path,
+                                                                                       monkeypatch):
+    """`--parts train,compile --minutes 10`: train is held to its planned seconds, compile (last)
+    may use the rest, so a slow compile is not stopped at its 60 s while minutes go unused."""
+    import argparse
+
+    gpu = importlib.import_module("gpu")
+    import gpu_setup
+    from gpu_plan import SMOKE
+
+    given: dict[str, float] = {}
+    monkeypatch.setattr(gpu_setup, "set_up", lambda **_: ([], {}))
+    monkeypatch.setattr(gpu, "run_in_process", lambda part, *, seconds, **_: given.setdefault(part, seconds))
+    args = argparse.Namespace(out=tmp_path / "out", minutes=10.0, wheels=tmp_path, smoke=True, keep_work=False,
+                              argv=[])
+    gpu.run(args, ["train", "compile"])
+    assert given["train"] == pytest.approx(SMOKE.budgets["train"], abs=2)
+    assert given["compile"] == pytest.approx(600 - gpu.STOP_RESERVE, abs=2)  # train took none of its own
 
 
 def test_cases_give_each_outcome_its_row(tmp_path: Path):
