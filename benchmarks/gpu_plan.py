@@ -41,6 +41,7 @@ class Plan:
     training: tuple[str, ...]  # overrides of the embedded default for it
     device_epochs: int  # on the GPU; the CPU trains one
     compile_backend: str
+    compile_modes: tuple[str, ...]  # torch.compile's modes for the training step, "default" first
     tiny: tuple[str, ...] = field(default=())  # the tiny runs' overrides (checkpoints, torchrun)
 
 
@@ -61,7 +62,8 @@ GPU = Plan(
               ("efficientnet_lite2", "stride32", 224)),
     encoder_batch=64,
     shapes_counts={"train": 2000, "val": 250, "test": 0}, shapes_size=224,
-    training=("train.val_images=250",), device_epochs=3, compile_backend="inductor", tiny=TINY,
+    training=("train.val_images=250",), device_epochs=3, compile_backend="inductor",
+    compile_modes=("default", "reduce-overhead"), tiny=TINY,
 )
 
 SMOKE = Plan(  # every path of the GPU plan once, at the least size that runs it
@@ -75,7 +77,7 @@ SMOKE = Plan(  # every path of the GPU plan once, at the least size that runs it
     shapes_counts=TINY_COUNTS, shapes_size=96,
     training=(*TINY[1:4], "train.val_images=8", "train.log_images=1"), device_epochs=1,
     # dynamo's tracing without code generation: what breaks the graph shows in seconds on a CPU
-    compile_backend="eager", tiny=TINY,
+    compile_backend="eager", compile_modes=("default",), tiny=TINY,
 )
 
 

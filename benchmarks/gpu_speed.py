@@ -283,28 +283,42 @@ def encoder_case(context: Context, name: str, layer: str, side: int, *, precisio
 
 def compiled(context: Context) -> None:
     """torch.compile of the decoder that a training step calls and of beam search's step, each beside
-    its eager run in this process; its graph breaks and graphs say where it did not take hold."""
+    its eager run in this process; its graph breaks and graphs say where it did not take hold. The
+    training step at the plan's largest batch first, in each of the plan's compile modes (CUDA graphs
+    too, on a GPU), then at the next largest."""
     plan = context.plan
-    grid, batch, beams = plan.grids[0], plan.batches[min(2, len(plan.batches) - 1)], plan.beam_batches[-1]
-    train_name = f"soft fused {grid_name(grid)} bf16 B={batch}, one caption length"
+    grid, beams = plan.grids[0], plan.beam_batches[-1]
     beam_name = f"beam 3 {grid_name(grid)} fp32 {beams} images"
-    # The training step's compile last: of the two, the likelier to outlast the part's time
-    names = [f"eager: {beam_name}", f"compiled ({plan.compile_backend}): {beam_name}",
-             f"eager: {train_name}", f"compiled ({plan.compile_backend}): {train_name}"]
-    context.cases.plan(names)
-    context.cases.run(names[0], lambda: beam_case(context, grid, beams, "fp32", True))
-    context.cases.run(names[1], lambda: _with_dynamo_counts(lambda: beam_case(
-        context, grid, beams, "fp32", True, wrap=lambda decoder: _compile_beam_step(decoder, plan.compile_backend))))
-    free_memory(context.device)
-    allow_tf32(True)  # the training step as the train part times it (train.tf32, the default)
+    backend = plan.compile_backend
+    cases = [(f"eager: {beam_name}", lambda: beam_case(context, grid, beams, "fp32", True)),
+             (f"compiled ({backend}): {beam_name}", lambda: _with_dynamo_counts(lambda: beam_case(
+                 context, grid, beams, "fp32", True, wrap=lambda decoder: _compile_beam_step(decoder, backend))))]
     # One batch, so one caption length: the decoder's loop over words unrolls into the graph, so
     # dynamo compiles again for every new length, and a timing over four lengths would time four
     # compiles. The first step's seconds are then the cost of one length; the timed steps, the
     # compiled step's own speed.
-    train = {"attention": "soft", "fused": True, "grid": grid, "precision": "bf16", "batch": batch, "batch_count": 1}
-    context.cases.run(names[2], lambda: training_case(context, **train))
-    context.cases.run(names[3], lambda: _with_dynamo_counts(lambda: training_case(
-        context, **train, wrap=lambda decoder: torch.compile(decoder, backend=plan.compile_backend))))
+    for index, batch in enumerate(sorted(set(plan.batches), reverse=True)[:2]):
+        train = {"attention": "soft", "fused": True, "grid": grid, "precision": "bf16", "batch": batch,
+                 "batch_count": 1}
+        name = f"soft fused {grid_name(grid)} bf16 B={batch}, one caption length"
+        cases.append((f"eager: {name}", lambda train=train: training_case(context, **train)))
+        for mode in plan.compile_modes if index == 0 else plan.compile_modes[:1]:
+            label = backend if mode == "default" else f"{backend}, {mode}"
+            cases.append((f"compiled ({label}): {name}", lambda train=train, mode=mode: _with_dynamo_counts(
+                lambda: training_case(context, **train, wrap=lambda decoder: _compile(decoder, backend, mode)))))
+    context.cases.plan([name for name, _ in cases])
+    for position, (name, measure) in enumerate(cases):
+        if position == 2:
+            free_memory(context.device)
+            allow_tf32(True)  # the training step as the train part times it (train.tf32, the default)
+        context.cases.run(name, measure)
+        free_memory(context.device)
+
+
+def _compile(module: torch.nn.Module, backend: str, mode: str) -> torch.nn.Module:
+    """torch.compile(module) in `mode`: "default", or "reduce-overhead" (inductor's CUDA graphs, which
+    replay a step's launches as one: the step is bound by launches, not arithmetic)."""
+    return torch.compile(module, backend=backend, **({} if mode == "default" else {"mode": mode}))
 
 
 def _compile_beam_step(decoder: torch.nn.Module, backend: str) -> None:
