@@ -278,59 +278,123 @@ def test_the_import_check_imports_every_module_of_the_installed_project_not_the_
 
 # ----------------------------------------------------------------------------------------------- the kept runs
 
-def _h100_section() -> str:
+RESULTS = REPO / "benchmarks" / "results"
+
+
+def _section(title: str) -> str:
     text = (REPO / "docs" / "benchmarks.md").read_text()
-    return text.split("### Measured: one H100 (2026-11-28)", 1)[1].split("\n### ", 1)[0]
+    return text.split(f"### {title}", 1)[1].split("\n### ", 1)[0]
 
 
-def _table_rows(section: str) -> dict[tuple[str, ...], list[str]]:
-    """The section's table rows by their first three cells."""
+def _table_rows(section: str, *, key: int = 3) -> dict[tuple[str, ...], list[str]]:
+    """The section's table rows by their first `key` cells."""
     rows = {}
     for line in section.splitlines():
         cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
-        if line.startswith("|") and len(cells) > 3 and not set(cells[0]) <= {"-"}:
-            rows[tuple(cells[:3])] = cells[3:]
+        if line.startswith("|") and len(cells) > key and not set(cells[0]) <= {"-"}:
+            rows[tuple(cells[:key])] = cells[key:]
     return rows
 
 
-def test_the_h100_numbers_in_the_docs_are_the_kept_runs():
-    """Each rate in the GPU section's tables is the kept run's, as gpu.md rounds it, in its own row and
-    column: a number typed by hand, or one put in the wrong cell, fails here."""
-    section = _h100_section()
+def _kept(name: str) -> tuple[dict[str, dict], dict[str, int]]:
+    """A kept gpu.json: its measured rows' values by case, and its counts."""
+    report = json.loads((RESULTS / name).read_text())
+    return {row["case"]: row["values"] for row in report["rows"] if row["status"] == "ok"}, report["counts"]
+
+
+def _rate(values: dict) -> str:  # as gpu.md rounds it
+    return f"{values.get('captions_per_s', values.get('images_per_s')):,.0f}"
+
+
+def _training_row(run: dict[str, dict], path: str, grid: str, batch: int) -> list[str]:
+    """A training table's cells after its first three: captions/s in fp32, bf16 and fp16, then bf16's
+    ms/step, peak MiB and COCO epoch."""
+    bf16 = run[f"{path} {grid} bf16 B={batch}"]
+    return [*(_rate(run[f"{path} {grid} {p} B={batch}"]) for p in ("fp32", "bf16", "fp16")),
+            f"{bf16['step_ms']:.1f}", f"{bf16['peak_gpu_mib']:,.0f}", f"{bf16['coco_epoch_min']:.1f}"]
+
+
+def _epochs(values: dict) -> list[str]:
+    """A trained row's cells: its epochs' seconds, CIDEr and BLEU-4, as the docs print them."""
+    return [" / ".join(f"{v:.{digits}f}" for v in values[key]) for key, digits in
+            (("epoch_s", 1), ("CIDEr", 3), ("Bleu_4", 3))]
+
+
+def test_the_h200_numbers_in_the_docs_are_the_kept_runs():
+    """Each number in the H200's tables is its kept run's, as gpu.md rounds it, in its own row and
+    column (the H100's beside it, from its run 2): a number typed by hand, or put in the wrong
+    cell, fails here."""
+    section = _section("Measured: one H200 (2026-11-28)")
     table = _table_rows(section)
-    run2 = {row["case"]: row for row in json.loads(
-        (REPO / "benchmarks/results/gpu-h100-2026-11-28.json").read_text())["rows"] if row["status"] == "ok"}
-
-    def rate(case: str) -> str:
-        values = run2[case]["values"]
-        return f"{values.get('captions_per_s', values.get('images_per_s')):,.0f}"
-
+    run4, counts4 = _kept("gpu-h200-2026-11-28.json")
+    run5, counts5 = _kept("gpu-h200-2026-11-28-paths-beam-encoders-training.json")
+    run6, counts6 = _kept("gpu-h200-2026-11-28-compile.json")
+    h100, _ = _kept("gpu-h100-2026-11-28.json")
+    assert (counts4, counts5, counts6) == ({"ok": 57, "failed": 0, "not run": 1}, {"ok": 32, "failed": 0, "not run": 0},
+                                           {"ok": 10, "failed": 0, "not run": 0})
     checked = 0
-    for label, path in (("soft, step by step", "soft step-by-step"), ("hard", "hard")):
+    for label, path, batches in (("soft, fused", "soft fused", (64, 128, 256, 512)),
+                                 ("soft, step by step", "soft step-by-step", (64, 256)), ("hard", "hard", (64, 256))):
         for grid in ("14x14x512", "7x7x2048"):
-            for batch in (64, 256):
-                row = table[(label, grid, str(batch))]
-                assert row[:3] == [rate(f"{path} {grid} {p} B={batch}") for p in ("fp32", "bf16", "fp16")]
-                checked += 3
+            for batch in batches:
+                assert table[(label, grid, str(batch))] == _training_row(run4, path, grid, batch)
+                checked += 1
     for grid in ("14x14x512", "7x7x2048"):
         for images in (32, 256):
-            row = table[(grid, "fused", str(images))]
-            assert row[:2] == [rate(f"beam 3 {grid} fused {p} {images} images") for p in ("fp32", "bf16")]
-            checked += 2
-    assert table[("14x14x512", "step by step", "256")][0] == rate("beam 3 14x14x512 step-by-step fp32 256 images")
+            cases = [f"beam 3 {grid} fused {p} {images} images" for p in ("fp32", "bf16")]
+            assert table[(grid, "fused", str(images))] == [*(_rate(run5[c]) for c in cases),
+                                                           *(_rate(h100[c]) for c in cases),
+                                                           f"{run5[cases[0]]['peak_gpu_mib']:,.0f}"]
+            checked += 1
+    step_by_step = "beam 3 14x14x512 step-by-step fp32 256 images"
+    assert table[("14x14x512", "step by step", "256")] == [_rate(run5[step_by_step]), "–", _rate(h100[step_by_step]),
+                                                           "–", f"{run5[step_by_step]['peak_gpu_mib']:,.0f}"]
     for label, case in (("VGG-19 to stride16", "vgg19 stride16 224²"),
                         ("ResNet-101 to stride32", "resnet101 stride32 224²"),
                         ("ResNet-101 to stride32", "resnet101 stride32 448²"),
                         ("EfficientNet-Lite2 to stride32", "efficientnet_lite2 stride32 224²")):
-        side = case.rsplit(" ", 1)[1]
-        row = table[(label, side, run2[f"{case} fp32 (as the cache) B=64"]["values"]["annotations"])]
-        assert row[:2] == [rate(f"{case} fp32 (as the cache) B=64"), rate(f"{case} bf16 channels-last B=64")]
-        checked += 2
-    assert checked == 24 + 8 + 8
+        cases = [f"{case} fp32 (as the cache) B=64", f"{case} bf16 channels-last B=64"]
+        row = table[(label, case.rsplit(" ", 1)[1], run5[cases[0]]["annotations"])]
+        assert row[:4] == [*(_rate(run5[c]) for c in cases), *(_rate(h100[c]) for c in cases)]
+        checked += 1
+    assert checked == 16 + 4 + 4
 
-    run3 = json.loads((REPO / "benchmarks/results/gpu-h100-2026-11-28-paths-training.json").read_text())
-    epochs = next(row for row in run3["rows"] if row["case"] == "train 3 epochs on the device (cuda)")["values"]
-    row = table[("the GPU, epochs 1 / 2 / 3", " / ".join(f"{e:.1f}" for e in epochs["epoch_s"]),
-                 " / ".join(f"{c:.3f}" for c in epochs["CIDEr"]))]
-    assert row == [" / ".join(f"{b:.3f}" for b in epochs["Bleu_4"])]
-    assert run3["counts"] == {"ok": 15, "failed": 0, "not run": 0}
+    compiled = _table_rows(section, key=1)
+    train = "soft fused 14x14x512 bf16 B={}, one caption length"
+    beam = "beam 3 14x14x512 fp32 256 images"
+
+    def both(case: str, key: str = "rate") -> str:  # run 4 / run 6
+        values = [run[case] for run in (run4, run6)]
+        return " / ".join(_rate(v) if key == "rate" else f"{v[key]:.1f}" for v in values)
+
+    assert compiled[("training step, B=256, captions/s",)] == [
+        both(f"eager: {train.format(256)}"), both(f"compiled (inductor): {train.format(256)}"), "–",
+        both(f"compiled (inductor): {train.format(256)}", "first_step_s")]
+    b512 = {mode: run6[f"{mode}: {train.format(512)}"] for mode in
+            ("eager", "compiled (inductor)", "compiled (inductor, reduce-overhead)")}
+    assert compiled[("training step, B=512, captions/s",)] == [
+        *(_rate(v) for v in b512.values()), f"{b512['compiled (inductor)']['first_step_s']:.1f}; CUDA graphs "
+                                            f"{b512['compiled (inductor, reduce-overhead)']['first_step_s']:.1f}"]
+    assert compiled[("beam 3, 256 images, fp32, images/s",)] == [
+        both(f"eager: {beam}"), both(f"compiled (inductor): {beam}"), "–",
+        both(f"compiled (inductor): {beam}", "first_search_s")]
+
+    h100_run3, _ = _kept("gpu-h100-2026-11-28-paths-training.json")
+    trained = _table_rows(section, key=1)
+    on_gpu, on_h100 = run5["train 3 epochs on the device (cuda)"], h100_run3["train 3 epochs on the device (cuda)"]
+    assert trained[("the H200, epochs 1 / 2 / 3",)] == _epochs(on_gpu)
+    assert trained[("the H100 (run 3), epochs 1 / 2 / 3",)] == _epochs(on_h100)
+    assert trained[("the H200 machine's 16 CPU cores, epoch 1",)] == _epochs(run5["train 1 epoch on the CPU"])
+    assert (on_gpu["CIDEr"], on_gpu["Bleu_4"]) == (on_h100["CIDEr"], on_h100["Bleu_4"])  # "the same numbers"
+
+
+def test_the_h100_numbers_in_the_docs_are_the_kept_runs():
+    """The H100's own table (the step-by-step path and hard attention of its run 2) is its kept run's."""
+    table = _table_rows(_section("Measured: one H100 (2026-11-28)"))
+    run2, _ = _kept("gpu-h100-2026-11-28.json")
+    for label, path in (("soft, step by step", "soft step-by-step"), ("hard", "hard")):
+        for grid in ("14x14x512", "7x7x2048"):
+            for batch in (64, 256):
+                assert table[(label, grid, str(batch))] == _training_row(run2, path, grid, batch)
+    _, counts3 = _kept("gpu-h100-2026-11-28-paths-training.json")
+    assert counts3 == {"ok": 15, "failed": 0, "not run": 0}
