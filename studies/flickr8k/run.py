@@ -142,7 +142,7 @@ def main() -> int:
     doc, command = Path(args.doc), "python -m studies.flickr8k.run --tables-only"
     for group in ("features", "model"):
         write_between(doc, f"flickr8k-{group}", command, ablation_table(results, group))
-    for group in ("beam", "seeds", "scst", "side", "hard_budget", "ensemble", "stronger"):
+    for group in ("beam", "seeds", "scst", "side", "hard_budget", "hard_finetune", "ensemble", "stronger"):
         write_between(doc, f"flickr8k-{group}", command, table(results, group))
     write_between(doc, "flickr8k-spread", command, spread(results))
     write_between(doc, "flickr8k-decoding", command, decoding_table(results))

@@ -235,6 +235,23 @@ def _runs() -> dict[str, Run]:
     # the leave-one-out baseline's second seed: the paper's row is a mean of two
     runs["hard_loo2_seed1"] = Run("hard_budget", "2 location samples per caption, leave-one-out baseline, seed 1",
                                   (*runs["hard_loo2"].overrides, "train.seed=1"), config="flickr8k_hard.yaml")
+    # hard attention's best recipe (two location samples, leave-one-out) given what gained soft attention
+    # the most: Lite2 fine-tuned from block5 with the decoder, at soft's fine-tuning budget (4 epochs,
+    # lr 1e-4), from each seed's best.pt; the substitution's warm-up is behind it
+    for seed in (0, 1):
+        runs[f"hard_finetune_block5{'_seed1' if seed else ''}"] = Run(
+            "hard_finetune", f"hard, seed {seed}, then block5 and block6 fine-tuned 4 epochs",
+            ("model.attention=hard", "model.dropout=0.3", "model.hard.warmup=0", "train.reinforce.location_samples=2",
+             "train.reinforce.baseline=leave_one_out", "encoder.fine_tune_from=block5", f"train.seed={seed}"),
+            config="flickr8k_finetune.yaml", start=f"hard_loo2{'_seed1' if seed else ''}")
+    # whether hard attention's objective keeps a good model where it is: its recipe (two location
+    # samples, leave-one-out, the 50% substitution from the first step) from soft attention's best.pt
+    # of each seed (the same weights), 4 epochs at a quarter of the rate, as the fine-tuning above
+    for seed in (0, 1):
+        runs[f"hard_from_soft{'_seed1' if seed else ''}"] = Run(
+            "hard_finetune", f"soft, seed {seed}, then trained as hard attention 4 epochs (lr 1e-4)",
+            ("model.hard.warmup=0", "train.epochs=4", "train.lr=0.0001", f"train.seed={seed}"),
+            config="flickr8k_hard.yaml", start=f"soft_side{'_seed1' if seed else ''}")
     # hard attention's best model decoded with each word's most likely cell instead of the expectation
     # (no training): whether what it learned is a hard choice or a soft one
     runs["hard_side_seed1_argmax"] = Run("hard_budget", "hard, seed 1, decoded with each word's most likely cell",

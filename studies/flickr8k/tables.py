@@ -63,6 +63,11 @@ def table(results: dict[str, dict], group: str) -> str:
         references = [(name, f"hard, seed {seed}, as in the side-by-side table (the reference)")
                       for seed, name in enumerate(("hard_side", "hard_side_seed1")) if name in results]
         rows[:0] = [_row(results[name], label) for name, label in references]
+    if group == "hard_finetune":  # the references: where each starts, and soft fine-tuned at the same budget
+        references = [("hard_loo2", "hard, seed 0 (the start)"), ("hard_loo2_seed1", "hard, seed 1 (the start)"),
+                      ("finetune_block5", "soft, seed 0, then block5 and block6 fine-tuned 4 epochs (soft's)"),
+                      ("finetune_block5_seed1", "soft, seed 1, then block5 and block6 fine-tuned 4 epochs (soft's)")]
+        rows[:0] = [_row(results[name], label) for name, label in references if name in results]
     if group == "stronger":  # the references: what each change starts from or adds to
         references = [("soft_side", "soft, seed 0 (the reference)"),
                       ("soft_side_seed1", "soft, seed 1 (the reference)"),
@@ -181,7 +186,13 @@ OURS = {"soft": {"recipe": "soft, seed 0", "recipe_seed1": None,
                  "hard_side_seed1": SIDE_LABEL.format(seed=1),
                  "hard_loo2": "hard, seed 0, as the row above with 2 location samples per caption and the "
                               "leave-one-out baseline (configs/flickr8k_hard.yaml as it is now)",
-                 "hard_loo2_seed1": "hard, seed 1, the same"}}
+                 "hard_loo2_seed1": "hard, seed 1, the same",
+                 "hard_finetune_block5": "hard, seed 0 (2 location samples, leave-one-out), then Lite2 fine-tuned from "
+                                         "block5 with the decoder (4 epochs)",
+                 "hard_finetune_block5_seed1": "hard, seed 1, the same",
+                 "hard_from_soft": "hard, seed 0, from soft's seed 0 (dropout 0.3, the soft row above), then 4 "
+                                   "epochs as hard attention (configs/flickr8k_hard_from_soft.yaml)",
+                 "hard_from_soft_seed1": "hard, seed 1, the same from soft's seed 1"}}
 
 
 def paper_table(results: dict[str, dict]) -> str:
