@@ -290,30 +290,29 @@ def compiled(context: Context) -> None:
     grid, beams = plan.grids[0], plan.beam_batches[-1]
     beam_name = f"beam 3 {grid_name(grid)} fp32 {beams} images"
     backend = plan.compile_backend
-    beams_cases = [(f"eager: {beam_name}", lambda: beam_case(context, grid, beams, "fp32", True)),
-                   (f"compiled ({backend}): {beam_name}", lambda: _with_dynamo_counts(lambda: beam_case(
-                       context, grid, beams, "fp32", True,
-                       wrap=lambda decoder: _compile_beam_step(decoder, backend))))]
+    searches = [(f"eager: {beam_name}", lambda: beam_case(context, grid, beams, "fp32", True)),
+                (f"compiled ({backend}): {beam_name}", lambda: _with_dynamo_counts(lambda: beam_case(
+                    context, grid, beams, "fp32", True, wrap=lambda decoder: _compile_beam_step(decoder, backend))))]
     # One batch, so one caption length: the decoder's loop over words unrolls into the graph, so
     # dynamo compiles again for every new length, and a timing over four lengths would time four
     # compiles. The first step's seconds are then the cost of one length; the timed steps, the
     # compiled step's own speed.
-    training_cases = []
+    steps = []
     for index, batch in enumerate(sorted(set(plan.batches), reverse=True)[:2]):
         train = {"attention": "soft", "fused": True, "grid": grid, "precision": "bf16", "batch": batch,
                  "batch_count": 1}
         name = f"soft fused {grid_name(grid)} bf16 B={batch}, one caption length"
-        training_cases.append((f"eager: {name}", lambda train=train: training_case(context, **train)))
+        steps.append((f"eager: {name}", lambda train=train: training_case(context, **train)))
         for mode in plan.compile_modes if index == 0 else plan.compile_modes[:1]:
             label = backend if mode == "default" else f"{backend}, {mode}"
-            training_cases.append((f"compiled ({label}): {name}", lambda train=train, mode=mode: _with_dynamo_counts(
+            steps.append((f"compiled ({label}): {name}", lambda train=train, mode=mode: _with_dynamo_counts(
                 lambda: training_case(context, **train, wrap=lambda decoder: _compile(decoder, backend, mode)))))
-    context.cases.plan([name for name, _ in beams_cases + training_cases])
-    for name, measure in beams_cases:
+    context.cases.plan([name for name, _ in searches + steps])
+    for name, measure in searches:
         context.cases.run(name, measure)
     free_memory(context.device)
     allow_tf32(True)  # the training step as the train part times it (train.tf32, the default)
-    for name, measure in training_cases:
+    for name, measure in steps:
         context.cases.run(name, measure)
         free_memory(context.device)
 

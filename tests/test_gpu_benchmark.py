@@ -359,7 +359,7 @@ def test_the_h200_numbers_in_the_docs_are_the_kept_runs():
         checked += 1
     assert checked == 16 + 4 + 4
 
-    compiled = _table_rows(section, key=1)
+    by_first = _table_rows(section, key=1)  # the compile and trained tables, by their first cell
     train = "soft fused 14x14x512 bf16 B={}, one caption length"
     beam = "beam 3 14x14x512 fp32 256 images"
 
@@ -367,24 +367,23 @@ def test_the_h200_numbers_in_the_docs_are_the_kept_runs():
         values = [run[case] for run in (run4, run6)]
         return " / ".join(_rate(v) if key == "rate" else f"{v[key]:.1f}" for v in values)
 
-    assert compiled[("training step, B=256, captions/s",)] == [
+    assert by_first[("training step, B=256, captions/s",)] == [
         both(f"eager: {train.format(256)}"), both(f"compiled (inductor): {train.format(256)}"), "–",
         both(f"compiled (inductor): {train.format(256)}", "first_step_s")]
     b512 = {mode: run6[f"{mode}: {train.format(512)}"] for mode in
             ("eager", "compiled (inductor)", "compiled (inductor, reduce-overhead)")}
-    assert compiled[("training step, B=512, captions/s",)] == [
+    assert by_first[("training step, B=512, captions/s",)] == [
         *(_rate(v) for v in b512.values()), f"{b512['compiled (inductor)']['first_step_s']:.1f}; CUDA graphs "
                                             f"{b512['compiled (inductor, reduce-overhead)']['first_step_s']:.1f}"]
-    assert compiled[("beam 3, 256 images, fp32, images/s",)] == [
+    assert by_first[("beam 3, 256 images, fp32, images/s",)] == [
         both(f"eager: {beam}"), both(f"compiled (inductor): {beam}"), "–",
         both(f"compiled (inductor): {beam}", "first_search_s")]
 
     h100_run3, _ = _kept("gpu-h100-2026-11-28-paths-training.json")
-    trained = _table_rows(section, key=1)
     on_gpu, on_h100 = run5["train 3 epochs on the device (cuda)"], h100_run3["train 3 epochs on the device (cuda)"]
-    assert trained[("the H200, epochs 1 / 2 / 3",)] == _epochs(on_gpu)
-    assert trained[("the H100 (run 3), epochs 1 / 2 / 3",)] == _epochs(on_h100)
-    assert trained[("the H200 machine's 16 CPU cores, epoch 1",)] == _epochs(run5["train 1 epoch on the CPU"])
+    assert by_first[("the H200, epochs 1 / 2 / 3",)] == _epochs(on_gpu)
+    assert by_first[("the H100 (run 3), epochs 1 / 2 / 3",)] == _epochs(on_h100)
+    assert by_first[("the H200 machine's 16 CPU cores, epoch 1",)] == _epochs(run5["train 1 epoch on the CPU"])
     assert (on_gpu["CIDEr"], on_gpu["Bleu_4"]) == (on_h100["CIDEr"], on_h100["Bleu_4"])  # "the same numbers"
 
 
