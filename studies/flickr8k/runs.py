@@ -202,8 +202,14 @@ def _runs() -> dict[str, Run]:
     trio = runs["ensemble_pair_block5"].members
     for name, label, beam, decode in (("beam5", "beam 5", 5, ()),
                                       ("lp0.5", "length penalty 0.5", None, ("decode.length_penalty=0.5",))):
-        runs[f"ensemble_pair_block5_{name}"] = Run("stronger", f"the same three, {label}", beam_size=beam,
-                                                   decode=decode, members=trio)
+        runs[f"ensemble_pair_block5_{name}"] = Run("stronger", f"that pair and seed 0's fine-tuned decoder, {label}",
+                                                   beam_size=beam, decode=decode, members=trio)
+    # in the seed-0 trio, seed 0's frozen decoder shares its start with the fine-tuned one: a third seed's
+    # in its place (seeds 2 and 3, each side by side with the others' recipe) makes three starts
+    for seed in (2, 3):
+        runs[f"ensemble_seed{seed}_scst1_block5"] = Run(
+            "stronger", f"soft seed {seed}, seed 1 after SCST and seed 0 fine-tuned from block5, together",
+            members=(f"soft_side_seed{seed}", "scst_d3_greedy_lr5e-5", "finetune_block5"))
     # hard attention's best cross-entropy model on val, its settings (dropout 0.3, the 50% substitution
     # from the first step: its warm-up is behind it)
     runs["scst_hard_loo_lr5e-5"] = Run("scst_budget", "hard attention: leave-one-out baseline, lr 5e-5",

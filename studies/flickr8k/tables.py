@@ -178,10 +178,14 @@ OURS = {"soft": {"recipe": "soft, seed 0", "recipe_seed1": None,
                                     "the decoder (4 epochs)",
                  "finetune_block4_seed1": "soft, seed 1, the same",
                  "ensemble_seed0_scst1": "soft, seed 0 and seed 1 after self-critical training, decoded together "
-                                         "(the model shipped before)",
+                                         "(the first pair shipped)",
                  "ensemble_pair_block5": "soft, that pair and the decoder fine-tuned from block5 (seed 0) over its own "
-                                         "Lite2, decoded together: **the shipped model** (its fp32 checkpoints)",
-                 "ensemble_pair_block5_seed1": "soft, the same with the seed-1 decoder fine-tuned from block5"},
+                                         "Lite2, decoded together (the trio shipped before)",
+                 "ensemble_pair_block5_seed1": "soft, the same with the seed-1 decoder fine-tuned from block5",
+                 "ensemble_seed2_scst1_block5": "soft, the trio shipped before with seed 2's decoder in place of seed "
+                                                "0's (each member from its own seed)",
+                 "ensemble_seed3_scst1_block5": "soft, the same with seed 3's: **the shipped model** (its fp32 "
+                                                "checkpoints)"},
         "hard": {"hard": None, "hard_seed1": None, "hard_10ep": None, "hard_side": SIDE_LABEL.format(seed=0),
                  "hard_side_seed1": SIDE_LABEL.format(seed=1),
                  "hard_loo2": "hard, seed 0, as the row above with 2 location samples per caption and the "
