@@ -98,8 +98,9 @@ def table(kept: dict) -> str:
     if "val" in kept:
         val = kept["val"]
         what = "The three checkpoints together" if "evaluate_trio" in kept["stages"] else "The checkpoint kept"
-        lines[-1] += (f" {what} scored BLEU-4 {val['Bleu_4']:.3f}, METEOR {val['METEOR']:.3f}, "
-                      f"CIDEr {val['CIDEr']:.3f} on val.")
+        # the kept four digits as they are: rounding them again to three would round twice
+        lines[-1] += (f" {what} scored BLEU-4 {val['Bleu_4']:.4f}, METEOR {val['METEOR']:.4f}, "
+                      f"CIDEr {val['CIDEr']:.4f} on val.")
     return "\n".join(lines)
 
 
