@@ -83,18 +83,7 @@ def caption_metrics(references: dict[int, Sequence[str]], candidates: dict[int, 
         print(f"warning: java not found: {', '.join(JAVA_METRICS[:-1])} and {JAVA_METRICS[-1]} need it, so METEOR "
               f"is not scored and BLEU, ROUGE_L and CIDEr are on {OWN_TOKENIZER} tokenization, which moves them "
               "(docs/metrics.md); install a Java runtime for the standard numbers", file=sys.stderr)
-    if use_java:
-        from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer
-
-        tokenizer = PTBTokenizer()
-        # The same normalization as training targets (curly quotes, case, spaces), then the PTB tokenizer.
-        with _java_chatter_held():
-            gts = _quietly(tokenizer.tokenize,
-                           {i: [{"caption": normalize(c)} for c in refs] for i, refs in references.items()})
-            res = _quietly(tokenizer.tokenize, {i: [{"caption": candidates[i]}] for i in references})
-    else:
-        gts = {i: [" ".join(tokenize(c)) for c in refs] for i, refs in references.items()}
-        res = {i: [" ".join(tokenize(candidates[i]))] for i in references}
+    gts, res = _tokenized(references, candidates, use_java=use_java)
     metrics: dict[str, float] = {}
     bleu, _ = _quietly(Bleu(4).compute_score, gts, res)
     metrics.update({f"Bleu_{n + 1}": float(b) for n, b in enumerate(bleu)})
@@ -106,3 +95,34 @@ def caption_metrics(references: dict[int, Sequence[str]], candidates: dict[int, 
         metrics["ROUGE_L"] = float(_quietly(Rouge().compute_score, gts, res)[0])
     metrics["CIDEr"] = float(_quietly(Cider().compute_score, gts, res)[0])
     return metrics
+
+
+def cider_per_image(references: dict[int, Sequence[str]], candidates: dict[int, str], *,
+                    ptb: bool = True) -> dict[int, float]:
+    """Each image's CIDEr-D, tokenized as caption_metrics tokenizes (`ptb`); the document
+    frequencies come from all the images given, so the mean over them is caption_metrics' CIDEr,
+    and a mean over some of them is that part's share of it (what a study needs to score halves or
+    resamples of a split without decoding again)."""
+    from pycocoevalcap.cider.cider import Cider
+
+    gts, res = _tokenized(references, candidates, use_java=ptb and java_available())
+    _, scores = _quietly(Cider().compute_score, gts, res)
+    return {image_id: float(score) for image_id, score in zip(gts, scores)}  # compute_score walks gts' keys
+
+
+def _tokenized(references: dict[int, Sequence[str]], candidates: dict[int, str], *,
+               use_java: bool) -> tuple[dict[int, list[str]], dict[int, list[str]]]:
+    """References and candidates as pycocoevalcap's scorers take them: {image_id: [tokenized caption, ...]}."""
+    if use_java:
+        from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer
+
+        tokenizer = PTBTokenizer()
+        # The same normalization as training targets (curly quotes, case, spaces), then the PTB tokenizer.
+        with _java_chatter_held():
+            gts = _quietly(tokenizer.tokenize,
+                           {i: [{"caption": normalize(c)} for c in refs] for i, refs in references.items()})
+            res = _quietly(tokenizer.tokenize, {i: [{"caption": candidates[i]}] for i in references})
+        return gts, res
+    gts = {i: [" ".join(tokenize(c)) for c in refs] for i, refs in references.items()}
+    res = {i: [" ".join(tokenize(candidates[i]))] for i in references}
+    return gts, res

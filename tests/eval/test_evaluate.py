@@ -15,7 +15,7 @@ from captioning.cli import eval_main
 from captioning.data.formats.karpathy import read_split
 from captioning.data.shapes.scenes import SceneObjects, ShapeObject
 from captioning.eval.correctness import box_mass, box_share
-from captioning.eval.metrics import OWN_TOKENIZER, PTB_TOKENIZER, caption_metrics, java_available
+from captioning.eval.metrics import OWN_TOKENIZER, PTB_TOKENIZER, caption_metrics, cider_per_image, java_available
 from captioning.eval.scorers import scorer_for
 from captioning.eval.shapes.scorer import correctness_scores, word_objects
 
@@ -421,3 +421,16 @@ def test_chair_counts_shape_nouns_of_shapes_the_image_does_not_have() -> None:
     first.absorb(scored(ShapesScorer(truths[1:], vocab, probe=False), range(1, 3)))
     parts = first.metrics()
     assert (parts["CHAIR_i"], parts["CHAIR_s"]) == (whole["CHAIR_i"], whole["CHAIR_s"])
+
+
+@pytest.mark.parametrize("ptb", [False, pytest.param(True, marks=pytest.mark.skipif(
+    not java_available(), reason="java is not installed"))])
+def test_each_images_cider_belongs_to_its_image_and_their_mean_is_the_corpus_cider(ptb) -> None:
+    """cider_per_image: image 1 says one of its references, images 2 and 3 say nothing of theirs."""
+    mixed = {1: IDENTICAL[1], 2: UNRELATED[2], 3: UNRELATED[3]}
+    scores = cider_per_image(REFERENCES, mixed, ptb=ptb)
+    assert set(scores) == set(REFERENCES)
+    assert scores[2] == pytest.approx(0.0, abs=1e-9) and scores[3] == pytest.approx(0.0, abs=1e-9)
+    assert scores[1] > 1.0
+    corpus = caption_metrics(REFERENCES, mixed, full=False, ptb=ptb)["CIDEr"]
+    assert sum(scores.values()) / len(scores) == pytest.approx(corpus, rel=1e-9)
