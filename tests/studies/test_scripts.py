@@ -14,7 +14,7 @@ SCRIPTS = ("studies.attention_table.run", "studies.relations.run", "studies.rela
            "studies.relations.glimpses", "studies.relations.validation_time", "studies.hard_seeds.run",
            "studies.position_in_features.run", "studies.scst.run", "studies.flickr8k.run", "studies.flickr8k.ship",
            "studies.flickr8k.scst_maps", "studies.flickr8k.scst_rewards", "studies.flickr8k.validation_cost",
-           "studies.flickr8k.mirror_decoding")
+           "studies.flickr8k.mirror_decoding", "studies.flickr8k.selection")
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
