@@ -118,6 +118,8 @@ def main() -> int:
                           table_doc="studies/flickr8k/README.md")
     parser.add_argument("--cache", help="data.cache_root (the study's)")
     args = parser.parse_args()
+    if not args.tables_only and not args.cache:
+        parser.error("--cache is needed to decode (or --tables-only)")
     path = Path(args.results) / "selection.json"
     kept = json.loads(path.read_text()) if path.exists() else {}
     if not args.tables_only:
