@@ -133,9 +133,9 @@ def main() -> int:
                   f"{np.mean(kept[name]['cider']):.4f}", flush=True)
             path.write_text(json.dumps(kept) + "\n")  # kept as each trio is scored
     if all(name in kept for name in CANDIDATES):
-        write_between(REPO / args.doc, "flickr8k-selection", "python -m studies.flickr8k.selection --tables-only",
-                      table(kept))
-        print(table(kept))
+        text = table(kept)
+        write_between(REPO / args.doc, "flickr8k-selection", "python -m studies.flickr8k.selection --tables-only", text)
+        print(text)
     return 0
 
 
