@@ -12,7 +12,11 @@ image's resolved path (relative to the image folder), its split, the split its r
 placed ("" for none), and the digest of the file's bytes (data/contents.py) with the size and
 modification time it was taken at (a file whose size and time are unchanged is not hashed again).
 The digest is the image's identity beside its path: a photo moved, renamed or copied into another
-folder keeps the split its bytes were placed in. Images that leave the captions file keep their row,
+folder keeps the split its bytes were placed in, and a name the record holds is checked against its
+bytes too, so that photos swapping names or renumbered after a deletion each keep their own split
+(a name whose bytes no row knows keeps its split: the photo edited). Files with the same bytes under
+several names are one photo with one split (`assign_by_contents`): a copy of a test photo is never
+trained on. Images that leave the captions file keep their row,
 so that coming back they come back to their split. The file is readable by all (as the umask lets
 files be), so that the other users of a shared dataset read the splits its owner drew.
 
@@ -32,13 +36,14 @@ import hashlib
 import io
 import os
 import re
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
 from captioning.data.contents import file_digest, file_stat
-from captioning.data.records import DatasetError
+from captioning.data.records import SPLITS, DatasetError
 from captioning.runtime.replace import replace_text
 
 COLUMNS = ["image", "split", "given", "contents", "size", "mtime_ns"]
@@ -173,6 +178,60 @@ def assign_splits(given: dict[str, str], kept: dict[str, Placed], *, seed: int, 
 
 
 @dataclass
+class Assigned:
+    """Every image's split, placed photo by photo (`assign_by_contents`), and why some were placed so."""
+
+    splits: dict[str, str]
+    made: dict[str, list[str]]  # split -> the images the seed put there, now or when first placed
+    edited: dict[str, tuple[str, str]]  # images whose rows moved them: (kept, now)
+    copies: dict[str, str]  # image -> the image whose contents it repeats, and whose split it shares
+    rejoined: dict[str, tuple[str, str]]  # images the record kept apart from their copies: (kept, now)
+
+
+def assign_by_contents(given: dict[str, str], kept: dict[str, Placed], contents: dict[str, str], *, seed: int,
+                       share: float, source: Path, record: Path | None) -> Assigned:
+    """`assign_splits` over photos, not names: the images whose files hold the same bytes are one
+    photo with one split, or a copy of a test photo would be trained on. Each photo is placed as the
+    record placed it, or else as the first of its names in the captions file would be; its rows'
+    splits together are the photo's. Rows that give one photo two splits are refused in one line. A photo the record
+    kept in two splits (copies placed apart before copies were known) goes to the first of train,
+    val, test that holds a copy: any run may have trained on it there, so the held-out splits lose
+    the copy rather than keep what was trained on. `contents` is each image's digest ("" unknown)."""
+    photos: dict[str, list[str]] = {}
+    for image in given:  # an image without contents (missing, unreadable) is a photo of its own
+        photos.setdefault(contents.get(image) or f"name:{image}", []).append(image)
+    apart = [members for members in photos.values() if len({given[m] for m in members} - {""}) > 1]
+    if apart:
+        named = "; ".join(", ".join(f"{m}: {given[m]}" for m in members if given[m]) for members in apart[:3])
+        more = "; ..." if len(apart) > 3 else ""
+        raise DatasetError(f"{source}: {len(apart)} photo{'s' if len(apart) > 1 else ''} under several names with "
+                           f"the same contents given two splits by their rows ({named}{more}); a copy of a photo "
+                           "shares its split: give them one")
+    first = {}  # each photo's image that stands for it: a recorded one, else the first the file names
+    for members in photos.values():
+        held = [m for m in members if m in kept]
+        first[members[0]] = min(held, key=lambda m: SPLITS.index(kept[m].split)) if held else members[0]
+    photo_given = {first[ms[0]]: next((given[m] for m in ms if given[m]), "") for ms in photos.values()}
+    photo_kept = {image: kept[image] for image in photo_given if image in kept}
+    placed, changed = assign_splits(photo_given, photo_kept, seed=seed, share=share, source=source, record=record)
+    assigned = Assigned(splits={}, made={}, edited={}, copies={}, rejoined={})
+    for members in photos.values():
+        image = first[members[0]]
+        split = placed[image]
+        if split not in (photo_given[image], photo_kept[image].given if image in photo_kept else ""):
+            assigned.made.setdefault(split, []).extend(members)  # the seed's choice, now or then
+        for member in members:
+            assigned.splits[member] = split
+            if member != image:
+                assigned.copies[member] = image
+            if member in kept and kept[member].split != split:
+                moves = assigned.edited if image in changed else assigned.rejoined
+                moves[member] = (kept[member].split, split)
+    assigned.splits = {image: assigned.splits[image] for image in given}
+    return assigned
+
+
+@dataclass
 class Recalled:
     """What the record says of the images a captions file names now."""
 
@@ -180,7 +239,8 @@ class Recalled:
     recorded: dict[str, Placed]  # the record's rows as its file holds them (none where taken from another)
     now: dict[str, Placed]  # each image's contents and stat now (its split and given not yet known)
     moved: dict[str, str] = field(default_factory=dict)  # new name -> the recorded image with its contents
-    gone: list[str] = field(default_factory=list)  # recorded images no longer named, nor found by contents
+    replaced: list[str] = field(default_factory=list)  # recorded names whose file holds contents no row knows
+    gone: list[str] = field(default_factory=list)  # recorded photos neither under their name nor found by contents
     adopted: tuple[Path, int] | None = None  # another record these images' splits were taken from, and how many
 
 
@@ -192,13 +252,14 @@ def recall(path: Path | None, images: list[str], *, image_root: Path, dataset_ow
     and `dataset_own` (the record in the dataset's own folder, which its owner's runs keep: a user of
     a shared dataset keeps a record of their own under data.cache_root, and starts from the owner's)."""
     kept = recorded = read_record(path) if path is not None else {}
+    shared = _shared_stats(kept)
     now = {}
     for image in images:
         stat = file_stat(image_root / image)
         known = kept.get(image)
         if stat is None:  # missing: `prepare` names it; it has no contents to be known by
             contents = ""
-        elif known is not None and known.contents and known.stat == stat:
+        elif known is not None and known.contents and known.stat == stat and stat not in shared:
             contents = known.contents
         else:
             contents = file_digest(image_root / image) or ""
@@ -211,15 +272,32 @@ def recall(path: Path | None, images: list[str], *, image_root: Path, dataset_ow
         if placed.contents:
             by_contents.setdefault(placed.contents, []).append(image)
     named = set(images)
-    moved = {}
+
+    def still_holds(image: str) -> bool:  # a recorded name that still holds the contents recorded for it
+        return image in named and now[image].contents == kept[image].contents
+
+    moved, replaced = {}, []
     for image in images:
-        sources = by_contents.get(now[image].contents, []) if image not in kept and now[image].contents else []
-        if sources:  # moved (its old name gone) before copied (its old name still there)
-            moved[image] = min(sources, key=lambda source: (source in named, source))
-    found = set(moved.values())
-    gone = [image for image in kept if image not in named and image not in found]
+        contents, held = now[image].contents, kept.get(image)
+        if not contents or held is not None and held.contents in ("", contents):
+            continue  # its own row: the name holds what it held (or there are no contents to tell by)
+        sources = by_contents.get(contents, [])
+        if sources:  # another photo renamed or copied onto this name: its split follows its contents
+            moved[image] = min(sources, key=lambda source: (still_holds(source), source))
+        elif held is not None:  # contents no record row knows, under a recorded name: the photo edited
+            replaced.append(image)
+    present = {image for image in images if image in kept and image not in moved} | set(moved.values())
+    gone = [image for image in kept if image not in present]
     return Recalled(kept={**kept, **{image: kept[source] for image, source in moved.items()}}, recorded=recorded,
-                    now=now, moved=moved, gone=gone, adopted=adopted)
+                    now=now, moved=moved, replaced=replaced, gone=gone, adopted=adopted)
+
+
+def _shared_stats(kept: dict[str, Placed]) -> set[tuple[int, int]]:
+    """The (size, time) pairs that several recorded files share (a fixed-size format unpacked from an
+    archive that keeps whole seconds): such a pair does not tell which file is at a name, so a swap
+    between two of them would pass unhashed. Their files are hashed at every read."""
+    counted = Counter(placed.stat for placed in kept.values() if placed.stat is not None)
+    return {stat for stat, count in counted.items() if count > 1}
 
 
 def _adopt(path: Path, now: dict[str, Placed], *,

@@ -26,11 +26,13 @@ from tests.tiny import TINY
 
 def _folder(root: Path, rows: list[tuple[str, ...]], *, header: tuple[str, ...] = ("image", "caption", "split"),
             images: list[str] | None = None) -> Path:
-    """root/images/<name> for every image the rows name (or `images`), and root/captions.csv."""
+    """root/images/<name> for every image the rows name (or `images`), each a photo of its own colour
+    (identical files would be one photo, kept in one split), and root/captions.csv."""
     (root / "images").mkdir(parents=True, exist_ok=True)
     for name in images if images is not None else sorted({row[0] for row in rows}):
         (root / "images" / name).parent.mkdir(parents=True, exist_ok=True)
-        Image.new("RGB", (40, 30), (200, 30, 30)).save(root / "images" / name)
+        colour = tuple(hashlib.sha256(name.encode()).digest()[:3])
+        Image.new("RGB", (40, 30), colour).save(root / "images" / name)
     with (root / "captions.csv").open("w", newline="") as file:
         writer = csv.writer(file)
         writer.writerow(header)

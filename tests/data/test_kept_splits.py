@@ -147,8 +147,9 @@ def test_a_config_keeps_its_record_under_the_cache_root(tmp_path: Path) -> None:
 
 
 def _photo(path: Path) -> Path:
+    """A photo of its own: its colour from its path (two identical files would be one photo)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    Image.new("RGB", (8, 8)).save(path)
+    Image.new("RGB", (8, 8), tuple(hashlib.sha256(path.as_posix().encode()).digest()[:3])).save(path, format="PNG")
     return path
 
 

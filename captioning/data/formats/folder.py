@@ -18,7 +18,8 @@ data.folder.split_share of them, at least one image. Every split, once given, is
 (DATA_ROOT/splits/, or under data.cache_root, data/kept_splits.py) and read back at every later
 read: adding photos, with splits of their own or without, never moves an image that was there into
 another split (a model is never tested on what an older run trained on), and a photo moved, renamed
-or copied keeps its split, the record knowing it by its contents. `captioning prepare` also writes the run's copy
+or copied keeps its split, the record knowing it by its contents; files with the same contents share
+one split. `captioning prepare` also writes the run's copy
 (TRAIN.OUT_DIR/splits.csv) and says what it made, and what it found wrong with the collection
 (formats/folder_report.py), one line each.
 
@@ -40,7 +41,7 @@ from pathlib import Path
 from captioning.config import Config, DataConfig
 from captioning.config.registry import DATASETS
 from captioning.data.images import Resolver
-from captioning.data.kept_splits import Placed, Recalled, assign_splits, recall, record_path, write_record
+from captioning.data.kept_splits import Placed, Recalled, assign_by_contents, recall, record_path, write_record
 from captioning.data.records import SPLITS, DatasetError, ImageRecord, data_root
 from captioning.data.vocab import normalize
 
@@ -78,6 +79,9 @@ class Collection:
     moved_by_rows: dict[str, tuple[str, str]] = field(default_factory=dict)
     # images the record knows by their contents under another name (moved, renamed, copied): new -> old
     moved_by_contents: dict[str, str] = field(default_factory=dict)
+    replaced: list[str] = field(default_factory=list)  # recorded names now holding contents no row knows (edited)
+    copies: dict[str, str] = field(default_factory=dict)  # image -> the image whose contents it repeats
+    rejoined: dict[str, tuple[str, str]] = field(default_factory=dict)  # kept apart from their copies: (was, now)
     adopted: tuple[Path, int] | None = None  # another record (this data's before it moved), images placed by it
     # where new images appeared: the recorded images no longer named nor found by their contents
     gone: list[str] = field(default_factory=list)
@@ -208,17 +212,14 @@ def read_collection(captions_file: str | Path, *, image_root: str | Path, seed: 
     gives = {image: next(iter(given[image]), "") for image in captions}
     recalled = recall(record, list(captions), image_root=image_root, dataset_own=dataset_own)
     kept = recalled.kept
-    splits, changed = assign_splits(gives, kept, seed=seed, share=share, source=captions_file, record=record)
+    assigned = assign_by_contents(gives, kept, {image: placed.contents for image, placed in recalled.now.items()},
+                                  seed=seed, share=share, source=captions_file, record=record)
     if record is not None:
-        _keep(record, recalled, splits=splits, gives=gives, edited=set(changed))
-    made: dict[str, list[str]] = defaultdict(list)
-    for image, split in splits.items():
-        if split not in (gives[image], kept[image].given if image in kept else ""):  # the seed's choice, now or then
-            made[split].append(image)
-    return Collection(captions_file, image_root, list(captions), captions, splits, dict(made), empty, wordless,
-                      duplicates, record=record, moved_by_rows={image: (kept[image].split, splits[image])
-                                                                for image in changed},
-                      moved_by_contents=recalled.moved, adopted=recalled.adopted,
+        _keep(record, recalled, splits=assigned.splits, gives=gives, edited=set(assigned.edited))
+    return Collection(captions_file, image_root, list(captions), captions, assigned.splits, assigned.made, empty,
+                      wordless, duplicates, record=record, moved_by_rows=assigned.edited,
+                      moved_by_contents=recalled.moved, replaced=recalled.replaced, copies=assigned.copies,
+                      rejoined=assigned.rejoined, adopted=recalled.adopted,
                       gone=recalled.gone if any(image not in kept for image in captions) else [],
                       appeared=[image for image in captions if image not in kept])
 
@@ -234,7 +235,7 @@ def _keep(record: Path, recalled: Recalled, *, splits: dict[str, str], gives: di
         was = recalled.kept.get(image)
         given = gives[image] if was is None or image in edited else was.given
         rows[image] = Placed(split, given, recalled.now[image].contents, recalled.now[image].stat)
-        placed |= image not in recalled.recorded or image in edited
+        placed |= image not in recalled.recorded or recalled.recorded[image].split != split
     if rows == recalled.recorded:
         return
     try:

@@ -85,10 +85,24 @@ def _recalled_lines(collection: Collection) -> list[str]:
         lines.append(f"{image_count(count)} of this data found in the splits record {other} (the data's own, or "
                      f"this data's before it moved) keep the splits placed there; this data's record is now "
                      f"{collection.record}")
-    moved = [f"{image} (was {old})" for image, old in collection.moved_by_contents.items()]
+    moved = [f"{image} (was {old})" for image, old in collection.moved_by_contents.items()
+             if image not in collection.copies]  # a copy is said below, with the photo it repeats
     if moved:
         lines.append(f"{image_count(len(moved))} moved, renamed or copied since the splits record placed them keep "
                      f"their split, known by their contents ({first_names(moved)})")
+    if collection.replaced:
+        lines.append(f"{image_count(len(collection.replaced))} under the names the splits record placed them by hold "
+                     f"other contents, that no image had, and keep their split as the same photos edited "
+                     f"({first_names(collection.replaced)})")
+    if collection.copies:
+        copies = [f"{image} = {original}" for image, original in collection.copies.items()]
+        lines.append(f"{image_count(len(copies))} repeat the contents of another under another name, and share its "
+                     f"split ({first_names(copies)})")
+    if collection.rejoined:
+        rejoined = [f"{image}: {was} -> {now}" for image, (was, now) in collection.rejoined.items()]
+        lines.append(f"{image_count(len(rejoined))} the splits record kept apart from a copy of theirs now share its "
+                     f"split ({first_names(rejoined)}); scores taken on the older splits held photos trained on "
+                     f"({collection.record})")
     if collection.gone and collection.appeared:
         lines.append(f"{image_count(len(collection.gone))} of the splits record no longer in "
                      f"{collection.captions_file.name} ({first_names(collection.gone)}) while "
