@@ -52,7 +52,7 @@ from captioning.train.lock import run_folder
 from captioning.train.logs import RunLog
 from captioning.train.objective import Objective
 from captioning.train.provenance import run_record, run_weights
-from captioning.train.resume import Progress, restore_run, run_payload
+from captioning.train.resume import LastCheckpoint, Progress, restore_run, run_payload
 from captioning.train.signals import StopSignals
 from captioning.train.step import TrainingError
 from captioning.train.stepping import Stepping
@@ -82,11 +82,12 @@ class Run:
         self.started = time.time()
 
     @classmethod
-    def start(cls, config: Config, *, resume: bool, hardware: Hardware) -> Run:
-        """Build the run in order: checkpoint, data, model, optimizer; then restore and wrap."""
+    def start(cls, config: Config, *, resume: bool, hardware: Hardware, last: LastCheckpoint | None = None) -> Run:
+        """Build the run in order: checkpoint, data, model, optimizer; then restore and wrap. `last`:
+        OUT_DIR/last.pt to resume from, as fit read it before taking the folder (read here otherwise)."""
         t, device = config.train, hardware.device
         Path(t.out_dir).mkdir(parents=True, exist_ok=True)
-        checkpoint = load_checkpoint(Path(t.out_dir) / "last.pt") if resume else None
+        checkpoint = (last or LastCheckpoint.read(config)).latest(config) if resume else None
         source = load_checkpoint(t.init_from) if checkpoint is None and t.init_from else None  # a warm start
         vocab_words = checkpoint["vocab"] if checkpoint else None
         if source is not None:
@@ -136,7 +137,7 @@ class Run:
         """Go on exactly where the checkpoint stopped (train/resume.py)."""
         self.progress = restore_run(checkpoint, model=self.model, optimizer=self.optimizer, scheduler=self.scheduler,
                                     scaler=self.scaler, context=self.context, device=self.device,
-                                    seed=self.config.train.seed)
+                                    seed=self.config.train.seed, path=self.out / "last.pt")
 
     def save(self, *, best: bool = False) -> None:
         if self.context.is_main:
@@ -302,8 +303,11 @@ def fit(config: Config, *, resume: bool = False, device: str | torch.device = "c
     if t.amp and hardware.context.is_main:  # what train.amp turned into on this device, and why
         tqdm.write(f"precision: {hardware.precision.reason}", file=sys.stderr)
     try:
+        # Read, and a resume of another model refused, before the run takes its folder: a refused
+        # resume writes nothing there (train/resume.py).
+        last = LastCheckpoint.read(config) if resume else None
         with run_folder(config.train.out_dir, enabled=hardware.context.is_main):  # one run per folder
-            run = Run.start(config, resume=resume, hardware=hardware)
+            run = Run.start(config, resume=resume, hardware=hardware, last=last)
             try:
                 with StopSignals() as signals:
                     interrupted = run.fit(signals)

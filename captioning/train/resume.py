@@ -4,6 +4,9 @@ A checkpoint is state dicts plus plain data (captioning/checkpoint.py writes and
 config, the vocabulary, the decoder (the weights' average where there is one, beside the trained
 weights), a fine-tuned encoder, the optimizer, the schedule, the gradient scaler, the progress, this
 process's random states and the objective's own state (hard attention's baseline).
+
+A resumed run goes on training the model its checkpoint holds: this run's config may change how it
+trains (train.*) and where things are, not what the model is (LastCheckpoint.read).
 """
 
 from __future__ import annotations
@@ -12,17 +15,30 @@ import math
 import random
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
 from tqdm import tqdm
 
+from captioning.checkpoint import CheckpointError, load_checkpoint
 from captioning.config import Config
 from captioning.data.vocab import Vocabulary
 from captioning.runtime.distributed import Distributed
 from captioning.train.build import RunModel
 from captioning.train.objective import StepResult
 from captioning.train.step import TrainingError
+from captioning.train.warm_start import model_differences
+
+# What a resumed run shares with its checkpoint: the trained model, as inference sees it
+# (captioning.api.INFERENCE_KEYS): the model section, the encoder that makes its annotations, the
+# image size it sees. Other settings may change on resume, as they always could: the training's own
+# (train.epochs, train.max_steps, ...), where the data and weights are, how a cache is computed.
+TRAINED_MODEL = ("model", "encoder.name", "encoder.layer", "encoder.padding", "encoder.fine_tune_from",
+                 "data.image_size")
+# How the model computes, not what it is: model.fused runs the same equations fused or step by step,
+# and model.fused=false is the way out that a fast path disagreeing with the step-by-step decoder names.
+HOW_IT_COMPUTES = ("model.fused",)
 
 
 @dataclass
@@ -62,6 +78,46 @@ class Progress:
         return False
 
 
+@dataclass(frozen=True)
+class LastCheckpoint:
+    """OUT_DIR/last.pt, read to go on from, and which save of it that was. fit reads it before the
+    run takes its folder (train/lock.py writes there), so that a refused resume writes nothing."""
+
+    path: Path
+    payload: dict[str, Any]
+    save: tuple[int, int, int] | None  # inode, size, mtime: each save renames a new file in
+
+    @classmethod
+    def read(cls, config: Config) -> LastCheckpoint:
+        """last.pt, once it is known to hold the model this run describes; one line otherwise, naming
+        each setting that differs, the checkpoint's value and this run's. Loaded, the weights of
+        another shape would say so in a page of size mismatches; those of the same shapes would
+        silently train another model (another dropout, attention or gate) under the run's name."""
+        path = Path(config.train.out_dir) / "last.pt"
+        save = _save_of(path)  # before the read: a save in between is then seen as one (latest)
+        payload = load_checkpoint(path)
+        differences = model_differences(config, payload, path, settings=TRAINED_MODEL, leaving_out=HOW_IT_COMPUTES)
+        if differences:
+            raise CheckpointError(f"{path}: --resume goes on with the model this run trained, and this run's model "
+                                  f"settings differ from it ({'; '.join(differences)}); resume with the checkpoint's, "
+                                  "or train another model in another train.out_dir (train.init_from starts from "
+                                  "these weights where their shapes fit)")
+        return cls(path=path, payload=payload, save=save)
+
+    def latest(self, config: Config) -> dict[str, Any]:
+        """The checkpoint to go on from, once the run holds its folder: the one read, or last.pt read
+        again where a save replaced it since (a run that was ending as this one started)."""
+        return self.payload if _save_of(self.path) == self.save else LastCheckpoint.read(config).payload
+
+
+def _save_of(path: Path) -> tuple[int, int, int] | None:
+    try:
+        status = path.stat()
+    except FileNotFoundError:  # load_checkpoint says so, in one line
+        return None
+    return status.st_ino, status.st_size, status.st_mtime_ns
+
+
 def run_payload(*, config: Config, vocab: Vocabulary, model: RunModel, optimizer: torch.optim.Optimizer, scheduler: Any,
                 scaler: torch.amp.GradScaler, progress: Progress, objective_state: dict[str, Any],
                 device: torch.device) -> dict[str, Any]:
@@ -84,18 +140,28 @@ def run_payload(*, config: Config, vocab: Vocabulary, model: RunModel, optimizer
 
 
 def restore_run(checkpoint: dict[str, Any], *, model: RunModel, optimizer: torch.optim.Optimizer, scheduler: Any,
-                scaler: torch.amp.GradScaler, context: Distributed, device: torch.device, seed: int) -> Progress:
+                scaler: torch.amp.GradScaler, context: Distributed, device: torch.device, seed: int,
+                path: str | Path = "last.pt") -> Progress:
     """Go on exactly where the checkpoint stopped: weights, optimizer, schedule, scaler, RNG; returns
-    the progress. The objective's own state is its own to restore (Objective.load_state_dict)."""
-    model.decoder.load_state_dict(checkpoint.get("training_decoder", checkpoint["decoder"]))
-    if model.average is not None and "training_decoder" in checkpoint:
-        model.average.load_state_dict(checkpoint["decoder"])
-    if "encoder" in checkpoint and model.encoder is not None:
-        model.encoder.load_state_dict(checkpoint["encoder"])
-    optimizer.load_state_dict(checkpoint["optimizer"])
-    scheduler.load_state_dict(checkpoint["scheduler"])
-    if checkpoint.get("scaler"):
-        scaler.load_state_dict(checkpoint["scaler"])
+    the progress. The objective's own state is its own to restore (Objective.load_state_dict). The
+    model's settings were checked as the checkpoint was read (LastCheckpoint.read); weights that
+    still do not fit (a file edited by hand) are one line naming `path`."""
+    try:
+        model.decoder.load_state_dict(checkpoint.get("training_decoder", checkpoint["decoder"]))
+        if model.average is not None and "training_decoder" in checkpoint:
+            model.average.load_state_dict(checkpoint["decoder"])
+        if "encoder" in checkpoint and model.encoder is not None:
+            model.encoder.load_state_dict(checkpoint["encoder"])
+        optimizer.load_state_dict(checkpoint["optimizer"])
+        scheduler.load_state_dict(checkpoint["scheduler"])
+        if checkpoint.get("scaler"):
+            scaler.load_state_dict(checkpoint["scaler"])
+    except (KeyError, RuntimeError, ValueError) as error:  # torch's size mismatches and parameter groups alike
+        # torch's first line says only where ("Error(s) in loading state_dict for AttentionDecoder:"): the next, what
+        lines = [line.strip() for line in str(error).splitlines() if line.strip()] or [error.__class__.__name__]
+        first = lines[1] if len(lines) > 1 and lines[0].endswith(":") else lines[0]
+        raise CheckpointError(f"{path}: its weights or optimizer state do not fit the model and optimizer its "
+                              f"config describes ({first}); it cannot be resumed") from error
     progress = Progress(**checkpoint["progress"])
     if context.rank == 0:  # rank 0's stream; the others start theirs anew (docs/coco.md)
         torch.set_rng_state(checkpoint["rng"]["torch"])

@@ -10,12 +10,12 @@ on another objective.
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
 from captioning.checkpoint import CheckpointError, config_of
 from captioning.config import Config
-from captioning.config.schema import as_dict
 from captioning.data.prepare import vocabulary_path
 from captioning.data.vocab import Vocabulary
 
@@ -34,23 +34,29 @@ def warm_vocabulary(config: Config, source: dict[str, Any], path: str | Path) ->
     return list(source["vocab"])
 
 
-def model_differences(config: Config, source: dict[str, Any], path: str | Path) -> list[str]:
-    """The model settings of this run that differ from the checkpoint's, as "key: theirs -> ours".
-    The weights load either way where the shapes agree (dropout, attention kind, the hard coin), but
-    a warm start that samples or trains under other settings than its start's trains another
-    model: self-critical training sampled with dropout 0.5 from a model trained with 0.3 moved
-    nothing where 0.3 gained (studies/flickr8k, "Self-critical training")."""
-    theirs = as_dict(config_of(source, path).model)
-    ours = as_dict(config.model)
+def model_differences(config: Config, source: dict[str, Any], path: str | Path, *,
+                      settings: Sequence[str] = ("model",), leaving_out: Collection[str] = ()) -> list[str]:
+    """The settings of this run that differ from the checkpoint's, as "key: theirs -> ours": those
+    under `settings` (sections or keys; a warm start's, the model section), less `leaving_out`.
+    A warm start's weights load either way where the shapes agree (dropout, attention kind, the hard
+    coin), but a warm start that samples or trains under other settings than its start's trains
+    another model: self-critical training sampled with dropout 0.5 from a model trained with 0.3
+    moved nothing where 0.3 gained (studies/flickr8k, "Self-critical training"). A resumed run may
+    change none of its model's (captioning.train.resume)."""
 
     def leaves(values: dict[str, Any], prefix: str) -> dict[str, Any]:
         flat: dict[str, Any] = {}
         for key, value in values.items():
-            flat.update(leaves(value, f"{prefix}.{key}") if isinstance(value, dict) else {f"{prefix}.{key}": value})
+            name = f"{prefix}.{key}" if prefix else key
+            flat.update(leaves(value, name) if isinstance(value, dict) else {name: value})
         return flat
 
-    before, now = leaves(theirs, "model"), leaves(ours, "model")
-    return [f"{key}: {before[key]!r} -> {now[key]!r}" for key in now if key in before and before[key] != now[key]]
+    def compared(key: str) -> bool:
+        return key not in leaving_out and any(key == setting or key.startswith(f"{setting}.") for setting in settings)
+
+    before, now = leaves(config_of(source, path).to_dict(), ""), leaves(config.to_dict(), "")
+    return [f"{key}: {before[key]!r} -> {now[key]!r}" for key in now
+            if compared(key) and key in before and before[key] != now[key]]
 
 
 def warm_start(model: Any, source: dict[str, Any], path: str | Path) -> None:

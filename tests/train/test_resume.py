@@ -1,11 +1,14 @@
 """Exact resume after SIGKILL (a subprocess killed in the middle of a checkpoint save) and after
 SIGTERM (save, then a clean exit), and the epoch's batches: bucketed, complete, a function of
-(seed, epoch). CPU, deterministic: the resumed run logs the very losses of an uninterrupted one."""
+(seed, epoch). CPU, deterministic: the resumed run logs the very losses of an uninterrupted one.
+A resume goes on with the model its checkpoint holds: other settings of it are one line, and the run
+folder is left as it was."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -16,9 +19,11 @@ import pytest
 import torch
 
 import captioning.train.cross_entropy as cross_entropy
+from captioning.checkpoint import CheckpointError, save_checkpoint
 from captioning.cli import train_main
 from captioning.data.sampling import epoch_batches, rank_batches
 from captioning.train.loop import fit
+from captioning.train.resume import LastCheckpoint
 from tests.tiny import REPO
 
 RUN = ("train.max_steps=12", "train.save_every_steps=2", "train.log_every_steps=1")  # 8 batches per epoch
@@ -160,3 +165,95 @@ def test_a_run_tokenizes_each_training_caption_once_and_its_resume_none(tiny_con
     calls.clear()
     fit(tiny_config(out, "train.max_steps=2", f"data.root={root}"), resume=True)
     assert calls == []
+
+
+# resuming another model ----------------------------------------------------------------------------
+
+
+def _files(folder: Path) -> dict[str, tuple[bytes, int]]:
+    """Every file under `folder`, hidden ones too (.run.pid), with its bytes and when it was last written."""
+    return {str(path.relative_to(folder)): (path.read_bytes(), path.stat().st_mtime_ns)
+            for path in sorted(folder.rglob("*")) if path.is_file()}
+
+
+def test_resume_with_other_model_settings_is_one_line_and_leaves_the_run_as_it_was(tiny_run, tmp_path: Path) -> None:
+    """A resumed run goes on training the model its checkpoint holds: other model settings (another
+    shape, or the same shapes trained otherwise) are refused before anything is written, each named
+    with the checkpoint's value and this run's."""
+    out = tmp_path / "run"
+    shutil.copytree(tiny_run.run_dir, out)
+    kept = _files(out)
+    assert {"best.pt", "last.pt", "log.jsonl"} <= kept.keys()
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "train.py", "--device", "cpu", "--resume", *tiny_run.overrides,
+                           f"train.out_dir={out}", "model.hidden_dim=48", "model.dropout=0.5"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert done.stdout == ""
+    assert done.stderr.splitlines() == [
+        f"error: {out / 'last.pt'}: --resume goes on with the model this run trained, and this run's model "
+        "settings differ from it (model.hidden_dim: 32 -> 48; model.dropout: 0.3 -> 0.5); resume with the "
+        "checkpoint's, or train another model in another train.out_dir (train.init_from starts from these "
+        "weights where their shapes fit)"]
+    assert _files(out) == kept  # best.pt, last.pt, the logs, .run.pid: not one byte, not one write
+
+
+def test_resume_takes_other_settings_of_how_it_trains_and_how_it_computes(tiny_run, tiny_config,
+                                                                          tmp_path: Path) -> None:
+    """What --resume allowed before stays allowed: the training's own settings (train.*), and
+    model.fused, which computes the same equations another way (the way out a fast path that
+    disagrees with the step-by-step decoder names)."""
+    out = tmp_path / "run"
+    shutil.copytree(tiny_run.run_dir, out)
+    config = tiny_config(out, f"train.max_steps={tiny_run.steps + 1}", "train.lr=0.005", "model.fused=false")
+    assert fit(config, resume=True)["steps"] == tiny_run.steps + 1
+
+
+def test_weights_that_do_not_fit_their_own_config_are_one_line(tiny_run, tmp_path: Path, capsys) -> None:
+    """A last.pt edited by hand: its config is the run's, its weights are not of that model."""
+    out = tmp_path / "run"
+    shutil.copytree(tiny_run.run_dir, out)
+    payload = torch.load(out / "last.pt", map_location="cpu", weights_only=True)
+    payload["decoder"]["embed.weight"] = payload["decoder"]["embed.weight"][:, :8].clone()
+    torch.save(payload, out / "last.pt")
+    words = len(payload["vocab"])
+    assert train_main(["--device", "cpu", "--resume", *tiny_run.overrides, f"train.out_dir={out}"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: {out / 'last.pt'}: its weights or optimizer state do not fit the model and optimizer its config "
+        f"describes (size mismatch for embed.weight: copying a param with shape torch.Size([{words}, 8]) from "
+        f"checkpoint, the shape in current model is torch.Size([{words}, 16]).); it cannot be resumed"]
+
+
+def test_a_resume_goes_on_from_the_last_save_even_one_made_after_it_first_read_last_pt(tiny_run, tiny_config,
+                                                                                       tmp_path: Path) -> None:
+    """fit reads last.pt before it takes the run's folder; a run that was ending then may save once
+    more before it lets the folder go, and that save is the one to go on from."""
+    out = tmp_path / "run"
+    shutil.copytree(tiny_run.run_dir, out)
+    config = tiny_config(out)
+    last = LastCheckpoint.read(config)
+    assert last.latest(config) is last.payload
+    save_checkpoint(out / "last.pt", {**last.payload, "progress": {**last.payload["progress"], "step": 81}})
+    assert last.latest(config)["progress"]["step"] == 81
+
+
+@pytest.mark.parametrize(("override", "refused"), [
+    ("model.attention=hard", "model.attention: 'soft' -> 'hard'"),  # the same shapes, another model
+    ("model.extras.temperature=2", "model.extras.temperature: 1.0 -> 2.0"),
+    ("encoder.layer=stride32", "encoder.layer: 'stride16' -> 'stride32'"),  # the annotations it was trained on
+    ("encoder.padding=reflect", "encoder.padding: 'zeros' -> 'reflect'"),
+    ("data.image_size=128", "data.image_size: 96 -> 128"),
+    ("model.fused=false", None),  # how it computes, not what
+    ("encoder.batch_size=4", None),
+    ("encoder.weights_path=elsewhere/efficientnet_lite0.pth", None),
+    ("train.lr=0.5", None),
+    ("decode.beam_size=5", None),
+])
+def test_what_a_resume_may_change(tiny_run, tiny_config, override: str, refused: str | None) -> None:
+    config = tiny_config(tiny_run.run_dir, override)
+    if refused is None:
+        assert LastCheckpoint.read(config).payload["progress"]["step"] == tiny_run.steps
+        return
+    with pytest.raises(CheckpointError) as error:
+        LastCheckpoint.read(config)
+    assert f"settings differ from it ({refused}); " in str(error.value)
