@@ -10,8 +10,8 @@
 # `make browser-check`: after `make demo`, the demo's overlay page in headless Chromium (Debian's,
 #   installed here if missing; not part of CI): a screenshot must show the first image's overlay.
 # `make gpu-wheels`: the wheels of the dependencies that a CUDA machine's PyTorch image lacks (Python 3.12,
-#   manylinux x86-64) into gpu-wheels/ (git-ignored), for `python benchmarks/gpu.py` on a machine without
-#   a network (docs/benchmarks.md, "GPU"). Needs pip and the package index, not the venv.
+#   manylinux x86-64) into gpu-wheels/ (git-ignored), for `python benchmarks/gpu/gpu.py` on a machine
+#   without a network (docs/benchmarks.md, "GPU"). Needs pip and the package index, not the venv.
 # `make mutate`: mutation testing (mutmut, not part of CI) of the core modules listed in setup.cfg
 #   ([mutmut] only_mutate) against the fast suite: the mutants not tried yet (a stopped run goes on).
 #   `make mutate MODULE=captioning.train.losses`: one module's; `STATUS=survived`: try the survivors
@@ -87,7 +87,7 @@ kill-check: install
 	KILLS_CACHE=10 KILLS_TRAIN=20 $(PY) -m pytest -q -s tests/train/test_kills.py
 
 gpu-wheels:
-	$(PYTHON) benchmarks/gpu_wheels.py --dest gpu-wheels
+	$(PYTHON) benchmarks/gpu/gpu.py --fetch-wheels --wheels gpu-wheels
 
 # One worker a core: each mutant's tests run with one torch thread (OMP_NUM_THREADS=1 below).
 MODULE ?=

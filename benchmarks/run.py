@@ -36,8 +36,8 @@ Cases (model dims as in the paper's COCO setting: embedding = attention = hidden
 
 --impl picks whose code runs: `fast` (the package), `stepwise` (the package with model.fused=false:
 the decoder's `_advance` at every step, what the fused path accelerates), `reference`
-(benchmarks/reference.py: the straightforward loop and beam search of main c47c7db) or `port`
-(benchmarks/port_style.py: our re-implementation of the loop style of the popular public ports).
+(benchmarks/implementations/reference.py: the straightforward loop and beam search of main c47c7db) or `port`
+(benchmarks/implementations/port_style.py: our re-implementation of the loop style of the popular public ports).
 All four use the same model.
 
 Each case runs in its own fresh subprocess, so that its peak RSS is its own; inside it, `--warmup`
@@ -135,7 +135,7 @@ class Implementation:
             self.forward = lambda decoder, annotations, inputs, lengths: decoder(annotations, inputs, lengths=lengths)
             self.beam_search = decoding.beam_search
         elif name == "reference":
-            import reference
+            from implementations import reference
 
             self.forward = lambda decoder, annotations, inputs, lengths: reference.forward(decoder, annotations,
                                                                                               inputs)
@@ -147,7 +147,7 @@ class Implementation:
                                                                                          lengths=lengths))
             self.beam_search = _unfused(decoding.beam_search)
         elif name == "port":
-            import port_style
+            from implementations import port_style
 
             self.forward = port_style.forward
             self.beam_search = port_style.beam_search

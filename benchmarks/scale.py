@@ -15,7 +15,7 @@ the same proportions at 1 000 and 10 000 images. Captions follow COCO's length (
 10 000 words seen at least 5 times at full size. It is written in Karpathy's JSON and as the
 official captions_train2014.json / captions_val2014.json. Every image file is a link to one small
 JPEG: the stages measured here read, resize and cache images, and the encoder's own cost per image
-is measured apart (`encoders`; `stages` runs a stand-in of VGG-19's output shape, scale_probe.py).
+is measured apart (`encoders`; `stages` runs a stand-in of VGG-19's output shape, probes/scale_stage.py).
 Each stage runs as its own process: wall time and memory, with the exponent of the growth from
 10 000 to 123 287 images (1 is linear).
 """
@@ -186,10 +186,11 @@ def scst(root: Path) -> None:
 
 
 def probe(stage: str, argv: list[str]) -> tuple[float, dict]:
-    """(wall seconds, what benchmarks/scale_probe.py measured) of one stage in its own process."""
+    """(wall seconds, what benchmarks/probes/scale_stage.py measured) of one stage in its own process."""
     start = time.time()
-    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "scale_probe.py"), stage, repr(start), "--",
-                           *argv], cwd=REPO, capture_output=True, text=True)
+    script = REPO / "benchmarks" / "probes" / "scale_stage.py"
+    done = subprocess.run([sys.executable, str(script), stage, repr(start), "--", *argv], cwd=REPO, capture_output=True,
+                          text=True)
     if done.returncode != 0:
         sys.exit(f"{stage} failed ({done.returncode}):\n{done.stderr[-3000:]}")
     return time.time() - start, json.loads(done.stdout.strip().splitlines()[-1])
@@ -314,7 +315,7 @@ def workers(root: Path) -> None:
     private anonymous memory as it goes. The pairs as arrays (how training holds them), and as the
     Python list of (image, ids) pairs that training held before."""
     import numpy as np
-    from scale_probe import _private_kb  # beside this file
+    from probes.scale_stage import _private_kb  # under this file's folder
     from torch.utils.data import DataLoader
 
     from captioning.config import load_config

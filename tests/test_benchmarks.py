@@ -1,12 +1,16 @@
 """Every benchmark script imports and answers --help (they run as scripts: `python benchmarks/run.py`,
-each importing its siblings), so that a renamed function in the package cannot break them unseen.
-What they measure is checked elsewhere: tests/model/test_fused.py holds the fused path against the
-package's step-by-step one, and benchmarks/reference.py and benchmarks/port_style.py to the same model."""
+each importing what lies under its own folder), so that a renamed function in the package cannot
+break them unseen; benchmarks/ shows its few commands at the top and groups the rest, and every
+benchmark file a page or a command names is there. What they measure is checked elsewhere:
+tests/model/test_fused.py holds the fused path against the package's step-by-step one, and
+benchmarks/implementations/ to the same model."""
 
 from __future__ import annotations
 
 import importlib
+import re
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -14,18 +18,70 @@ from captioning.checkpoint import load_checkpoint
 from captioning.shipped import pretrained_path
 from tests.tiny import REPO
 
-SCRIPTS = ("run", "ab", "scale", "scale_probe", "content_digest", "gpu", "gpu_wheels")
+BENCHMARKS = REPO / "benchmarks"
+# Every runnable script, by its path under benchmarks/: the four commands at the top, the probe that
+# scale.py starts in each stage's process, and the GPU command's one entry point.
+SCRIPTS = ("run.py", "ab.py", "scale.py", "content_digest.py", "probes/scale_stage.py", "gpu/gpu.py")
 
 
-@pytest.mark.parametrize("name", SCRIPTS)
-def test_a_benchmark_script_imports_and_answers_help(name, monkeypatch, capsys):
-    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))  # as `python benchmarks/NAME.py` has it
-    module = importlib.import_module(name)
-    monkeypatch.setattr(sys, "argv", [f"{name}.py", "--help"])
+def _runnable(folder: Path) -> set[str]:
+    """The scripts of `folder` (not below it): the files that run something when started."""
+    return {path.name for path in folder.glob("*.py") if 'if __name__ == "__main__":' in path.read_text()}
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_a_benchmark_script_imports_and_answers_help(script, monkeypatch, capsys):
+    path = BENCHMARKS / script
+    monkeypatch.syspath_prepend(str(path.parent))  # as `python benchmarks/SCRIPT` has it
+    module = importlib.import_module(path.stem)
+    monkeypatch.setattr(sys, "argv", [path.name, "--help"])
     with pytest.raises(SystemExit) as stopped:
         module.main()
     assert stopped.value.code == 0
     assert "usage:" in capsys.readouterr().out
+
+
+def test_benchmarks_shows_at_most_four_commands_and_the_gpu_command_has_one_entry_point():
+    """A reader of benchmarks/ sees its commands, not their parts: at most four scripts at the top,
+    the libraries in folders named for what they hold, and the GPU command's tooling in gpu/,
+    started from gpu/gpu.py alone (`make gpu-wheels` included)."""
+    top = _runnable(BENCHMARKS)
+    assert len(top) <= 4, f"benchmarks/ has {len(top)} scripts at its top: {sorted(top)}"
+    assert {script for script in SCRIPTS if "/" not in script} == top  # each one answers --help above
+    assert not list(BENCHMARKS.glob("gpu_*.py")), "the GPU command's parts belong in benchmarks/gpu/"
+    assert _runnable(BENCHMARKS / "gpu") == {"gpu.py"}
+    every_script = {str(path.relative_to(BENCHMARKS)) for path in BENCHMARKS.rglob("*.py")
+                    if 'if __name__ == "__main__":' in path.read_text()}
+    assert every_script == set(SCRIPTS)
+
+
+# A script named in a paragraph that runs it from an older commit (`git archive COMMIT`, "as of
+# commit"): it is not in the tree any more, and need not be.
+OLDER_COMMIT = re.compile(r"as of\s+commit|git archive|/tmp/captioning-[0-9a-f]{7}|from commit [0-9a-f]{7}")
+
+
+def _named_benchmark_files() -> list[tuple[str, str, bool]]:
+    """(file, the path it names, whether its paragraph runs an older commit) for every benchmarks/...
+    path that the pages, the Makefile, the studies, the package and the benchmarks themselves name."""
+    files = [REPO / "README.md", REPO / "Makefile", *sorted((REPO / "docs").glob("*.md")),
+             *sorted((REPO / "studies").rglob("*.md")), *sorted((REPO / "studies").rglob("*.py")),
+             *sorted(BENCHMARKS.rglob("*.py")), *sorted((REPO / "captioning").rglob("*.py"))]
+    named = []
+    for file in files:
+        for paragraph in re.split(r"\n\s*\n", file.read_text()):
+            older = bool(OLDER_COMMIT.search(paragraph))
+            named += [(str(file.relative_to(REPO)), match.group(0), older)
+                      for match in re.finditer(r"benchmarks/[\w/-]+\.(?:py|json)", paragraph)]
+    return named
+
+
+def test_every_benchmark_file_a_page_or_command_names_is_there():
+    """`python benchmarks/...` in a page runs; a script since moved, named where it was, fails here
+    (the scripts that only an older commit has are run from that commit, and say so)."""
+    named = _named_benchmark_files()
+    assert len(named) > 40  # the pages name them: the search finds them
+    missing = [f"{file}: {path}" for file, path, older in named if not (REPO / path).is_file() and not older]
+    assert not missing, "\n".join(missing)
 
 
 def test_the_caption_case_runs_through_the_api(monkeypatch, capsys, tmp_path):
@@ -34,7 +90,7 @@ def test_the_caption_case_runs_through_the_api(monkeypatch, capsys, tmp_path):
     import json
     import tempfile
 
-    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the photos are made here
     run = importlib.import_module("run")
     monkeypatch.setattr(sys, "argv", ["run.py", "--one-case", "caption", "--photos", "3", "--caption-words", "2",
@@ -52,7 +108,7 @@ def test_the_scale_stand_in_has_cocos_splits_and_reads_as_a_coco_split_file(monk
     from captioning.config import load_config
     from captioning.data.records import read_records
 
-    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
     scale = importlib.import_module("scale")
     assert scale.split_counts(123_287) == scale.FULL  # COCO's own counts at full size
     assert scale.split_counts(1_000) == {"train": 673, "restval": 247, "val": 40, "test": 40}
@@ -72,7 +128,7 @@ def test_the_encoder_case_times_both_layouts_at_each_batch(monkeypatch, capsys):
     """`benchmarks/run.py --cases encoder`: images/s for every batch size, NCHW and channels-last."""
     import json
 
-    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
     run = importlib.import_module("run")
     monkeypatch.setattr(sys, "argv", ["run.py", "--one-case", "encoder", "--encoder-batches", "1,2",
                                       "--encoder-seconds", "0.01", "--threads", "1"])
@@ -89,7 +145,7 @@ def test_the_shipped_case_times_the_shipped_file_against_its_first_decoder(monke
     import json
     import tempfile
 
-    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     run = importlib.import_module("run")
     monkeypatch.setattr(sys, "argv", ["run.py", "--one-case", "shipped", "--photos", "2", "--caption-batch", "2",

@@ -1,4 +1,4 @@
-"""benchmarks/gpu.py, the first GPU run in one command, cannot rot: without CUDA the same command
+"""benchmarks/gpu/gpu.py, the first GPU run in one command, cannot rot: without CUDA the same command
 runs every part at tiny sizes (the smoke) and every case must pass; its runner turns a part that
 outlasts its time or dies into rows that say so; the wheels it installs are re-packed and installed
 as they will be on the GPU machine, without a network."""
@@ -31,7 +31,7 @@ EXPECTED_NOT_RUN = {("setup", "wheels"), ("setup", "the project"),
 
 @pytest.fixture
 def benchmarks_importable(monkeypatch):
-    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))  # as `python benchmarks/gpu.py` has it
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks" / "gpu"))  # as `python benchmarks/gpu/gpu.py` has it
 
 
 def _wheel(folder: Path, *, name: str, files: dict[str, bytes]) -> Path:
@@ -53,12 +53,12 @@ def _wheel(folder: Path, *, name: str, files: dict[str, bytes]) -> Path:
 
 @pytest.mark.slow
 def test_the_smoke_runs_every_part_and_every_case_passes(tmp_path: Path):
-    """`python benchmarks/gpu.py --out DIR` on a machine without CUDA: every part of the GPU plan at
+    """`python benchmarks/gpu/gpu.py --out DIR` on a machine without CUDA: every part of the GPU plan at
     tiny sizes, each case a row of gpu.json and gpu.md, none failed."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "CAPTIONING_QUIET": "1"}
     out = tmp_path / "out"
     start = time.monotonic()
-    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu.py"), "--out", str(out), "--smoke",
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu" / "gpu.py"), "--out", str(out), "--smoke",
                            "--wheels", str(tmp_path / "no_wheels"), "--minutes", "15"], env=env, cwd=tmp_path,
                           capture_output=True, text=True, timeout=960)
     seconds = time.monotonic() - start
@@ -120,7 +120,7 @@ def test_a_part_stopped_at_its_limit_or_dead_leaves_its_rows_and_a_row_for_each_
     import argparse
 
     gpu = importlib.import_module("gpu")
-    from gpu_report import Report
+    from report import Report
 
     script = tmp_path / "fake_part.py"
     script.write_text(FAKE_PART)
@@ -145,11 +145,11 @@ def test_each_part_gets_its_seconds_and_the_last_one_named_what_is_left_of_the_m
     import argparse
 
     gpu = importlib.import_module("gpu")
-    import gpu_setup
-    from gpu_plan import SMOKE
+    import install
+    from plan import SMOKE
 
     given: dict[str, float] = {}
-    monkeypatch.setattr(gpu_setup, "set_up", lambda **_: ([], {}))
+    monkeypatch.setattr(install, "set_up", lambda **_: ([], {}))
     monkeypatch.setattr(gpu, "run_in_process", lambda part, *, seconds, **_: given.setdefault(part, seconds))
     args = argparse.Namespace(out=tmp_path / "out", minutes=10.0, wheels=tmp_path, smoke=True, keep_work=False,
                               argv=[])
@@ -159,7 +159,7 @@ def test_each_part_gets_its_seconds_and_the_last_one_named_what_is_left_of_the_m
 
 
 def test_cases_give_each_outcome_its_row(tmp_path: Path):
-    from gpu_report import Cases, NotRun, read_rows
+    from report import Cases, NotRun, read_rows
 
     rows = tmp_path / "rows.jsonl"
     cleaned = []
@@ -188,7 +188,7 @@ def test_cases_give_each_outcome_its_row(tmp_path: Path):
 
 
 def test_the_report_holds_every_row_so_far_after_each_one(tmp_path: Path):
-    from gpu_report import Report, Row
+    from report import Report, Row
 
     report = Report(tmp_path, {"gpu": "none"})
     report.add(Row("train", "soft fused 14x14x512 bf16 B=64", "ok", values={"captions_per_s": 20_500.0,
@@ -206,7 +206,7 @@ def test_the_report_holds_every_row_so_far_after_each_one(tmp_path: Path):
 # ----------------------------------------------------------------------------------------------- the wheels
 
 def test_pycocoevalcap_is_repacked_without_its_java_parts_and_installs_without_a_network(tmp_path: Path):
-    from gpu_wheels import NO_JAVA_TAG, without_java
+    from wheels import NO_JAVA_TAG, without_java
 
     original = _wheel(tmp_path, name="evalcap", files={"evalcap/__init__.py": b"SCORE = 1\n",
                                                        "evalcap/meteor/meteor-1.5.jar": b"\0" * 5000,
@@ -230,8 +230,35 @@ def test_pycocoevalcap_is_repacked_without_its_java_parts_and_installs_without_a
     assert (site / "evalcap" / "__init__.py").exists() and not (site / "evalcap" / "meteor").exists()
 
 
+def test_make_gpu_wheels_fetches_through_the_commands_one_entry_point(tmp_path: Path, monkeypatch, capsys):
+    """`make gpu-wheels` is `benchmarks/gpu/gpu.py --fetch-wheels`: the folder emptied, each pinned
+    wheel downloaded into it for the GPU machine's Python, pycocoevalcap's re-packed without Java,
+    and what they weigh said."""
+    gpu = importlib.import_module("gpu")
+    import wheels
+
+    asked = []
+
+    def download(requirement: str, *, dest: Path, python_version: str) -> None:  # the index, without a network
+        asked.append((requirement, python_version))
+        name = requirement.split("==")[0].replace("-", "_")
+        _wheel(dest, name=name, files={f"{name}/__init__.py": b"", f"{name}/meteor/meteor.jar": b"\0" * 100})
+
+    monkeypatch.setattr(wheels, "download", download)
+    folder = tmp_path / "gpu-wheels"
+    folder.mkdir()
+    (folder / "stale-0.1-py3-none-any.whl").write_bytes(b"")
+    assert gpu.main(["--fetch-wheels", "--wheels", str(folder), "--python-version", "3.11", "--limit-mib", "1000"]) == 0
+    assert asked == [(requirement, "3.11") for requirement in wheels.WHEELS]
+    names = sorted(path.name for path in folder.iterdir())
+    assert len(names) == len(wheels.WHEELS) and "stale-0.1-py3-none-any.whl" not in names
+    repacked = [name for name in names if wheels.NO_JAVA_TAG in name]
+    assert repacked == [f"pycocoevalcap-1.0-{wheels.NO_JAVA_TAG}-py3-none-any.whl"]
+    assert f"({len(wheels.WHEELS)} wheels)" in capsys.readouterr().out
+
+
 def test_set_up_installs_the_wheels_of_what_does_not_import_and_nothing_else(tmp_path: Path):
-    from gpu_setup import project_modules, requirements, set_up
+    from install import project_modules, requirements, set_up
 
     wheels = tmp_path / "wheels"
     wheels.mkdir()
@@ -250,8 +277,8 @@ def test_set_up_installs_the_wheels_of_what_does_not_import_and_nothing_else(tmp
 
 
 def test_the_wheels_are_setup_cfgs_requirements_and_their_own():
-    from gpu_setup import requirements
-    from gpu_wheels import WHEELS
+    from install import requirements
+    from wheels import WHEELS
 
     needed = {name.lower() for name in requirements()}
     assert {"pillow": "PIL", "PyYAML": "yaml"}.items() <= requirements().items()
@@ -261,7 +288,7 @@ def test_the_wheels_are_setup_cfgs_requirements_and_their_own():
 
 
 def test_the_import_check_imports_every_module_of_the_installed_project_not_the_trees(tmp_path: Path):
-    from gpu_setup import import_check, project_modules
+    from install import import_check, project_modules
 
     site = tmp_path / "site"  # an install that left a subpackage out (as a folder without __init__.py was)
     shutil.copytree(REPO / "captioning", site / "captioning",

@@ -272,7 +272,7 @@ def test_the_benchmarks_other_implementations_compute_the_same_model(name):
     """benchmarks/run.py times `port` (the popular ports' loop style) and `reference` (the loop before
     the fused path) against the package: they must differ in loop style only, or the speed comparison
     is unfair."""
-    implementation = importlib.import_module(f"benchmarks.{name}")
+    implementation = importlib.import_module(f"benchmarks.implementations.{name}")
     decoder = make_decoder(8, dtype=torch.float32).eval()
     annotations, inputs, _, mask = make_batch(5, dtype=torch.float32)
     with torch.no_grad():

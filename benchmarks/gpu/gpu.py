@@ -1,22 +1,23 @@
 """The first GPU run, in one command: the package's CUDA paths proved and measured on a bare machine
 in at most --minutes (9.5), set-up included.
 
-    python benchmarks/gpu.py --out DIR [--minutes 9.5] [--wheels gpu-wheels] [--parts paths,train,...] [--smoke]
+    python benchmarks/gpu/gpu.py --out DIR [--minutes 9.5] [--wheels gpu-wheels] [--parts paths,train,...] [--smoke]
+    python benchmarks/gpu/gpu.py --fetch-wheels [--wheels gpu-wheels]   # first, where the package index is reachable
 
 Set-up: the wheels of `make gpu-wheels` that this Python lacks are installed without a network into
-a folder of their own, the project itself with --no-deps (benchmarks/gpu_setup.py). Then the parts,
+a folder of their own, the project itself with --no-deps (install.py). Then the parts,
 each in its own process, within its own time limit, in this order:
 
   paths     the device, train.amp's precision, bf16 autocast, fp16 with the scaler and an overflow
             skipped, half batches pinned, the dry run, a checkpoint written on the GPU, resumed on
-            the CPU and back, captioned from on both (benchmarks/gpu_checks.py)
+            the CPU and back, captioned from on both (checks.py)
   train     training steps, captions/s and peak GPU memory: soft (fused and step-by-step) and hard
             attention, 14x14x512 and 7x7x2048 annotations, a 10 000-word vocabulary, batches 64 to
-            512, fp32 (TF32), bf16 autocast, fp16 with the scaler (benchmarks/gpu_speed.py)
+            512, fp32 (TF32), bf16 autocast, fp16 with the scaler (speed.py)
   beam      beam 3 at 32 and 256 images at once, images/s
   encoders  VGG-19, ResNet-101 (224² and 448²), EfficientNet-Lite2: images/s, fp32 and bf16
   torchrun  train.py under torchrun on NCCL, 1 process (and N on N GPUs): steps, a SIGTERM, the
-            checkpoint, a resume (benchmarks/gpu_runs.py)
+            checkpoint, a resume (runs.py)
   training  the embedded default on shapes data made here: the feature cache, a few epochs on the
             GPU, one on the CPU; time per epoch and validation numbers
   compile   torch.compile of the training step and of beam search's step beside eager, with its
@@ -27,7 +28,10 @@ Every case is a row of DIR/gpu.json and DIR/gpu.md, both written again after eac
 failed with its cause, or not run and why (a part stopped at its limit, a budget spent); a run cut
 short still leaves what it measured. The parts' output goes to DIR/gpu.log. Without CUDA (or with
 --smoke) the same parts run at tiny sizes in seconds: the smoke, which the test suite runs
-(tests/test_gpu_benchmark.py). The sizes and each part's seconds: benchmarks/gpu_plan.py.
+(tests/test_gpu_benchmark.py). The sizes and each part's seconds: plan.py; the rows: report.py.
+
+--fetch-wheels (`make gpu-wheels`) is the step before, on a machine with the package index: the
+wheels the set-up installs, into --wheels (wheels.py).
 """
 
 from __future__ import annotations
@@ -45,9 +49,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from gpu_report import FAILED, NOT_RUN, Cases, Report, Row, read_rows
+from report import FAILED, NOT_RUN, Cases, Report, Row, read_rows
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SCRIPT = Path(__file__).resolve()  # what each part's process runs (`--part NAME`)
 PARTS = ("paths", "train", "beam", "encoders", "torchrun", "training", "compile")
 MINIMUM_SECONDS = 10  # a part given less is not started: "not run", the budget spent
@@ -60,10 +64,10 @@ STOP_RESERVE = 15  # the command's last seconds: for stopping a part that overra
 def run_part(args: argparse.Namespace) -> int:
     """In the part's own process: run it, its rows appended to args.rows as they come."""
     import torch
-    from gpu_checks import paths
-    from gpu_plan import GPU, SMOKE, Context, free_memory
-    from gpu_runs import short_training, torchrun
-    from gpu_speed import beam, compiled, encoders, training_speed
+    from checks import paths
+    from plan import GPU, SMOKE, Context, free_memory
+    from runs import short_training, torchrun
+    from speed import beam, compiled, encoders, training_speed
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     plan = SMOKE if args.smoke or device.type != "cuda" else GPU
@@ -80,7 +84,7 @@ def run_part(args: argparse.Namespace) -> int:
 
 def machine(args: argparse.Namespace) -> dict[str, str]:
     """What the run was on, read without touching the GPU (the parts' processes do that)."""
-    info = {"command": "python benchmarks/gpu.py " + shlex.join(args.argv), "date":
+    info = {"command": "python benchmarks/gpu/gpu.py " + shlex.join(args.argv), "date":
             datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
             "python": platform.python_version(), "cpus": str(os.cpu_count())}
     for key, command in (("gpu", ["nvidia-smi", "--query-gpu=name,memory.total,driver_version",
@@ -180,7 +184,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="where gpu.json, gpu.md and gpu.log are written")
     parser.add_argument("--minutes", type=float, default=9.5, help="the whole command's time, set-up included")
     parser.add_argument("--wheels", type=Path, default=REPO / "gpu-wheels",
-                        help="the wheels folder of `make gpu-wheels` (default: gpu-wheels/)")
+                        help="the wheels folder: what --fetch-wheels writes and the set-up installs (default: "
+                        "gpu-wheels/)")
+    parser.add_argument("--fetch-wheels", action="store_true", help="only download the wheels into --wheels, where "
+                        "the package index is reachable (`make gpu-wheels`), and stop")
+    parser.add_argument("--python-version", default="3.12", help="with --fetch-wheels: the GPU machine's Python")
+    parser.add_argument("--limit-mib", type=float, default=64.0,
+                        help="with --fetch-wheels: what the tree and the wheels together may weigh (MiB)")
     parser.add_argument("--parts", default=",".join(PARTS),
                         help="comma-separated, from " + ",".join(PARTS) + "; empty: the set-up alone")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes even where there is a GPU")
@@ -194,8 +204,12 @@ def main(argv: list[str] | None = None) -> int:
     args.argv = list(sys.argv[1:] if argv is None else argv)
     if args.part:
         return run_part(args)
+    if args.fetch_wheels:
+        from wheels import fetch
+
+        return fetch(dest=args.wheels, python_version=args.python_version, limit_mib=args.limit_mib)
     if args.out is None:
-        parser.error("--out DIR is required")
+        parser.error("--out DIR is required (or --fetch-wheels, to download the wheels first)")
     parts = [part for part in args.parts.split(",") if part]
     unknown = [part for part in parts if part not in PARTS]
     if unknown:
@@ -204,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(args: argparse.Namespace, parts: list[str]) -> int:
-    from gpu_setup import set_up
+    from install import set_up
 
     deadline = time.monotonic() + 60 * args.minutes - STOP_RESERVE
     args.out = args.out.resolve()
@@ -227,7 +241,7 @@ def run(args: argparse.Namespace, parts: list[str]) -> int:
         parts = []
     budgets: dict[str, float] = {}
     if parts:
-        from gpu_plan import GPU, SMOKE
+        from plan import GPU, SMOKE
 
         cuda = torch.cuda.is_available()  # asks the driver for a count; no context is made here
         report.header["plan"] = "gpu" if cuda and not args.smoke else "smoke (tiny sizes)"

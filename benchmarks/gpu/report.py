@@ -1,4 +1,4 @@
-"""What benchmarks/gpu.py writes, and how a part reports to it.
+"""What benchmarks/gpu/gpu.py writes, and how a part reports to it.
 
 One row per case: measured ("ok", with its numbers), "failed" with its cause, or "not run" and why.
 The command keeps every row in DIR/gpu.json and a readable table in DIR/gpu.md, both written again
@@ -157,7 +157,7 @@ class Report:
     def table(self, elapsed: float) -> str:
         header = "  \n".join(f"{key}: {value}" for key, value in self.header.items())
         counts = ", ".join(f"{n} {status}" for status, n in self.counts().items())
-        lines = [f"# benchmarks/gpu.py\n\n{header}  \nelapsed: {elapsed:.0f} s; rows: {counts}\n",
+        lines = [f"# benchmarks/gpu/gpu.py\n\n{header}  \nelapsed: {elapsed:.0f} s; rows: {counts}\n",
                  "| part | case | status | result | cause |", "|---|---|---|---|---|"]
         for row in self.rows:
             cells = [row.part, row.case, row.status, describe(row.values), row.cause]

@@ -1,4 +1,4 @@
-"""What benchmarks/gpu.py measures, at which sizes and in how many seconds: the GPU plan (the COCO
+"""What benchmarks/gpu/gpu.py measures, at which sizes and in how many seconds: the GPU plan (the COCO
 configs' dimensions) and the smoke's (tiny sizes, seconds on a CPU), and what a part is handed.
 
 Notation: B batch, (Hg, Wg) the annotation grid, D channels, V vocabulary.
@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from gpu_report import Cases
+from report import Cases
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}  # fp16 steps with a GradScaler
 
 

@@ -1,4 +1,4 @@
-"""benchmarks/gpu.py's whole runs: train.py under torchrun (NCCL on GPUs), stopped by a SIGTERM and
+"""benchmarks/gpu/gpu.py's whole runs: train.py under torchrun (NCCL on GPUs), stopped by a SIGTERM and
 resumed; and a short real training of the embedded default on data made here, on the device and on
 the CPU, its time per epoch and its validation numbers side by side.
 """
@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 
 import torch
-from gpu_plan import REPO, Context, tiny_data
-from gpu_report import NotRun
+from plan import REPO, Context, tiny_data
+from report import NotRun
 
 from captioning.checkpoint import load_checkpoint
 from captioning.config import load_config

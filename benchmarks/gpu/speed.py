@@ -1,4 +1,4 @@
-"""benchmarks/gpu.py's speed parts: training steps (captions/s), beam search (images/s), the
+"""benchmarks/gpu/gpu.py's speed parts: training steps (captions/s), beam search (images/s), the
 encoders (images/s), and torch.compile where it works (where not, its cause).
 
 A training step is the package's own (captioning.train.step.train_step: the forward, the losses,
@@ -18,8 +18,8 @@ import time
 from collections.abc import Callable
 
 import torch
-from gpu_plan import PRECISIONS, REPO, Context, free_memory, peak_mib, reset_peak, synchronize
-from gpu_report import coco_epochs
+from plan import PRECISIONS, REPO, Context, free_memory, peak_mib, reset_peak, synchronize
+from report import coco_epochs
 
 from captioning.config import Config, load_config
 from captioning.data.dataset import Batch

@@ -1,4 +1,4 @@
-"""benchmarks/gpu.py's part "paths": the package's device paths run for real, each a case that
+"""benchmarks/gpu/gpu.py's part "paths": the package's device paths run for real, each a case that
 passes with its numbers or fails with its cause.
 
 The device, the precision train.amp picks there, a bf16 autocast step against a float32 one, fp16
@@ -18,7 +18,7 @@ import platform
 from pathlib import Path
 
 import torch
-from gpu_plan import Context, tiny_data
+from plan import Context, tiny_data
 
 from captioning.checkpoint import load_checkpoint
 from captioning.config import load_config

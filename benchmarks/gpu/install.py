@@ -1,5 +1,5 @@
-"""The set-up of benchmarks/gpu.py on a bare machine, without a network: each wheel of the wheels
-folder (`make gpu-wheels`, benchmarks/gpu_wheels.py) whose modules this Python cannot import is
+"""The set-up of benchmarks/gpu/gpu.py on a bare machine, without a network: each wheel of the wheels
+folder (`make gpu-wheels`, wheels.py) whose modules this Python cannot import is
 installed into a folder of its own, the project itself with --no-deps where it is not installed,
 and then every requirement of setup.cfg and every module of the project is imported once in a
 fresh process, from the folder the parts run in.
@@ -21,10 +21,10 @@ import time
 import zipfile
 from pathlib import Path
 
-from gpu_report import FAILED, NOT_RUN, OK, Row
-from gpu_wheels import WHEELS
+from report import FAILED, NOT_RUN, OK, Row
+from wheels import WHEELS
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PIP_SECONDS = 180  # a pip step that takes longer is stopped (a network wait would: there is none)
 IMPORT_NAMES = {"pillow": "PIL", "pyyaml": "yaml"}  # distributions whose module is named otherwise
 
