@@ -2,7 +2,9 @@
 
 A YAML file may name a `base:` file (relative to itself) whose values it overrides, and that file
 a base of its own, and so on. Unknown keys are errors, never
-silently ignored: a misspelt key that did nothing has cost people whole training runs.
+silently ignored: a misspelt key that did nothing has cost people whole training runs. Nor is a
+setting given twice where one cannot tell which was meant: a key repeated in one YAML mapping, a
+setting under its old and its new name; an empty config file is refused too.
 
 Every value is checked when the config is loaded, before any data, feature or model work; old
 keys of checkpoint format 1 and settings renamed with a new meaning are migrated in a checkpoint and
@@ -11,7 +13,8 @@ checkpoint and read as aliases, with a warning, in a file.
 
 Modules: schema.py (the sections and their defaults), loading.py (files, overrides, plain data),
 checks.py (`validate`: every rule on a setting's value, in one place; a plugin's own rules are
-its `problems`), choices.py (what each fixed choice may be), registry.py (the pluggable ones:
+its `problems`), choices.py (what each fixed choice may be), bounds.py (the largest each size may
+be), registry.py (the pluggable ones:
 scores, dataset formats, objectives, and the settings sections they bring), migration.py (old keys
 and removed settings), errors.py (ConfigError).
 """

@@ -8,6 +8,7 @@ import types
 import typing
 from typing import Any
 
+import captioning.config.bounds as bounds
 import captioning.config.choices as choices
 import captioning.config.registry as registry
 from captioning.config.schema import Config, ConfigError, settings_of
@@ -77,7 +78,14 @@ def _ranges(config: Config) -> dict[str, tuple[Any, str, bool]]:
                 "train.reinforce.weight_warmup": (t.reinforce.weight_warmup, 0),
                 "decode.beam_size": (d.beam_size, 1), "decode.max_length": (d.max_length, 1),
                 "model.extras.grid_attention": (m.extras.grid_attention, 0)}
-    checks = {key: (value, f"at least {low}", value is None or value >= low) for key, (value, low) in at_least.items()}
+    # sizes have a bound too (bounds.py says why each is where it is)
+    at_most = {"data.image_size": bounds.IMAGE_SIDE, "data.max_caption_length": bounds.LENGTH,
+               "encoder.batch_size": bounds.BATCH, "model.embed_dim": bounds.WIDTH, "model.hidden_dim": bounds.WIDTH,
+               "model.attention_dim": bounds.WIDTH, "model.extras.grid_attention": bounds.HEADS,
+               "train.batch_size": bounds.BATCH, "train.val_beam_size": bounds.BEAM,
+               "train.num_workers": bounds.WORKERS, "train.reinforce.location_samples": bounds.SAMPLES,
+               "decode.beam_size": bounds.BEAM, "decode.max_length": bounds.LENGTH}
+    checks = {key: _within(value, low, at_most.get(key)) for key, (value, low) in at_least.items()}
     positive = {"encoder.lr": config.encoder.lr, "train.lr": t.lr, "train.grad_clip": t.grad_clip,
                 "train.dist_timeout": t.dist_timeout, "model.extras.temperature": m.extras.temperature}
     checks.update({key: (value, "positive", value is None or value > 0) for key, value in positive.items()})
@@ -97,6 +105,14 @@ def _ranges(config: Config) -> dict[str, tuple[Any, str, bool]]:
                     "decode.length_penalty": d.length_penalty, "decode.no_repeat_ngram": d.no_repeat_ngram}
     checks.update({key: (value, "at least 0", value >= 0) for key, value in non_negative.items()})
     return checks
+
+
+def _within(value: int | None, low: int, high: int | None) -> tuple[int | None, str, bool]:
+    """(value, what it must be, whether it is) for a setting of at least `low` and at most `high`
+    (None: no bound); None values (optional settings) pass."""
+    if value is not None and high is not None and value > high:
+        return value, f"at most {high} (far beyond any real run: captioning/config/bounds.py)", False
+    return value, f"at least {low}", value is None or value >= low
 
 
 def _combinations(config: Config) -> list[str]:

@@ -144,11 +144,74 @@ def from_dict(values: dict[str, Any], where: str = "config") -> Config:
     return validate(config, where, unread_sections=True)
 
 
-def _read_yaml(path: Path) -> dict[str, Any]:
+def _repeated_key(node: yaml.Node, path: tuple[str, ...] = (),
+                  seen: set[int] | None = None) -> tuple[str, int, int] | None:
+    """The first key a mapping under `node` names twice, as (its dotted path, its line, the line it
+    was first on); None where there is none. PyYAML keeps the last of a mapping's repeated keys
+    without a word, so `hidden_dim: 64` and `hidden_dim: 128` in one section would read as 128."""
+    seen = set() if seen is None else seen
+    if id(node) in seen:  # an alias of a node already looked at (YAML anchors may even nest themselves)
+        return None
+    seen.add(id(node))
+    children: list[tuple[tuple[str, ...], yaml.Node]] = []
+    if isinstance(node, yaml.MappingNode):
+        lines: dict[tuple[str, str], int] = {}
+        for key, value in node.value:
+            if key.tag == "tag:yaml.org,2002:merge":  # `<<: *defaults`: the keys beside it override it, as meant
+                children.append((path, value))
+                continue
+            name = (key.tag, str(key.value))  # `1` and `"1"` are two keys; `lr` and `"lr"` one
+            if name in lines:
+                return ".".join((*path, name[1])), key.start_mark.line + 1, lines[name]
+            lines[name] = key.start_mark.line + 1
+            children.append(((*path, name[1]), value))
+    elif isinstance(node, yaml.SequenceNode):
+        children = [(path, item) for item in node.value]
+    for child_path, child in children:
+        if (found := _repeated_key(child, child_path, seen)) is not None:
+            return found
+    return None
+
+
+def _yaml_error(error: yaml.YAMLError) -> str:
+    """A YAML error in one line: where, and what (PyYAML's own message spans several, with a picture)."""
+    mark = getattr(error, "problem_mark", None)
+    if isinstance(error, yaml.MarkedYAMLError) and mark is not None and error.problem:
+        context = f" ({error.context})" if error.context else ""
+        return f"line {mark.line + 1}, column {mark.column + 1}: {error.problem}{context}"
+    return " ".join(str(error).split())
+
+
+def _yaml(text: str, path: tuple[str, ...] = ()) -> tuple[Any, tuple[str, int, int] | None]:
+    """`text` read with PyYAML's safe loader (None: no document, or an empty one), and the first key
+    one of its mappings names twice (_repeated_key; `path`: the keys above it), if any."""
+    loader = yaml.SafeLoader(text)
     try:
-        values = yaml.safe_load(path.read_text()) or {}
-    except (OSError, yaml.YAMLError) as error:
-        raise ConfigError(f"{path}: cannot read config ({error})") from error
+        node = loader.get_single_node()
+        if node is None:
+            return None, None
+        return loader.construct_document(node), _repeated_key(node, path)
+    finally:
+        loader.dispose()
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    """A config file's mapping. An empty file (or one of comments only) is refused rather than read as
+    no settings: a run on the defaults that was meant to be configured would draw the embedded
+    default's data into whatever data.root says."""
+    try:
+        values, repeated = _yaml(path.read_text())
+    except OSError as error:
+        raise ConfigError(f"{path}: cannot read config ({error.strerror or error})") from error
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{path}: cannot read config ({_yaml_error(error)})") from error
+    if repeated is not None:
+        key, line, first = repeated
+        raise ConfigError(f"{path}: line {line}: '{key}' is given twice in one mapping (first on line {first}); "
+                          "keep one")
+    if values is None:  # no document, an empty one (`---`), or a bare null
+        raise ConfigError(f"{path}: the config file is empty (no settings, only blank lines or comments); write "
+                          "the settings it is for, or run without a config file for the embedded default")
     if not isinstance(values, dict):
         raise ConfigError(f"{path}: a config must be a mapping")
     return values
@@ -158,7 +221,42 @@ def _parse_override(text: str) -> tuple[list[str], Any]:
     if "=" not in text:
         raise ConfigError(f"override '{text}' is not of the form key.sub=value")
     key, raw = text.split("=", 1)
-    return key.strip().split("."), yaml.safe_load(raw)
+    keys = key.strip().split(".")
+    try:
+        value, repeated = _yaml(raw, tuple(keys))
+    except yaml.YAMLError as error:
+        raise ConfigError(f"override '{text}': cannot read its value ({_yaml_error(error)})") from error
+    if repeated is not None:
+        raise ConfigError(f"override '{text}': '{repeated[0]}' is given twice; keep one")
+    return keys, value
+
+
+def _settings_named(keys: list[str], value: Any, schema: Config) -> list[str]:
+    """The dotted names of the settings an override sets, as it names them: `model.hard={coin: batch}`
+    sets model.hard.coin; a name the schema does not know is taken as it is (merging refuses it)."""
+    section: Any = schema
+    for key in keys:  # down the sections the keys name
+        section = getattr(section, key, None) if dataclasses.is_dataclass(section) else None
+    if isinstance(value, dict) and dataclasses.is_dataclass(section):
+        return [name for key, sub in value.items() for name in _settings_named([*keys, str(key)], sub, schema)]
+    return [".".join(keys)]
+
+
+def _refuse_two_names(parsed: list[tuple[str, list[str], Any]]) -> None:
+    """Overrides apply in order, each over what came before (so a command line may add to another:
+    `$COMMON model.hidden_dim=48`); but one setting under its old name and its new one (MOVED) is
+    refused, as in a file: which of the two was meant cannot be told."""
+    schema = Config()
+    given: dict[str, tuple[str, str]] = {}  # a setting's name now -> (the name an override gave it, the override)
+    for text, keys, value in parsed:
+        for name in _settings_named(keys, value, schema):
+            now = MOVED.get(name, name)
+            if now in given and given[now][0] != name:
+                other, first = given[now]
+                old, new = (name, other) if name in MOVED else (other, name)
+                raise ConfigError(f"overrides '{first}' and '{text}': '{old}' and '{new}' name one setting (the "
+                                  "first is its old name); keep one")
+            given[now] = (name, text)
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
@@ -181,9 +279,11 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
 
 
 def apply_overrides(config: Config, overrides: list[str] | tuple[str, ...]) -> Config:
-    """Set `key.sub=value` pairs (values parsed as YAML) on a config, in place; returns it. The
+    """Set `key.sub=value` pairs (values parsed as YAML) on a config, in place, in order (a later one
+    over an earlier); returns it. One setting under its old and its new name is refused. The
     caller validates the result (load_config does; after a checkpoint's config, call validate)."""
-    for text in overrides:
-        keys, value = _parse_override(text)
+    parsed = [(text, *_parse_override(text)) for text in overrides]
+    _refuse_two_names(parsed)
+    for text, keys, value in parsed:
         _merge(config, _nested(keys, value), f"override '{text}'")
     return config

@@ -18,6 +18,7 @@ from captioning.model.encoder import Encoder
 from captioning.model.encoder_decoder import build_decoder
 from captioning.runtime import distributed
 from captioning.train.extras.averaging import WeightAverage
+from captioning.train.step import TrainingError
 
 
 @dataclass
@@ -47,6 +48,11 @@ def build_encoder(config: Config, device: torch.device, context: distributed.Dis
     return distributed.sync_batch_norm(Encoder.from_config(config.encoder).to(device), context, device=device)
 
 
+# How torch's allocators say that an allocation failed (CPU: "not enough memory" or "can't allocate
+# memory", by version; CUDA: "out of memory").
+_NO_MEMORY = ("not enough memory", "can't allocate memory", "cannot allocate memory", "out of memory")
+
+
 def build_model(config: Config, data: RunData, encoder: Encoder | None, device: torch.device) -> RunModel:
     """The decoder for the data's annotations (their grid and width), and the weights' average."""
     t = config.train
@@ -61,8 +67,17 @@ def build_model(config: Config, data: RunData, encoder: Encoder | None, device: 
     else:
         grid, annotation_dim = data.train.grid, data.train.annotations.shape[2]
     torch.manual_seed(t.seed)  # the initial weights follow train.seed, whatever the data work drew
-    decoder = build_decoder(config.model, vocab_size=len(data.vocab), annotation_dim=annotation_dim,
-                            grid=grid).to(device)
+    try:
+        decoder = build_decoder(config.model, vocab_size=len(data.vocab), annotation_dim=annotation_dim,
+                                grid=grid).to(device)
+    except (MemoryError, RuntimeError) as error:  # sizes within the config's bounds, too large for this machine
+        if not isinstance(error, MemoryError) and not any(words in str(error).lower() for words in _NO_MEMORY):
+            raise
+        m = config.model
+        raise TrainingError(f"model.embed_dim={m.embed_dim}, model.hidden_dim={m.hidden_dim}, model.attention_dim="
+                            f"{m.attention_dim}: the decoder is too large to build on {device} (not enough memory "
+                            f"for its weights, with {len(data.vocab)} words and {annotation_dim}-wide annotations); "
+                            "make them smaller") from error
     average = WeightAverage(decoder, decay=t.ema_decay) if t.ema_decay else None
     return RunModel(decoder, encoder, average, grid, annotation_dim)
 

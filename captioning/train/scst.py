@@ -32,6 +32,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+import captioning.config.bounds as bounds
 from captioning.config import Config
 from captioning.config.registry import OBJECTIVES
 from captioning.data.memory_maps import by_reference
@@ -221,6 +222,9 @@ class SelfCriticalObjective:
             problems.append(f"train.scst.baseline '{t.scst.baseline}' is not one of {', '.join(BASELINES)}")
         if t.scst.samples < 1:
             problems.append(f"train.scst.samples must be at least 1, got {t.scst.samples}")
+        if t.scst.samples > bounds.SAMPLES:
+            problems.append(f"train.scst.samples must be at most {bounds.SAMPLES} (far beyond any real run: "
+                            f"captioning/config/bounds.py), got {t.scst.samples}")
         if t.scst.baseline == "leave_one_out" and t.scst.samples < 2:
             problems.append(f"train.scst.baseline=leave_one_out needs train.scst.samples >= 2 (the image's other "
                             f"samples), got {t.scst.samples}")

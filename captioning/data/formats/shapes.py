@@ -12,6 +12,7 @@ from captioning.config.registry import DATASETS
 from captioning.data.formats.karpathy import read_configured
 from captioning.data.records import DatasetError, ImageRecord
 from captioning.data.shapes import SHAPES_DEFAULT_COUNTS
+from captioning.data.shapes.destination import DATASET, foreign_entries, listed
 from captioning.data.shapes.scenes import SceneObjects, make_shapes, read_scene_objects
 
 
@@ -41,10 +42,17 @@ MINIATURE_COUNTS = {"train": 8, "val": 2, "test": 2}
 
 def ensure_shapes(config: Config) -> None:
     """The embedded default makes its own data: `python train.py` works on a fresh clone. Called by
-    the commands that train or prepare (captioning/cli), never by a reader: reading data never writes it."""
+    the commands that train or prepare (captioning/cli), never by a reader: reading data never writes it.
+    Made only where data.root is missing, empty or holds an unfinished shapes dataset, never into a
+    folder of other files (captioning.data.shapes.destination)."""
     d = config.data
     root = Path(d.root)
     if d.dataset == "shapes" and not (root / d.split_file).exists():
+        if foreign := foreign_entries(root, DATASET):  # someone's folder, named as data.root: never filled with scenes
+            raise DatasetError(f"{root}: the shapes data (data.dataset=shapes, the embedded default) is not there, and "
+                               f"the folder holds other files ({listed(foreign)}); nothing written: for your own "
+                               "photos set data.dataset=folder (docs/data.md), else set data.root to a new or empty "
+                               "folder")
         try:  # a read-only data.root is one line before any work (data.cache_root holds caches, never the data)
             root.mkdir(parents=True, exist_ok=True)
             with tempfile.TemporaryFile(dir=root):

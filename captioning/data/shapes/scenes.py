@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw, ImageFilter
 
+from captioning.data.shapes.destination import DATASET, PHOTOS, refuse_foreign
 from captioning.data.vocab import tokenize
 
 SHAPES = ("circle", "square", "triangle", "diamond")
@@ -196,7 +197,8 @@ def generate_image(seed: int, split: str, index: int, image_size: int,
 
 def make_shapes(out: str | Path, counts: dict[str, int], seed: int = 0, image_size: int = 224,
                 train_object_weights: tuple[float, float, float] | None = None) -> Path:
-    """Writes the dataset under `out` and returns the path of its Karpathy-style split file.
+    """Writes the dataset under `out` and returns the path of its Karpathy-style split file. `out`
+    is new, empty, or holds what this writes there (destination.py); anything else is DatasetError.
 
     `train_object_weights` gives the training images another mix of 1, 2 and 3 objects (relative
     odds, e.g. (1, 2, 3)); the validation and test images stay those of the uniform draw, byte for
@@ -207,6 +209,7 @@ def make_shapes(out: str | Path, counts: dict[str, int], seed: int = 0, image_si
         raise ValueError(f"train_object_weights: three non-negative odds for 1, 2 and 3 objects, not all zero; "
                          f"got {train_object_weights}")
     out = Path(out)
+    refuse_foreign(out, DATASET, what="the shapes data")
     karpathy_images = []
     objects_file: dict[str, dict] = {}
     image_id = sentence_id = 0
@@ -248,8 +251,10 @@ def make_shapes(out: str | Path, counts: dict[str, int], seed: int = 0, image_si
 
 def write_folder(out: str | Path, images: int, *, seed: int = 0, image_size: int = 224) -> Path:
     """`images` scenes as a folder of your own photos would come (docs/data.md): out/images/*.jpg and
-    out/captions.csv, a row per caption (image, caption) and no splits. Returns the captions file."""
+    out/captions.csv, a row per caption (image, caption) and no splits. Returns the captions file.
+    `out` is new, empty, or holds what this writes there (destination.py); anything else is DatasetError."""
     out = Path(out)
+    refuse_foreign(out, PHOTOS, what="shapes photos")
     folder = out / "images"
     folder.mkdir(parents=True, exist_ok=True)
     rows = []
