@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import html
 import io
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import types
 from pathlib import Path
+from urllib.parse import unquote
 
 import numpy as np
 import pytest
@@ -218,7 +221,8 @@ def test_caption_coco_ids_json_and_results_file(tiny_run, images, tmp_path: Path
     records = [json.loads(line) for line in _lines(captured.out)]
     assert records[0]["image_id"] == 391895 and "image_id" not in records[1]
     assert json.loads(results.read_text()) == [{"image_id": 391895, "caption": records[0]["caption"]}]
-    assert "1 images left out" in captured.err and images["png"] in captured.err
+    assert f"note: 1 image left out of {results}: their names carry no COCO image id (e.g. {images['png']})" in (
+        captured.err.splitlines())
     again = results.with_name("again.json")  # into the folder the first run made
     assert main(["caption", str(coco), "--checkpoint", str(tiny_run.checkpoint), "--coco-results", str(again)]) == 0
     assert json.loads(again.read_text()) == json.loads(results.read_text())
@@ -405,6 +409,22 @@ def test_an_image_whose_overlays_cannot_be_written_is_named_and_the_others_still
                                 "error: c.png: overlays not written (OSError)"]
 
 
+def test_a_page_that_cannot_be_written_is_one_line_and_the_captions_stand(stand_in, tmp_path: Path, capsys) -> None:
+    out = tmp_path / "overlays"
+    (out / "index.html").mkdir(parents=True)  # a folder where the page would go
+
+    def save(folder: Path, animation: bool = False) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+
+    results = [types.SimpleNamespace(source="a.png", caption="a red circle", tokens=["a"], word_alphas=None,
+                                     save_overlays=save)]
+    code, _ = stand_in(StandInCaptioner(results), 1, "--overlays", str(out))
+    printed, err = capsys.readouterr()
+    assert code == 1 and printed == "a.png\ta red circle\n"
+    assert err.splitlines() == [f"error: {out / 'index.html'}: the page not written (Is a directory)"]
+    assert sorted(p.name for p in out.iterdir()) == ["a", "index.html"]  # no temporary left behind
+
+
 def test_interrupted_captioning_says_how_far_it_got(stand_in, capsys) -> None:
     done = [types.SimpleNamespace(source=f"{i}.png", caption="a red circle") for i in range(2)]
     code, _ = stand_in(StandInCaptioner(done, then=KeyboardInterrupt()), 3)
@@ -412,6 +432,18 @@ def test_interrupted_captioning_says_how_far_it_got(stand_in, capsys) -> None:
     assert code == 130
     assert captured.out.splitlines() == ["0.png\ta red circle", "1.png\ta red circle"]
     assert captured.err == "interrupted after 2 of 3 images\n"
+
+
+def test_captioning_interrupted_while_the_model_loads_is_one_line(monkeypatch, tmp_path: Path, capsys) -> None:
+    from captioning.api import Captioner
+
+    def loading(cls, path, **options):
+        raise KeyboardInterrupt  # Ctrl-C while the checkpoint is read
+
+    monkeypatch.setattr(Captioner, "from_checkpoint", classmethod(loading))
+    Image.new("RGB", (8, 8)).save(tmp_path / "photo.png")
+    assert main(["caption", str(tmp_path / "photo.png"), "--checkpoint", "model.pt"]) == 130
+    assert capsys.readouterr().err == "interrupted before any image was captioned\n"
 
 
 def test_each_caption_reaches_a_pipe_before_the_next_image_is_decoded(stand_in, monkeypatch) -> None:
@@ -446,6 +478,82 @@ def test_overlay_page_references_only_files_that_exist(tiny_run, images, tmp_pat
         if record["tokens"]:
             with Image.open(out / folder / "words.gif") as gif:
                 assert gif.n_frames == len(record["tokens"])
+
+
+def test_names_that_are_not_utf8_or_hold_a_line_break_are_one_line_each_and_on_the_page(
+        tiny_run, images, tmp_path: Path, capsys) -> None:
+    """Names people have: bytes that are not UTF-8 (Python's lone surrogates), a line break, a `#`.
+    Each image is one `path<TAB>caption` line and one JSON line, the names escaped as Python writes
+    them (\\xff, \\n); the page names them so and links to overlay folders that exist; a page
+    already in the folder is replaced whole."""
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    for name in ("...png", os.fsdecode(b"bad\xffname.png"), "new\nline.png", "photo #1.png", "scene.png"):
+        shutil.copy(images["png"], folder / name)
+    shown = [f"{folder}/...png", f"{folder}/bad\\xffname.png", f"{folder}/new\\nline.png", f"{folder}/photo #1.png",
+             f"{folder}/scene.png"]
+    out = tmp_path / "overlays"
+    out.mkdir()
+    (out / "index.html").write_text("the page of an earlier run")
+    code = main(["caption", str(folder), "--checkpoint", str(tiny_run.checkpoint), "--overlays", str(out)])
+    captured = capsys.readouterr()
+    assert code == 0 and captured.err == "", captured.err
+    assert [line.split("\t")[0] for line in captured.out.splitlines()] == shown
+    assert all(len(line.split("\t")) == 2 for line in captured.out.splitlines())
+    page = (out / "index.html").read_text(encoding="utf-8")  # whole, and UTF-8
+    assert "<p>5 images." in page and page.rstrip().endswith("</html>")
+    assert re.findall(r'<span class="source">([^<]*)</span>', page) == [html.escape(name) for name in shown]
+    links = [unquote(html.unescape(link)) for link in re.findall(r'(?:src|data-map)="([^"]+)"', page)]
+    assert len(links) > 8 and all((out / link).is_file() for link in links)
+    assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["bad_name", "image", "new_line", "photo #1", "scene"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["overlays", "photos"]  # `...png`'s folder is not `..`
+
+    assert main(["caption", str(folder), "--checkpoint", str(tiny_run.checkpoint), "--json"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.isascii() and len(printed.splitlines()) == 5
+    assert [json.loads(line)["image"] for line in printed.splitlines()] == [
+        f"{folder}/...png", f"{folder}/bad\\xffname.png", f"{folder}/new\nline.png", f"{folder}/photo #1.png",
+        f"{folder}/scene.png"]
+
+
+@pytest.mark.parametrize("how", ["SIGINT to a background job", "SIGTERM"])
+def test_a_caption_run_stopped_by_a_signal_writes_the_page_of_the_images_done(tiny_run, tmp_path: Path,
+                                                                               how: str) -> None:
+    """Stopped part way, the run says how far it got, exits 128 + the signal, and the page shows the
+    images captioned so far. A shell starts a background job (`captioning caption ... &`) with SIGINT
+    ignored: `kill -INT` stops it all the same, as it stops training."""
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    Image.new("RGB", (32, 32), (200, 30, 30)).save(folder / "000.png")
+    for i in range(1, 200):  # far more than can be captioned between the signal sent and received
+        shutil.copy(folder / "000.png", folder / f"{i:03d}.png")
+    out = tmp_path / "overlays"
+    signum = signal.SIGINT if how.startswith("SIGINT") else signal.SIGTERM
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    run = subprocess.Popen([sys.executable, "-m", "captioning.cli", "caption", str(folder), "--checkpoint",
+                            str(tiny_run.checkpoint), "--overlays", str(out), "--batch-size", "2", "--beam-size", "1",
+                            "--quiet"],
+                           cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    try:
+        assert run.stdout.readline() and run.stdout.readline()  # two images captioned
+        run.send_signal(signum)
+        rest, err = run.communicate(timeout=60)
+    finally:
+        run.kill()
+    done = 2 + len(rest.splitlines())
+    assert run.returncode == 128 + signum, err
+    said = "interrupted" if signum == signal.SIGINT else "stopped by SIGTERM"
+    assert err.splitlines()[-1] == f"{said} after {done} of 200 images; the page of those: {out / 'index.html'}"
+    assert done < 200 and (out / "index.html").read_text().count("<figure>") == done
+
+
+def test_python_dash_m_captioning_is_the_captioning_command() -> None:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    result = subprocess.run([sys.executable, "-m", "captioning", "caption", "--help"], cwd=REPO, env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("usage: captioning caption ")
 
 
 # the guard every command runs under ----------------------------------------------------------------

@@ -25,6 +25,7 @@ LAYERS = (
     ("train",),  # a run: the objective's steps, validation, checkpoints, several processes
     ("api",),  # captioning from Python
     ("cli", "__init__"),  # the commands, and the package's face
+    ("__main__",),  # `python -m captioning`: the command
 )
 
 

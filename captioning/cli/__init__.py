@@ -37,7 +37,11 @@ def _make_shapes(args: argparse.Namespace) -> int:
         if args.folder < 3:
             print("captioning make-shapes: --folder needs at least 3 images (train, val and test)", file=sys.stderr)
             return 2
-        captions_file = write_folder(args.out, args.folder, seed=args.seed, image_size=args.image_size)
+        try:
+            captions_file = write_folder(args.out, args.folder, seed=args.seed, image_size=args.image_size)
+        except ValueError as error:  # DatasetError: --out holds someone's files
+            print(f"captioning make-shapes: {error}", file=sys.stderr)
+            return 2
         print(f"wrote {args.folder} images to {Path(args.out) / 'images'} with 5 captions each in {captions_file}")
         return 0
     counts = {"train": args.train, "val": args.val, "test": args.test}
@@ -148,7 +152,7 @@ def _prepare(args: argparse.Namespace) -> int:
 def _prepare_features(args: argparse.Namespace) -> int:
     from captioning.config import load_config
     from captioning.data.prepare import prepare_features
-    from captioning.data.records import held_out_note, make_missing_data
+    from captioning.data.records import counted, held_out_note, make_missing_data
     from captioning.data.splits import features_dir
 
     config = load_config(args.config, args.overrides)
@@ -165,8 +169,8 @@ def _prepare_features(args: argparse.Namespace) -> int:
               "fly and does not read this cache (evaluation of a frozen encoder would)", file=sys.stderr)
     splits = prepare_features(config, splits=names, device=default_device(args.device))
     for name, split in splits.items():
-        unreadable = f", {split.unreadable} unreadable images left out" if split.unreadable else ""
-        print(f"{name}: {len(split.records)} images, annotations {list(split.annotations.shape)} "
+        unreadable = f", {counted(split.unreadable, 'unreadable image')} left out" if split.unreadable else ""
+        print(f"{name}: {counted(len(split.records), 'image')}, annotations {list(split.annotations.shape)} "
               f"(grid {split.grid[0]}x{split.grid[1]}){unreadable}")
     print(f"cache: {features_dir(config)}")
     return 0
@@ -201,6 +205,7 @@ def _add_eval_arguments(parser: argparse.ArgumentParser) -> None:
 
 @guarded
 def _evaluate(args: argparse.Namespace) -> int:
+    from captioning.data.records import counted
     from captioning.eval.evaluate import evaluate_checkpoint, write_evaluation
     from captioning.shipped import pretrained_path
 
@@ -209,7 +214,8 @@ def _evaluate(args: argparse.Namespace) -> int:
                                      beam_size=args.beam_size, hard_choice=args.hard_choice,
                                      device=default_device(args.device))
     metrics, choice = evaluation.metrics, evaluation.hard_choice
-    print(f"{' + '.join(checkpoints)} on {args.split} ({len(evaluation.results)} images, beam {evaluation.beam_size}, "
+    print(f"{' + '.join(checkpoints)} on {args.split} ({counted(len(evaluation.results), 'image')}, "
+          f"beam {evaluation.beam_size}, "
           f"{evaluation.config.model.attention} attention{'' if choice == 'expectation' else ': ' + choice})")
     print(f"  {'tokenizer':<30} {evaluation.tokenizer}")
     for name, value in metrics.items():

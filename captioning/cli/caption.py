@@ -1,17 +1,25 @@
 """`captioning caption`: image files, folders and glob patterns captioned in batches, in order, with
 per-word attention overlays and a page to browse them; a file that cannot be read is one line on
-stderr and the others are still captioned (exit code 1)."""
+stderr and the others are still captioned (exit code 1). Each image is one line of output, whatever
+its name holds; SIGINT or SIGTERM stops the run in one line (exit code 128 + the signal), the page
+of the images done written."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from captioning.cli.common import add_hard_choice_argument, add_quiet_argument, expected_errors
 from captioning.config import ConfigError
+from captioning.data.records import counted, name_as_text, name_on_one_line
 from captioning.progress import quiet
 
 
@@ -57,15 +65,103 @@ def split_overrides(values: Sequence[str]) -> tuple[list[str], list[str]]:
     return images, overrides
 
 
-def _caption(args: argparse.Namespace) -> int:
+class Stopped(KeyboardInterrupt):
+    """SIGINT or SIGTERM, raised wherever the command is, as Python raises KeyboardInterrupt for
+    Ctrl-C: the run stops there, says how far it got, and still writes the page of the images done."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+class _StopSignals:
+    """SIGINT and SIGTERM raise Stopped while the command runs. SIGTERM (a scheduler's preemption,
+    `kill`) would otherwise end the process with no page; and a shell starts a background job with
+    SIGINT ignored, which Python then leaves ignored, so `kill -INT` would not stop it: training
+    answers both signals alike (train/signals.py).
+
+    An exception raised by a signal handler is lost where the signal lands in a __del__ method or a
+    callback (Python prints it and goes on): the signal is kept too, and `check` raises it again."""
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self._previous: dict[int, Any] = {}
+        self._holding = False
+
+    def _handle(self, signum: int, frame: object) -> None:
+        again = self.received is not None
+        self.received = signum
+        if again or not self._holding:
+            raise Stopped(signum)
+
+    def check(self) -> None:
+        if self.received is not None:
+            raise Stopped(self.received)
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """A signal received inside stops the command at the end of the block (an image's line and
+        overlays: each image is done whole, or not at all, and the page holds those printed); a
+        second one at once, as a second Ctrl-C interrupts training."""
+        self._holding = True
+        try:
+            yield
+        finally:
+            self._holding = False
+        self.check()
+
+    def __enter__(self) -> _StopSignals:
+        if threading.current_thread() is threading.main_thread():  # signal handlers live there only
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+
+
+def _error(message: object) -> None:
+    """One line on stderr; the messages name files, and a file's name can hold a line break."""
     from tqdm import tqdm
 
+    tqdm.write(f"error: {name_on_one_line(str(message))}", file=sys.stderr)
+
+
+@dataclass
+class _Progress:
+    """How far the command got, for the line that says so when a signal stops it."""
+
+    images: int | None = None  # found to caption (None: not known yet)
+    captioned: int = 0
+    page: Path | None = None  # the overlay page, once written
+
+    def stopped(self, signum: int) -> str:
+        how = "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
+        if self.images is None:
+            return f"{how} before any image was captioned"
+        page = f"; the page of those: {name_on_one_line(self.page)}" if self.page is not None else ""
+        return f"{how} after {self.captioned} of {counted(self.images, 'image')}{page}"
+
+
+def _caption(args: argparse.Namespace) -> int:
+    if args.quiet:
+        quiet()
+    progress = _Progress()
+    with _StopSignals() as signals:
+        try:
+            return _caption_all(args, progress, signals)
+        except KeyboardInterrupt as stop:  # Ctrl-C, SIGINT or SIGTERM, wherever it came
+            signum = getattr(stop, "signum", signal.SIGINT)
+            print(progress.stopped(signum), file=sys.stderr)
+            return 128 + signum
+
+
+def _caption_all(args: argparse.Namespace, progress: _Progress, signals: _StopSignals) -> int:
     from captioning.api import Captioner, Unreadable, empty_folders, find_images, read_list, reading_workers
     from captioning.eval.page import OverlayFolder
     from captioning.runtime.hardware import default_device
 
-    if args.quiet:
-        quiet()
     given, overrides = split_overrides(args.inputs)
     try:
         inputs = [*given, *(read_list(args.list) if args.list else [])]
@@ -75,14 +171,16 @@ def _caption(args: argparse.Namespace) -> int:
         captioner = (Captioner.from_checkpoint(args.checkpoint, device=device, overrides=overrides) if args.checkpoint
                      else Captioner.from_pretrained(device=device, overrides=overrides))
     except expected_errors() as error:
-        print(f"error: {error}", file=sys.stderr)
+        _error(error)
         return 2
     for folder in empty:  # a folder with nothing to caption is a bad input like any other: one line
-        print(f"error: {folder}", file=sys.stderr)
+        _error(folder)
     if not paths:
         if not empty:
             print("error: no images given (files, folders, glob patterns or --list FILE)", file=sys.stderr)
         return 2
+    progress.images = len(paths)
+    signals.check()
     workers = args.workers if args.workers is not None else (0 if len(paths) <= args.batch_size else
                                                              reading_workers())
     try:
@@ -90,36 +188,49 @@ def _caption(args: argparse.Namespace) -> int:
                                          progress=None if sys.stderr.isatty() or len(paths) > 8 else False,
                                          beam_size=args.beam_size, hard_choice=args.hard_choice)
     except ConfigError as error:
-        print(f"error: {error}", file=sys.stderr)
+        _error(error)
         return 2
     overlays = OverlayFolder(Path(args.overlays), animation=args.gif) if args.overlays else None
-    failures, captioned, results = len(empty), 0, []
+    failures, results = len(empty), []
     try:
         for result in stream:
+            signals.check()
             if isinstance(result, Unreadable):
                 failures += 1
-                tqdm.write(f"error: {result.error}", file=sys.stderr)
+                _error(result.error)
                 continue
-            captioned += 1
-            print(json.dumps(result.to_json()) if args.json else f"{result.source}\t{result.caption}", flush=True)
-            if overlays is not None:
-                try:
-                    overlays.add(result)
-                except (OSError, ValueError, RuntimeError) as error:  # e.g. the file changed since it was read
-                    failures += 1
-                    message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-                    tqdm.write(f"error: {result.source}: overlays not written ({message})", file=sys.stderr)
-            if args.coco_results:
-                results.append(result)
-    except KeyboardInterrupt:
-        print(f"interrupted after {captioned} of {len(paths)} images", file=sys.stderr)
-        return 130
-    finally:
-        if overlays is not None:
-            overlays.finish()
+            with signals.held():
+                # One image, one line: a name with a line break or bytes that are not UTF-8 is escaped
+                # (data/records.py); JSON escapes line breaks itself.
+                print(json.dumps({**result.to_json(), "image": name_as_text(result.source)}) if args.json
+                      else f"{name_on_one_line(result.source)}\t{result.caption}", flush=True)
+                progress.captioned += 1
+                if overlays is not None:
+                    try:
+                        overlays.add(result)
+                    except (OSError, ValueError, RuntimeError) as error:  # e.g. the file changed since it was read
+                        failures += 1
+                        message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+                        _error(f"{result.source}: overlays not written ({message})")
+                if args.coco_results:
+                    results.append(result)
+    finally:  # stopped by a signal too: the page of the images done is written
+        if overlays is not None and not _write_page(overlays, progress):
+            failures += 1
     if args.coco_results:
         _write_coco_results(results, args.coco_results)
     return 1 if failures else 0
+
+
+def _write_page(overlays, progress: _Progress) -> bool:  # noqa: ANN001 - eval.page.OverlayFolder, imported late
+    """The page over the overlays written so far, whole (or the one there left as it was); False,
+    after one line, where it cannot be written."""
+    try:
+        progress.page = overlays.finish()
+    except OSError as error:
+        _error(f"{overlays.out_dir / 'index.html'}: the page not written ({error.strerror or type(error).__name__})")
+        return False
+    return True
 
 
 def _write_coco_results(results: list, path: str) -> None:
@@ -130,5 +241,5 @@ def _write_coco_results(results: list, path: str) -> None:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(json.dumps(records))
     if left_out:
-        print(f"note: {len(left_out)} images left out of {path}: their names carry no COCO image id "
-              f"(e.g. {left_out[0]})", file=sys.stderr)
+        print(f"note: {counted(len(left_out), 'image')} left out of {path}: their names carry no COCO image id "
+              f"(e.g. {name_on_one_line(left_out[0])})", file=sys.stderr)

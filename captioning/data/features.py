@@ -44,7 +44,7 @@ from torch.utils.data import DataLoader
 
 from captioning.data.contents import file_digest
 from captioning.data.images import ImageFiles, ImageReadError, Resolver, collate_pixels, warn_unreadable
-from captioning.data.records import DatasetError, ImageRecord, first_names
+from captioning.data.records import DatasetError, ImageRecord, counted, first_names
 from captioning.model.encoder import Encoder
 from captioning.progress import bar as progress_bar
 from captioning.runtime.replace import replace_text
@@ -279,8 +279,8 @@ def refresh_changed(directory: Path, split: str, records: list[ImageRecord], cac
         return cached._replace(contents=contents)
     if changed:
         names = first_names([records[row].path for row in changed])
-        print(f"note: {split}: {len(changed)} images changed since they were cached ({names}); encoding them again",
-              file=sys.stderr)
+        print(f"note: {split}: {counted(len(changed), 'image')} changed since the cache was made ({names}), "
+              "encoded again", file=sys.stderr)
     encoding = {"encoder_factory": encoder_factory, "image_size": image_size, "batch_size": batch_size,
                 "device": device, "transform": transform}
     try:
@@ -317,13 +317,13 @@ def _refreshed_in_memory(directory: Path, split: str, records: list[ImageRecord]
     if not changed and not moved:  # only the contents of a cache made before caches kept them: taken here
         return cached._replace(contents=contents)
     if not changed:
-        print(f"note: {directory}: {len(moved)} images moved or touched since they were cached, with the same "
-              f"contents; the cache cannot record it ({reason}), so each run hashes them again (data.cache_root "
-              "names a folder that can keep an up-to-date cache)", file=sys.stderr)
+        print(f"note: {directory}: {counted(len(moved), 'image')} moved or touched since the cache was made, with "
+              f"the same contents; the cache cannot record it ({reason}), so each run hashes them again "
+              "(data.cache_root names a folder that can keep an up-to-date cache)", file=sys.stderr)
         return cached._replace(contents=contents)
-    print(f"note: {directory}: the cache cannot be updated there ({reason}): the {len(changed)} changed images are "
-          "encoded again in memory, at each run (data.cache_root names a folder that can keep an up-to-date cache)",
-          file=sys.stderr)
+    print(f"note: {directory}: the cache cannot be updated there ({reason}): "
+          f"{counted(len(changed), 'changed image')} encoded again in memory, at each run (data.cache_root names a "
+          "folder that can keep an up-to-date cache)", file=sys.stderr)
     annotations = np.load(directory / f"{split}.npy", mmap_mode="c")  # writes stay in this process's memory
     unreadable = _encode_rows(annotations, records, changed, set(cached.unreadable), **encoding)
     return Cached(annotations, cached.grid, sorted(unreadable), contents)

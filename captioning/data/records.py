@@ -8,6 +8,7 @@ what a reader dropped or could not read, one line each.
 from __future__ import annotations
 
 import itertools
+import re
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -40,7 +41,7 @@ def usable(captions: Iterable[object]) -> tuple[str, ...]:
 def note_dropped(source: str | Path, split: str, captions: int, images: int) -> None:
     """One line for what a split lost to unusable captions, if anything."""
     if captions:
-        left = f"; {images} images had none left and are left out" if images else ""
+        left = f"; {counted(images, 'image')} had none left, left out" if images else ""
         print(f"note: {source}: {split}: {captions} empty or non-text captions dropped{left}", file=sys.stderr)
 
 
@@ -48,6 +49,38 @@ def first_names(names: Sequence[object], shown: int = 3) -> str:
     """The first few of a list of files or images, for a one-line message that gives their count:
     "a.jpg, b.jpg, c.jpg, ..." (the dots where there are more)."""
     return ", ".join(str(name) for name in names[:shown]) + (", ..." if len(names) > shown else "")
+
+
+def counted(count: int, noun: str, plural: str | None = None) -> str:
+    """A count with its noun, as a message says it: "1 image", "3 images", "0 images"."""
+    return f"{count} {noun if count == 1 else plural or noun + 's'}"
+
+
+# Python hands a file name whose bytes are not UTF-8 on as text with a lone surrogate for each such
+# byte (os.fsdecode: b"\xff" is "\udcff"); a UTF-8 writer (a page, JSON, a UTF-8 terminal) refuses
+# those. Characters that end or break a line cut a one-line record in two.
+_NOT_TEXT = re.compile(r"[\ud800-\udfff]")
+_BREAKS_A_LINE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def _surrogate(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"\\u{code:04x}"
+
+
+def name_as_text(name: str | Path) -> str:
+    """A file name any UTF-8 writer takes: each byte that is not UTF-8 as \\xNN (b"bad\\xffname.jpg"
+    is "bad\\xffname.jpg", written with a real backslash); every other name as it is."""
+    return _NOT_TEXT.sub(_surrogate, str(name))
+
+
+def name_on_one_line(name: str | Path) -> str:
+    """A file name as one line of text, for a record (`path<TAB>caption`) or a message: as
+    name_as_text, and a tab, a line break or another control character as Python writes it in a
+    string (\\t, \\n, \\r, \\x1b). Ordinary names, backslashes and accented letters included, are
+    shown as they are."""
+    return _BREAKS_A_LINE.sub(lambda match: match.group().encode("unicode_escape").decode("ascii"),
+                              name_as_text(name))
 
 
 def too_many_unreadable(split: str, paths: Sequence[str | Path], total: int, *, limit: float) -> str | None:

@@ -11,17 +11,21 @@ from __future__ import annotations
 
 import html
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
 
+from captioning.data.records import counted, name_on_one_line
 from captioning.eval.overlays import word_file
+from captioning.runtime.replace import replace_text
 
 
 @dataclass
 class PageEntry:
     folder: str  # the image's overlay folder, relative to the page
-    source: str  # what the image was called (its path as given)
+    source: str  # what the image was called (its path as given; shown escaped where it is not one line of text)
     tokens: Sequence[str]
     word_alphas: Sequence[Sequence[float]] | None = None  # [T, T], as captioning.api.Captioned.word_alphas
 
@@ -67,11 +71,16 @@ for (const figure of document.querySelectorAll("figure")) {
 """
 
 
+def _url(path: str) -> str:
+    """A relative path as a link: a folder named `photo #1` or `50%` is a file, not a fragment or an escape."""
+    return quote(path, errors="surrogateescape")
+
+
 def _figure(entry: PageEntry) -> str:
     folder = entry.folder
     weights = entry.word_alphas
-    maps = [("image", f"{folder}/image.jpg", "word image", None)]
-    maps += [(token, f"{folder}/{word_file(i, token)}", "word",
+    maps = [("image", _url(f"{folder}/image.jpg"), "word image", None)]
+    maps += [(token, _url(f"{folder}/{word_file(i, token)}"), "word",
               None if weights is None else [round(float(w), 3) for w in weights[i][:i + 1]])
              for i, token in enumerate(entry.tokens)]
     first = 1 if entry.tokens else 0  # the first word's map is shown at first: the page opens on attention
@@ -86,22 +95,37 @@ def _figure(entry: PageEntry) -> str:
         spans = "".join(f"<span>{html.escape(word)}</span>" for word in ("<start>", *entry.tokens[:-1]))
         row = f'<br><span class="said" title="self-attention over the words said so far">{spans}</span>'
     shown, alt = maps[first][1], maps[first][0]
+    source = html.escape(name_on_one_line(entry.source))  # a name with bytes that are not UTF-8, escaped
     return (f'<figure>\n  <img src="{html.escape(shown)}" alt="{html.escape(alt)}" loading="lazy">\n'
-            f'  <figcaption><span class="source">{html.escape(entry.source)}</span><br>{buttons}{row}</figcaption>\n'
+            f'  <figcaption><span class="source">{source}</span><br>{buttons}{row}</figcaption>\n'
             f'</figure>')
 
 
 def write_page(out_dir: str | Path, entries: Sequence[PageEntry], *, title: str = "Captions and attention") -> Path:
-    """out_dir/index.html over the overlay folders of `entries` (captioning.eval.overlays.save_overlays)."""
+    """out_dir/index.html over the overlay folders of `entries` (captioning.eval.overlays.save_overlays),
+    written whole: a page already there stays as it was until the new one is complete."""
     out_dir = Path(out_dir)
     figures = "\n".join(_figure(entry) for entry in entries)
     page = (f'<!doctype html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n<title>{html.escape(title)}</title>\n'
             f'<style>{_STYLE}</style>\n</head>\n<body>\n<h1>{html.escape(title)}</h1>\n'
-            f'<p>{len(entries)} images. Hover a word to see where the model looked as it said it; click it to '
-            f'keep it.</p>\n{figures}\n<script>{_SCRIPT}</script>\n</body>\n</html>\n')
+            f'<p>{counted(len(entries), "image")}. Hover a word to see where the model looked as it said it; click '
+            f'it to keep it.</p>\n{figures}\n<script>{_SCRIPT}</script>\n</body>\n</html>\n')
     path = out_dir / "index.html"
-    path.write_text(page, encoding="utf-8")
+    replace_text(path, page)
     return path
+
+
+# What a folder name cannot hold and still be copied, zipped or linked to from the page: bytes that
+# are not UTF-8 (Python's lone surrogates), line breaks and other control characters.
+_NOT_IN_A_FOLDER_NAME = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+
+
+def folder_name(source: str) -> str:
+    """The overlay folder of the image at `source`: its file name without the suffix, with each
+    character a folder name cannot hold (above) as "_"; "image" for a name of dots alone, which would
+    name the overlay folder itself or the one above it."""
+    stem = _NOT_IN_A_FOLDER_NAME.sub("_", Path(source).stem)
+    return stem if stem.strip(".") else "image"
 
 
 class OverlayFolder:
@@ -114,7 +138,7 @@ class OverlayFolder:
         self.used: set[str] = set()
 
     def add(self, result) -> None:
-        stem = Path(result.source).stem or "image"
+        stem = folder_name(result.source)
         name, copy = stem, 1
         while name in self.used:  # two photo.jpg from two folders: photo, photo_2
             copy += 1
@@ -124,6 +148,6 @@ class OverlayFolder:
         self.entries.append(PageEntry(folder=name, source=result.source, tokens=result.tokens,
                                       word_alphas=result.word_alphas))
 
-    def finish(self) -> None:
-        if self.entries:
-            write_page(self.out_dir, self.entries)
+    def finish(self) -> Path | None:
+        """The page, where any image was added (a page already there is kept otherwise)."""
+        return write_page(self.out_dir, self.entries) if self.entries else None

@@ -125,18 +125,21 @@ def run_record(config: Config, *, train: Sequence[ImageRecord], val: Sequence[Im
     image lists (ids and files), the digest of each split's image contents (an image replaced under
     its own name changes no id and no file name), the val references validation scored against, and
     the model's settings (an edited reference or a changed `model.extras.temperature` moves the
-    numbers, and verify must say which). `contents`: split -> each image's digest where the feature
-    cache holds them (None: hashed here); a split it leaves out is not digested (verify needs val's
-    alone); the test split's images, which a run never reads otherwise, are hashed here."""
+    numbers, and verify must say which); and, beside the sections, each val image's file and digest
+    (val_image_digests, a list, which `inspect` leaves out): what lets verify name the images changed.
+    `contents`: split -> each image's digest where the feature cache holds them (None: hashed here);
+    a split it leaves out is not digested (verify needs val's alone); the test split's images, which a
+    run never reads otherwise, are hashed here."""
     e, d = config.encoder, config.data
     mean, std = normalization(e.name)
     tests = test_records(config)
     ids = {name: None if records is None else [r.image_id for r in records]
            for name, records in (("train", train), ("val", val), ("test", tests))}
     images = {"train": train, "val": val, "test": tests}
-    digested = {f"{split}_image_contents": split_digest(contents_of([r.path for r in images[split]], known))
-                for split, known in (contents or {}).items() if images.get(split) is not None}
-    return {
+    hashed = {split: contents_of([r.path for r in images[split]], known)
+              for split, known in (contents or {}).items() if images.get(split) is not None}
+    digested = {f"{split}_image_contents": split_digest(values) for split, values in hashed.items()}
+    record: dict[str, Any] = {
         "data": {"dataset": d.dataset, "train_images": len(train), "train_image_ids": digest(ids["train"]),
                  "train_image_files": digest(image_files(train, d.root)),
                  "val_images": len(val), "val_image_ids": digest(ids["val"]),
@@ -153,3 +156,6 @@ def run_record(config: Config, *, train: Sequence[ImageRecord], val: Sequence[Im
         "validation": validation_record(config, images=min(config.train.val_images or len(val), len(val))),
         "versions": versions(),
     }
+    if "val" in hashed:
+        record["val_image_digests"] = [[file, value] for file, value in zip(image_files(val, d.root), hashed["val"])]
+    return record

@@ -1,6 +1,7 @@
 """`captioning verify CKPT`: score a checkpoint again as its run's validation scored it, and say whether
 its recorded numbers reproduce; when they do not, name what differs from its record (train/provenance.py):
-the data (its references and its images' contents included), the model's settings, the
+the data (its references and its images' contents included: val images replaced under their own
+names are named by their files), the model's settings, the
 preprocessing, the validation's settings, the versions, the weights; the hardware only where all of
 these match. A released model (shipped.for_captioning) is scored as its card says it was: the
 shipped file on the val split with the card's beam, against the card's numbers.
@@ -17,7 +18,7 @@ import torch
 
 from captioning.checkpoint import CheckpointError, load_checkpoint, load_trained
 from captioning.config import Config
-from captioning.data.records import DatasetError, read_records
+from captioning.data.records import DatasetError, counted, first_names, name_on_one_line, read_records
 from captioning.eval.evaluate import evaluate_trained
 from captioning.train.provenance import run_record, run_weights, settings_as_written
 from captioning.train.validation import validation_metrics
@@ -88,7 +89,9 @@ def verify(path: str | Path, *, overrides: tuple[str, ...] = (), device: str | t
                             vocab=trained.vocab.words, contents={"val": val.contents}),
                "weights": run_weights(payload)}
     _in_recorded_order(current, record, payload)
+    digests = current.pop("val_image_digests")
     differs = {section: _differences(record.get(section, {}), values) for section, values in current.items()}
+    _name_changed_images(differs, record.get("val_image_digests"), digests)
     return Verification(step=int(progress["step"]), recorded=recorded, now={n: now.get(n, math.nan) for n in recorded},
                         differs={section: names for section, names in differs.items() if names},
                         tolerance=tolerance, contents_recorded="val_image_contents" in record.get("data", {}))
@@ -128,8 +131,10 @@ def verify_release(path: str | Path, payload: dict[str, Any], *, overrides: tupl
                "weights": run_weights(payload)}
     record = payload.get("record", {})
     _in_recorded_order(current, record, payload)
+    digests = current.pop("val_image_digests")
     differs = {section: _differences(record.get(section, {}), values) for section, values in current.items()
                if section in ("data", "model", "preprocessing", "weights")}  # what the card's scoring read
+    _name_changed_images(differs, record.get("val_image_digests"), digests)
     # The card's numbers depend on how it decoded (its decode section, recorded since cards had it):
     # an override of decode.* moves them, and says so.
     decoded = {key: getattr(config.decode, key) for key in card.get("decode", {})}
@@ -149,6 +154,22 @@ def _in_recorded_order(current: dict[str, Any], record: dict[str, Any], payload:
     if isinstance(record.get("model"), dict) and record["model"].get("settings") == settings_as_written(
             payload.get("config", {})):
         current["model"]["settings"] = record["model"]["settings"]
+
+
+def _name_changed_images(differs: dict[str, list[str]], recorded: list[list[str]] | None,
+                         now: list[list[str]]) -> None:
+    """Where the val images' contents differ, the images by their files (relative to data.root), in
+    place of the two digests of the whole split; a record written before it kept each image's digest
+    (val_image_digests) gives the digests alone. In place."""
+    if not isinstance(recorded, list):
+        return
+    was = {file: value for file, value in recorded}
+    changed = [file for file, value in now if file in was and was[file] != value]
+    entries = differs.get("data", [])
+    for i, entry in enumerate(entries):
+        if entry.startswith("val_image_contents ") and changed:
+            names = first_names([name_on_one_line(file) for file in changed])
+            entries[i] = f"val_image_contents: {counted(len(changed), 'image')} changed ({names})"
 
 
 def _differences(recorded: dict[str, Any], now: dict[str, Any]) -> list[str]:

@@ -48,7 +48,7 @@ def test_a_dataset_copied_with_its_cache_is_not_encoded_again_but_a_replaced_ima
     replaced.write_bytes(copied[4].path.read_bytes())  # another picture under the same name
     refreshed = load_or_compute(tmp_path / "two" / "features", "val", copied, encoder_factory=lambda: encoder,
                                 image_size=96)
-    assert f"1 images changed since they were cached ({replaced})" in capsys.readouterr().err
+    assert f"1 image changed since the cache was made ({replaced}), encoded again" in capsys.readouterr().err
     assert np.array_equal(np.array(refreshed.annotations)[1], first[4])
     assert refreshed.contents[1] == refreshed.contents[4] != again.contents[1]
 
@@ -70,8 +70,8 @@ def test_a_cache_that_cannot_be_written_is_refreshed_in_memory_and_left_as_it_wa
     for _ in range(2):  # at each run, since nothing can be kept
         cached = load_or_compute(directory, "val", records, encoder_factory=lambda: encoder, image_size=96)
         err = capsys.readouterr().err
-        assert f"note: {directory}: the cache cannot be updated there (Permission denied): the 1 changed images " \
-               "are encoded again in memory, at each run" in err
+        assert f"note: {directory}: the cache cannot be updated there (Permission denied): 1 changed image " \
+               "encoded again in memory, at each run" in err
         annotations = np.array(cached.annotations)
         assert np.array_equal(annotations[2], first[5])
         assert np.array_equal(np.delete(annotations, 2, axis=0), np.delete(first, 2, axis=0))

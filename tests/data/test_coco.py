@@ -270,7 +270,7 @@ def test_prepare_features_grayscale_cmyk_and_a_corrupt_image(fake_coco: Path, tm
     assert code == 0, err
     warnings = [line for line in err.splitlines() if "cannot be read" in line]
     assert len(warnings) == 1  # named once, not once per batch or per epoch
-    assert "train: 7 images, annotations [7, 4, 512] (grid 2x2), 1 unreadable images left out" in out
+    assert "train: 7 images, annotations [7, 4, 512] (grid 2x2), 1 unreadable image left out" in out
     assert "COCO_train2014_000000000006.jpg" in err  # the warning names the file
     config = load_config(REPO / "configs" / "coco_resnet101_soft.yaml", overrides)
     splits = load_splits(config, ("train",))
@@ -611,7 +611,7 @@ def test_empty_and_non_text_captions_are_dropped_and_counted(tmp_path: Path, cap
     records = read_split(tmp_path / "split.json", "train")
     assert [(r.path.name, r.captions) for r in records] == [("a.jpg", ("a dog",)), ("c.jpg", ("a cat on a mat",))]
     (note,) = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
-    assert "4 empty or non-text captions dropped" in note and "1 images had none left" in note
+    assert "4 empty or non-text captions dropped" in note and "1 image had none left, left out" in note
 
 
 def test_an_unreadable_image_encoded_on_the_fly_is_named_once_and_left_out_of_the_metrics(

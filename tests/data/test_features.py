@@ -144,7 +144,7 @@ def test_an_image_changed_after_caching_is_encoded_again(shapes_root: Path, enco
     capsys.readouterr()
     second = load_or_compute(directory, "val", records, encoder_factory=lambda: encoder, image_size=96)
     notes = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
-    assert len(notes) == 1 and "1 images changed" in notes[0] and str(changed) in notes[0]
+    assert len(notes) == 1 and "1 image changed since the cache was made" in notes[0] and str(changed) in notes[0]
     after = np.array(second.annotations)
     assert np.array_equal(after[2], before[5])  # row 2 now holds what the new picture gives
     assert np.array_equal(np.delete(after, 2, axis=0), np.delete(before, 2, axis=0))  # the rest untouched

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import types
 from html.parser import HTMLParser
 from pathlib import Path
+from urllib.parse import unquote
 
 import numpy as np
 from PIL import Image
 
 from captioning.eval.overlays import save_overlays
-from captioning.eval.page import PageEntry, write_page
+from captioning.eval.page import OverlayFolder, PageEntry, write_page
+from tests.tiny import REPO
 
 VOID = {"meta", "img", "br", "link", "input"}
 
@@ -66,8 +72,8 @@ def test_the_page_parses_and_every_file_it_names_exists(tmp_path: Path) -> None:
     for figure, entry in zip(reader.figures, entries):
         buttons = figure["buttons"]
         assert [b["text"] for b in buttons] == ["image", *entry.tokens]
-        for source in [figure["img"], *(b["map"] for b in buttons)]:
-            assert not source.startswith(("/", "http:", "https:", "file:")) and (tmp_path / source).is_file()
+        for source in [figure["img"], *(b["map"] for b in buttons)]:  # links, as a browser reads them
+            assert not source.startswith(("/", "http:", "https:", "file:")) and (tmp_path / unquote(source)).is_file()
         kept = [b for b in buttons if b["kept"]]
         assert len(kept) == 1 and figure["img"] == kept[0]["map"]  # the page opens on what is marked kept
         assert kept[0]["text"] == (entry.tokens[0] if entry.tokens else "image")
@@ -83,3 +89,68 @@ def test_the_page_shows_each_words_own_map(tmp_path: Path) -> None:
     assert maps == ["scene/00_a.jpg", "scene/01_b.jpg", "scene/02_c.jpg"]
     pictures = [np.asarray(Image.open(tmp_path / m)) for m in maps]
     assert not np.array_equal(pictures[0], pictures[1]) and not np.array_equal(pictures[1], pictures[2])
+
+
+def test_names_people_have_are_on_the_page_escaped_and_linked_to_their_folders(tmp_path: Path) -> None:
+    """A source whose bytes are not UTF-8 or that holds a line break is shown escaped, and the page is
+    UTF-8; a folder named with `#`, `?` or `%` is linked as a file, not as a fragment, query or escape."""
+    folders = ["photo #1", "what?", "100%", "plain"]
+    sources = [os.fsdecode(b"photos/bad\xffname.jpg"), "photos/new\nline.jpg", "photos/100%.jpg", "photos/plain.jpg"]
+    entries = [_entry(tmp_path, folder, ["a", "dog"], (32, 32)) for folder in folders]
+    for entry, source in zip(entries, sources):
+        entry.source = source
+    page = write_page(tmp_path, entries).read_text(encoding="utf-8")
+    reader = _Reader()
+    reader.feed(page)
+    for figure, folder in zip(reader.figures, folders):
+        assert unquote(figure["img"]) == f"{folder}/00_a.jpg" and "#" not in figure["img"] and "?" not in figure["img"]
+    assert ('<span class="source">photos/bad\\xffname.jpg</span>' in page
+            and '<span class="source">photos/new\\nline.jpg</span>' in page)
+    assert "<p>4 images." in page
+
+
+def test_a_page_of_one_image_says_one_image(tmp_path: Path) -> None:
+    page = write_page(tmp_path, [_entry(tmp_path, "scene", ["a"], (16, 16))]).read_text()
+    assert "<p>1 image. " in page
+
+
+def test_overlay_folders_stay_inside_the_folder_asked_for(tmp_path: Path) -> None:
+    """An image named `...png` or `..png` has a stem of dots, which as a folder name is the overlay
+    folder itself or the one above it; a line break or a byte that is not UTF-8 cannot be in a
+    folder name that the page links to and that copies to other systems."""
+    out = tmp_path / "overlays"
+
+    def result(source: str) -> types.SimpleNamespace:
+        def save(folder: Path, animation: bool = False) -> None:
+            folder.mkdir(parents=True)
+            (folder / "image.jpg").write_bytes(b"")
+
+        return types.SimpleNamespace(source=source, tokens=[], word_alphas=None, save_overlays=save)
+
+    overlays = OverlayFolder(out)
+    for source in ("photos/...png", "photos/..png", os.fsdecode(b"photos/bad\xffname.png"), "photos/new\nline.png",
+                   "photos/photo.png"):
+        overlays.add(result(source))
+    assert overlays.finish() == out / "index.html"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["overlays"]
+    assert sorted(p.name for p in out.iterdir()) == ["bad_name", "image", "image_2", "index.html", "new_line", "photo"]
+
+
+def test_a_page_that_cannot_be_written_whole_leaves_the_one_there_as_it_was(tmp_path: Path) -> None:
+    """A disk that fills while the page is written (here a file size limit of 1 000 bytes, in a
+    process of its own) leaves the page of an earlier run whole, and no temporary file beside it."""
+    entries = [_entry(tmp_path, f"scene{i}", ["a", "red", "circle"], (16, 16)) for i in range(3)]
+    (tmp_path / "index.html").write_text("the page of an earlier run")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    script = ("import resource, signal, sys\n"
+              "from captioning.eval.page import PageEntry, write_page\n"
+              "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails, as on a full disk\n"
+              "resource.setrlimit(resource.RLIMIT_FSIZE, (1000, 1000))\n"
+              f"write_page(sys.argv[1], [PageEntry(folder=f, source=f + '.jpg', tokens=['a', 'red', 'circle']) "
+              f"for f in {[entry.folder for entry in entries]!r}])\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path)], env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 1 and "File too large" in done.stderr, done.stderr
+    assert (tmp_path / "index.html").read_text() == "the page of an earlier run"
+    assert sorted(p.name for p in tmp_path.iterdir()) == before

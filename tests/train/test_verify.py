@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from PIL import Image
 
 from captioning.checkpoint import CheckpointError, load_checkpoint
 from captioning.cli import main
@@ -26,7 +27,7 @@ def _edited(source: Path, target: Path, edit) -> Path:
 
 def test_a_checkpoint_records_its_data_preprocessing_validation_and_versions(tiny_run) -> None:
     record = load_checkpoint(tiny_run.checkpoint)["record"]
-    assert set(record) == {"data", "model", "preprocessing", "validation", "versions", "weights"}
+    assert set(record) == {"data", "model", "preprocessing", "validation", "versions", "weights", "val_image_digests"}
     assert record["data"]["dataset"] == "shapes" and record["data"]["train_images"] == 24
     data = load_config(None, [f"data.root={tiny_run.data_root}"]).data
     assert record["data"]["test_images"] == len(read_records(data, "test"))
@@ -177,7 +178,9 @@ def test_val_images_replaced_under_their_own_names_are_named_not_blamed_on_the_h
         image.write_bytes(other.read_bytes())
     assert main(["verify", str(tiny_run.checkpoint), f"data.root={data}"]) == 1
     out = capsys.readouterr().out
-    assert "  data differs from the record: val_image_contents '" in out
+    files = [image.relative_to(data).as_posix() for image in val]
+    assert (f"  data differs from the record: val_image_contents: {len(val)} images changed ({files[0]}, {files[1]}, "
+            f"{files[2]}, ...)") in out.splitlines()
     assert "hardware" not in out
 
     def older(payload):  # a record from before records digested the images' contents
@@ -188,6 +191,33 @@ def test_val_images_replaced_under_their_own_names_are_named_not_blamed_on_the_h
     assert report(verification, "older.pt")[-1] == (
         "  nothing recorded differs, but the record predates digests of the images' contents: val images changed "
         "under their own names, the hardware or the code's arithmetic moved the numbers")
+
+
+def test_one_val_image_replaced_under_its_own_name_is_named_by_its_file(tiny_run, tmp_path, capsys) -> None:
+    """The line names the file, not the split's two digests; and a record written before it kept each
+    image's digest still gives the digests."""
+    import json
+    import shutil
+
+    data = tmp_path / "data"
+    shutil.copytree(tiny_run.data_root, data)
+    entries = json.loads((data / "dataset_shapes.json").read_text())["images"]
+    val = [Path(entry["filepath"], entry["filename"]).as_posix() for entry in entries if entry["split"] == "val"]
+    with Image.open(data / val[1]) as picture:
+        changed = picture.convert("RGB")
+    changed.putpixel((0, 0), tuple(255 - v for v in changed.getpixel((0, 0))))  # one pixel: other contents
+    changed.save(data / val[1])
+    assert main(["verify", str(tiny_run.checkpoint), f"data.root={data}"]) in (0, 1)  # the numbers may not move
+    lines = capsys.readouterr().out.splitlines()
+    assert f"  data differs from the record: val_image_contents: 1 image changed ({val[1]})" in lines
+
+    def older(payload):  # a record from before records kept each val image's digest
+        del payload["record"]["val_image_digests"]
+
+    older_file = _edited(tiny_run.checkpoint, tmp_path / "older.pt", older)
+    assert main(["verify", str(older_file), f"data.root={data}"]) in (0, 1)
+    lines = capsys.readouterr().out.splitlines()
+    assert any(line.startswith("  data differs from the record: val_image_contents '") for line in lines)
 
 
 def test_a_record_from_before_a_decoding_setting_is_verified_decoding_as_it_ran() -> None:
