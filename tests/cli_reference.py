@@ -31,7 +31,8 @@ def help_text(*command: str) -> str:
 def reference() -> str:
     sections = [f"## captioning {command}\n\n```text\n{help_text(command)}```\n" for command in COMMANDS]
     return ("# The command line\n\n"
-            "Every command's `--help`, as `captioning` prints it. `train.py` and `eval.py` take the same\n"
+            "Every command's `--help`, as `captioning` prints it. `python -m captioning` is the same\n"
+            "command where the console script is not on the PATH. `train.py` and `eval.py` take the same\n"
             "arguments as `captioning train` and `captioning evaluate`. Written by `python -m\n"
             "tests.cli_reference`; `tests/test_cli.py` fails when this page and the parser disagree.\n\n"
             f"```text\n{help_text()}```\n\n" + "\n".join(sections))
