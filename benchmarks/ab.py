@@ -18,7 +18,7 @@ import torch
 from run import BEAM_STEPS, Implementation, machine, make_decoder, make_tokens
 
 from captioning.data.vocab import Vocabulary
-from captioning.train.losses import cross_entropy, doubly_stochastic
+from captioning.model.paper import cross_entropy, doubly_stochastic
 
 SHAPES = {"a": (32, 196, 2048), "b": (64, 49, 512)}
 

@@ -65,10 +65,7 @@ import torch
 
 from captioning.data.vocab import Vocabulary
 from captioning.model.accelerator import accelerator_for
-from captioning.model.attention import SoftAttention
-from captioning.model.decoder import AttentionDecoder
-from captioning.model.scores import AdditiveScore
-from captioning.train.losses import cross_entropy, doubly_stochastic
+from captioning.model.paper import AdditiveScore, AttentionDecoder, SoftAttention, cross_entropy, doubly_stochastic
 
 REPO = Path(__file__).resolve().parents[1]
 

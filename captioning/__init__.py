@@ -22,6 +22,7 @@ _registry.fill_with((
     "captioning.data.formats.folder_report",
     "captioning.data.formats.karpathy",
     "captioning.data.formats.shapes",
+    "captioning.model.paper",
     "captioning.model.scores",
     "captioning.model.extras.window",
     "captioning.train.cross_entropy",

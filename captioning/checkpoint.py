@@ -34,10 +34,10 @@ from captioning.config import Config, ConfigError, EncoderConfig, apply_override
 from captioning.data.encoded_images import EncodedImages
 from captioning.data.splits import Split, load_splits
 from captioning.data.vocab import Vocabulary
-from captioning.model.decoder import AttentionDecoder
 from captioning.model.encoder import Encoder, normalization
 from captioning.model.encoder_decoder import EncoderDecoder, build_decoder
 from captioning.model.ensemble import Ensemble, JoinedEncoder
+from captioning.model.paper import AttentionDecoder
 from captioning.storage import float_weights
 
 FORMAT_VERSION = 2

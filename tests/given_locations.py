@@ -1,14 +1,14 @@
 """Hard attention whose samples are given, for tests and studies that must know every sample: the
 exact gradient of the variational bound by enumerating every location sequence of a small problem
 (tests/train/test_reinforce.py, studies/reinforce_variance). Not for training: the package
-samples its own (captioning.model.attention.HardAttention)."""
+samples its own (captioning.model.paper.HardAttention)."""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-from captioning.model.attention import HardAttention, Memory
+from captioning.model.paper import HardAttention, Memory
 
 
 class GivenLocations(HardAttention):

@@ -25,9 +25,9 @@ from captioning.config import Config, load_config
 from captioning.data.dataset import Batch
 from captioning.data.vocab import Vocabulary
 from captioning.model.encoder_decoder import build_decoder
+from captioning.model.paper import Reinforce
 from captioning.runtime.precision import Precision, allow_tf32
 from captioning.train.build import RunModel, build_optimizer
-from captioning.train.losses import Reinforce
 from captioning.train.step import row_uniforms, train_step
 
 SHORTEST, LONGEST = 10, 22  # caption tokens, <start> and <end> included

@@ -15,8 +15,8 @@ from __future__ import annotations
 import torch
 
 from captioning.data.vocab import Vocabulary
-from captioning.model.decoder import AttentionDecoder, DecoderOutput
 from captioning.model.decoding import Captions
+from captioning.model.paper import AttentionDecoder, DecoderOutput
 
 
 def prepare(decoder: AttentionDecoder, annotations: torch.Tensor):

@@ -65,7 +65,7 @@ REMOVED = {
     "train.compile": "torch.compile broke its graph at the decoder's .item()/.tolist() and recompiled for "
                      "every new set of caption lengths: minutes of compiling for no speed-up",
     "train.ds_target": "tau = T/L (length) and the paper's tau = 1 (one) move the doubly stochastic term by a "
-                       "constant and give the same gradient (captioning/train/losses.py); the paper's tau = 1 is "
+                       "constant and give the same gradient (captioning/model/paper.py); the paper's tau = 1 is "
                        "what every run computes",
 }
 

@@ -29,8 +29,8 @@ from captioning.eval.diagnostics import caption_diagnostics
 from captioning.eval.metrics import OWN_TOKENIZER, caption_metrics, metrics_tokenizer
 from captioning.eval.scorers import scorer_for
 from captioning.model.attention import choosing, refuse_hard_choice
-from captioning.model.decoder import AttentionDecoder
 from captioning.model.decoding import decode
+from captioning.model.paper import AttentionDecoder
 
 
 class Scorer(Protocol):

@@ -11,13 +11,30 @@ difference stops the run with one line that names it and the way out, model.fuse
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Protocol
 
 import torch
 
 from captioning.model import fused, fused_check
-from captioning.model.attention import Memory
-from captioning.model.decoder import AttentionDecoder
+from captioning.model.paper import AttentionDecoder, Memory
 from captioning.model.state import DecoderState
+
+
+class Accelerator(Protocol):
+    """A faster computation of some decoders' steps (FusedPath below), handed
+    to a decoder by its builder: the decoder asks it for its teacher-forced recurrence, decoding for a
+    step that each image's rows share. Each checks itself against the step-by-step path before its
+    first use."""
+
+    def recurrence(self, decoder: AttentionDecoder, memory: Memory, state: DecoderState, embedded: torch.Tensor,
+                   batch_sizes: list[int], *, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """As `stepwise_recurrence`, for soft attention: h [N, H], z [N, D], alpha [N, L]. `like`: the
+        batch's annotations [B, L, D], what its first-use check is shaped as."""
+
+    def grouped_step(self, decoder: AttentionDecoder, memory: Memory, *, group: int, like: torch.Tensor
+                     ) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, ...]]:
+        """One decoding step for `group` rows per image that share the image's memory:
+        (h, c [B*group, H], tokens [B*group]) -> logits [B*group, V], h, c, alpha [B*group, L]."""
 
 
 def _still_supported(decoder: AttentionDecoder) -> None:
@@ -31,7 +48,7 @@ def _still_supported(decoder: AttentionDecoder) -> None:
 
 class FusedPath:
     """The fused recurrence (teacher forcing) and grouped step (greedy and beam search), each proven
-    once per decoder before it computes (captioning.model.decoder.Accelerator)."""
+    once per decoder before it computes (Accelerator)."""
 
     def recurrence(self, decoder: AttentionDecoder, memory: Memory, state: DecoderState, embedded: torch.Tensor,
                    batch_sizes: list[int], *, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -26,9 +26,10 @@ from dataclasses import dataclass
 
 import torch
 
-from captioning.model.attention import Draws, choosing
-from captioning.model.decoder import AttentionDecoder, DecoderState
+from captioning.model.attention import choosing
 from captioning.model.ensemble import Ensemble, EnsembleState, mean_log_probs
+from captioning.model.paper import AttentionDecoder, Draws
+from captioning.model.state import DecoderState
 from captioning.model.tokens import END_ID, PAD_ID, START_ID, UNK_ID
 
 

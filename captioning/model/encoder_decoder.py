@@ -3,8 +3,8 @@
 
 Notation: B batch, S input side, L grid cells, D annotation channels, Q query size.
 
-This is the one place that reads `model:`. The paper's modules (scores.py, attention.py,
-decoder.py) take explicit arguments; each option that is not in the paper (`model.extras`,
+This is the one place that reads `model:`. The paper's model (paper.py) and the other scores
+(scores.py) take explicit arguments; each option that is not in the paper (`model.extras`,
 `model.local.window: learned`) is a module of captioning/model/extras handed to one of the
 decoder's seams here: the image summary of the initial state, the attention query, what attention
 sees of the annotations, and the attention module itself.
@@ -20,8 +20,6 @@ from torch import nn
 from captioning.config import Config, ModelConfig
 from captioning.config.registry import SCORES
 from captioning.model.accelerator import accelerator_for
-from captioning.model.attention import Draws, HardAttention, SoftAttention
-from captioning.model.decoder import AttentionDecoder, DecoderOutput, MeanAnnotation
 from captioning.model.decoding import Captions, decode
 from captioning.model.encoder import Encoder
 from captioning.model.extras.glimpses import TwoGlimpses
@@ -31,7 +29,15 @@ from captioning.model.extras.position import GridCoordinates, GridPosition
 from captioning.model.extras.query_word import WordInQuery
 from captioning.model.extras.unit_annotations import UnitAnnotations
 from captioning.model.extras.word_attention import WordSelfAttention
-from captioning.model.query import PreviousState
+from captioning.model.paper import (
+    AttentionDecoder,
+    DecoderOutput,
+    Draws,
+    HardAttention,
+    MeanAnnotation,
+    PreviousState,
+    SoftAttention,
+)
 
 
 def build_score(model: ModelConfig, *, annotation_dim: int, query_dim: int,

@@ -27,9 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
-from captioning.model.attention import SoftAttention
-from captioning.model.query import PreviousState
-from captioning.model.scores import AdditiveScore
+from captioning.model.paper import AdditiveScore, PreviousState, SoftAttention
 
 
 def supports(decoder: torch.nn.Module) -> bool:

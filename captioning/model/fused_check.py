@@ -18,6 +18,7 @@ import weakref
 import torch
 
 from captioning.model import fused
+from captioning.model.packing import stepwise_recurrence
 from captioning.runtime.precision import full_float32
 
 # Float32 on both sides, TF32 off (a GPU's TF32 matmuls alone differ by ~1e-3 between the paths):
@@ -89,7 +90,7 @@ def prove_recurrence(decoder: torch.nn.Module, like: torch.Tensor) -> None:
                 if name == "fast":
                     h, z, alpha = fused.recurrence(decoder, memory, state, inputs[1], batch_sizes)
                 else:
-                    h, z, alpha, _ = decoder.stepwise_recurrence(memory, state, inputs[1], batch_sizes)
+                    h, z, alpha, _ = stepwise_recurrence(decoder, memory, state, inputs[1], batch_sizes)
                 # a fixed random direction through all three outputs, so every gradient is exercised
                 direction = torch.Generator().manual_seed(1)
                 total = sum((torch.randn(out.shape, generator=direction, device="cpu").to(device, out.dtype)

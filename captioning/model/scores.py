@@ -2,9 +2,9 @@
 
 Notation: B batch, L grid cells (Hg x Wg), D annotation channels, H decoder hidden size, A attention size.
 
-Eq. 4 of the paper uses an MLP (Bahdanau's additive score); this module holds the family of the
-source material. How the weights alpha_t = softmax(e_t) are *used* (soft or hard) is
-captioning.model.attention's business: the two are orthogonal, and any score works with either.
+Eq. 4 of the paper uses an MLP, Bahdanau's additive score (captioning.model.paper.AdditiveScore);
+this module holds the rest of the family, each in its place. How the weights alpha_t = softmax(e_t)
+are *used*, soft or hard, is the paper's attention's business: any score works with either.
 """
 
 from __future__ import annotations
@@ -65,25 +65,6 @@ def check_cells(annotations: torch.Tensor, cells: int, name: str) -> None:
     if annotations.shape[1] != cells:
         raise ValueError(f"the {name} score was built for {cells} grid cells, got annotations with "
                          f"{annotations.shape[1]}")
-
-
-@SCORES.register("additive")
-class AdditiveScore(Score):
-    """Bahdanau's score, the paper's f_att: e_ti = v^T tanh(W_a a_i + W_h h_{t-1})."""
-
-    def __init__(self, *, annotation_dim: int, hidden_dim: int, attention_dim: int,
-                 grid: tuple[int, int] | None = None):
-        super().__init__()
-        self.key = nn.Linear(annotation_dim, attention_dim)  # W_a (and the bias)
-        self.query = nn.Linear(hidden_dim, attention_dim, bias=False)  # W_h
-        self.v = nn.Linear(attention_dim, 1, bias=False)
-
-    def keys(self, annotations: torch.Tensor) -> torch.Tensor:
-        return self.key(annotations)  # [B, L, A], once per image
-
-    def forward(self, keys: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
-        query = self.query(hidden)  # [B, A]
-        return self.v(torch.tanh(keys + query[:, None, :])).squeeze(2)  # [B, L]
 
 
 @SCORES.register("concat")

@@ -1,5 +1,5 @@
 """The decoder's state from word to word: h and c of the LSTM (Eqs. 1-3), and whatever its query
-module carries of the caption so far (captioning.model.query; the paper's carries nothing).
+module carries of the caption so far (captioning.model.paper.PreviousState, the paper's, carries nothing).
 
 Notation: B batch (rows: images, or beams), H hidden size.
 """

@@ -13,9 +13,9 @@ from torch import nn
 from captioning.config import Config
 from captioning.data.run_data import RunData
 from captioning.data.splits import reads_frozen_stages, uses_feature_cache
-from captioning.model.decoder import AttentionDecoder
 from captioning.model.encoder import Encoder
 from captioning.model.encoder_decoder import build_decoder
+from captioning.model.paper import AttentionDecoder
 from captioning.runtime import distributed
 from captioning.train.extras.averaging import WeightAverage
 from captioning.train.step import TrainingError

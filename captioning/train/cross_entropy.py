@@ -20,12 +20,11 @@ from captioning.data.dataset import Batch
 from captioning.data.mirror import mirror_batches
 from captioning.data.run_data import RunData
 from captioning.data.sampling import epoch_batches
-from captioning.model.decoder import DecoderOutput
+from captioning.model.paper import DecoderOutput, Reinforce
 from captioning.runtime import distributed
 from captioning.runtime.hardware import Hardware
 from captioning.train.build import RunModel
 from captioning.train.extras.word_weights import word_weight_vector
-from captioning.train.losses import Reinforce
 from captioning.train.objective import Loss
 from captioning.train.step import paper_loss, row_uniforms
 

@@ -39,14 +39,13 @@ from captioning.data.memory_maps import by_reference
 from captioning.data.run_data import RunData
 from captioning.data.splits import uses_feature_cache
 from captioning.data.vocab import Vocabulary
-from captioning.model.attention import Draws, choosing, hard_attention, sample
-from captioning.model.decoder import AttentionDecoder
+from captioning.model.attention import choosing, hard_attention
 from captioning.model.decoding import greedy, stepper, unroll
+from captioning.model.paper import AttentionDecoder, Draws, leave_one_out, sample
 from captioning.runtime.hardware import Hardware
 from captioning.runtime.precision import FULL_PRECISION, Precision
 from captioning.train.build import RunModel
 from captioning.train.cider import CiderD
-from captioning.train.losses import leave_one_out
 from captioning.train.objective import Loss, StepResult
 from captioning.train.step import expectation_prob_at, take_step
 

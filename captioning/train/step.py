@@ -20,12 +20,11 @@ from torch import nn
 
 from captioning.data.dataset import Batch
 from captioning.data.vocab import Vocabulary
-from captioning.model.attention import Draws, hard_attention, shared_coins
-from captioning.model.decoder import DecoderOutput
+from captioning.model.attention import hard_attention, shared_coins
+from captioning.model.paper import DecoderOutput, Draws, Reinforce, cross_entropy, doubly_stochastic
 from captioning.runtime.distributed import Agreement
 from captioning.runtime.precision import FULL_PRECISION, Precision
 from captioning.runtime.to_host import floats
-from captioning.train.losses import Reinforce, cross_entropy, doubly_stochastic
 from captioning.train.objective import Loss, StepResult
 
 # Terms a new objective adds to the paper's loss: (decoder output, targets [B, T], mask [B, T]) ->
@@ -148,11 +147,11 @@ def paper_loss(model: nn.Module, batch: Batch, *, ds_lambda: float, precision: P
     """Eq. 14 (cross-entropy plus lambda times the doubly stochastic term) of a batch, plus, when the
     decoder's attention samples locations (hard attention), the REINFORCE terms of `reinforce`
     (Sec. 4.1). Every term is summed over the captions and divided by the batch's real target words
-    (losses.doubly_stochastic says why), so `ds_lambda` is the paper's lambda.
+    (paper.doubly_stochastic says why), so `ds_lambda` is the paper's lambda.
 
     `model(batch.source, inputs)` is a decoder (on annotations) or an EncoderDecoder (needed with
     `reinforce.location_samples` > 1: it copies each image after the encoder, so the CNN runs once
-    per image). `word_weights` [V] weight each target word's cross-entropy (losses.cross_entropy;
+    per image). `word_weights` [V] weight each target word's cross-entropy (paper.cross_entropy;
     None: all 1). `step` is the run's optimizer steps so far: every warm-up (hard attention's coin
     over `hard_warmup` steps: expectation_prob_at; the REINFORCE terms) reads it. `uniforms` [B*K, 1 + T]
     (hard attention): each row's uniform draws (Draws.from_uniform; a run's come from row_uniforms)

@@ -27,8 +27,8 @@ from captioning.eval.evaluate import check_unreadable, decode_split, score_split
 from captioning.eval.metrics import metrics_tokenizer
 from captioning.eval.overlays import overlay_grid
 from captioning.eval.scorers import scorer_for
-from captioning.model.decoder import AttentionDecoder
 from captioning.model.decoding import decode
+from captioning.model.paper import AttentionDecoder
 from captioning.runtime import distributed
 from captioning.runtime.distributed import ONE_PROCESS, Distributed
 from captioning.train.logs import RunLog

@@ -7,7 +7,7 @@ The model is --run's best.pt under --out (hard_side_seed1: hard attention's best
 --batches fixed batches of --captions training captions each, every caption samples its locations
 (no soft substitution, no dropout: the locations are the only randomness), --draws times over. For
 each number K of location samples per caption and each baseline b, a draw's gradient of the
-REINFORCE term (lambda_r = 1, as the recipe; the surrogate of captioning.train.losses.Reinforce,
+REINFORCE term (lambda_r = 1, as the recipe; the surrogate of captioning.model.paper.Reinforce,
 divided by the words) is taken over all of the decoder's weights, and over the draws:
 
     signal = |mean gradient|^2,   noise = mean |gradient - mean gradient|^2,
@@ -33,9 +33,8 @@ from torch import nn
 from captioning.checkpoint import load_trained
 from captioning.data.dataset import CaptionPairs, collate
 from captioning.data.tokenized import tokenized, tokens_dir
-from captioning.model.attention import Draws
+from captioning.model.paper import Draws, Reinforce, caption_log_likelihood, cross_entropy
 from captioning.model.tokens import PAD_ID
-from captioning.train.losses import Reinforce, caption_log_likelihood, cross_entropy
 from studies.tables import REPO, write_between
 
 SAMPLES = (1, 2, 4)  # location samples per caption (train.reinforce.location_samples)

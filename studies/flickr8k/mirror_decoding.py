@@ -33,9 +33,9 @@ from captioning.data.mirror import MIRRORED_WORDS, mirror_image
 from captioning.data.splits import cache_encoder, features_dir
 from captioning.data.vocab import Vocabulary
 from captioning.eval.evaluate import evaluate_split
-from captioning.model.attention import AttentionOutput, Draws, Memory
-from captioning.model.decoder import DecoderState
 from captioning.model.ensemble import Ensemble
+from captioning.model.paper import AttentionOutput, Draws, Memory
+from captioning.model.state import DecoderState
 from studies.flickr8k.run import PAIR_SHIPPED_COMMIT, shipped_at
 from studies.tables import REPO, write_between
 

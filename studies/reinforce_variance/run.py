@@ -20,10 +20,14 @@ import itertools
 import torch
 
 from captioning.data.vocab import Vocabulary
-from captioning.model.attention import HardAttention
-from captioning.model.decoder import AttentionDecoder
-from captioning.model.scores import AdditiveScore
-from captioning.train.losses import Reinforce, caption_log_likelihood, cross_entropy
+from captioning.model.paper import (
+    AdditiveScore,
+    AttentionDecoder,
+    HardAttention,
+    Reinforce,
+    caption_log_likelihood,
+    cross_entropy,
+)
 from tests.given_locations import GivenLocations
 
 GRID, D, H, A, V = (1, 3), 8, 16, 8, 11

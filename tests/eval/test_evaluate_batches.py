@@ -15,10 +15,8 @@ import torch
 from captioning.data.vocab import Vocabulary
 from captioning.eval.evaluate import decode_split, evaluate_split
 from captioning.eval.metrics import caption_metrics
-from captioning.model.attention import SoftAttention
-from captioning.model.decoder import AttentionDecoder
 from captioning.model.decoding import decode
-from captioning.model.scores import AdditiveScore
+from captioning.model.paper import AdditiveScore, AttentionDecoder, SoftAttention
 
 N, GRID, D, H = 8, (3, 3), 8, 16
 L = GRID[0] * GRID[1]

@@ -7,10 +7,8 @@ import torch
 
 from captioning.config import ConfigError
 from captioning.model import fused_check
-from captioning.model.attention import AttentionOutput, Memory, SoftAttention
-from captioning.model.decoder import AttentionDecoder
 from captioning.model.encoder_decoder import build_attention
-from captioning.model.scores import AdditiveScore
+from captioning.model.paper import AdditiveScore, AttentionDecoder, AttentionOutput, Memory, SoftAttention
 from tests.model.sizes import A, B, D, H, L, V, inputs, model_section
 
 

@@ -8,10 +8,9 @@ import pytest
 import torch
 
 from captioning.data.vocab import Vocabulary
-from captioning.model.attention import SoftAttention
-from captioning.model.decoder import AttentionDecoder, DecoderOutput, DecoderState
 from captioning.model.extras.layout import LayoutSummary
-from captioning.model.scores import AdditiveScore
+from captioning.model.paper import AdditiveScore, AttentionDecoder, DecoderOutput, SoftAttention
+from captioning.model.state import DecoderState
 
 B, L, D, E, H, A, V, T = 2, 9, 8, 8, 16, 8, 11, 6
 

@@ -10,10 +10,8 @@ import torch
 from captioning.data.vocab import Vocabulary
 from captioning.model import fused_check
 from captioning.model.accelerator import accelerator_for
-from captioning.model.attention import SoftAttention
-from captioning.model.decoder import AttentionDecoder
 from captioning.model.decoding import Captions, beam_search, decode, greedy, repeated_ngrams
-from captioning.model.scores import AdditiveScore
+from captioning.model.paper import AdditiveScore, AttentionDecoder, SoftAttention
 from tests.work import flops
 
 B, L, D, H, V = 2, 9, 8, 16, 11

@@ -10,11 +10,9 @@ import pytest
 import torch
 
 from captioning.data.vocab import Vocabulary
-from captioning.model.attention import SoftAttention
-from captioning.model.decoder import AttentionDecoder
 from captioning.model.decoding import beam_search, greedy
 from captioning.model.ensemble import Ensemble, JoinedEncoder
-from captioning.model.scores import AdditiveScore
+from captioning.model.paper import AdditiveScore, AttentionDecoder, SoftAttention
 from tests.model.test_fused import D, V, make_batch, make_decoder
 
 

@@ -17,12 +17,9 @@ import torch
 from captioning.data.vocab import Vocabulary
 from captioning.model import fused
 from captioning.model.accelerator import accelerator_for
-from captioning.model.attention import SoftAttention
-from captioning.model.decoder import AttentionDecoder
 from captioning.model.decoding import beam_search
 from captioning.model.extras.position import GridCoordinates
-from captioning.model.scores import AdditiveScore
-from captioning.train.losses import cross_entropy, doubly_stochastic
+from captioning.model.paper import AdditiveScore, AttentionDecoder, SoftAttention, cross_entropy, doubly_stochastic
 
 B, L, D, E, H, A, V, T = 5, 9, 8, 6, 16, 7, 11, 7
 LENGTHS = torch.tensor([3, 7, 1, 5, 7])  # unsorted, with ties, a one-step row and full-length rows
@@ -320,11 +317,12 @@ def test_the_builder_chooses_the_accelerator_and_the_decoder_imports_none():
     for overrides in (["model.fused=false"], ["model.attention=hard"], ["model.score=dot"],
                       ["model.extras.query_word=true"]):
         assert build(overrides).accelerator is None, overrides
-    tree = ast.parse((REPO / "captioning/model/decoder.py").read_text())
-    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
-    imported |= {alias.name for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))
-                 for alias in node.names}
-    assert not {name for name in imported if "fused" in name or "accelerator" in name}, imported
+    for module in ("paper", "packing"):  # the paper's decoder, and the teacher forcing that runs it
+        tree = ast.parse((REPO / f"captioning/model/{module}.py").read_text())
+        imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+        imported |= {alias.name for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))
+                     for alias in node.names}
+        assert not {name for name in imported if "fused" in name or "accelerator" in name}, (module, imported)
 
 
 def test_a_decoder_whose_score_was_swapped_after_it_was_built_stops_rather_than_run_the_old_path():

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from captioning.model import fused, fused_check, scores
+from captioning.model import fused, fused_check, paper
 from captioning.model.decoding import beam_search, greedy
 from captioning.model.fused_check import FastPathError
 from captioning.runtime.precision import allow_tf32
@@ -33,7 +33,7 @@ def test_an_agreeing_fast_path_trains_and_decodes_and_is_proven_once(monkeypatch
 
 
 def test_an_edited_score_stops_training_with_one_line_naming_the_way_out(monkeypatch):
-    monkeypatch.setattr(scores.AdditiveScore, "forward", _relu_score)
+    monkeypatch.setattr(paper.AdditiveScore, "forward", _relu_score)
     decoder = make_decoder(dtype=torch.float32)
     annotations, inputs, _, _ = make_batch(dtype=torch.float32)
     with pytest.raises(FastPathError, match=r"disagree on h_t \(teacher forcing\) by .*model\.fused=false") as error:
@@ -45,7 +45,7 @@ def test_an_edited_score_stops_training_with_one_line_naming_the_way_out(monkeyp
 
 @pytest.mark.parametrize("search", ["greedy", "beam"])
 def test_an_edited_score_stops_decoding(monkeypatch, search):
-    monkeypatch.setattr(scores.AdditiveScore, "forward", _relu_score)
+    monkeypatch.setattr(paper.AdditiveScore, "forward", _relu_score)
     decoder = make_decoder(dtype=torch.float32).eval()
     annotations = make_batch(dtype=torch.float32)[0]
     with pytest.raises(FastPathError, match=r"logits \(one decoding step\).*model\.fused=false"):
@@ -101,7 +101,7 @@ def test_the_checks_run_without_tf32_and_leave_it_as_the_run_set_it(monkeypatch)
         assert seen == [("recurrence", (False, False)), ("grouped", (False, False))]
         assert flags() == (True, True)
 
-        monkeypatch.setattr(scores.AdditiveScore, "forward", _relu_score)
+        monkeypatch.setattr(paper.AdditiveScore, "forward", _relu_score)
         with pytest.raises(FastPathError):
             fused_check.prove_recurrence(make_decoder(dtype=torch.float32), annotations)
         assert flags() == (True, True)

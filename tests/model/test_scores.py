@@ -10,11 +10,11 @@ import torch
 
 from captioning.config import ConfigError
 from captioning.model import fused_check
-from captioning.model.attention import HardAttention, SoftAttention, choosing
-from captioning.model.decoder import AttentionDecoder
+from captioning.model.attention import choosing
 from captioning.model.encoder_decoder import build_decoder
 from captioning.model.extras.position import GridCoordinates, GridPosition
 from captioning.model.extras.window import LearnedWindowScore
+from captioning.model.paper import AttentionDecoder, HardAttention, SoftAttention
 from captioning.model.scores import SCORES, CosineScore, DotScore, LocalScore
 from tests.model.sizes import GRID, A, B, D, H, L, V, inputs, make_attention, model_section
 
@@ -395,7 +395,7 @@ def test_a_score_written_with_the_old_name_prepare_still_scores_and_says_the_new
 def test_the_decoders_old_name_prepare_still_starts_and_says_the_new_one():
     """The warning reads as the pytest config's filter for old names expects, and hard attention's
     draws are handed on."""
-    from captioning.model.attention import Draws
+    from captioning.model.paper import Draws
 
     decoder = build_decoder(model_section("attention=hard"), vocab_size=V, annotation_dim=D, grid=GRID).train()
     a = inputs(batch=16)[0]

@@ -16,7 +16,7 @@ import torch
 from captioning.config import load_config
 from captioning.model.decoding import decode
 from captioning.model.encoder_decoder import EncoderDecoder, build_decoder
-from captioning.train.losses import Reinforce
+from captioning.model.paper import Reinforce
 from captioning.train.step import train_step
 from tests.train.test_syncs import D, V, _batch
 

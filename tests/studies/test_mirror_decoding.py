@@ -13,10 +13,8 @@ import pytest
 import torch
 
 from captioning.data.vocab import SPECIALS, Vocabulary
-from captioning.model.attention import SoftAttention
-from captioning.model.decoder import AttentionDecoder
 from captioning.model.decoding import beam_search
-from captioning.model.scores import AdditiveScore
+from captioning.model.paper import AdditiveScore, AttentionDecoder, SoftAttention
 from studies.flickr8k.mirror_decoding import View, swapped_ids
 
 pytestmark = pytest.mark.study

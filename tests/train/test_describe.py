@@ -88,7 +88,7 @@ def test_what_is_missing_is_named_and_a_config_that_is_not_a_mapping_too() -> No
 ])
 def test_weights_that_do_not_fit_say_the_first_line_of_why(error, said, monkeypatch, tmp_path) -> None:
     from captioning.checkpoint import load_trained
-    from captioning.model.decoder import AttentionDecoder
+    from captioning.model.paper import AttentionDecoder
 
     def refusing(self, state, *args, **kwargs):
         raise error

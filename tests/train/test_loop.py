@@ -261,7 +261,7 @@ def test_the_samples_of_a_caption_share_one_pass_of_the_encoder() -> None:
     """train.reinforce.location_samples = K copies of each caption for leave-one-out: the CNN still sees
     each image once, and the decoder gets each image's annotations K times, in the rows of that caption's copies."""
     from captioning.model.encoder_decoder import EncoderDecoder
-    from captioning.train.losses import Reinforce
+    from captioning.model.paper import Reinforce
 
     class Encoder(torch.nn.Module):  # stands in for a fine-tuned CNN: images [B, 8, 3, 3] -> [B, 9, 8]
         def __init__(self):

@@ -7,10 +7,7 @@ import torch
 
 from captioning.data.dataset import Batch
 from captioning.data.vocab import Vocabulary
-from captioning.model.attention import SoftAttention
-from captioning.model.decoder import AttentionDecoder
-from captioning.model.scores import AdditiveScore
-from captioning.train.losses import cross_entropy, doubly_stochastic
+from captioning.model.paper import AdditiveScore, AttentionDecoder, SoftAttention, cross_entropy, doubly_stochastic
 from captioning.train.step import train_step
 
 B, T, L, V = 2, 5, 9, 11

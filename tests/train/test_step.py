@@ -16,11 +16,8 @@ import torch
 
 from captioning.data.dataset import Batch
 from captioning.data.vocab import Vocabulary
-from captioning.model.attention import Draws, HardAttention, SoftAttention
-from captioning.model.decoder import AttentionDecoder
-from captioning.model.scores import AdditiveScore
+from captioning.model.paper import AdditiveScore, AttentionDecoder, Draws, HardAttention, Reinforce, SoftAttention
 from captioning.runtime.distributed import Agreement
-from captioning.train.losses import Reinforce
 from captioning.train.objective import Loss
 from captioning.train.step import (
     apply_gradients,

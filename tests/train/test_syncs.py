@@ -28,7 +28,7 @@ from captioning.data.dataset import Batch
 from captioning.data.vocab import Vocabulary
 from captioning.model import fused_check
 from captioning.model.encoder_decoder import EncoderDecoder, build_decoder
-from captioning.train.losses import Reinforce
+from captioning.model.paper import Reinforce
 from captioning.train.step import train_step
 from tests.syncs import counting_syncs
 

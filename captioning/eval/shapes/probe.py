@@ -29,8 +29,8 @@ import torch
 
 from captioning.data.shapes.scenes import RELATIONS, SceneObjects, relation
 from captioning.data.vocab import Vocabulary
-from captioning.model.attention import Memory
-from captioning.model.decoder import AttentionDecoder, DecoderState
+from captioning.model.paper import AttentionDecoder, Memory
+from captioning.model.state import DecoderState
 
 Phrase = tuple[str, str]  # (colour, shape): how a caption names an object
 

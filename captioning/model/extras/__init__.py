@@ -4,5 +4,5 @@ Each plugs into one seam of the paper's model and nowhere else: the image summar
 state is computed from (layout.py), the attention query (query_word.py), the annotations attention
 sees (position.py, unit_annotations.py), the attention module itself (glimpses.py) and the local
 score's window (window.py). captioning/model/encoder_decoder.py reads `model.extras` (and `model.local`)
-and hands them in; decoder.py, attention.py and scores.py never ask whether one is present.
+and hands them in; paper.py and scores.py never ask whether one is present.
 """

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 import torch
 from torch import nn
 
-from captioning.model.attention import AttentionOutput, Draws, Memory
+from captioning.model.paper import AttentionOutput, Draws, Memory
 
 
 @dataclass

@@ -5,7 +5,7 @@ permutation of the cells: it says what is in the image, not where. A caption "A 
 the relation before it names B, so a decoder that has not yet looked at B needs the layout in its
 state. This summary adds to the mean a small projection of every cell, in grid order.
 
-Seam: the decoder's `summary` (captioning.model.decoder.MeanAnnotation is the paper's).
+Seam: the decoder's `summary` (captioning.model.paper.MeanAnnotation is the paper's).
 Notation: B batch, L grid cells, D annotation channels.
 """
 

@@ -6,7 +6,7 @@ against "yellow" but does not know which was said, so with a red and a yellow sq
 the map for "square" cannot look for the red one. Querying with [h_{t-1}; E y_{t-1}] lets it, as
 the attention LSTM of Anderson et al. (2018) reads the previous word before it attends.
 
-Seam: the decoder's `query` (captioning.model.decoder.PreviousState is the paper's).
+Seam: the decoder's `query` (captioning.model.paper.PreviousState is the paper's).
 Notation: B batch, H hidden size, E embedding size.
 """
 

@@ -3,7 +3,7 @@
 Chosen target words' cross-entropy counts several times, e.g. {to: 3, above: 3}: a word that decides
 a spatial relation is one token in ten of a caption, decided before its second object is named, and
 with equal weights the decoder learns it last. The loss is still divided by the number of words
-(captioning.train.losses.cross_entropy), so all-ones weights give the paper's loss.
+(captioning.model.paper.cross_entropy), so all-ones weights give the paper's loss.
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ from captioning.data.vocab import SPECIALS, Vocabulary
 from captioning.eval.shapes import probe
 from captioning.eval.shapes.probe import probe_scores, relation_log_likelihoods, relation_probe
 from captioning.model.attention import choosing
-from captioning.model.decoder import AttentionDecoder
 from captioning.model.encoder_decoder import build_decoder
+from captioning.model.paper import AttentionDecoder
 
 WORDS = ["a", "red", "blue", "green", "circle", "square", "to", "the", "left", "right", "of", "above", "below"]
 VOCAB = Vocabulary([*SPECIALS, *WORDS])

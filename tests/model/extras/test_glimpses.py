@@ -8,11 +8,10 @@ import torch
 from captioning.config import ConfigError, load_config
 from captioning.data.vocab import Vocabulary
 from captioning.model.accelerator import accelerator_for
-from captioning.model.attention import Memory
-from captioning.model.decoder import AttentionDecoder
 from captioning.model.decoding import beam_search, greedy
 from captioning.model.encoder_decoder import build_attention, build_decoder
 from captioning.model.extras.glimpses import TwoGlimpses
+from captioning.model.paper import AttentionDecoder, Memory
 
 B, GRID, D, E, H, A, V, T = 3, (3, 4), 8, 8, 16, 8, 11, 7
 L = GRID[0] * GRID[1]

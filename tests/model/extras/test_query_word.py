@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from captioning.config import load_config
-from captioning.model.decoder import AttentionDecoder, PreviousState
 from captioning.model.decoding import beam_search
 from captioning.model.encoder_decoder import build_decoder
 from captioning.model.extras.query_word import WordInQuery
+from captioning.model.paper import AttentionDecoder, PreviousState
 from tests.model.extras.test_glimpses import (
     GRID,
     D,

@@ -12,12 +12,11 @@ import torch
 
 from captioning.config import load_config
 from captioning.config.registry import SCORES
-from captioning.model.decoder import AttentionDecoder
 from captioning.model.decoding import beam_search, greedy
 from captioning.model.encoder_decoder import build_decoder
 from captioning.model.extras.grid_attention import GridSelfAttention
 from captioning.model.extras.word_attention import WordSelfAttention
-from captioning.model.query import PreviousState
+from captioning.model.paper import AttentionDecoder, PreviousState
 from captioning.model.tokens import START_ID
 from tests.model.extras.test_glimpses import (
     GRID,
