@@ -1,4 +1,4 @@
-"""docs/architecture.md's three worked examples (a new score, a dataset format, an objective) run as
+"""docs/architecture.md's worked examples (a new score, a dataset format, an objective, a term of the loss) run as
 written there, and a config then uses each one by its name: one module and its registration is all
 each needs."""
 
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from captioning.config import ConfigError, from_dict, load_config
-from captioning.config.registry import DATASETS, OBJECTIVES, SCORES
+from captioning.config.registry import DATASETS, OBJECTIVES, SCORES, TERMS
 from captioning.data.records import read_records
 from captioning.model.encoder_decoder import build_decoder
 from tests.tiny import REPO
@@ -27,7 +27,7 @@ def example(title: str) -> str:
 def registries(monkeypatch):
     """The registries and the sections they add, as they are, given back after the test (an
     example's name and section stay in no other test)."""
-    for registry in (SCORES, DATASETS, OBJECTIVES):
+    for registry in (SCORES, DATASETS, OBJECTIVES, TERMS):
         monkeypatch.setattr(registry, "_entries", dict(registry.entries))  # filled first: the copy is whole
         monkeypatch.setattr(registry, "_sections", {key: (settings, set(names))
                                                     for key, (settings, names) in registry._sections.items()})
@@ -128,16 +128,24 @@ def test_the_objective_example_orders_its_first_epoch_and_trains_a_run_under_its
     assert (tmp_path / "run" / "last.pt").is_file()
 
 
-def test_the_loss_term_example_adds_its_weighted_term_to_the_loss_and_the_logs(registries, tiny_config, tmp_path):
+def _entropy_of(alphas: torch.Tensor, words: list[tuple[int, int]]) -> float:
+    """The mean over the real words of each map's entropy, computed cell by cell."""
+    return sum(-sum(float(a) * float(torch.log(a)) for a in alphas[row, t]) for row, t in words) / len(words)
+
+
+def test_the_loss_term_example_adds_its_weighted_term_under_cross_entropy_and_the_logs(registries, tiny_config,
+                                                                                        tmp_path):
     import json
 
+    from captioning.train.cross_entropy import CrossEntropy
     from captioning.train.loop import fit
     from captioning.train.step import paper_loss
 
     namespace: dict = {}
     exec(compile(example("A term of the loss"), "docs/architecture.md", "exec"), namespace)
-    assert OBJECTIVES["xe_sharp"] is namespace["SharpMaps"]
-    config = tiny_config(tmp_path / "run", "train.objective=xe_sharp", "train.max_steps=2", "train.log_every_steps=1")
+    assert TERMS["map_entropy"] is namespace["map_entropy"]
+    config = tiny_config(tmp_path / "run", "train.terms={map_entropy: 0.01}", "train.max_steps=2",
+                         "train.log_every_steps=1")
     # the loss with the term is the paper's plus 0.01 times the maps' entropy, computed here by hand
     torch.manual_seed(0)
     decoder = build_decoder(config.model, vocab_size=9, annotation_dim=6, grid=(2, 2))
@@ -146,17 +154,55 @@ def test_the_loss_term_example_adds_its_weighted_term_to_the_loss_and_the_logs(r
 
     tokens = torch.tensor([[1, 5, 6, 7, 2], [1, 8, 2, 0, 0]])
     batch = Batch(annotations=torch.randn(2, 4, 6), tokens=tokens, lengths=torch.tensor([5, 3]))
-    probe = object.__new__(namespace["SharpMaps"])
+    probe = object.__new__(CrossEntropy)
+    probe.config = config
     with_term = paper_loss(decoder, batch, ds_lambda=0.0, terms=probe.terms)
     without = paper_loss(decoder, batch, ds_lambda=0.0)
     alphas = decoder(batch.annotations, tokens[:, :-1]).alphas.detach()
-    words = [(row, t) for row in range(2) for t in range(4) if tokens[row, t + 1] != 0]
-    entropy = sum(-sum(float(a) * float(torch.log(a)) for a in alphas[row, t]) for row, t in words) / len(words)
+    entropy = _entropy_of(alphas, [(row, t) for row in range(2) for t in range(4) if tokens[row, t + 1] != 0])
     assert float((with_term.value - without.value).detach()) == pytest.approx(0.01 * entropy, rel=1e-4)
     assert float(with_term.stats["map_entropy"].detach()) == pytest.approx(0.01 * entropy, rel=1e-4)
     fit(config)
     logged = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
     assert any("map_entropy" in row and row["map_entropy"] > 0 for row in logged)
+
+
+def test_the_loss_term_example_adds_the_same_term_under_self_critical_training(registries):
+    """The term written once is added on the sampled captions' maps: the loss grows by 0.01 times
+    their entropy over the words sampled, <end> included."""
+    from captioning.data.vocab import SPECIALS, Vocabulary
+    from captioning.train.scst import ImageRows, ScstConfig, SelfCritical
+    from tests.model.sizes import model_section
+
+    namespace: dict = {}
+    exec(compile(example("A term of the loss"), "docs/architecture.md", "exec"), namespace)
+    words = ["a", "red", "square", "circle"]
+    critics = [SelfCritical(ScstConfig(samples=2, baseline="leave_one_out"), references=[[["a", "red", "square"]],
+                                                                                       [["a", "circle"]]],
+                            vocab=Vocabulary([*SPECIALS, *words]), max_length=5, terms=terms)
+               for terms in ({"map_entropy": 0.01}, {})]
+    torch.manual_seed(0)
+    decoder = build_decoder(model_section("embed_dim=8", "hidden_dim=16"), vocab_size=len(SPECIALS) + len(words),
+                            annotation_dim=6, grid=(2, 2)).train()
+    decoder.dropout.p = 0.0
+    batch = ImageRows(torch.tensor([0, 1]), torch.randn(2, 4, 6))
+    losses = []
+    for critic in critics:
+        torch.manual_seed(1)  # the same captions sampled
+        losses.append(critic.loss(decoder, batch))
+    torch.manual_seed(1)
+    tokens, _, alphas = critics[1].sample(decoder, batch.annotations)
+    sampled = [(row, t) for row in range(tokens.shape[0]) for t in range(tokens.shape[1])
+               if tokens[row, t] != Vocabulary.pad_id]
+    entropy = _entropy_of(alphas.detach(), sampled)
+    assert float((losses[0][0] - losses[1][0]).detach()) == pytest.approx(0.01 * entropy, rel=1e-4)
+    assert float(losses[0][1]["map_entropy"].detach()) == pytest.approx(0.01 * entropy, rel=1e-4)
+    assert "map_entropy" not in losses[1][1]
+
+
+def test_a_term_no_module_registered_is_refused_when_the_config_is_loaded() -> None:
+    with pytest.raises(ConfigError, match=r"train.terms: 'sharpness' is not a registered term"):
+        load_config(None, ["train.terms={sharpness: 0.1}"])
 
 
 def test_no_module_outside_the_formats_asks_for_a_dataset_by_its_name():

@@ -4,6 +4,7 @@ its range, a choice among those that exist, and combinations no run can use."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from typing import Any
@@ -164,6 +165,19 @@ def _chosen_plugins_problems(config: Config) -> list[str]:
     return problems
 
 
+def _terms_problems(config: Config) -> list[str]:
+    """train.terms: registered names (registry.TERMS), each with a finite number for its weight."""
+    problems = []
+    for name, weight in config.train.terms.items():
+        if name not in registry.TERMS:
+            known = ", ".join(registry.TERMS.names()) or "none registered"
+            problems.append(f"train.terms: '{name}' is not a registered term ({known}; docs/architecture.md, "
+                            "\"A term of the loss\")")
+        elif isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight):
+            problems.append(f"train.terms: {name}'s weight must be a finite number, got {weight!r}")
+    return problems
+
+
 def _at(config: Config, key: str) -> Any:
     value: Any = config
     for part in key.split("."):
@@ -211,6 +225,8 @@ def validate(config: Config, where: str = "config", *, unread_sections: bool = F
     if not isinstance(config.train.word_weights, dict):
         raise ConfigError(f"{where}: train.word_weights must map words to positive numbers, "
                           f"got {config.train.word_weights!r}")
+    if not isinstance(config.train.terms, dict):
+        raise ConfigError(f"{where}: train.terms must map terms' names to their weights, got {config.train.terms!r}")
     for name in ("data", "encoder", "model", "train", "decode"):
         _check_types(getattr(config, name), where, name)
     for key, (value, known) in _choices(config).items():
@@ -219,7 +235,8 @@ def validate(config: Config, where: str = "config", *, unread_sections: bool = F
     for key, (value, wanted, ok) in _ranges(config).items():
         if not ok:
             raise ConfigError(f"{where}: {key} must be {wanted}, got {value!r}")
-    problems = _combinations(config) + ([] if unread_sections else _sections_without_their_owner(config))
+    problems = _combinations(config) + ([] if unread_sections else  # a checkpoint's terms need not be registered here
+                                        _sections_without_their_owner(config) + _terms_problems(config))
     if problems:
         raise ConfigError(f"{where}: {problems[0]}")
     return config

@@ -144,3 +144,8 @@ DATASETS: Registry[Callable[..., Any]] = Registry("data.dataset", section="data"
 OBJECTIVES: Registry[Any] = Registry("train.objective", section="train")
 # Every registry, for the rules that hold for all of them (captioning.config.checks).
 REGISTRIES = (SCORES, LOCAL_WINDOWS, DATASETS, OBJECTIVES)
+# Terms added to any objective's loss (not in the paper), each weighted by train.terms: {name: weight}.
+# A term is (alphas [B, T, L], mask [B, T]) -> a scalar summed over the real words and divided by
+# them, as every term of the loss is (captioning.train.objective.weighted_terms; docs/architecture.md).
+# Not among REGISTRIES: train.terms names several at once, with their weights.
+TERMS: Registry[Callable[..., Any]] = Registry("train.terms", section="train")

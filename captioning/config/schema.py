@@ -225,6 +225,9 @@ class TrainConfig(Extensible):
     # kept (train/extras/averaging.py; 0 = off).
     word_weights: dict[str, float] = field(default_factory=dict)
     ema_decay: float = 0.0
+    # Not in the paper: terms added to the loss of either objective, by name with their weights, e.g.
+    # {map_entropy: 0.01} (captioning.config.registry.TERMS; docs/architecture.md writes one).
+    terms: dict[str, float] = field(default_factory=dict)
     reinforce: ReinforceConfig = field(default_factory=ReinforceConfig)
     # xe: cross-entropy on the references (the paper); scst: the CIDEr-D of sampled captions, from a
     # trained model (train.init_from), batches of train.batch_size images (train/scst.py).

@@ -25,7 +25,7 @@ from captioning.runtime import distributed
 from captioning.runtime.hardware import Hardware
 from captioning.train.build import RunModel
 from captioning.train.extras.word_weights import word_weight_vector
-from captioning.train.objective import Loss
+from captioning.train.objective import Loss, weighted_terms
 from captioning.train.step import paper_loss, row_uniforms
 
 
@@ -66,10 +66,9 @@ class CrossEntropy:
                           hard_warmup=self.config.model.hard.warmup, counted=counted, terms=self.terms)
 
     def terms(self, output: DecoderOutput, targets: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Terms added to the paper's, each weighted, by name (logged under it): none. An objective
-        that adds one subclasses this one and returns it here (docs/architecture.md shows one).
-        output: the decoder's teacher-forced output, targets/mask [B, T]."""
-        return {}
+        """Terms added to the paper's, each weighted, by name (logged under it): train.terms on the
+        teacher-forced maps (objective.weighted_terms). targets/mask [B, T]."""
+        return weighted_terms(self.config.train.terms, output.alphas, mask)
 
     def uniforms(self, *, step: int, size: int, rows: int,
                  positions: torch.Tensor | None = None) -> torch.Tensor | None:

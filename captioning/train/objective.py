@@ -14,8 +14,9 @@ objective for the rest:
 
 Two objectives, one module each: cross_entropy.CrossEntropy, the paper's (Eq. 14 on (image, caption)
 pairs, with hard attention's REINFORCE terms, Sec. 4.1), and scst.SelfCriticalObjective (Rennie et
-al., 2017, on images; train.objective: scst). A third would be a third module; a new term of the
-paper's loss is a function and a line (CrossEntropy.terms; docs/architecture.md shows one).
+al., 2017, on images; train.objective: scst). A third would be a third module. A term added to the
+loss is a registered function and its weight in train.terms; both objectives add it alike, on the
+maps of the captions they train on (`weighted_terms`; docs/architecture.md writes one).
 """
 
 from __future__ import annotations
@@ -27,7 +28,14 @@ from typing import Any, Protocol
 import torch
 from torch.utils.data import Dataset
 
+from captioning.config.registry import TERMS
 from captioning.runtime.distributed import Agreement
+
+
+def weighted_terms(terms: dict[str, float], alphas: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
+    """train.terms on the maps of a batch's captions: each registered term (captioning.config.registry.TERMS)
+    times its weight, by name (the name the logs give it). alphas [B, T, L]; mask [B, T], 1 on real words."""
+    return {name: weight * TERMS[name](alphas.float(), mask) for name, weight in terms.items()}
 
 
 @dataclass(frozen=True)

@@ -46,7 +46,7 @@ from captioning.runtime.hardware import Hardware
 from captioning.runtime.precision import FULL_PRECISION, Precision
 from captioning.train.build import RunModel
 from captioning.train.cider import CiderD
-from captioning.train.objective import Loss, StepResult
+from captioning.train.objective import Loss, StepResult, weighted_terms
 from captioning.train.step import expectation_prob_at, take_step
 
 
@@ -115,18 +115,20 @@ class SelfCritical:
     """Samples, rewards and the policy-gradient loss of one batch of images."""
 
     def __init__(self, config: ScstConfig, *, references: Sequence[Sequence[Sequence[str]]], vocab: Vocabulary,
-                 max_length: int):
+                 max_length: int, terms: dict[str, float] | None = None):
         """`references`: each training image's captions, tokenized as training targets are (a run
-        passes its Tokenized captions, which hold them as arrays)."""
+        passes its Tokenized captions, which hold them as arrays). `terms`: train.terms, added on
+        the sampled captions' maps as cross-entropy adds them on the references' (objective.weighted_terms)."""
         self.samples, self.baseline, self.max_length = config.samples, config.baseline, max_length
+        self.terms = terms or {}
         self.vocab = vocab
         self.cider = CiderD(references)
 
     def sample(self, decoder: AttentionDecoder, annotations: torch.Tensor,
-               draws: Draws | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+               draws: Draws | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """K captions per image drawn from the decoder, with gradients: tokens [N, T] (<pad> after
-        <end>) and each step's log-probability [N, T] (the word's, plus the sampled cell's under hard
-        attention; 0 after <end>).
+        <end>), each step's log-probability [N, T] (the word's, plus the sampled cell's under hard
+        attention; 0 after <end>) and each word's map [N, T, L].
 
         The loop is greedy decoding's (captioning.model.decoding.unroll), sampling instead of taking
         the most likely word. Words are drawn from the vocabulary less <pad> and <start>, which no
@@ -142,8 +144,8 @@ class SelfCritical:
         out = unroll(step, state, max_length=self.max_length, pick=lambda log_p: sample(log_p.detach().exp()),
                      never=never)
         if out.cell_log_probs is None:
-            return out.tokens, out.log_probs
-        return out.tokens, out.log_probs + out.cell_log_probs  # hard attention: the cell is an action too
+            return out.tokens, out.log_probs, out.alphas
+        return out.tokens, out.log_probs + out.cell_log_probs, out.alphas  # hard attention: the cell is an action too
 
     def rewards(self, tokens: torch.Tensor, images: list[int]) -> np.ndarray:
         """CIDEr-D of each row's caption against its image's references. tokens [R, T], images [R]."""
@@ -156,7 +158,7 @@ class SelfCritical:
         None for soft attention). `draws`: hard attention's chance of the expectation (`sample`)."""
         images = batch.images.tolist()
         with precision.autocast():
-            tokens, log_probs = self.sample(decoder, batch.annotations, draws=draws)
+            tokens, log_probs, alphas = self.sample(decoder, batch.annotations, draws=draws)
         sampled = self.rewards(tokens, [i for i in images for _ in range(self.samples)]).reshape(-1, self.samples)
         if self.baseline == "greedy":
             decoder.eval()  # the test-time caption: no dropout
@@ -169,8 +171,11 @@ class SelfCritical:
         advantage = torch.as_tensor(sampled - baseline, dtype=torch.float32, device=log_probs.device).reshape(-1)
         steps = (tokens != Vocabulary.pad_id).float()  # [N, T]: the words sampled, <end> included
         loss = -(advantage[:, None] * log_probs * steps).sum() / steps.sum().clamp(min=1.0)
-        return loss, {"reward": float(sampled.mean()), "baseline": float(baseline.mean()),
-                      "ended": float((tokens == Vocabulary.end_id).any(dim=1).float().mean())}
+        stats = {"reward": float(sampled.mean()), "baseline": float(baseline.mean()),
+                 "ended": float((tokens == Vocabulary.end_id).any(dim=1).float().mean())}
+        for name, term in weighted_terms(self.terms, alphas, steps).items():  # train.terms, as under cross-entropy
+            loss, stats[name] = loss + term, term
+        return loss, stats
 
     def loss_at(self, decoder: AttentionDecoder, batch: ImageRows, *, step: int,
                 precision: Precision = FULL_PRECISION, hard_choice: str | None = None, hard_warmup: int = 0) -> Loss:
@@ -205,7 +210,7 @@ class SelfCriticalObjective:
         self.config, self.decoder, self.hardware = config, model.decoder, hardware
         self.encoder = model.encoder  # a fine-tuned encoder reading its frozen stages' cache; None: annotations
         self.critic = SelfCritical(config.train.scst, references=data.captions, vocab=data.vocab,
-                                   max_length=config.decode.max_length)
+                                   max_length=config.decode.max_length, terms=config.train.terms)
         self.items, self.collate = TrainingImages(data.train.annotations), collate_image_rows
         self.images = len(data.train.records)
         # how hard attention picks its cell for the greedy baseline: as test-time decoding does

@@ -49,7 +49,7 @@ def _critic(samples: int = 4, baseline: str = "leave_one_out") -> SelfCritical:
 def test_samples_stop_at_end_and_carry_gradients() -> None:
     decoder, critic = _decoder().train(), _critic()
     annotations = torch.randn(2, 4, 6)
-    tokens, log_probs = critic.sample(decoder, annotations)
+    tokens, log_probs, _ = critic.sample(decoder, annotations)
     assert tokens.shape[0] == 2 * 4 and log_probs.shape == tokens.shape
     for row, logs in zip(tokens.tolist(), log_probs.detach()):
         if Vocabulary.end_id in row:
@@ -66,7 +66,8 @@ def _advantages(critic: SelfCritical, decoder, rewards: np.ndarray, monkeypatch)
     rows = len(rewards)
     log_probs = torch.zeros(rows, 1, requires_grad=True)
     tokens = torch.full((rows, 1), Vocabulary.end_id)
-    monkeypatch.setattr(critic, "sample", lambda decoder, annotations, draws=None: (tokens, log_probs))
+    alphas = torch.full((rows, 1, 4), 0.25)  # [N, T, L]: no term reads them here
+    monkeypatch.setattr(critic, "sample", lambda decoder, annotations, draws=None: (tokens, log_probs, alphas))
     monkeypatch.setattr(critic, "rewards", lambda tokens, images: rewards if len(images) == rows
                         else np.array([2.0, 1.0]))  # the greedy captions' rewards, per image
     loss, _ = critic.loss(decoder, ImageRows(torch.tensor([0, 1]), torch.randn(2, 4, 6)))
@@ -120,7 +121,7 @@ def test_hard_attention_adds_the_sampled_cells_log_probability() -> None:
     with torch.no_grad():
         decoder.out.weight.zero_()
         decoder.out.bias.zero_()
-    tokens, log_probs = critic.sample(decoder, torch.randn(2, 4, 6))
+    tokens, log_probs, _ = critic.sample(decoder, torch.randn(2, 4, 6))
     cells = (log_probs.detach() + math.log(len(WORDS) + 4))[:, 0]  # the first step: never after <end>
     assert (cells <= 1e-6).all() and (cells < -1e-3).any()
 
@@ -134,7 +135,7 @@ def test_samples_never_hold_pad_or_start() -> None:
         decoder.out.weight.zero_()
         decoder.out.bias.zero_()
     torch.manual_seed(0)
-    tokens, log_probs = critic.sample(decoder, torch.randn(2, 4, 6))
+    tokens, log_probs, _ = critic.sample(decoder, torch.randn(2, 4, 6))
     running = torch.ones_like(tokens, dtype=torch.bool)
     running[:, 1:] = (tokens[:, :-1] != Vocabulary.end_id).cumprod(dim=1).bool()  # the steps before <end>, and it
     assert not (tokens[running] == Vocabulary.pad_id).any() and not (tokens == Vocabulary.start_id).any()
