@@ -1,4 +1,4 @@
-"""What knowing each image by its contents costs (captioning/data/contents.py): hashing image files
+"""What knowing each image by its contents costs (captioning/data/images.py): hashing image files
 the first time a collection is read, and the stat that spares the hashing every later time.
 
     python benchmarks/content_digest.py --images 4000 --kilobytes 154 --folder /tmp
@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from captioning.data.contents import file_digest, file_stat
+from captioning.data.images import file_digest, file_stat
 
 COCO_IMAGES = 123_287
 COCO_BYTES = 19e9

@@ -25,7 +25,7 @@ _registry.fill_with((
     "captioning.model.paper",
     "captioning.model.scores",
     "captioning.model.extras.window",
-    "captioning.train.cross_entropy",
+    "captioning.train.paper_objective",
     "captioning.train.scst",
 ))
 

@@ -9,8 +9,8 @@ model that was validated and that captions, and "training_decoder" the weights t
 A file may hold several decoders that caption together as one ensemble (the mean of their word
 probabilities, model/ensemble.py), cut into it by `shipped.for_captioning(..., members=...)`: "decoder"
 is the first, "members" the others, each with its own config and record. `load_trained` reads it as
-one model. Weights stored below fp16 are read back through captioning.storage; what a checkpoint
-holds, as `captioning inspect` prints it, is captioning.description.
+one model. Weights stored below fp16 are read back through captioning.runtime.files; what a checkpoint
+holds, as `captioning inspect` prints it, is captioning.inspection.
 
 Format 2 gave the config its sections and the decoder its seams. A format-1 checkpoint is migrated
 as it is read (`migrate_v1`): its config's flat keys move to their sections (captioning.config.RENAMED),
@@ -38,7 +38,7 @@ from captioning.model.encoder import Encoder, normalization
 from captioning.model.encoder_decoder import EncoderDecoder, build_decoder
 from captioning.model.ensemble import Ensemble, JoinedEncoder
 from captioning.model.paper import AttentionDecoder
-from captioning.storage import float_weights
+from captioning.runtime.files import float_weights
 
 FORMAT_VERSION = 2
 

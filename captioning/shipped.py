@@ -13,7 +13,7 @@ from typing import Any
 
 from captioning.checkpoint import CheckpointError, weights_digest
 from captioning.config.choices import stage_names
-from captioning.storage import float_weights, int8_weights
+from captioning.runtime.files import float_weights, int8_weights
 
 # The models that ship inside the package (decoder and vocabulary; the encoder's weights come from
 # their own package): name -> file under captioning/pretrained/. Each file's record says what made it.
@@ -41,7 +41,7 @@ def for_captioning(payload: dict[str, Any], *, release: dict[str, Any] | None = 
     `precision`: how the weights are stored; they are computed in fp32 either way, so the exported
     model's captions are those of its own file. "fp16" rounds each weight to about 3 significant
     digits; "int8" stores matrices and kernels as int8 codes with a scale per 32 numbers
-    (captioning.storage.int8_weights), half the size again, for an ensemble that would not fit
+    (captioning.runtime.files.int8_weights), half the size again, for an ensemble that would not fit
     otherwise.
 
     `members`: other checkpoints whose decoders caption together with this one, as one ensemble in

@@ -384,7 +384,7 @@ def test_a_reader_that_goes_away_ends_captioning_quietly(stand_in, monkeypatch, 
 
 def test_an_image_whose_overlays_cannot_be_written_is_named_and_the_others_still_captioned(
         stand_in, monkeypatch, capsys) -> None:
-    import captioning.eval.page
+    import captioning.eval.html_page
 
     errors = {"b.png": OSError("No space left on device\n(while writing grid.jpg)"), "c.png": OSError()}
 
@@ -398,7 +398,7 @@ def test_an_image_whose_overlays_cannot_be_written_is_named_and_the_others_still
 
         def finish(self) -> None:
             pass
-    monkeypatch.setattr(captioning.eval.page, "OverlayFolder", Overlays)
+    monkeypatch.setattr(captioning.eval.html_page, "OverlayFolder", Overlays)
     names = ("a.png", "b.png", "c.png", "d.png")
     results = [types.SimpleNamespace(source=name, caption="a red circle") for name in names]
     code, _ = stand_in(StandInCaptioner(results), 4, "--overlays", "overlays")

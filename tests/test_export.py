@@ -8,7 +8,7 @@ import torch
 
 from captioning.api import Captioner
 from captioning.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from captioning.description import describe
+from captioning.inspection import describe
 from captioning.shipped import for_captioning
 
 

@@ -137,9 +137,8 @@ def test_the_loss_term_example_adds_its_weighted_term_under_cross_entropy_and_th
                                                                                         tmp_path):
     import json
 
-    from captioning.train.cross_entropy import CrossEntropy
     from captioning.train.loop import fit
-    from captioning.train.step import paper_loss
+    from captioning.train.paper_objective import PaperObjective, paper_loss
 
     namespace: dict = {}
     exec(compile(example("A term of the loss"), "docs/architecture.md", "exec"), namespace)
@@ -154,7 +153,7 @@ def test_the_loss_term_example_adds_its_weighted_term_under_cross_entropy_and_th
 
     tokens = torch.tensor([[1, 5, 6, 7, 2], [1, 8, 2, 0, 0]])
     batch = Batch(annotations=torch.randn(2, 4, 6), tokens=tokens, lengths=torch.tensor([5, 3]))
-    probe = object.__new__(CrossEntropy)
+    probe = object.__new__(PaperObjective)
     probe.config = config
     with_term = paper_loss(decoder, batch, ds_lambda=0.0, terms=probe.terms)
     without = paper_loss(decoder, batch, ds_lambda=0.0)
@@ -189,7 +188,7 @@ def test_the_loss_term_example_adds_the_same_term_under_self_critical_training(r
     losses = []
     for critic in critics:
         torch.manual_seed(1)  # the same captions sampled
-        losses.append(critic.loss(decoder, batch))
+        losses.append(critic.surrogate(decoder, batch))
     torch.manual_seed(1)
     tokens, _, alphas = critics[1].sample(decoder, batch.annotations)
     sampled = [(row, t) for row in range(tokens.shape[0]) for t in range(tokens.shape[1])

@@ -15,12 +15,12 @@ from tests.tiny import REPO
 PACKAGE = REPO / "captioning"
 # Bottom to top; a part imports only its own folder and the parts of lower layers.
 LAYERS = (
-    ("config", "runtime", "progress", "storage"),  # what a run is; where and how a process computes; progress
-    # bars; how weights are stored in a file
+    ("config", "runtime", "progress"),  # what a run is; where and how a process computes and writes
+    # files (weights stored below fp32 among them); progress bars
     ("model",),  # the paper's model: encoder, scores, attention, decoder, decoding
     ("data",),  # images, captions, vocabulary, splits, the feature cache, batches
     ("checkpoint",),  # a trained model on disk, and the model built from it
-    ("shipped", "description"),  # the models the package ships, a checkpoint cut for shipping; what one holds
+    ("shipped", "inspection"),  # the models the package ships, a checkpoint cut for shipping; what one holds
     ("eval",),  # captions scored, maps scored and drawn
     ("train",),  # a run: the objective's steps, validation, checkpoints, several processes
     ("api",),  # captioning from Python
@@ -127,7 +127,7 @@ def test_every_model_choice_the_config_accepts_builds_a_decoder() -> None:
                                    *needs.get(override, ()), override]).model
         decoder = build_decoder(model, vocab_size=7, annotation_dim=6, grid=(2, 2)).eval()
         memory, state = decoder.start(torch.randn(1, 4, 6))
-        logits, _, _ = decoder.step(memory, state, torch.tensor([1]))
+        logits, _, _ = decoder.next_word(memory, state, torch.tensor([1]))
         assert logits.shape == (1, 7), override
 
 
@@ -137,8 +137,7 @@ def test_the_metrics_validation_may_pick_are_those_it_computes(tiny_run) -> None
     from captioning.checkpoint import decoder_from_checkpoint, load_checkpoint
     from captioning.data.splits import load_splits
     from captioning.data.vocab import Vocabulary
-    from captioning.eval.evaluate import evaluate_split
-    from captioning.eval.scorers import scorer_for
+    from captioning.eval.evaluate import evaluate_split, scorer_for
 
     payload = load_checkpoint(tiny_run.checkpoint)
     config = load_config(None, list(tiny_run.overrides))

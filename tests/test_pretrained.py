@@ -12,7 +12,7 @@ import torch
 from captioning.api import Captioner
 from captioning.checkpoint import load_checkpoint
 from captioning.cli import main
-from captioning.data.photos import SAMPLE_PHOTOS, sample_photo
+from captioning.data.images import SAMPLE_PHOTOS, sample_photo
 from captioning.model.encoder import IMAGENET_MEAN, IMAGENET_STD, weights_identity
 from captioning.model.ensemble import Ensemble, JoinedEncoder
 from captioning.shipped import PRETRAINED, pretrained_path

@@ -25,7 +25,7 @@ from captioning.config import load_config
 from captioning.data.dataset import Batch, collate
 from captioning.model.encoder_decoder import build_decoder
 from captioning.runtime.precision import Precision, native_bf16, precision_for
-from captioning.train.step import train_step
+from captioning.train.paper_objective import train_step
 
 
 def paths(context: Context) -> None:

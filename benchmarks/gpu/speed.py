@@ -1,7 +1,7 @@
 """benchmarks/gpu/gpu.py's speed parts: training steps (captions/s), beam search (images/s), the
 encoders (images/s), and torch.compile where it works (where not, its cause).
 
-A training step is the package's own (captioning.train.step.train_step: the forward, the losses,
+A training step is the package's own (captioning.train.paper_objective.train_step: the forward, the losses,
 backward, clipping, the scaler, one trip to the host) on the COCO configs' decoder
 (configs/coco_vgg19_soft.yaml, _hard.yaml: embedding = LSTM = attention = 512) with the plan's
 vocabulary, fed as a run feeds it: fp16 annotations pinned on the host, copied without blocking and
@@ -28,7 +28,7 @@ from captioning.model.encoder_decoder import build_decoder
 from captioning.model.paper import Reinforce
 from captioning.runtime.precision import Precision, allow_tf32
 from captioning.train.build import RunModel, build_optimizer
-from captioning.train.step import row_uniforms, train_step
+from captioning.train.paper_objective import row_uniforms, train_step
 
 SHORTEST, LONGEST = 10, 22  # caption tokens, <start> and <end> included
 PAST_WARMUPS = 10**6  # a step number past hard attention's coin and REINFORCE warm-ups

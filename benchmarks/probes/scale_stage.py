@@ -140,12 +140,12 @@ def _wrap(owner, name: str, before=None, after=None) -> None:
 def instrument_training(memory: Memory, events: dict, *, stop_after: int | None) -> None:
     """Clocks around the run's build, its epoch's batches, each step, each validation and save.
     `stop_after`: leave (os._exit) after this many steps of this process, printing what was measured."""
-    from captioning.train import cross_entropy, loop
+    from captioning.train import loop, paper_objective
 
     events.update(steps=[], validations=[], saves=[])
     _wrap(loop.Run, "start", after=lambda: events.setdefault("built", time.time()))
 
-    original_batches = cross_entropy.CrossEntropy.batches
+    original_batches = paper_objective.PaperObjective.batches
 
     def batches(self, epoch):
         start = time.time()
@@ -153,7 +153,7 @@ def instrument_training(memory: Memory, events: dict, *, stop_after: int | None)
         events.setdefault("shuffles", []).append((start, time.time()))
         return result
 
-    cross_entropy.CrossEntropy.batches = batches
+    paper_objective.PaperObjective.batches = batches
     original_step = loop.Run.step
 
     def step(self, batch, *, size):

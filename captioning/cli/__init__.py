@@ -113,7 +113,7 @@ def _dry_run(config, *, device) -> int:
 
 @guarded
 def _sample_photos(args: argparse.Namespace) -> int:
-    from captioning.data.photos import write_sample_photos
+    from captioning.data.images import write_sample_photos
 
     for path in write_sample_photos(args.out):
         print(path)
@@ -243,7 +243,7 @@ def eval_main(argv: Sequence[str] | None = None) -> int:
 @guarded
 def _inspect(args: argparse.Namespace) -> int:
     from captioning.checkpoint import load_checkpoint
-    from captioning.description import describe
+    from captioning.inspection import describe
 
     print("\n".join(describe(load_checkpoint(args.checkpoint), args.checkpoint)))
     return 0

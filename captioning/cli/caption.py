@@ -78,7 +78,7 @@ class _StopSignals:
     """SIGINT and SIGTERM raise Stopped while the command runs. SIGTERM (a scheduler's preemption,
     `kill`) would otherwise end the process with no page; and a shell starts a background job with
     SIGINT ignored, which Python then leaves ignored, so `kill -INT` would not stop it: training
-    answers both signals alike (train/signals.py).
+    answers both signals alike (train/loop.py).
 
     An exception raised by a signal handler is lost where the signal lands in a __del__ method or a
     callback (Python prints it and goes on): the signal is kept too, and `check` raises it again."""
@@ -159,7 +159,7 @@ def _caption(args: argparse.Namespace) -> int:
 
 def _caption_all(args: argparse.Namespace, progress: _Progress, signals: _StopSignals) -> int:
     from captioning.api import Captioner, Unreadable, empty_folders, find_images, read_list, reading_workers
-    from captioning.eval.page import OverlayFolder
+    from captioning.eval.html_page import OverlayFolder
     from captioning.runtime.hardware import default_device
 
     given, overrides = split_overrides(args.inputs)
@@ -222,7 +222,7 @@ def _caption_all(args: argparse.Namespace, progress: _Progress, signals: _StopSi
     return 1 if failures else 0
 
 
-def _write_page(overlays, progress: _Progress) -> bool:  # noqa: ANN001 - eval.page.OverlayFolder, imported late
+def _write_page(overlays, progress: _Progress) -> bool:  # noqa: ANN001 - eval.html_page.OverlayFolder, imported late
     """The page over the overlays written so far, whole (or the one there left as it was); False,
     after one line, where it cannot be written."""
     try:

@@ -23,7 +23,7 @@ def expected_errors() -> tuple[type[Exception], ...]:
     from captioning.model.encoder import EncoderWeightsError
     from captioning.model.fused_check import FastPathError
     from captioning.runtime.distributed import DistributedError
-    from captioning.train.step import TrainingError
+    from captioning.train.objective import TrainingError
 
     return (CheckpointError, ConfigError, DatasetError, DistributedError, EncoderWeightsError, FastPathError,
             ImageReadError, TrainingError)

@@ -23,7 +23,11 @@ import importlib
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
 
-from captioning.config.errors import ConfigError
+
+class ConfigError(ValueError):
+    """A config file or override that does not fit the schema: what every check of a config raises
+    (defined here, the lowest of the config's modules: the schema and the registries both raise it)."""
+
 
 T = TypeVar("T")
 
@@ -140,7 +144,7 @@ LOCAL_WINDOWS: Registry[Any] = Registry("model.local.window", section="model")
 # The dataset formats: a reader per format (captioning.data.formats), each registered under the
 # names of the datasets it reads; (data, split) -> that split's image records.
 DATASETS: Registry[Callable[..., Any]] = Registry("data.dataset", section="data")
-# The training objectives (captioning.train.cross_entropy, captioning.train.scst).
+# The training objectives (captioning.train.paper_objective, captioning.train.scst).
 OBJECTIVES: Registry[Any] = Registry("train.objective", section="train")
 # Every registry, for the rules that hold for all of them (captioning.config.checks).
 REGISTRIES = (SCORES, LOCAL_WINDOWS, DATASETS, OBJECTIVES)

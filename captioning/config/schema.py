@@ -15,8 +15,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from captioning.config.errors import ConfigError
-from captioning.config.registry import added_sections
+from captioning.config.registry import ConfigError, added_sections
 
 __all__ = ["Config", "ConfigError", "DataConfig", "DecodeConfig", "EncoderConfig", "Extensible", "ExtrasConfig",
            "HardConfig", "ModelConfig", "ReinforceConfig", "TrainConfig", "as_dict", "settings_of"]
@@ -89,7 +88,7 @@ class DataConfig(Extensible):
     # "to the left of" in the caption false (data.mirror flips the image and swaps the words).
     augment: bool = False
     # Training pairs only (not in the paper): on a coin per pair and epoch, the image mirrored
-    # left-right and "left" and "right" swapped in its caption (data/mirror.py).
+    # left-right and "left" and "right" swapped in its caption (data/flips.py).
     mirror: bool = False
     # The first N images of each split whose files are on disk (None: all): a quick look at a
     # partial download, and what `train.py --dry-run` uses.

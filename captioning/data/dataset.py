@@ -5,8 +5,10 @@ Notation: B batch, T caption tokens (<start> .. <end>), L grid cells, D channels
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import mmap
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 import torch
@@ -14,7 +16,6 @@ from PIL import Image
 from torch.utils.data import Dataset
 
 from captioning.data.images import ImageReadError, augment, load_image, to_tensor
-from captioning.data.memory_maps import by_reference
 from captioning.data.records import ImageRecord
 from captioning.data.tokenized import Tokenized
 from captioning.data.vocab import Vocabulary
@@ -30,7 +31,7 @@ class Batch:
     images: torch.Tensor | None = None  # [B, 3, S, S] normalized, for an encoder that runs on the fly
     failures: tuple[str, ...] = ()  # why each pair left out of this batch had an unreadable image
     # [B] long: where each pair sat in the batch it was collated from, when pairs were left out (on the
-    # CPU: hard attention's draws are picked by it, captioning.train.step.row_uniforms); None when none was
+    # CPU: hard attention's draws are picked by it, captioning.train.paper_objective.row_uniforms); None when none was
     positions: torch.Tensor | None = None
 
     def _map(self, function) -> Batch:
@@ -61,7 +62,7 @@ class Batch:
         return {"words": float((self.tokens[:, 1:] != Vocabulary.pad_id).sum()), "images": float(len(self))}
 
 
-Words = Callable[[list[str]], list[str]]  # how a caption's words are read (data/mirror.py swaps some)
+Words = Callable[[list[str]], list[str]]  # how a caption's words are read (data/flips.py swaps some)
 
 
 class _Pairs(Dataset):
@@ -108,7 +109,7 @@ class ImageCaptionPairs(_Pairs):
 
     item = (pixels [3, S, S] or None, token ids, why the image could not be read or None). Images are
     decoded here, in the DataLoader workers; every read opens and closes its own file. `transform`
-    changes each image as it is read (data/mirror.py flips it), before data.augment's random crop.
+    changes each image as it is read (data/flips.py flips it), before data.augment's random crop.
     """
 
     def __init__(self, records: list[ImageRecord], captions: Tokenized, vocab: Vocabulary, *, image_size: int,
@@ -162,3 +163,85 @@ def collate_image_pairs(items: list[tuple[torch.Tensor | None, list[int], str | 
     tokens, lengths = _tokens([items[row][1] for row in kept])
     return Batch(annotations=None, images=torch.stack([items[row][0] for row in kept]), tokens=tokens, lengths=lengths,
                  failures=failures, positions=positions)
+
+
+# an epoch's batches -------------------------------------------------------------------------------
+# The batches of an epoch: shuffled, length-bucketed, split across processes, a pure function of
+# (seed, epoch), so that a resumed run can skip exactly the batches it already did.
+#
+# Bucketing: captions of similar length in one batch waste fewer padded decoder steps. The epoch's
+# random order is cut into pools of `pool` batches; each pool is sorted by length and cut into
+# batches; the batches are shuffled again, so consecutive batches are not ordered by length.
+
+def epoch_batches(lengths: Sequence[int], *, batch_size: int, seed: int, epoch: int, bucket: bool = True,
+                  pool: int = 50) -> list[list[int]]:
+    """The global batches of one epoch, as lists of item indices."""
+    generator = torch.Generator().manual_seed(seed * 100_003 + epoch)
+    order = torch.randperm(len(lengths), generator=generator)
+    if not bucket:
+        return [b.tolist() for b in order.split(batch_size)]
+    lengths_t = torch.as_tensor(np.asarray(lengths, dtype=np.int64))
+    batches = []
+    for chunk in order.split(batch_size * pool):
+        ranked = chunk[torch.argsort(lengths_t[chunk], stable=True)]  # ties keep the random order
+        batches += [b.tolist() for b in ranked.split(batch_size)]
+    return [batches[i] for i in torch.randperm(len(batches), generator=generator).tolist()]
+
+
+def rank_batches(batches: list[list[int]], *, rank: int, world_size: int) -> list[list[int]]:
+    """This process's part of every global batch: contiguous, near-equal slices, one per global batch
+    whatever the number of processes, so that a run resumes at the same global batch on more or fewer
+    processes. A global batch with fewer items than processes leaves some slices empty; those
+    processes take part in the step with nothing of their own (captioning.runtime.distributed)."""
+    if world_size == 1:
+        return batches
+    return [batch[len(batch) * rank // world_size: len(batch) * (rank + 1) // world_size] for batch in batches]
+
+
+# pickling the feature cache by reference ----------------------------------------------------------
+# Pickling the feature cache by reference: a read-only memory map travels as its file's name.
+#
+# A DataLoader started with the spawn or forkserver method (the default on macOS and Windows, and
+# what CUDA needs) pickles its dataset into every worker. A pickled np.memmap carries its whole
+# contents, tens of GB for COCO's cache, once per worker and per epoch. A memory map that covers a
+# whole .npy file (np.load(path, mmap_mode="r"), captioning.data.features) is fully described by
+# the file's name, the data's offset in it, its shape, dtype and order, so datasets that hold one
+# pickle that description instead (`MappedFile`, a few hundred bytes) and the worker maps the same
+# file again, read-only: the pages are the operating system's page cache, shared by every process.
+#
+# Anything else (an array in memory, or a view into a map, which the file alone does not describe)
+# pickles as it always did.
+
+@dataclass(frozen=True)
+class MappedFile:
+    """Where a read-only memory-mapped array lives; unpickling it maps the file again (np.memmap)."""
+
+    filename: str
+    offset: int  # bytes before the data: the .npy header
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    order: str  # "C" or "F"
+
+    @classmethod
+    def of(cls, array: Any) -> MappedFile | None:
+        """The file behind `array` if it is a read-only memory map of a whole file; None otherwise.
+
+        Only a map made from the file (its base is the mmap itself) covers the file from `offset` to
+        the end; a slice or any other view of it has the map as its base and is not described by it.
+        """
+        if not (isinstance(array, np.memmap) and isinstance(array.base, mmap.mmap)):
+            return None
+        if array.mode != "r" or array.filename is None:  # "r+"/"w+": being written; "c": private changes
+            return None
+        order = "C" if array.flags.c_contiguous else "F"
+        return cls(str(array.filename), int(array.offset), tuple(array.shape), array.dtype, order)
+
+    def __reduce__(self) -> tuple:
+        # Unpickled, the description becomes the map itself: the dataset gets back the array type it had.
+        return np.memmap, (self.filename, self.dtype, "r", self.offset, self.shape, self.order)
+
+
+def by_reference(state: dict[str, Any]) -> dict[str, Any]:
+    """An object's attributes for pickling (`__getstate__`), each read-only memory map of a whole
+    file replaced by its MappedFile: a copy of the dict, the object itself is left as it is."""
+    return {name: MappedFile.of(value) or value for name, value in state.items()}

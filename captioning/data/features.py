@@ -42,19 +42,18 @@ from filelock import FileLock
 from PIL import Image
 from torch.utils.data import DataLoader
 
-from captioning.data.contents import file_digest
-from captioning.data.images import ImageFiles, ImageReadError, Resolver, collate_pixels, warn_unreadable
+from captioning.data.images import ImageFiles, ImageReadError, Resolver, collate_pixels, file_digest, warn_unreadable
 from captioning.data.records import DatasetError, ImageRecord, counted, first_names
 from captioning.model.encoder import Encoder
 from captioning.progress import bar as progress_bar
-from captioning.runtime.replace import replace_text
+from captioning.runtime.files import replace_text
 
 
 class Cached(NamedTuple):
     annotations: np.ndarray  # [N, L, D] fp16, memory-mapped
     grid: tuple[int, int]  # (Hg, Wg)
     unreadable: list[int]  # rows whose image could not be read (their annotations are zeros)
-    contents: list[str | None] | None = None  # each row's image file's digest (data/contents.py)
+    contents: list[str | None] | None = None  # each row's image file's digest (data/images.py)
 
 
 def cache_dir(root: str | Path, *, encoder: str, layer: str, image_size: int, weights: str,
@@ -173,7 +172,7 @@ def _write_cache(directory: Path, split: str, records: list[ImageRecord], *, enc
                 transform: Callable[[Image.Image], Image.Image] | None = None) -> Cached:
     """The work of write_cache.
 
-    `transform`: the annotations of the images changed first (data/mirror.py: flipped, under a
+    `transform`: the annotations of the images changed first (data/flips.py: flipped, under a
     SPLIT name of their own, train_mirrored)."""
     directory.mkdir(parents=True, exist_ok=True)
     partial, marker = directory / f".{split}.partial.npy", directory / f".{split}.progress.json"

@@ -8,10 +8,11 @@ crop box, in the original image's pixels, lets an attention map be drawn back on
 
 from __future__ import annotations
 
+import hashlib
 import os
 import struct
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -21,7 +22,7 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 from torch.utils.data import Dataset
 from tqdm import tqdm
 
-from captioning.data.records import ImageRecord
+from captioning.data.records import DatasetError, ImageRecord
 
 
 class ImageReadError(ValueError):
@@ -134,7 +135,7 @@ class ImageFiles(Dataset):
 
     Decoding happens here, in the DataLoader workers; each call opens and closes its own file, so
     no handle is shared across processes. An unreadable image gives None and the reason instead
-    of killing the whole run. `transform` changes each image first (data/mirror.py flips it).
+    of killing the whole run. `transform` changes each image first (data/flips.py flips it).
     """
 
     def __init__(self, records: list[ImageRecord], *, size: int, mean: tuple[float, ...], std: tuple[float, ...],
@@ -189,3 +190,85 @@ class Resolver:
             self.folders[folder] = os.path.realpath(folder)
         path = os.path.join(self.folders[folder], name)
         return os.path.realpath(path) if os.path.islink(path) else path
+
+
+# what an image file holds: its digest -------------------------------------------------------------
+# What an image file holds, as a digest of its bytes: the identity that survives a move, a rename or a
+# copy (a path does not), and that changes when the picture does (a name does not).
+#
+# The splits record (data/kept_splits.py) keeps each image's digest beside its path, so that a photo
+# moved into another folder keeps its split; the feature cache (data/features.py) keeps each row's, so
+# that a dataset copied or moved is not encoded again and an image replaced under its own name is; a
+# checkpoint's record (train/provenance.py) keeps one per split, so that `captioning verify` can tell
+# changed images from the hardware. SHA-256 runs at about 2 GB/s on one core, so a file is hashed
+# when it is new or its size or modification time changed, never at every read (docs/reliability.md
+# gives the cost at COCO's size).
+
+DIGEST_CHARS = 32  # 128 bits of SHA-256: no two of a few million photos share one by chance
+
+
+def file_digest(path: str | Path) -> str | None:
+    """The digest of a file's bytes, or None where it cannot be read (missing, a folder, no permission)."""
+    try:
+        with open(path, "rb") as file:
+            return hashlib.file_digest(file, "sha256").hexdigest()[:DIGEST_CHARS]
+    except OSError:
+        return None
+
+
+def file_stat(path: str | Path) -> tuple[int, int] | None:
+    """(size, modification time in ns) of a file, None where it cannot be seen: what says, without
+    reading it, that a file is as it was when its digest was taken."""
+    try:
+        status = os.stat(path)
+    except OSError:
+        return None
+    return status.st_size, status.st_mtime_ns
+
+
+def contents_of(paths: Sequence[str | Path], known: Sequence[str | None] | None = None) -> list[str | None]:
+    """Each file's digest: `known` where a feature cache already took them, else hashed here."""
+    return list(known) if known is not None else [file_digest(path) for path in paths]
+
+
+def split_digest(contents: Sequence[str | None]) -> str:
+    """16 hex digits for a split's images' contents in their order (a missing file counts as "-")."""
+    hashed = hashlib.sha256()
+    for digest in contents:
+        hashed.update(f"{digest or '-'}\n".encode())
+    return hashed.hexdigest()[:16]
+
+
+# scikit-image's sample photos ---------------------------------------------------------------------
+# Real photos to try a model on, from scikit-image's bundled data (public domain, shipped inside the
+# package, so no download): an astronaut, a cat, a cup of coffee, a motorcycle and a rocket.
+
+# name -> how skimage.data gives it (stereo_motorcycle is a pair and its disparity: the left photo)
+SAMPLE_PHOTOS = ("astronaut", "chelsea", "coffee", "motorcycle", "rocket")
+
+
+def sample_photo(name: str):
+    """One of SAMPLE_PHOTOS as a PIL image."""
+    try:
+        from skimage import data
+    except ImportError as error:
+        raise DatasetError("the sample photos come from scikit-image: pip install scikit-image") from error
+    from PIL import Image
+
+    if name not in SAMPLE_PHOTOS:
+        raise DatasetError(f"unknown sample photo '{name}' (known: {', '.join(SAMPLE_PHOTOS)})")
+    pixels = data.stereo_motorcycle()[0] if name == "motorcycle" else getattr(data, name)()
+    return Image.fromarray(pixels)
+
+
+def write_sample_photos(out: str | Path, names: tuple[str, ...] = SAMPLE_PHOTOS) -> list[Path]:
+    """OUT/NAME.png for each photo (lossless: the file holds the pixels a model is tested on); the
+    paths, in order."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name in names:
+        path = out / f"{name}.png"
+        sample_photo(name).convert("RGB").save(path)
+        paths.append(path)
+    return paths

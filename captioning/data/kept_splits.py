@@ -9,7 +9,7 @@ training rows. Adding photos changes what those rules see; the record does not c
 
 The record is CSV, one row per image ever placed, `image,split,given,contents,size,mtime_ns`: the
 image's resolved path (relative to the image folder), its split, the split its rows gave when it was
-placed ("" for none), and the digest of the file's bytes (data/contents.py) with the size and
+placed ("" for none), and the digest of the file's bytes (data/images.py) with the size and
 modification time it was taken at (a file whose size and time are unchanged is not hashed again).
 The digest is the image's identity beside its path: a photo moved, renamed or copied into another
 folder keeps the split its bytes were placed in, and a name the record holds is checked against its
@@ -42,9 +42,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
-from captioning.data.contents import file_digest, file_stat
+from captioning.data.images import file_digest, file_stat
 from captioning.data.records import SPLITS, DatasetError
-from captioning.runtime.replace import replace_text
+from captioning.runtime.files import replace_text
 
 COLUMNS = ["image", "split", "given", "contents", "size", "mtime_ns"]
 FIRST_COLUMNS = COLUMNS[:3]  # a record written before records kept the images' contents
@@ -105,7 +105,7 @@ def _rows(path: Path, reader: Iterable[list[str]]) -> dict[str, Placed]:
 
 
 def write_record(path: Path, record: dict[str, Placed]) -> None:
-    """The whole record, replaced at once (captioning.runtime.replace: a reader never sees half of it;
+    """The whole record, replaced at once (captioning.runtime.files: a reader never sees half of it;
     ranks that write it at the same time write the same rows)."""
     text = io.StringIO()
     writer = csv.writer(text)

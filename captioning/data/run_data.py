@@ -14,7 +14,7 @@ from torch.utils.data import Dataset
 from captioning.config import Config
 from captioning.data.dataset import Batch, CaptionPairs, ImageCaptionPairs, collate, collate_image_pairs
 from captioning.data.encoded_images import EncodedCells, EncodedImages
-from captioning.data.mirror import MirroredPairs, mirror_image, mirror_words
+from captioning.data.flips import MirroredPairs, mirror_image, mirror_words
 from captioning.data.prepare import run_vocabulary
 from captioning.data.records import DatasetError, held_out_note
 from captioning.data.splits import Split, load_splits, missing_caches, uses_feature_cache
@@ -74,7 +74,7 @@ def load_run_data(config: Config, *, vocab_words: list[str] | None, encoder: Enc
 def training_pairs(config: Config, train: Split, captions: Tokenized, vocab: Vocabulary, *,
                    encoder: Encoder | None = None) -> Dataset:
     """(image, caption) pairs over the cache (of annotations, or of the frozen stages' output), or over
-    the image files for an encoder on the fly; with data.mirror, doubled by their mirrors (data/mirror.py)."""
+    the image files for an encoder on the fly; with data.mirror, doubled by their mirrors (data/flips.py)."""
     max_length = config.data.max_caption_length
     if uses_feature_cache(config):
         pairs: Dataset = CaptionPairs(train.annotations, captions, vocab, max_length=max_length)

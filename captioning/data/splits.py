@@ -14,10 +14,10 @@ import torch
 
 from captioning.config import Config
 from captioning.config.choices import stage_names
+from captioning.data.dataset import by_reference
 from captioning.data.features import cache_dir, load_or_compute
+from captioning.data.flips import mirror_image
 from captioning.data.instances import Instances, split_instances
-from captioning.data.memory_maps import by_reference
-from captioning.data.mirror import mirror_image
 from captioning.data.records import (
     DatasetError,
     ImageRecord,
@@ -66,7 +66,7 @@ class Split:
     mirrored_annotations: np.ndarray | None = None
     # COCO's instances annotations of its images, read when first asked for (captioning.eval.coco)
     instances: Instances | None = None
-    # each image file's digest (data/contents.py), as the feature cache holds them; None: not known
+    # each image file's digest (data/images.py), as the feature cache holds them; None: not known
     contents: list[str | None] | None = None
 
     @property

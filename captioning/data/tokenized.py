@@ -86,7 +86,7 @@ class Tokenized(Sequence):
         """Every caption as vocab.encode gives it (<start> w1 .. wn <end>, at most max_length words), for
         all captions at once: (image of each caption [C], ids [sum of lengths] int32, offsets [C + 1]).
         `words` changes the words before they are looked up; it must map each word on its own
-        (data/mirror.py swaps left and right), since it is applied to the distinct words."""
+        (data/flips.py swaps left and right), since it is applied to the distinct words."""
         lookup = np.array([vocab.index.get(word, vocab.unk_id) for word in words(self.words)] or [0], dtype=np.int32)
         kept = self.lengths if max_length is None else np.minimum(self.lengths, max_length)  # [C]
         offsets = np.zeros(len(kept) + 1, dtype=np.int32)  # [C + 1]: COCO's 7.3 M tokens fit in int32

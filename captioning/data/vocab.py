@@ -16,7 +16,7 @@ from pathlib import Path
 from nltk.tokenize import TreebankWordTokenizer
 
 from captioning.model.tokens import END_ID, PAD_ID, SPECIALS, START_ID, UNK_ID
-from captioning.runtime.replace import replace_text
+from captioning.runtime.files import replace_text
 
 _TOKENIZER = TreebankWordTokenizer()
 # Typographic quotes as typed by people (and word processors): made straight, so "dog’s" is "dog's".

@@ -3,7 +3,7 @@
 Notation: N images, L grid cells, D channels, (Hg, Wg) the grid.
 
 The caption metrics (captioning.eval.metrics) apply to every dataset. A dataset that knows more of
-its images adds its own scores through `scorer` (captioning.eval.scorers picks it: the shapes
+its images adds its own scores through `scorer` (captioning.eval.evaluate picks it: the shapes
 data's captioning.eval.shapes.scorer, COCO's captioning.eval.coco.scorer), called once per
 caption with its per-word maps and once per batch of images.
 """
@@ -11,7 +11,8 @@ caption with its per-word maps and once per batch of images.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -24,13 +25,14 @@ from captioning.checkpoint import Trained, load_ensemble
 from captioning.config import Config
 from captioning.data.records import DatasetError, too_many_unreadable
 from captioning.data.splits import Split
-from captioning.data.vocab import Vocabulary
-from captioning.eval.diagnostics import caption_diagnostics
+from captioning.data.vocab import Vocabulary, tokenize
+from captioning.eval.coco.scorer import CocoScorer
 from captioning.eval.metrics import OWN_TOKENIZER, caption_metrics, metrics_tokenizer
-from captioning.eval.scorers import scorer_for
+from captioning.eval.shapes.scorer import ShapesScorer
 from captioning.model.attention import choosing, refuse_hard_choice
 from captioning.model.decoding import decode
 from captioning.model.paper import AttentionDecoder
+from captioning.model.tokens import UNK
 
 
 class Scorer(Protocol):
@@ -75,7 +77,7 @@ def evaluate_split(decoder: AttentionDecoder, annotations: Any, *, image_ids: Se
     if max_bad_images is not None:
         check_unreadable(decoded.unreadable, len(image_ids), limit=max_bad_images)
     metrics = score_split(decoded.results, image_ids=image_ids, references=references, scorer=scorer, full=full)
-    if full:  # what went wrong, beside how much (eval/diagnostics.py)
+    if full:  # what went wrong, beside how much (eval/evaluate.py)
         metrics.update(caption_diagnostics({r["image_id"]: r["caption"] for r in decoded.results},
                                            dict(zip(image_ids, references)), max_length=max_length))
     return metrics, decoded.results
@@ -204,3 +206,61 @@ def write_evaluation(evaluation: Evaluation, *, checkpoint: str | Path, split: s
         results.write_text(json.dumps(evaluation.results))
         written["captions"] = results
     return written
+
+
+# which scores a dataset adds ----------------------------------------------------------------------
+# Which scores a split's dataset adds to the caption metrics (captioning.eval.evaluate's `scorer`):
+# the shapes data's (its object boxes: captioning.eval.shapes.scorer) or COCO's (its instances
+# annotations: captioning.eval.coco.scorer); none for a dataset that knows nothing more of its
+# images.
+
+def scorer_for(split: Split, vocab: Vocabulary, *, images: int | None = None, start: int = 0,
+               probe: bool = True) -> ShapesScorer | CocoScorer | None:
+    """The scorer of the split's images start .. `images` (all: None). `probe`: the shapes data's
+    relation probe too. COCO's instances files are read the first time a split is scored (and kept
+    with it); where they are not there, None (said once, in one line)."""
+    if split.scenes is not None:
+        return ShapesScorer(split.scenes[start:images], vocab, probe=probe)
+    objects = split.instances.objects() if split.instances is not None else None
+    if objects is not None:
+        return CocoScorer(objects[start:images], split.references[start:images])
+    return None
+
+
+# what went wrong, beside how much -----------------------------------------------------------------
+# What went wrong, not only how much: the failures of decoding that BLEU and CIDEr average away.
+#
+# Read from the generated captions (their words, as printed) and the references (tokenized as
+# training targets are), for eval.py's metrics file and output:
+#
+#   distinct_captions        distinct captions / captions: a decoder that says the same of every image
+#                            scores near 0, however good that one caption's BLEU
+#   vocabulary_used          distinct words over all captions (against the vocabulary it could use)
+#   at_length_limit          share of captions with decode.max_length words: the decoder stopped there,
+#                            most likely without choosing to end (a beam that never ends)
+#   repeated_3gram_captions  share of captions in which some 3 words come twice ("a man riding a wave on
+#                            a surfboard riding a wave"): a decoder caught in a loop
+#   unk_captions             share of captions that say <unk> (only where decode.allow_unk lets them)
+#   mean_length              words per caption, beside reference_mean_length (words per reference)
+
+def _repeats(words: Sequence[str], n: int = 3) -> bool:
+    grams = Counter(tuple(words[i:i + n]) for i in range(len(words) - n + 1))
+    return any(count > 1 for count in grams.values())
+
+
+def caption_diagnostics(captions: Mapping[int, str], references: Mapping[int, Sequence[str]], *,
+                        max_length: int) -> dict[str, float]:
+    """The numbers above for one caption per image (image id -> caption) and those images' references."""
+    words = [caption.split() for caption in captions.values()]
+    if not words:
+        return {}
+    reference_words = [len(tokenize(reference)) for image in captions for reference in references[image]]
+    return {
+        "distinct_captions": len(set(captions.values())) / len(words),
+        "vocabulary_used": float(len({word for caption in words for word in caption})),
+        "at_length_limit": sum(len(caption) >= max_length for caption in words) / len(words),
+        "repeated_3gram_captions": sum(_repeats(caption) for caption in words) / len(words),
+        "unk_captions": sum(UNK in caption for caption in words) / len(words),
+        "mean_length": sum(map(len, words)) / len(words),
+        "reference_mean_length": sum(reference_words) / max(len(reference_words), 1),
+    }

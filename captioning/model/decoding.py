@@ -117,7 +117,7 @@ def stepper(decoder: AttentionDecoder, annotations: torch.Tensor, group: int, *,
         repeated = memory.select(rows) if group > 1 else memory
 
         def step(state: DecoderState, tokens: torch.Tensor) -> StepOutput:
-            logits, state, attended = decoder.step(repeated, state, tokens)
+            logits, state, attended = decoder.next_word(repeated, state, tokens)
             location = attended.location if attended.location is not None else none
             return StepOutput(logits, state, attended.alpha, location, attended.log_prob, state.word_alphas)
     return step, state

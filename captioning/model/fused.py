@@ -199,7 +199,7 @@ class FusedRecurrence(torch.autograd.Function):
 
 
 class GroupedStep:
-    """`AttentionDecoder.step` for K hypotheses per image that share the image's memory (no gradient).
+    """`AttentionDecoder.next_word` for K hypotheses per image that share the image's memory (no gradient).
 
     Beam search continues K hypotheses of each image. The keys W_a a_i [B, L, A] and annotations
     [B, L, D] are the image's, so they are broadcast to the K hypotheses instead of copied K times:

@@ -128,7 +128,7 @@ def prove_grouped_step(decoder: torch.nn.Module, like: torch.Tensor) -> None:
             state = state.select(rows)
             grouped = fused.GroupedStep(decoder, keys=memory.keys, annotations=memory.annotations, group=group)
             fast = grouped(state.h, state.c, tokens)
-            logits, after, attended = decoder.step(memory.select(rows), state, tokens)
+            logits, after, attended = decoder.next_word(memory.select(rows), state, tokens)
             slow = (logits, after.h, after.c, attended.alpha)
     finally:
         decoder.train(was_training)

@@ -37,7 +37,7 @@ from captioning.config.schema import ReinforceConfig
 from captioning.model.packing import teacher_forced
 from captioning.model.scores import Score
 from captioning.model.state import DecoderState
-from captioning.runtime.to_host import floats
+from captioning.runtime.hardware import floats
 
 # Eq. 4: the attention score -----------------------------------------------------------------------
 
@@ -299,8 +299,8 @@ class AttentionDecoder(nn.Module):
         hidden = self.deep(embedded + self.out_h(self.dropout(h)) + self.out_z(z))
         return self.out(self.dropout(hidden))
 
-    def step(self, memory: Memory, state: DecoderState,
-             tokens: torch.Tensor) -> tuple[torch.Tensor, DecoderState, AttentionOutput]:
+    def next_word(self, memory: Memory, state: DecoderState,
+                  tokens: torch.Tensor) -> tuple[torch.Tensor, DecoderState, AttentionOutput]:
         """One word when decoding: previous tokens [B] -> logits [B, V], the new state, attention."""
         embedded = self.embed(tokens)  # [B, E]
         state, z, attended = self._advance(memory, state, embedded)

@@ -238,3 +238,10 @@ def summed(context: Distributed, tensor: torch.Tensor) -> torch.Tensor:
     with collective(context, "all-reduce"):
         dist.all_reduce(total)
     return total
+
+
+def wrapped(module: torch.nn.Module, context: Distributed, device: torch.device) -> torch.nn.Module:
+    """The module DistributedDataParallel wraps under torchrun; the module itself in one process."""
+    if not context.enabled:
+        return module
+    return torch.nn.parallel.DistributedDataParallel(module, device_ids=[device] if device.type == "cuda" else None)

@@ -7,6 +7,7 @@ fp16 with a gradient scaler otherwise, or float32 without train.amp (captioning.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -40,3 +41,17 @@ class Hardware:
     @property
     def pin_memory(self) -> bool:
         return self.device.type == "cuda"
+
+
+# bringing numbers to the host ---------------------------------------------------------------------
+# Bringing a step's numbers to the host in one trip.
+#
+# On a GPU, each `.item()` makes the host wait until the device has done all the work queued before
+# it, and the host cannot queue the next kernels meanwhile. A training step's statistics are read
+# together instead: one stack, one `.tolist()` (tests/train/test_syncs.py counts the trips).
+
+def floats(*scalars: torch.Tensor) -> list[float]:
+    """The values of 0-dim tensors, as `.item()` gives each of them, in one trip to the host. They
+    are stacked in the widest of their dtypes, so no value is rounded on the way."""
+    dtype = functools.reduce(torch.promote_types, (s.dtype for s in scalars))
+    return torch.stack([s.detach().to(dtype) for s in scalars]).tolist()

@@ -18,7 +18,7 @@ from captioning.model.encoder_decoder import build_decoder
 from captioning.model.paper import AttentionDecoder
 from captioning.runtime import distributed
 from captioning.train.extras.averaging import WeightAverage
-from captioning.train.step import TrainingError
+from captioning.train.objective import TrainingError
 
 
 @dataclass

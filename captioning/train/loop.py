@@ -7,7 +7,7 @@ Notation: B batch, T caption steps, L grid cells, D channels, S input side.
       Run.start              the checkpoint to resume (or warm-start from), the data, build_model,
                              build_optimizer (build.py), restore (or warm_start)
       Run.fit                epochs of Run.step (one optimizer step: the objective's loss, objective.py,
-                             cross_entropy.py, scst.py, applied by stepping.py), Run.validation_round
+                             paper_objective.py, scst.py, applied by step.py), Run.validation_round
                              after each epoch (and every train.eval_every_steps), checkpoints
                              (captioning/checkpoint.py)
 
@@ -28,6 +28,7 @@ import math
 import random
 import signal
 import sys
+import threading
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -41,23 +42,20 @@ from tqdm import tqdm
 from captioning.checkpoint import load_checkpoint, save_checkpoint
 from captioning.config import Config
 from captioning.config.registry import OBJECTIVES
+from captioning.data.dataset import rank_batches
 from captioning.data.run_data import RunData, load_run_data
-from captioning.data.sampling import rank_batches
 from captioning.model.encoder_decoder import EncoderDecoder
 from captioning.progress import bar
 from captioning.runtime import distributed
 from captioning.runtime.hardware import Hardware
 from captioning.train.build import RunModel, build_encoder, build_model, build_optimizer
-from captioning.train.lock import run_folder
-from captioning.train.logs import RunLog
-from captioning.train.objective import Objective
-from captioning.train.provenance import run_record, run_weights
+from captioning.train.objective import Objective, TrainingError
+from captioning.train.provenance import run_record_of, run_weights
 from captioning.train.resume import LastCheckpoint, Progress, restore_run, run_payload
-from captioning.train.signals import StopSignals
-from captioning.train.step import TrainingError
-from captioning.train.stepping import Stepping
+from captioning.train.run_folder import RunLog, run_folder
+from captioning.train.step import Stepping
 from captioning.train.validation import report, validation_metrics
-from captioning.train.warm_start import model_differences, warm_start, warm_vocabulary
+from captioning.train.warm_start import warm_start, warm_vocabulary
 
 
 class Run:
@@ -105,14 +103,11 @@ class Run:
         if checkpoint is not None:
             run.restore(checkpoint)
         elif source is not None:
-            warm_start(model, source, t.init_from)
-            differences = model_differences(config, source, t.init_from)
-            if differences and hardware.context.is_main:
-                print(f"note: train.init_from={t.init_from}: this run's model settings differ from the checkpoint's "
-                      f"({'; '.join(differences)}); it trains with this run's", file=sys.stderr)
+            warm_start(model, source, t.init_from, config=config, say=hardware.context.is_main)
         if checkpoint is None and hardware.context.rank:  # other processes: other dropout masks, from the seed
             torch.manual_seed(t.seed + 1000 * hardware.context.rank)
-        run.module = run.wrap(EncoderDecoder(decoder=model.decoder, encoder=model.encoder))
+        run.module = distributed.wrapped(EncoderDecoder(decoder=model.decoder, encoder=model.encoder),
+                                         hardware.context, device)
         run.objective = OBJECTIVES[t.objective](config, data=data, model=model, module=run.module, hardware=hardware)
         run.stepping = Stepping(config, objective=run.objective, model=model, module=run.module, optimizer=optimizer,
                                 scaler=run.scaler, hardware=hardware, training_images=len(data.train.records))
@@ -123,13 +118,6 @@ class Run:
         # A resumed run's clock goes on from its checkpoint's: history and fit() report the time trained in all.
         run.started = time.time() - run.progress.seconds
         return run
-
-    def wrap(self, module: nn.Module) -> nn.Module:
-        """DistributedDataParallel under torchrun; the module itself otherwise."""
-        if self.context.enabled:
-            device_ids = [self.device] if self.device.type == "cuda" else None
-            module = nn.parallel.DistributedDataParallel(module, device_ids=device_ids)
-        return module
 
     # checkpoints
 
@@ -147,10 +135,7 @@ class Run:
                                   scheduler=self.scheduler, scaler=self.scaler, progress=self.progress,
                                   objective_state=self.objective.state_dict(), device=self.device)
             if self.record is None:  # what made the run (train/provenance.py), once: it asks Java and git
-                self.record = run_record(self.config, train=self.data.train.records, val=self.data.val.records,
-                                         vocab=self.data.vocab.words,
-                                         contents={"train": self.data.train.contents, "val": self.data.val.contents,
-                                                   "test": None})
+                self.record = run_record_of(self.config, self.data)
             payload["record"] = {**self.record, "weights": run_weights(payload)}
             save_checkpoint(self.out / "last.pt", payload)
             if best:
@@ -316,3 +301,32 @@ def fit(config: Config, *, resume: bool = False, device: str | torch.device = "c
     finally:
         hardware.teardown()
     return run.summary(interrupted)
+
+
+# stopping cleanly on SIGTERM and SIGINT -----------------------------------------------------------
+# Stopping cleanly on SIGTERM / SIGINT: the training loop saves a checkpoint and returns.
+
+class StopSignals:
+    """SIGTERM / SIGINT (a cluster's preemption, Ctrl-C) ask the loop to save and stop after the
+    current step; a second Ctrl-C interrupts at once."""
+
+    def __init__(self):
+        self.received: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.received is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.received = signum
+        tqdm.write(f"{signal.Signals(signum).name}: saving a checkpoint after this step, then stopping",
+                   file=sys.stderr)
+
+    def __enter__(self) -> StopSignals:
+        if threading.current_thread() is threading.main_thread():  # signal handlers live there only
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)

@@ -2,7 +2,7 @@
 
 A run (captioning.train.loop.Run) keeps what every objective shares: the epochs, the progress, the
 skipped steps, the weights' average, validation and checkpoints; and each optimizer step's plumbing
-(captioning.train.stepping.Stepping: this process's part of a global batch, a stand-in where that
+(captioning.train.step.Stepping: this process's part of a global batch, a stand-in where that
 part is empty, what the processes agree on, unreadable images, the gradients applied). It asks its
 objective for the rest:
 
@@ -12,7 +12,7 @@ objective for the rest:
     loss(batch, ...)      the loss of this process's part of a global batch, and its statistics -> Loss
     state_dict()          what the objective keeps across a resume (and load_state_dict)
 
-Two objectives, one module each: cross_entropy.CrossEntropy, the paper's (Eq. 14 on (image, caption)
+Two objectives, one module each: paper_objective.PaperObjective, the paper's (Eq. 14 on (image, caption)
 pairs, with hard attention's REINFORCE terms, Sec. 4.1), and scst.SelfCriticalObjective (Rennie et
 al., 2017, on images; train.objective: scst). A third would be a third module. A term added to the
 loss is a registered function and its weight in train.terms; both objectives add it alike, on the
@@ -36,6 +36,10 @@ def weighted_terms(terms: dict[str, float], alphas: torch.Tensor, mask: torch.Te
     """train.terms on the maps of a batch's captions: each registered term (captioning.config.registry.TERMS)
     times its weight, by name (the name the logs give it). alphas [B, T, L]; mask [B, T], 1 on real words."""
     return {name: weight * TERMS[name](alphas.float(), mask) for name, weight in terms.items()}
+
+
+class TrainingError(RuntimeError):
+    """Training cannot go on (e.g. non-finite losses step after step); the last good checkpoint is kept."""
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from typing import Any
 from captioning.checkpoint import weights_digest
 from captioning.config import Config
 from captioning.config.schema import as_dict
-from captioning.data.contents import contents_of, split_digest
+from captioning.data.images import contents_of, split_digest
 from captioning.data.records import DatasetError, ImageRecord, read_records
 from captioning.model.encoder import normalization, weights_identity
 from captioning.train.validation import validation_beam, validation_tokenizer
@@ -159,3 +159,9 @@ def run_record(config: Config, *, train: Sequence[ImageRecord], val: Sequence[Im
     if "val" in hashed:
         record["val_image_digests"] = [[file, value] for file, value in zip(image_files(val, d.root), hashed["val"])]
     return record
+
+
+def run_record_of(config: Config, data: Any) -> dict[str, Any]:
+    """run_record of a run's data (captioning.data.run_data.RunData): its splits, their contents, the vocabulary."""
+    return run_record(config, train=data.train.records, val=data.val.records, vocab=data.vocab.words,
+                      contents={"train": data.train.contents, "val": data.val.contents, "test": None})

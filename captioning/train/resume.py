@@ -26,8 +26,7 @@ from captioning.config import Config
 from captioning.data.vocab import Vocabulary
 from captioning.runtime.distributed import Distributed
 from captioning.train.build import RunModel
-from captioning.train.objective import StepResult
-from captioning.train.step import TrainingError
+from captioning.train.objective import StepResult, TrainingError
 from captioning.train.warm_start import model_differences
 
 # What a resumed run shares with its checkpoint: the trained model, as inference sees it
@@ -81,7 +80,7 @@ class Progress:
 @dataclass(frozen=True)
 class LastCheckpoint:
     """OUT_DIR/last.pt, read to go on from, and which save of it that was. fit reads it before the
-    run takes its folder (train/lock.py writes there), so that a refused resume writes nothing."""
+    run takes its folder (train/run_folder.py writes there), so that a refused resume writes nothing."""
 
     path: Path
     payload: dict[str, Any]
@@ -130,7 +129,7 @@ def run_payload(*, config: Config, vocab: Vocabulary, model: RunModel, optimizer
         "annotation_dim": model.annotation_dim, "decoder": model.validated.state_dict(),
         "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
         "scaler": scaler.state_dict(), "progress": vars(progress).copy(), "rng": rng,
-        "reinforce": objective_state,  # hard attention's baseline (train/cross_entropy.py)
+        "reinforce": objective_state,  # hard attention's baseline (train/paper_objective.py)
     }
     if model.average is not None:  # "decoder" is the average; resuming needs the trained weights too
         payload["training_decoder"] = model.decoder.state_dict()

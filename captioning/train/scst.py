@@ -35,7 +35,7 @@ from torch.utils.data import Dataset
 import captioning.config.bounds as bounds
 from captioning.config import Config
 from captioning.config.registry import OBJECTIVES
-from captioning.data.memory_maps import by_reference
+from captioning.data.dataset import by_reference
 from captioning.data.run_data import RunData
 from captioning.data.splits import uses_feature_cache
 from captioning.data.vocab import Vocabulary
@@ -47,7 +47,8 @@ from captioning.runtime.precision import FULL_PRECISION, Precision
 from captioning.train.build import RunModel
 from captioning.train.cider import CiderD
 from captioning.train.objective import Loss, StepResult, weighted_terms
-from captioning.train.step import expectation_prob_at, take_step
+from captioning.train.paper_objective import expectation_prob_at
+from captioning.train.step import take_step
 
 
 @dataclass
@@ -137,7 +138,7 @@ class SelfCritical:
         reference, so its low reward teaches the model what the block only hides. Hard
         attention's coin is flipped once per image in `prepare` (at `draws.expectation_prob`), before its K
         rows are made, so they share it. A step whose distribution is not finite draws its words
-        uniformly (attention.sample) and its loss is not finite: the step is skipped rather than the
+        uniformly (paper.sample) and its loss is not finite: the step is skipped rather than the
         run stopped."""
         step, state = stepper(decoder, annotations, self.samples, draws=draws, differentiable=True)
         never = torch.tensor([Vocabulary.pad_id, Vocabulary.start_id], device=annotations.device)
@@ -151,9 +152,10 @@ class SelfCritical:
         """CIDEr-D of each row's caption against its image's references. tokens [R, T], images [R]."""
         return self.cider.scores([self.vocab.decode(row) for row in tokens.tolist()], images)
 
-    def loss(self, decoder: AttentionDecoder, batch: ImageRows, *, precision: Precision = FULL_PRECISION,
-             hard_choice: str | None = None, draws: Draws | None = None) -> tuple[torch.Tensor, dict[str, float]]:
-        """The self-critical loss of a batch of images and its statistics. `hard_choice`: how the
+    def surrogate(self, decoder: AttentionDecoder, batch: ImageRows, *, precision: Precision = FULL_PRECISION,
+                  hard_choice: str | None = None, draws: Draws | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+        """The self-critical surrogate of a batch of images (its gradient is the policy gradient) and
+        its statistics. `hard_choice`: how the
         greedy baseline's hard attention picks its cell, as test-time decoding does (decode.hard_choice;
         None for soft attention). `draws`: hard attention's chance of the expectation (`sample`)."""
         images = batch.images.tolist()
@@ -181,12 +183,12 @@ class SelfCritical:
                 precision: Precision = FULL_PRECISION, hard_choice: str | None = None, hard_warmup: int = 0) -> Loss:
         """The self-critical loss of a batch at the run's `step`, as a step applies it. Hard attention's
         coins are flipped at the run's chance of the expectation at `step`, which warms up over
-        `hard_warmup` steps (captioning.train.step.expectation_prob_at)."""
+        `hard_warmup` steps (captioning.train.paper_objective.expectation_prob_at)."""
         decoder.train()
         hard = hard_attention(decoder)
         draws = None if hard is None else Draws(expectation_prob=expectation_prob_at(
             step, expectation_prob=hard.expectation_prob, warmup=hard_warmup))
-        loss, stats = self.loss(decoder, batch, precision=precision, hard_choice=hard_choice, draws=draws)
+        loss, stats = self.surrogate(decoder, batch, precision=precision, hard_choice=hard_choice, draws=draws)
         return Loss(loss, stats)
 
     def step(self, decoder: AttentionDecoder, batch: ImageRows, optimizer: torch.optim.Optimizer, *,
@@ -206,7 +208,7 @@ class SelfCriticalObjective:
     annotations), each stepped by SelfCritical, in one process (a run refuses it under torchrun)."""
 
     def __init__(self, config: Config, *, data: RunData, model: RunModel, module: torch.nn.Module, hardware: Hardware):
-        """As CrossEntropy's; its loss reads the decoder itself (`module` is the one DDP would wrap)."""
+        """As PaperObjective's; its loss reads the decoder itself (`module` is the one DDP would wrap)."""
         self.config, self.decoder, self.hardware = config, model.decoder, hardware
         self.encoder = model.encoder  # a fine-tuned encoder reading its frozen stages' cache; None: annotations
         self.critic = SelfCritical(config.train.scst, references=data.captions, vocab=data.vocab,

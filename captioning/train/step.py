@@ -1,39 +1,33 @@
-"""One training step: the paper's loss (cross-entropy, the doubly stochastic term and, for hard
-attention, the REINFORCE terms of Sec. 4.1), and the optimizer step that applies any objective's loss.
+"""One optimizer step of any objective's loss: the gradients applied (skipped where not finite), and,
+under torchrun, this process's part of a global batch (`Stepping`: stand-ins for an empty part, what
+the processes agree on, unreadable images).
 
 Notation: B batch, T caption steps, L grid cells, D channels, S input side, V vocabulary.
 
-The run around it is loop.py (checkpoints, logs, signals, validation, the epoch loop) and stepping.py
-(this process's part of a batch, stand-ins, agreement, unreadable images).
+The run around it is loop.py (checkpoints, signals, validation, the epoch loop); the losses are the
+objectives' (paper_objective.py, scst.py).
 """
 
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 import torch
-from torch import nn
+from tqdm import tqdm
 
+from captioning.config import Config
 from captioning.data.dataset import Batch
+from captioning.data.records import too_many_unreadable
 from captioning.data.vocab import Vocabulary
-from captioning.model.attention import hard_attention, shared_coins
-from captioning.model.paper import DecoderOutput, Draws, Reinforce, cross_entropy, doubly_stochastic
+from captioning.runtime import distributed
 from captioning.runtime.distributed import Agreement
-from captioning.runtime.precision import FULL_PRECISION, Precision
-from captioning.runtime.to_host import floats
-from captioning.train.objective import Loss, StepResult
-
-# Terms a new objective adds to the paper's loss: (decoder output, targets [B, T], mask [B, T]) ->
-# {name: weighted term} (CrossEntropy.terms).
-Terms = Callable[[DecoderOutput, torch.Tensor, torch.Tensor], dict[str, torch.Tensor]]
-
-
-class TrainingError(RuntimeError):
-    """Training cannot go on (e.g. non-finite losses step after step); the last good checkpoint is kept."""
+from captioning.runtime.hardware import Hardware, floats
+from captioning.train.build import RunModel
+from captioning.train.objective import Loss, Objective, StepResult, TrainingError
 
 
 @dataclass(frozen=True)
@@ -102,35 +96,6 @@ def step_unless_skipped(optimizer: torch.optim.Optimizer, *, skipped: bool,
         optimizer.zero_grad(set_to_none=True)
 
 
-def expectation_prob_at(step: int, *, expectation_prob: float, warmup: int) -> float:
-    """Hard attention's probability of using the expectation for a caption at the run's optimizer
-    step `step`: the paper's `expectation_prob` (model.hard.expectation_prob, 0.5; Sec. 4.1) after a
-    warm-up of `warmup` steps (model.hard.warmup, not in the paper) in which it falls linearly from
-    1, so that attention first learns where objects are the soft way. The schedule belongs to the
-    run, not the model: the step reads it and hands the coins in (Draws)."""
-    if warmup == 0:
-        return expectation_prob
-    done = min(1.0, step / warmup)
-    return 1.0 - (1.0 - expectation_prob) * done
-
-
-def row_uniforms(*, seed: int, step: int, size: int, start: int, rows: int, samples: int, width: int,
-              coin: str = "image", positions: torch.Tensor | None = None) -> torch.Tensor:
-    """Hard attention's uniforms for this process's `rows` captions, from row `start` of a
-    global batch of `size`, each caption's `samples` rows in a row: [rows * samples, 1 + width] (a
-    coin, then one per step: Draws.from_uniform). Every process of a run draws the whole global
-    batch's from the same seed (train.seed, the step), shares its coins out (one per image, or one
-    for the global batch with `coin="batch"`: model.hard.coin) and keeps its own rows, so the samples
-    are those of one process, however many share the batch. `positions` [rows]: where each caption
-    sits in this process's part, when some of the part's pairs were left out (unreadable images):
-    each keeps its own draws."""
-    generator = torch.Generator().manual_seed(seed * 1_000_003 + step)
-    uniforms = torch.rand(max(size, start + rows) * samples, 1 + width, generator=generator)  # [batch rows, 1 + W]
-    uniforms = shared_coins(uniforms, group=samples, coin=coin)
-    captions = start + (torch.arange(rows) if positions is None else positions.long())  # [rows], in the global batch
-    return uniforms[(captions[:, None] * samples + torch.arange(samples)).flatten()]  # [rows * samples, 1 + W]
-
-
 def stand_in_batch(*, annotations: tuple[int, int] | None = None, images: tuple[int, int, int] | None = None) -> Batch:
     """One image of zeros, annotations [1, L, D] or pixels [1, 3, S, S], captioned "<start> <end>":
     what a process steps on when its part of a global batch is empty, so that it meets the other
@@ -138,63 +103,6 @@ def stand_in_batch(*, annotations: tuple[int, int] | None = None, images: tuple[
     tokens = torch.tensor([[Vocabulary.start_id, Vocabulary.end_id]])  # [1, 2]
     return Batch(annotations=None if annotations is None else torch.zeros(1, *annotations), tokens=tokens,
                  lengths=torch.tensor([2]), images=None if images is None else torch.zeros(1, *images))
-
-
-def paper_loss(model: nn.Module, batch: Batch, *, ds_lambda: float, precision: Precision = FULL_PRECISION,
-               reinforce: Reinforce | None = None, word_weights: torch.Tensor | None = None, step: int = 0,
-               uniforms: torch.Tensor | None = None, hard_warmup: int = 0, counted: bool = True,
-               terms: Terms | None = None) -> Loss:
-    """Eq. 14 (cross-entropy plus lambda times the doubly stochastic term) of a batch, plus, when the
-    decoder's attention samples locations (hard attention), the REINFORCE terms of `reinforce`
-    (Sec. 4.1). Every term is summed over the captions and divided by the batch's real target words
-    (paper.doubly_stochastic says why), so `ds_lambda` is the paper's lambda.
-
-    `model(batch.source, inputs)` is a decoder (on annotations) or an EncoderDecoder (needed with
-    `reinforce.location_samples` > 1: it copies each image after the encoder, so the CNN runs once
-    per image). `word_weights` [V] weight each target word's cross-entropy (paper.cross_entropy;
-    None: all 1). `step` is the run's optimizer steps so far: every warm-up (hard attention's coin
-    over `hard_warmup` steps: expectation_prob_at; the REINFORCE terms) reads it. `uniforms` [B*K, 1 + T]
-    (hard attention): each row's uniform draws (Draws.from_uniform; a run's come from row_uniforms)
-    instead of torch's RNG, so that the samples do not depend on how a run splits its batch. Without
-    them hard attention draws from torch's RNG: each row its own coin, or, with
-    `reinforce.location_samples` > 1, uniforms drawn here whose coins each image's rows share.
-    `counted` False: the batch stands in for this process's empty part of a global batch
-    (stand_in_batch), so its rewards do not move the baseline. `terms(output, targets, mask)`: terms
-    added to the paper's, each already weighted, by name (CrossEntropy.terms).
-
-    The REINFORCE baseline moves by the batch's rewards only once the step is applied (the Loss's
-    `applied`): a skipped step's rewards may not be finite.
-    """
-    model.train()
-    samples = reinforce.location_samples if reinforce is not None else 1
-    tokens = batch.tokens.repeat_interleave(samples, dim=0)  # [B*K, T]: K samples of locations per caption
-    inputs, targets = tokens[:, :-1], tokens[:, 1:]  # [B, T-1]: predict word t+1 from word t
-    mask = (targets != Vocabulary.pad_id).float()  # [B, T-1], padding reaches no term
-    repeats = {"repeats": samples} if samples > 1 else {}
-    hard = hard_attention(model)
-    if hard is not None:  # the coins, flipped at this step's probability of the expectation (Sec. 4.1)
-        now = expectation_prob_at(step, expectation_prob=hard.expectation_prob, warmup=hard_warmup)
-        if uniforms is None and samples > 1:  # an image's K rows share its coin
-            drawn = torch.rand(tokens.shape[0], inputs.shape[1] + 1, device=tokens.device)  # [B*K, 1 + T-1]
-            uniforms = shared_coins(drawn, group=samples, coin=hard.coin)
-        repeats["draws"] = (Draws(expectation_prob=now) if uniforms is None else  # coins from torch's RNG
-                            Draws.from_uniform(uniforms[:, : inputs.shape[1] + 1],  # [B*K, 1 + T-1]
-                                               expectation_prob=now))
-    with precision.autocast():
-        output = model(batch.source, inputs, lengths=mask.sum(1).long(), **repeats)  # padded steps not computed
-    logits = output.logits.float()  # [B, T-1, V]
-    xe = cross_entropy(logits, targets, mask, word_weights=word_weights)
-    ds = doubly_stochastic(output.alphas.float(), mask)
-    loss, stats, applied = xe + ds_lambda * ds, {"xe": xe, "ds": ds}, None
-    for name, term in (terms(output, targets, mask) if terms is not None else {}).items():
-        loss, stats[name] = loss + term, term
-    if reinforce is not None and output.log_probs is not None:  # soft attention samples nothing
-        estimate = reinforce(logits=logits, targets=targets, mask=mask, log_probs=output.log_probs.float(),
-                             entropies=output.entropies.float(), locations=output.locations, step=step,
-                             counted=counted)
-        loss, stats = loss + estimate.loss, {**stats, **estimate.stats}
-        applied = partial(reinforce.move, estimate)
-    return Loss(loss, stats, applied)
 
 
 def take_step(loss: Loss, parameters: list[torch.Tensor], optimizer: torch.optim.Optimizer, *, grad_clip: float,
@@ -218,10 +126,77 @@ def take_step(loss: Loss, parameters: list[torch.Tensor], optimizer: torch.optim
                       agreement=agreement)
 
 
-def train_step(model: nn.Module, batch: Batch, optimizer: torch.optim.Optimizer, *, grad_clip: float,
-               agree: Callable[[torch.Tensor], Agreement] | None = None, scaler: torch.amp.GradScaler | None = None,
-               stand_in: bool = False, **loss: Any) -> StepResult:
-    """One optimizer step of the paper's loss (paper_loss, which takes the keywords in `loss`), as a
-    run takes it (take_step): what tests and benchmarks call to step a model directly."""
-    return take_step(paper_loss(model, batch, counted=not stand_in, **loss), list(model.parameters()), optimizer,
-                     grad_clip=grad_clip, scaler=scaler, agree=agree)
+# this process's part of a global batch ------------------------------------------------------------
+# How a run steps any objective: the plumbing around an objective's loss.
+#
+# The objective computes a loss (captioning.train.objective); the run owns everything else of a step:
+# this process's part of a global batch, a stand-in batch where that part is empty (so that every
+# process meets the same collectives), what the processes agree on, the images that could not be read
+# (each named once; the run stopped past data.max_bad_images), and the gradients applied
+# (captioning.train.step.take_step).
+
+class Stepping:
+    """One optimizer step of `objective` at a time, on the run's trained `module` (an EncoderDecoder,
+    wrapped in DDP under torchrun)."""
+
+    def __init__(self, config: Config, *, objective: Objective, model: RunModel, module: torch.nn.Module,
+                 optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler, hardware: Hardware,
+                 training_images: int):
+        self.config, self.objective, self.model, self.module = config, objective, model, module
+        self.optimizer, self.hardware, self.context = optimizer, hardware, hardware.context
+        self.scaler = scaler if scaler.is_enabled() else None
+        self.training_images = training_images
+        self.unreadable: set[str] = set()  # training images named as unreadable (encoder on the fly)
+
+    def __call__(self, batch: Any, *, step: int, size: int, received: int | None) -> StepResult:
+        """One optimizer step on this process's part `batch` of a global batch of `size` items, at the
+        run's `step`; `received`: a stop signal this process got, for the processes to agree on.
+
+        Under torchrun a process whose part is empty (none of its images could be read, or the global
+        batch has fewer items than there are processes) still takes the step, on a stand-in batch
+        whose terms weigh nothing, so that every process meets the same collectives. In one process an
+        empty batch is no step at all."""
+        failures = tuple(batch.failures)
+        new = [reason for reason in dict.fromkeys(failures) if reason not in self.unreadable]
+        own = len(batch) > 0
+        if not self.context.enabled:
+            self.name_unreadable(new)
+            if not own:
+                return StepResult({}, agreement=distributed.Agreement(empty=True, signal=received,
+                                                                      unreadable=len(failures)))
+        # counted before the batch moves: no wait for the device
+        counts = batch.counts() if own and self.context.enabled else {"words": 0.0, "images": 0.0}
+        batch = (batch if own else self.stand_in()).to(self.hardware.device, non_blocking=True)
+
+        def agree(loss: torch.Tensor) -> distributed.Agreement:
+            return distributed.agree(self.context, **counts, loss=loss if own else None, received=received,
+                                     unreadable=len(failures), named=len(new))
+
+        loss = self.objective.loss(batch, step=step, size=size, counted=own)
+        result = take_step(loss, list(self.module.parameters()), self.optimizer, grad_clip=self.config.train.grad_clip,
+                           scaler=self.scaler, agree=agree)
+        if self.context.enabled and result.agreement.named:  # every process names every process's new ones
+            self.name_unreadable([reason for part in distributed.everyone(self.context, new) for reason in part])
+        return result if own else StepResult({}, skipped=result.skipped, agreement=result.agreement)
+
+    def name_unreadable(self, reasons: list[str]) -> None:
+        """Images the encoder on the fly could not read: each named once in the run, and the run
+        stopped when they are more than data.max_bad_images of the training images. Under torchrun
+        every process is given every process's, so all of them stop together."""
+        new = [reason for reason in reasons if reason not in self.unreadable]
+        for reason in new if self.context.is_main else ():
+            tqdm.write(f"warning: skipping an unreadable image (from now on, quietly): {reason}", file=sys.stderr)
+        self.unreadable.update(new)
+        problem = too_many_unreadable("train", sorted(self.unreadable), self.training_images,
+                                      limit=self.config.data.max_bad_images) if new else None
+        if problem is not None:
+            raise TrainingError(problem)
+
+    def stand_in(self) -> Any:
+        """What a process with an empty part of a global batch steps on (its terms get a share of 0)."""
+        encoder = self.model.encoder
+        if encoder is not None and encoder.cached_grid is not None:  # the frozen stages' output (encoder.cache_frozen)
+            return stand_in_batch(annotations=(encoder.cached_grid[0] * encoder.cached_grid[1], encoder.cached_dim))
+        if encoder is not None:
+            return stand_in_batch(images=(3, self.config.data.image_size, self.config.data.image_size))
+        return stand_in_batch(annotations=(self.model.grid[0] * self.model.grid[1], self.model.annotation_dim))

@@ -23,15 +23,14 @@ from captioning.data.images import ImageReadError, load_image
 from captioning.data.run_data import RunData
 from captioning.data.splits import Split
 from captioning.data.vocab import Vocabulary
-from captioning.eval.evaluate import check_unreadable, decode_split, score_split
+from captioning.eval.evaluate import check_unreadable, decode_split, score_split, scorer_for
 from captioning.eval.metrics import metrics_tokenizer
 from captioning.eval.overlays import overlay_grid
-from captioning.eval.scorers import scorer_for
 from captioning.model.decoding import decode
 from captioning.model.paper import AttentionDecoder
 from captioning.runtime import distributed
 from captioning.runtime.distributed import ONE_PROCESS, Distributed
-from captioning.train.logs import RunLog
+from captioning.train.run_folder import RunLog
 
 
 def validation_metrics(decoder: AttentionDecoder, split: Split, vocab: Vocabulary, config: Config, *,

@@ -10,6 +10,7 @@ on another objective.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
@@ -59,8 +60,14 @@ def model_differences(config: Config, source: dict[str, Any], path: str | Path, 
             if compared(key) and key in before and before[key] != now[key]]
 
 
-def warm_start(model: Any, source: dict[str, Any], path: str | Path) -> None:
-    """Load the checkpoint's weights into a run's freshly built model (captioning.train.build.RunModel)."""
+def warm_start(model: Any, source: dict[str, Any], path: str | Path, *, config: Config | None = None,
+               say: bool = False) -> None:
+    """Load the checkpoint's weights into a run's freshly built model (captioning.train.build.RunModel);
+    with `say`, one line naming the model settings of `config` that differ from the checkpoint's."""
+    differences = model_differences(config, source, path) if config is not None else []
+    if differences and say:
+        print(f"note: train.init_from={path}: this run's model settings differ from the checkpoint's "
+              f"({'; '.join(differences)}); it trains with this run's", file=sys.stderr)
     if "encoder" in source and model.encoder is None:
         raise CheckpointError(f"{path}: its encoder was fine-tuned, but this run reads the pretrained encoder's "
                               "cached annotations; set encoder.fine_tune_from to go on fine-tuning it")

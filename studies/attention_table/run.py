@@ -27,8 +27,7 @@ from captioning.config import load_config
 from captioning.data.shapes.scenes import make_shapes
 from captioning.data.splits import load_splits
 from captioning.data.vocab import Vocabulary
-from captioning.eval.evaluate import evaluate_split
-from captioning.eval.scorers import scorer_for
+from captioning.eval.evaluate import evaluate_split, scorer_for
 from captioning.train.loop import fit
 from studies.object_cells import object_cells
 from studies.tables import REPO, study_parser, write_between

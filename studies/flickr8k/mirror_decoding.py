@@ -5,7 +5,7 @@
 The photo flipped left-right is encoded once more (a cache of its own beside the val cache,
 val_mirrored) and every decoder of the model reads it as a second member of one ensemble
 (captioning.model.ensemble): each word from the mean of the members' probabilities, where a member
-that reads the mirror image says "right" for "left" and "left" for "right" (data/mirror.py), and
+that reads the mirror image says "right" for "left" and "left" for "right" (data/flips.py), and
 its map is flipped back. The model is the pair the package shipped before its fine-tuned member
 joined it (seed 0, and seed 1 after SCST: its file from the repository's history, written once
 under CACHE) unless --checkpoint names another; the photos and their mirror images are each read
@@ -29,7 +29,7 @@ from torch import nn
 
 from captioning.checkpoint import load_trained
 from captioning.data.features import load_or_compute
-from captioning.data.mirror import MIRRORED_WORDS, mirror_image
+from captioning.data.flips import MIRRORED_WORDS, mirror_image
 from captioning.data.splits import cache_encoder, features_dir
 from captioning.data.vocab import Vocabulary
 from captioning.eval.evaluate import evaluate_split
@@ -59,11 +59,11 @@ class View(nn.Module):
         own = annotations[..., self.part * self.channels:(self.part + 1) * self.channels]  # [B, L, D]
         return self.decoder.start(own, draws=draws)
 
-    def step(self, memory: Memory, state: DecoderState,
-             tokens: torch.Tensor) -> tuple[torch.Tensor, DecoderState, AttentionOutput]:
+    def next_word(self, memory: Memory, state: DecoderState,
+                  tokens: torch.Tensor) -> tuple[torch.Tensor, DecoderState, AttentionOutput]:
         if self.swap is None:
-            return self.decoder.step(memory, state, tokens)
-        logits, state, attended = self.decoder.step(memory, state, self.swap[tokens])  # [N, V]
+            return self.decoder.next_word(memory, state, tokens)
+        logits, state, attended = self.decoder.next_word(memory, state, self.swap[tokens])  # [N, V]
         alpha = attended.alpha.unflatten(1, self.grid).flip(-1).flatten(1)  # [N, L], the photo's columns
         return logits[:, self.swap], state, dataclasses.replace(attended, alpha=alpha)
 

@@ -20,7 +20,7 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from captioning import Captioner
-from captioning.data.photos import SAMPLE_PHOTOS, sample_photo
+from captioning.data.images import SAMPLE_PHOTOS, sample_photo
 from studies.tables import REPO
 
 MODELS = {"cross-entropy (the start)": ("soft_side_seed1", "best.pt"),

@@ -34,10 +34,10 @@ import torch
 from captioning.api import Captioner
 from captioning.checkpoint import load_checkpoint, load_ensemble, load_trained, save_checkpoint
 from captioning.config import load_config
-from captioning.data.photos import SAMPLE_PHOTOS, sample_photo
+from captioning.data.images import SAMPLE_PHOTOS, sample_photo
 from captioning.eval.evaluate import evaluate_trained
+from captioning.runtime.files import SCALE
 from captioning.shipped import PRECISIONS, PRETRAINED, for_captioning
-from captioning.storage import SCALE
 from studies.flickr8k.runs import RUNS
 from studies.tables import REPO
 

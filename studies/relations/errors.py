@@ -143,7 +143,7 @@ def teacher_forced(decoder, annotations: torch.Tensor, tokens: torch.Tensor,
         with torch.no_grad():
             memory, state = decoder.start(annotations)
             for k in range(steps):
-                logits, state, _ = decoder.step(memory, state, tokens[k:k + 1])
+                logits, state, _ = decoder.next_word(memory, state, tokens[k:k + 1])
                 found.append((logits[0], {name: maps[name][0] for name in glimpses}))
     finally:
         for hook in hooks:

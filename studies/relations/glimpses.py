@@ -27,8 +27,7 @@ import torch
 
 from captioning.data.shapes.scenes import RELATIONS
 from captioning.eval.correctness import box_mass, box_share
-from captioning.eval.evaluate import evaluate_split
-from captioning.eval.scorers import scorer_for
+from captioning.eval.evaluate import evaluate_split, scorer_for
 from captioning.eval.shapes.scorer import word_objects
 from captioning.model.extras.glimpses import TwoGlimpses
 from studies.relations.errors import Run, load_run, teacher_forced

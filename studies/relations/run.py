@@ -36,8 +36,7 @@ from captioning.data.shapes import SHAPES_DEFAULT_COUNTS
 from captioning.data.shapes.scenes import make_shapes
 from captioning.data.splits import load_splits
 from captioning.data.vocab import Vocabulary
-from captioning.eval.evaluate import evaluate_split
-from captioning.eval.scorers import scorer_for
+from captioning.eval.evaluate import evaluate_split, scorer_for
 from captioning.eval.shapes.probe import probe_scores, relation_probe
 from captioning.train.loop import fit
 from studies.tables import REPO, study_parser, write_between

@@ -21,8 +21,7 @@ from captioning.checkpoint import decoder_from_checkpoint, load_checkpoint
 from captioning.config import apply_overrides, from_dict
 from captioning.data.splits import load_splits
 from captioning.data.vocab import Vocabulary
-from captioning.eval.evaluate import evaluate_split
-from captioning.eval.scorers import scorer_for
+from captioning.eval.evaluate import evaluate_split, scorer_for
 
 
 def main() -> None:

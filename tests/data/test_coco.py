@@ -31,7 +31,7 @@ from captioning.data.tokenized import Tokenized
 from captioning.data.vocab import tokenize
 from captioning.model.encoder import Encoder
 from captioning.train.loop import fit
-from captioning.train.step import TrainingError
+from captioning.train.objective import TrainingError
 from tests.tiny import REPO
 
 # Captions as people type them: curly quotes, stray spaces, capitals, punctuation.

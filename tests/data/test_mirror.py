@@ -11,8 +11,8 @@ from PIL import Image
 
 from captioning.data.dataset import CaptionPairs, ImageCaptionPairs
 from captioning.data.features import load_or_compute
+from captioning.data.flips import MirroredPairs, mirror_batches, mirror_image, mirror_words
 from captioning.data.images import ImageFiles
-from captioning.data.mirror import MirroredPairs, mirror_batches, mirror_image, mirror_words
 from captioning.data.records import ImageRecord
 from captioning.data.splits import features_dir, load_splits
 from captioning.data.tokenized import Tokenized

@@ -11,7 +11,7 @@ import pytest
 
 from captioning.data import tokenized as tokenized_module
 from captioning.data.dataset import CaptionPairs
-from captioning.data.mirror import mirror_words
+from captioning.data.flips import mirror_words
 from captioning.data.records import ImageRecord
 from captioning.data.tokenized import Tokenized, tokenized
 from captioning.data.vocab import Vocabulary, tokenize

@@ -11,9 +11,8 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from captioning.data.dataset import CaptionPairs, collate
-from captioning.data.memory_maps import MappedFile
-from captioning.data.mirror import MirroredPairs, mirror_words
+from captioning.data.dataset import CaptionPairs, MappedFile, collate
+from captioning.data.flips import MirroredPairs, mirror_words
 from captioning.data.records import ImageRecord
 from captioning.data.splits import Rows
 from captioning.data.tokenized import Tokenized

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from captioning.eval.diagnostics import caption_diagnostics
+from captioning.eval.evaluate import caption_diagnostics
 
 CAPTIONS = {
     7: "a dog on the grass",                                    # 5 words

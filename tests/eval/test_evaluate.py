@@ -15,8 +15,8 @@ from captioning.cli import eval_main
 from captioning.data.formats.karpathy import read_split
 from captioning.data.shapes.scenes import SceneObjects, ShapeObject
 from captioning.eval.correctness import box_mass, box_share
+from captioning.eval.evaluate import scorer_for
 from captioning.eval.metrics import OWN_TOKENIZER, PTB_TOKENIZER, caption_metrics, cider_per_image, java_available
-from captioning.eval.scorers import scorer_for
 from captioning.eval.shapes.scorer import correctness_scores, word_objects
 
 SIDE, GRID = 224, 14

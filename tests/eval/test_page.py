@@ -13,8 +13,8 @@ from urllib.parse import unquote
 import numpy as np
 from PIL import Image
 
+from captioning.eval.html_page import OverlayFolder, PageEntry, write_page
 from captioning.eval.overlays import save_overlays
-from captioning.eval.page import OverlayFolder, PageEntry, write_page
 from tests.tiny import REPO
 
 VOID = {"meta", "img", "br", "link", "input"}
@@ -143,7 +143,7 @@ def test_a_page_that_cannot_be_written_whole_leaves_the_one_there_as_it_was(tmp_
     (tmp_path / "index.html").write_text("the page of an earlier run")
     before = sorted(p.name for p in tmp_path.iterdir())
     script = ("import resource, signal, sys\n"
-              "from captioning.eval.page import PageEntry, write_page\n"
+              "from captioning.eval.html_page import PageEntry, write_page\n"
               "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails, as on a full disk\n"
               "resource.setrlimit(resource.RLIMIT_FSIZE, (1000, 1000))\n"
               f"write_page(sys.argv[1], [PageEntry(folder=f, source=f + '.jpg', tokens=['a', 'red', 'circle']) "

@@ -56,7 +56,7 @@ def test_teacher_forcing_equals_step_by_step_decoding(gate, seed):
         memory, state = decoder.start(annotations)
         logits, alphas = [], []
         for t in range(T):
-            step_logits, state, attended = decoder.step(memory, state, tokens[:, t])
+            step_logits, state, attended = decoder.next_word(memory, state, tokens[:, t])
             logits.append(step_logits)
             alphas.append(attended.alpha)
     torch.testing.assert_close(output.logits, torch.stack(logits, 1), rtol=1e-6, atol=1e-6)
@@ -95,7 +95,7 @@ def test_lstm_input_is_the_word_embedding_and_the_gated_context(gate):
         embedded, z = decoder.embed(tokens[:, 0]), beta * attended.context
         h, c = decoder.lstm(torch.cat([embedded, z], 1), (state.h, state.c))
         expected = decoder.out(embedded + decoder.out_h(h) + decoder.out_z(z))
-        logits, new_state, _ = decoder.step(memory, state, tokens[:, 0])
+        logits, new_state, _ = decoder.next_word(memory, state, tokens[:, 0])
         teacher_forced = decoder(annotations, tokens[:, :1]).logits[:, 0]
     torch.testing.assert_close(new_state.h, h)
     torch.testing.assert_close(new_state.c, c)
@@ -119,7 +119,7 @@ def test_deep_output_layer_eq7(deep_output):
         h, _ = decoder.lstm(torch.cat([embedded, z], 1), (state.h, state.c))
         hidden = embedded + decoder.out_h(h) + decoder.out_z(z)
         expected = decoder.out(torch.tanh(hidden) if deep_output == "tanh" else hidden)
-        logits, new_state, _ = decoder.step(memory, state, tokens[:, 0])
+        logits, new_state, _ = decoder.next_word(memory, state, tokens[:, 0])
         teacher_forced = decoder(annotations, tokens[:, :1]).logits[:, 0]  # the packed path, fused here
     torch.testing.assert_close(logits, expected)
     torch.testing.assert_close(teacher_forced, expected)

@@ -131,7 +131,7 @@ def test_beam_search_as_wide_as_the_vocabulary_is_exact_over_two_words(seed):
     decoder, annotations = make_decoder(seed, sharpness=1.0), make_annotations(seed)
     with torch.no_grad():
         memory, state = decoder.start(annotations)
-        first, state, _ = decoder.step(memory, state, torch.full((B,), START))
+        first, state, _ = decoder.next_word(memory, state, torch.full((B,), START))
         first = torch.log_softmax(first, 1)  # [B, V]
         best = []
         for b in range(B):
@@ -140,7 +140,7 @@ def test_beam_search_as_wide_as_the_vocabulary_is_exact_over_two_words(seed):
                 if w in (END, *UNSAID):
                     continue
                 rows = torch.tensor([b])
-                second, _, _ = decoder.step(memory.select(rows), state.select(rows), torch.tensor([w]))
+                second, _, _ = decoder.next_word(memory.select(rows), state.select(rows), torch.tensor([w]))
                 second = torch.log_softmax(second, 1)[0]
                 second[list(UNSAID)] = float("-inf")
                 candidates.append(float(first[b, w] + second.max()))

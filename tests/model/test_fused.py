@@ -257,7 +257,7 @@ def test_grouped_step_equals_the_decoder_step_on_repeated_memory(seed):
     step = fused.GroupedStep(decoder, keys=memory.keys, annotations=memory.annotations, group=4)
     logits, h, c, alpha = step(state.h, state.c, tokens)
     with torch.no_grad():
-        want_logits, want_state, attended = decoder.step(memory.select(rows), state, tokens)
+        want_logits, want_state, attended = decoder.next_word(memory.select(rows), state, tokens)
     torch.testing.assert_close(logits, want_logits, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(h, want_state.h, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(c, want_state.c, rtol=1e-5, atol=1e-6)

@@ -17,7 +17,7 @@ from captioning.config import load_config
 from captioning.model.decoding import decode
 from captioning.model.encoder_decoder import EncoderDecoder, build_decoder
 from captioning.model.paper import Reinforce
-from captioning.train.step import train_step
+from captioning.train.paper_objective import train_step
 from tests.train.test_syncs import D, V, _batch
 
 MODELS = {  # model.* overrides: the paper's decoder, then every attention and every seam of model/extras

@@ -13,7 +13,7 @@ from captioning.model.encoder_decoder import build_decoder
 from captioning.runtime import hardware, precision
 from captioning.runtime.precision import Precision, allow_tf32, precision_for
 from captioning.train.loop import fit
-from captioning.train.step import train_step
+from captioning.train.paper_objective import train_step
 
 
 @pytest.mark.parametrize("native, expected", [(True, torch.bfloat16), (False, torch.float16)])

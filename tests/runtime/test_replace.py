@@ -6,8 +6,8 @@ import stat
 
 import pytest
 
-from captioning.runtime import replace
-from captioning.runtime.replace import replace_text
+from captioning.runtime import files
+from captioning.runtime.files import replace_text
 
 
 def test_two_writers_at_once_both_finish_and_leave_a_whole_file(tmp_path, monkeypatch):
@@ -23,7 +23,7 @@ def test_two_writers_at_once_both_finish_and_leave_a_whole_file(tmp_path, monkey
             replace_text(path, json.dumps({"writer": "second"}))
         real_replace(source, target)
 
-    monkeypatch.setattr(replace.os, "replace", other_process_first)
+    monkeypatch.setattr(files.os, "replace", other_process_first)
     replace_text(path, json.dumps({"writer": "first"}))
     assert interleaved
     assert json.loads(path.read_text()) == {"writer": "first"}  # the last rename wins, whole
@@ -37,7 +37,7 @@ def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path, mon
     def full_disk(source, target):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(replace.os, "replace", full_disk)
+    monkeypatch.setattr(files.os, "replace", full_disk)
     with pytest.raises(OSError):
         replace_text(path, "new")
     assert path.read_text() == "old"

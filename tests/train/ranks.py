@@ -71,7 +71,7 @@ def _plant(faults: list[tuple[str, int | None, int]]) -> None:
     from captioning.runtime import hardware
     from captioning.runtime.precision import Precision
     from captioning.train import loop, validation
-    from captioning.train import step as step_module
+    from captioning.train import paper_objective as objective_module
 
     rank = int(os.environ["RANK"])
     current = {"step": 0}
@@ -98,7 +98,7 @@ def _plant(faults: list[tuple[str, int | None, int]]) -> None:
 
     loop.Run.step = step_with_fault
 
-    cross_entropy = step_module.cross_entropy
+    cross_entropy = objective_module.cross_entropy
 
     def cross_entropy_with_fault(*args, **kwargs):
         xe = cross_entropy(*args, **kwargs)
@@ -107,7 +107,7 @@ def _plant(faults: list[tuple[str, int | None, int]]) -> None:
                 return xe + float(kind)  # the loss is not finite, its gradient is xe's: finite
         return xe
 
-    step_module.cross_entropy = cross_entropy_with_fault
+    objective_module.cross_entropy = cross_entropy_with_fault
 
     validate = validation.validation_metrics
 

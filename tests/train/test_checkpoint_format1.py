@@ -13,8 +13,8 @@ import torch
 from captioning.checkpoint import FORMAT_VERSION, decoder_from_checkpoint, load_checkpoint, migrate_v1
 from captioning.config import ConfigError, from_dict, load_config
 from captioning.model.decoding import decode
-from captioning.train.cross_entropy import CrossEntropy
 from captioning.train.loop import fit
+from captioning.train.paper_objective import PaperObjective
 from tests.tiny import REPO, TINY
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "format1"
@@ -77,10 +77,10 @@ def test_training_resumes_from_a_format1_checkpoint_as_the_old_code_did(name, tm
     (hard attention's coin and the REINFORCE terms) carry over.
 
     The old code's hard attention sampled from torch's RNG; a run today gives every row its own
-    uniforms (CrossEntropy.uniforms, attention.Draws), so that its samples do not depend on how processes
+    uniforms (PaperObjective.uniforms, attention.Draws), so that its samples do not depend on how processes
     split a batch. Without draws the decoder still samples as the old code did: that path is what the
     fixture's losses can check."""
-    monkeypatch.setattr(CrossEntropy, "uniforms", lambda self, *, step, size, rows, positions=None: None)
+    monkeypatch.setattr(PaperObjective, "uniforms", lambda self, *, step, size, rows, positions=None: None)
     config_file, extra = RUNS[name]
     out = tmp_path / name
     out.mkdir()

@@ -1,4 +1,4 @@
-"""`captioning inspect`'s lines (description.describe) for payloads built by hand: every line written
+"""`captioning inspect`'s lines (inspection.describe) for payloads built by hand: every line written
 out in full here, so a field shown under another's name, a part left out or a wrong default fails."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import torch
 
 from captioning.checkpoint import CheckpointError
 from captioning.config import load_config
-from captioning.description import describe
+from captioning.inspection import describe
 
 
 def _payload(**extra) -> dict:

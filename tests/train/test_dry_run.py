@@ -156,7 +156,7 @@ def test_a_coco_dry_run_names_missing_data_before_it_looks_for_weights(root: str
 
 
 def test_dry_run_reports_an_unexpected_failure_in_one_line(tmp_path: Path, capsys, monkeypatch) -> None:
-    import captioning.train.cross_entropy as loop
+    import captioning.train.paper_objective as loop
 
     def broken(*args, **kwargs):
         raise RuntimeError("mat1 and mat2 shapes cannot be multiplied (8x512 and 256x10)\nmore detail")

@@ -123,7 +123,7 @@ def test_a_run_resumed_at_its_step_limit_trains_no_further(tiny_config, tmp_path
 
 
 def test_a_log_line_torn_by_a_kill_does_not_stop_the_resume(tmp_path: Path) -> None:
-    from captioning.train.logs import RunLog
+    from captioning.train.run_folder import RunLog
 
     (tmp_path / "log.jsonl").write_text('{"step": 1, "loss": 2.0}\n{"step": 2, "loss": 1.9}\n{"step": 3, "lo')
     log = RunLog(tmp_path, resumed_at=2)
@@ -137,7 +137,7 @@ def test_the_vocabulary_is_written_whole_or_not_at_all(tmp_path: Path, monkeypat
     path = tmp_path / "vocab.json"
     Vocabulary([*SPECIALS, "a", "dog"]).save(path)
 
-    import captioning.runtime.replace as replacing
+    import captioning.runtime.files as replacing
 
     def dies(source, target):  # the whole text is on the disk under its temporary name; the process dies
         raise KeyboardInterrupt

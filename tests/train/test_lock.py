@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from captioning.train.loop import fit
-from captioning.train.step import TrainingError
+from captioning.train.objective import TrainingError
 from tests.tiny import REPO
 
 

@@ -11,9 +11,9 @@ import pytest
 import torch
 
 import captioning.checkpoint as checkpoint_module
-import captioning.train.cross_entropy as cross_entropy
 import captioning.train.loop
-import captioning.train.step as training_step
+import captioning.train.paper_objective as cross_entropy
+import captioning.train.paper_objective as training_objective
 from captioning.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from captioning.config import ConfigError, HardConfig, ModelConfig, from_dict
 from captioning.data.dataset import Batch
@@ -22,7 +22,8 @@ from captioning.data.vocab import SPECIALS, Vocabulary
 from captioning.model.encoder_decoder import build_decoder
 from captioning.train.extras.word_weights import word_weight_vector
 from captioning.train.loop import fit
-from captioning.train.step import TrainingError, train_step
+from captioning.train.objective import TrainingError
+from captioning.train.paper_objective import train_step
 
 
 @pytest.fixture(scope="module")
@@ -313,7 +314,7 @@ def test_a_non_finite_loss_skips_the_update() -> None:
 
 def _poison(monkeypatch, steps: set[int] | None = None, *, from_step: int | None = None) -> list[int]:
     """Make the cross-entropy NaN at the given (1-based) calls, or at every call from `from_step` on."""
-    real = training_step.cross_entropy
+    real = training_objective.cross_entropy
     calls = []
 
     def poisoned(logits, targets, mask, **weights):
@@ -322,7 +323,7 @@ def _poison(monkeypatch, steps: set[int] | None = None, *, from_step: int | None
         bad = (steps is not None and len(calls) in steps) or (from_step is not None and len(calls) >= from_step)
         return loss * float("nan") if bad else loss
 
-    monkeypatch.setattr(training_step, "cross_entropy", poisoned)
+    monkeypatch.setattr(training_objective, "cross_entropy", poisoned)
     return calls
 
 
@@ -451,7 +452,7 @@ def test_a_skipped_step_moves_neither_the_weights_nor_their_average(tmp_path: Pa
 def test_pairs_left_out_of_a_batch_leave_the_others_their_own_draws(tmp_path: Path, tiny_config,
                                                                     monkeypatch) -> None:
     """collate_image_pairs leaves out the pairs whose image could not be read and says where the others
-    sat; hard attention's draws are then picked by those positions (step.row_uniforms), so every kept
+    sat; hard attention's draws are then picked by those positions (paper_objective.row_uniforms), so every kept
     caption samples what it would have sampled in the whole batch."""
     from dataclasses import replace
 

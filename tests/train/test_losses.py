@@ -8,7 +8,7 @@ import torch
 from captioning.data.dataset import Batch
 from captioning.data.vocab import Vocabulary
 from captioning.model.paper import AdditiveScore, AttentionDecoder, SoftAttention, cross_entropy, doubly_stochastic
-from captioning.train.step import train_step
+from captioning.train.paper_objective import train_step
 
 B, T, L, V = 2, 5, 9, 11
 PAD, START, END = Vocabulary.pad_id, Vocabulary.start_id, Vocabulary.end_id

@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 import torch
 
-import captioning.train.cross_entropy as cross_entropy
+import captioning.train.paper_objective as cross_entropy
 from captioning.checkpoint import CheckpointError, save_checkpoint
 from captioning.cli import train_main
-from captioning.data.sampling import epoch_batches, rank_batches
+from captioning.data.dataset import epoch_batches, rank_batches
 from captioning.train.loop import fit
 from captioning.train.resume import LastCheckpoint
 from tests.tiny import REPO

@@ -70,7 +70,7 @@ def _advantages(critic: SelfCritical, decoder, rewards: np.ndarray, monkeypatch)
     monkeypatch.setattr(critic, "sample", lambda decoder, annotations, draws=None: (tokens, log_probs, alphas))
     monkeypatch.setattr(critic, "rewards", lambda tokens, images: rewards if len(images) == rows
                         else np.array([2.0, 1.0]))  # the greedy captions' rewards, per image
-    loss, _ = critic.loss(decoder, ImageRows(torch.tensor([0, 1]), torch.randn(2, 4, 6)))
+    loss, _ = critic.surrogate(decoder, ImageRows(torch.tensor([0, 1]), torch.randn(2, 4, 6)))
     loss.backward()
     return -(log_probs.grad[:, 0] * rows).numpy()
 
@@ -87,7 +87,7 @@ def test_each_baseline_gives_the_advantages_of_its_paper(monkeypatch) -> None:
 def test_equal_rewards_give_no_gradient(monkeypatch) -> None:
     decoder, critic = _decoder().train(), _critic(samples=3)
     monkeypatch.setattr(critic, "rewards", lambda tokens, images: np.full(len(images), 0.7))
-    loss, _ = critic.loss(decoder, ImageRows(torch.tensor([0, 1]), torch.randn(2, 4, 6)))
+    loss, _ = critic.surrogate(decoder, ImageRows(torch.tensor([0, 1]), torch.randn(2, 4, 6)))
     assert abs(loss.item()) < 1e-9
 
 
@@ -103,7 +103,7 @@ def test_the_gradient_moves_towards_the_rewarded_word(baseline: str, monkeypatch
         decoder.eval()
         with torch.no_grad():
             memory, state = decoder.start(annotations)
-            logits, _, _ = decoder.step(memory, state, torch.full((2,), Vocabulary.start_id))
+            logits, _, _ = decoder.next_word(memory, state, torch.full((2,), Vocabulary.start_id))
         return torch.softmax(logits, 1)[:, red].mean().item()
 
     before = p_red()
@@ -211,7 +211,7 @@ def test_the_greedy_baseline_decodes_hard_attention_as_test_time_does(monkeypatc
     expected = {choice: test_time(choice) for choice in ("argmax", None)}
     assert expected["argmax"] != expected[None]  # the two decodings differ here
     for choice in ("argmax", None, "argmax"):
-        _, stats = critic.loss(decoder, batch, hard_choice=choice)
+        _, stats = critic.surrogate(decoder, batch, hard_choice=choice)
         assert stats["baseline"] == expected[choice], choice
     assert test_time(None) == expected[None]  # the model's own choice is back after the loss
 

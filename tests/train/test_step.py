@@ -19,14 +19,8 @@ from captioning.data.vocab import Vocabulary
 from captioning.model.paper import AdditiveScore, AttentionDecoder, Draws, HardAttention, Reinforce, SoftAttention
 from captioning.runtime.distributed import Agreement
 from captioning.train.objective import Loss
-from captioning.train.step import (
-    apply_gradients,
-    expectation_prob_at,
-    row_uniforms,
-    stand_in_batch,
-    take_step,
-    train_step,
-)
+from captioning.train.paper_objective import expectation_prob_at, row_uniforms, train_step
+from captioning.train.step import apply_gradients, stand_in_batch, take_step
 
 B, L, D, H, V = 4, 9, 8, 16, 12
 PAD, START, END = Vocabulary.pad_id, Vocabulary.start_id, Vocabulary.end_id

@@ -29,7 +29,7 @@ from captioning.data.vocab import Vocabulary
 from captioning.model import fused_check
 from captioning.model.encoder_decoder import EncoderDecoder, build_decoder
 from captioning.model.paper import Reinforce
-from captioning.train.step import train_step
+from captioning.train.paper_objective import train_step
 from tests.syncs import counting_syncs
 
 V, L, D = 11, 9, 8

@@ -14,7 +14,7 @@ from captioning.checkpoint import CheckpointError, load_checkpoint
 from captioning.cli import main
 from captioning.config import load_config
 from captioning.data.records import read_records
-from captioning.description import describe
+from captioning.inspection import describe
 from captioning.train.verify import report, verify
 
 

@@ -54,7 +54,7 @@ def _teacher_forced(decoder: AttentionDecoder, memory: Memory, state: DecoderSta
     feed_last, also the last token, and the log-distribution of the word after it, [N, V]."""
     picked, log_probs = [], None
     for position in range(tokens.shape[1] - (0 if feed_last else 1)):
-        logits, state, _ = decoder.step(memory, state, tokens[:, position])
+        logits, state, _ = decoder.next_word(memory, state, tokens[:, position])
         log_probs = torch.log_softmax(logits.float(), dim=1)  # [N, V]
         if position + 1 < tokens.shape[1]:
             picked.append(log_probs.gather(1, tokens[:, position + 1, None]).squeeze(1))

@@ -11,7 +11,7 @@ Every object's box is known (objects.json), so for the captions a model generate
 
 Words are linked to objects by reading the caption (the shapes grammar is small and fixed); COCO has
 its own linker (captioning.eval.coco). `ShapesScorer` is what captioning.eval.evaluate calls, per
-caption and per batch of images, through its `scorer` seam (captioning.eval.scorers picks it).
+caption and per batch of images, through its `scorer` seam (captioning.eval.evaluate picks it).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from captioning.data.vocab import Vocabulary
-from captioning.train.step import TrainingError
+from captioning.train.objective import TrainingError
 
 
 def word_weight_vector(weights: dict[str, float], vocab: Vocabulary) -> torch.Tensor:

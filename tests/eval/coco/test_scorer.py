@@ -20,7 +20,7 @@ from captioning.data.records import ImageRecord
 from captioning.data.splits import Split
 from captioning.data.vocab import Vocabulary
 from captioning.eval.coco.scorer import CocoScorer
-from captioning.eval.scorers import scorer_for
+from captioning.eval.evaluate import scorer_for
 from captioning.model.tokens import SPECIALS
 
 # A wide image, 8 x 4: the encoder saw its centre square, columns 2-5. A dog over columns 0-2 (one

@@ -52,7 +52,7 @@ def test_second_glimpse_is_queried_with_the_state_and_the_first_context():
             e = score.v(torch.tanh(score.key(annotations) + score.query(torch.cat([state.h, first], 1))[:, None]))
             second = torch.einsum("bl,bld->bd", torch.softmax(e.squeeze(2), dim=1), annotations)  # [B, D]
             beta = torch.sigmoid(decoder.gate(state.h))  # [B, 1]
-            decoder.step(memory, state, tokens[:, 0])
+            decoder.next_word(memory, state, tokens[:, 0])
     finally:
         handle.remove()
     assert decoder.lstm.input_size == E + 2 * D and decoder.out_z.in_features == 2 * D
@@ -76,7 +76,7 @@ def assert_teacher_forcing_equals_stepping(decoder: AttentionDecoder, annotation
         output = decoder(annotations, tokens, lengths=lengths)
         memory, state = decoder.start(annotations)
         for t in range(tokens.shape[1]):
-            logits, state, attended = decoder.step(memory, state, tokens[:, t])
+            logits, state, attended = decoder.next_word(memory, state, tokens[:, t])
             running = lengths > t
             torch.testing.assert_close(output.logits[running, t], logits[running], rtol=1e-5, atol=1e-6)
             torch.testing.assert_close(output.alphas[running, t], attended.alpha[running], rtol=1e-5, atol=1e-6)

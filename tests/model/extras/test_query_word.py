@@ -38,11 +38,11 @@ def test_the_additive_map_is_computed_from_the_state_and_the_previous_word():
     annotations, tokens = make_inputs()
     with torch.no_grad():
         memory, state = decoder.start(annotations)
-        _, state, _ = decoder.step(memory, state, tokens[:, 0])
+        _, state, _ = decoder.next_word(memory, state, tokens[:, 0])
         score = decoder.attention.score
         query = torch.cat([state.h, decoder.embed(tokens[:, 1])], dim=1)  # [B, H + E]
         e = score.v(torch.tanh(score.key(annotations) + score.query(query)[:, None])).squeeze(2)  # [B, L]
-        _, _, attended = decoder.step(memory, state, tokens[:, 1])
+        _, _, attended = decoder.next_word(memory, state, tokens[:, 1])
     assert score.query.in_features == 16 + 8
     torch.testing.assert_close(attended.alpha, torch.softmax(e, dim=1))
 

@@ -53,7 +53,7 @@ def test_the_recalled_words_are_the_softmax_of_scaled_dot_products_over_the_stat
         memory, state = decoder.start(annotations)
         states = [state.h]
         for t in range(3):
-            _, state, _ = decoder.step(memory, state, tokens[:, t])
+            _, state, _ = decoder.next_word(memory, state, tokens[:, t])
             states.append(state.h)
         query, after = words(state, decoder.embed(tokens[:, 3]))
         h = torch.stack(states, dim=1)  # [B, 4, H]: h_0 .. h_3
@@ -107,7 +107,7 @@ def test_beam_search_carries_each_beams_keys_and_values(beam_size):
     with torch.no_grad():
         memory, state = decoder.start(annotations)
         for t in range(inputs.shape[1]):
-            _, state, _ = decoder.step(memory, state, inputs[:, t])
+            _, state, _ = decoder.next_word(memory, state, inputs[:, t])
             said = t <= captions.lengths  # the words up to <end>; after it, a finished beam only pads
             torch.testing.assert_close(captions.word_alphas[said, t, :t + 1], state.word_alphas[said])
 

@@ -1,4 +1,4 @@
-"""The run's side of a step (captioning.train.stepping): an objective only returns its loss, and the
+"""The run's side of a step (captioning.train.step): an objective only returns its loss, and the
 run hands it this process's part of the batch, or a stand-in where that part is empty (whose items
 must not count), weighs it by what the processes agreed on, and applies the gradients.
 
@@ -16,11 +16,10 @@ from captioning.runtime import distributed
 from captioning.runtime.distributed import Agreement, Distributed
 from captioning.runtime.hardware import Hardware
 from captioning.runtime.precision import FULL_PRECISION
-from captioning.train import stepping as stepping_module
+from captioning.train import step as stepping_module
 from captioning.train.build import RunModel
-from captioning.train.objective import Loss
-from captioning.train.step import TrainingError
-from captioning.train.stepping import Stepping
+from captioning.train.objective import Loss, TrainingError
+from captioning.train.step import Stepping
 
 
 class Recording:

@@ -30,7 +30,7 @@ def mirror_words(words: Sequence[str]) -> list[str]:
 def mirror_batches(batches: list[list[int]], *, pairs: int, seed: int, epoch: int) -> list[list[int]]:
     """Each pair index i in [0, pairs) becomes its mirrored copy i + pairs on a fair coin.
 
-    The coins are a pure function of (seed, epoch), like the batches themselves (sampling.py), so a
+    The coins are a pure function of (seed, epoch), like the batches themselves (dataset.py), so a
     resumed run sees the same mirrored pairs as an uninterrupted one. One draw per pair, not per
     position in the batches, so the choice does not depend on how the epoch was cut.
     """

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from captioning.checkpoint import config_of
-from captioning.storage import SCALE
+from captioning.runtime.files import SCALE
 
 
 def describe(payload: dict[str, Any], path: str | Path) -> list[str]:

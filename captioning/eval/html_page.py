@@ -19,7 +19,7 @@ from urllib.parse import quote
 
 from captioning.data.records import counted, name_on_one_line
 from captioning.eval.overlays import word_file
-from captioning.runtime.replace import replace_text
+from captioning.runtime.files import replace_text
 
 
 @dataclass

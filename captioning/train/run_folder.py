@@ -1,17 +1,53 @@
-"""What a run writes as it goes: TensorBoard events and OUT_DIR/log.jsonl (one JSON object per line).
+"""One run per folder: the process that trains into train.out_dir holds OUT_DIR/.run.lock.
 
-Only the main process writes. A resumed run writes again what happened after its checkpoint, so
-both logs are first cut back to the checkpoint's step: nothing appears twice.
+A second run into the same folder would write over the first one's checkpoints (two processes
+renaming the same temporary file); it stops at once with one line instead. The lock is an flock,
+which the system releases when its process ends however it ends, so `--resume` after a kill takes
+the folder over.
 """
 
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from filelock import FileLock, Timeout
 from torch.utils.tensorboard import SummaryWriter
 
+from captioning.train.objective import TrainingError
+
+
+@contextmanager
+def run_folder(out_dir: str | Path, *, enabled: bool = True) -> Iterator[None]:
+    """Hold OUT_DIR/.run.lock for the block (only where `enabled`: the process that writes)."""
+    if not enabled:
+        yield
+        return
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(out / ".run.lock")
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        owner = (out / ".run.pid").read_text().strip() if (out / ".run.pid").exists() else "another process"
+        raise TrainingError(f"{out}: another run is training into this folder (process {owner}); choose "
+                            "another train.out_dir or wait for it to end") from None
+    try:
+        (out / ".run.pid").write_text(f"{os.getpid()}\n")
+        yield
+    finally:
+        lock.release()
+
+
+# what a run logs in its folder --------------------------------------------------------------------
+# What a run writes as it goes: TensorBoard events and OUT_DIR/log.jsonl (one JSON object per line).
+#
+# Only the main process writes. A resumed run writes again what happened after its checkpoint, so
+# both logs are first cut back to the checkpoint's step: nothing appears twice.
 
 def _step_of(line: str) -> float:
     """The step of a log line; a line torn by a kill mid-write counts as past every checkpoint."""
