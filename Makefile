@@ -14,7 +14,7 @@
 #   without a network (docs/benchmarks.md, "GPU"). Needs pip and the package index, not the venv.
 # `make mutate`: mutation testing (mutmut, not part of CI) of the core modules listed in setup.cfg
 #   ([mutmut] only_mutate) against the fast suite: the mutants not tried yet (a stopped run goes on).
-#   `make mutate MODULE=captioning.train.losses`: one module's; `STATUS=survived`: try the survivors
+#   `make mutate MODULE=captioning.model.paper`: one module's; `STATUS=survived`: try the survivors
 #   again (after new tests). Survivors: `mutmut results`, `mutmut show <name>` (docs/testing.md).
 #   The session fixtures (the tiny dataset and run) are built once, unmutated, in mutants/fixtures.
 PYTHON ?= python3
