@@ -15,9 +15,9 @@ The encoder (Sec. 3.1.1, captioning.model.encoder) gives the annotations a_1..a_
   loss    = -log p(y|a) + lambda sum_i (1 - sum_t alpha_ti)^2              Eq. 14  cross_entropy, doubly_stochastic
   hard:  + REINFORCE with a moving-average baseline and an entropy term    Eqs. 10-12 Reinforce
 
-What is not the paper wraps or imports this file: the other scores (model/scores.py) and the extras
-(model/extras/) plug into its seams; the fused path (model/fused.py) computes `_advance` faster and
-checks itself against it; packing, beam search, ensembles, a run's draws and DDP call into it.
+Around it, each importing it: the loop over t (model/packing.py), Eq. 14's sum with lambda on a batch
+(train/paper_objective.paper_loss), the other scores and extras in its seams (model/scores.py, extras/),
+and the fused path, which computes `_advance` faster and checks itself against it (model/fused.py).
 """
 
 from __future__ import annotations
