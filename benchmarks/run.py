@@ -260,7 +260,7 @@ def beam_case(args: argparse.Namespace, impl: Implementation, *, beam_size: int)
     if args.compile:  # the per-step function of the search; untested on a GPU so far (docs/benchmarks.md)
         from captioning.model import fused
 
-        decoder.step = torch.compile(decoder.step)  # the step-by-step path (any other attention)
+        decoder.next_word = torch.compile(decoder.next_word)  # the step-by-step path (any other attention)
         fused.GroupedStep.__call__ = torch.compile(fused.GroupedStep.__call__)  # the default decoder's path
 
     def run(annotations: torch.Tensor) -> Callable[[], object]:

@@ -325,10 +325,10 @@ def _compile(module: torch.nn.Module, backend: str, mode: str) -> torch.nn.Modul
 
 def _compile_beam_step(decoder: torch.nn.Module, backend: str) -> None:
     """The per-word step of beam search, compiled: the fused grouped step (soft additive attention)
-    and the decoder's own step (every other attention)."""
+    and the decoder's own next_word (every other attention)."""
     from captioning.model import fused
 
-    decoder.step = torch.compile(decoder.step, backend=backend)
+    decoder.next_word = torch.compile(decoder.next_word, backend=backend)
     fused.GroupedStep.__call__ = torch.compile(fused.GroupedStep.__call__, backend=backend)
 
 

@@ -111,7 +111,7 @@ def prove_recurrence(decoder: torch.nn.Module, like: torch.Tensor) -> None:
 @torch.compiler.disable
 @torch.no_grad()
 def prove_grouped_step(decoder: torch.nn.Module, like: torch.Tensor) -> None:
-    """Check `fused.GroupedStep` (greedy and beam search) against `decoder.step`, once per decoder, on a
+    """Check `fused.GroupedStep` (greedy and beam search) against `decoder.next_word`, once per decoder, on a
     batch shaped as `like` [B, L, D]."""
     if not _unchecked(decoder, "grouped", like):
         return
