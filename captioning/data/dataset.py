@@ -1,4 +1,6 @@
-"""(image, caption) training pairs, over cached annotations or over image files, and their collation.
+"""(image, caption) training pairs, over cached annotations or over image files, and their collation;
+an epoch's batches (`epoch_batches`), and the feature cache's memory maps pickled by reference into
+DataLoader workers (`by_reference`).
 
 Notation: B batch, T caption tokens (<start> .. <end>), L grid cells, D channels, S input side.
 """

@@ -4,6 +4,8 @@ feature cache and for captioning a folder.
 
 The encoder sees a square crop: the shorter side is resized to S and the centre S x S is kept. The
 crop box, in the original image's pixels, lets an attention map be drawn back onto the original.
+Below: what an image file holds, as the digest of its bytes (`file_digest`), and scikit-image's
+sample photos (`write_sample_photos`).
 """
 
 from __future__ import annotations

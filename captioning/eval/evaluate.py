@@ -3,9 +3,10 @@
 Notation: N images, L grid cells, D channels, (Hg, Wg) the grid.
 
 The caption metrics (captioning.eval.metrics) apply to every dataset. A dataset that knows more of
-its images adds its own scores through `scorer` (captioning.eval.evaluate picks it: the shapes
-data's captioning.eval.shapes.scorer, COCO's captioning.eval.coco.scorer), called once per
-caption with its per-word maps and once per batch of images.
+its images adds its own scores through `scorer` (`scorer_for` below picks it: the shapes data's
+captioning.eval.shapes.scorer, COCO's captioning.eval.coco.scorer), called once per caption with its
+per-word maps and once per batch of images. `caption_diagnostics`, below too, says what went wrong
+beside how much.
 """
 
 from __future__ import annotations

@@ -1,6 +1,8 @@
-"""How a checkpoint's weights are stored: as they are (fp32, fp16), or below fp16 as int8 codes with
-scales, which a module cannot load as they are (float_weights reads them back). A shipped file
-stores its weights so when fp16 would not fit (captioning.shipped.for_captioning(..., precision=)).
+"""How the package writes files: each replaced whole, under a temporary name of its own, so that a
+reader never sees half of one (`replace_text`); and how a checkpoint's weights are
+stored: as they are (fp32, fp16), or below fp16 as int8 codes with scales, which a module cannot load
+as they are (float_weights reads them back). A shipped file stores its weights so when fp16 would not
+fit (captioning.shipped.for_captioning(..., precision=)).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Where a run computes, decided in one place: its device, its process among several, its precision.
+"""Where a run computes, decided in one place: its device, its process among several, its precision;
+and its numbers brought back to the host in one trip (`floats`).
 
 Under torchrun (WORLD_SIZE > 1) each process joins the group and takes GPU LOCAL_RANK
 (captioning.runtime.distributed); precision is bf16 autocast where the device computes it natively,

@@ -1,4 +1,5 @@
-"""One run per folder: the process that trains into train.out_dir holds OUT_DIR/.run.lock.
+"""A run's folder: one run per folder (the process that trains into train.out_dir holds
+OUT_DIR/.run.lock), and what the run logs there (`RunLog`: log.jsonl and TensorBoard).
 
 A second run into the same folder would write over the first one's checkpoints (two processes
 renaming the same temporary file); it stops at once with one line instead. The lock is an flock,
