@@ -35,7 +35,10 @@ from captioning.runtime.distributed import Agreement
 def weighted_terms(terms: dict[str, float], alphas: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
     """train.terms on the maps of a batch's captions: each registered term (captioning.config.registry.TERMS)
     times its weight, by name (the name the logs give it). alphas [B, T, L]; mask [B, T], 1 on real words."""
-    return {name: weight * TERMS[name](alphas.float(), mask) for name, weight in terms.items()}
+    if not terms:  # the usual case: no cast of the maps at every step
+        return {}
+    alphas = alphas.float()  # once for all the terms
+    return {name: weight * TERMS[name](alphas, mask) for name, weight in terms.items()}
 
 
 class TrainingError(RuntimeError):
