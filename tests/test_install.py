@@ -27,10 +27,14 @@ print(json.dumps({"failed": failed, "from": importlib.import_module("captioning"
 """
 
 
+# mutation testing's copy of the tree keeps its records beside each module it mutates (api.py.meta)
+MUTMUT_RECORDS = (".py.meta", ".py.spans")
+
+
 def _files(root: Path) -> set[Path]:
     package = root / "captioning"
     return {path.relative_to(root) for path in package.rglob("*")
-            if path.is_file() and "__pycache__" not in path.parts}
+            if path.is_file() and "__pycache__" not in path.parts and not path.name.endswith(MUTMUT_RECORDS)}
 
 
 def test_a_wheel_install_holds_every_file_of_the_package_and_every_module_imports_from_it(tmp_path: Path) -> None:
