@@ -145,7 +145,7 @@ def scst_child(data: Path, out: Path) -> None:
     vocab = Vocabulary.load(out / "vocab.json")
     before = resident()
     start = time.perf_counter()
-    references = tokenized(records, cache=tokens_dir(config.data))
+    references = tokenized(records, cache=tokens_dir(config.data), language=config.data.language)
     critic = SelfCritical(config.train.scst, references=references, vocab=vocab, max_length=config.decode.max_length)
     setup, after_setup = time.perf_counter() - start, resident()
     candidates = [references.caption(int(c)) for c in references.first[:-1]]  # each image's first reference
@@ -338,7 +338,7 @@ def workers(root: Path) -> None:
     data = root / "full"
     config = load_config(REPO / CONFIG, [f"data.root={data}"])
     records = read_records(config.data, "train")
-    captions = tokenized(records, cache=tokens_dir(config.data))
+    captions = tokenized(records, cache=tokens_dir(config.data), language=config.data.language)
     vocab = Vocabulary.load(root / "runs" / "full" / "vocab.json")
     cells = np.zeros((len(records), 1, 1), dtype=np.float16)
     for name, kind in (("arrays", CaptionPairs), ("a list of pairs", ListedPairs)):

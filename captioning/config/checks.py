@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import types
 import typing
 from typing import Any
@@ -12,7 +13,7 @@ from typing import Any
 import captioning.config.bounds as bounds
 import captioning.config.choices as choices
 import captioning.config.registry as registry
-from captioning.config.schema import Config, ConfigError, settings_of
+from captioning.config.schema import Config, ConfigError, DataConfig, settings_of
 
 
 def _check_types(section: Any, where: str, prefix: str) -> None:
@@ -136,6 +137,7 @@ def _combinations(config: Config) -> list[str]:
         problems.append(problem)
     if t.ema_decay and e.fine_tune_from is not None:
         problems.append("train.ema_decay averages the decoder only; it does not go with encoder.fine_tune_from")
+    problems += _language_problems(config.data)
     if config.data.augment and config.data.feature_cache and e.fine_tune_from is None:
         problems.append("data.augment needs the encoder on the fly (cached annotations are computed once per "
                         "image): set data.feature_cache=false or encoder.fine_tune_from")
@@ -151,6 +153,25 @@ def _combinations(config: Config) -> list[str]:
     if not all(isinstance(word, str) and isinstance(weight, (int, float)) and not isinstance(weight, bool)
                and weight > 0 for word, weight in weights.items()):
         problems.append(f"train.word_weights must map words to positive numbers, got {weights!r}")
+    return problems
+
+
+LANGUAGE_TAG = re.compile(r"[a-z]{2,3}(-[A-Za-z0-9]{2,8})*")  # BCP 47's shape: en, de, pt-BR, zh-Hant
+
+
+def _language_problems(data: DataConfig) -> list[str]:
+    """The captions' language and where they come from, against what the data and the flips can do."""
+    problems = []
+    if not LANGUAGE_TAG.fullmatch(data.language):
+        problems.append(f"data.language '{data.language}' is not a language tag (en, de, pt-BR)")
+    elif data.mirror and data.language != choices.ENGLISH:
+        problems.append(f"data.mirror swaps the English words for left and right (data/flips.py), and "
+                        f"data.language is {data.language}")
+    readers = registry.DATASETS
+    if data.token_file is not None and not getattr(readers[data.dataset], "reads_token_file", False):
+        takers = [name for name in readers if getattr(readers[name], "reads_token_file", False)]
+        problems.append(f"data.token_file is read beside a Karpathy-format split file (data.dataset "
+                        f"{', '.join(takers)}), not by data.dataset={data.dataset}")
     return problems
 
 

@@ -10,6 +10,11 @@ where their code is.
 
 from __future__ import annotations
 
+# The captions' language (data.language) where a rule is one language's: the Treebank tokenizer's
+# clitics, pycocoevalcap's PTB tokenizer and METEOR's paraphrase table, and the words data.mirror swaps
+# (data/flips.py), are English's. Every other language is tokenized by Unicode words (data/vocab.py).
+ENGLISH = "en"
+
 # Encoders, the layer they are cut at, how their convolutions pad, and the stages fine-tuning can
 # start from (captioning.model.encoder builds them from these names).
 RESNETS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152")  # 18-50: small tests, ablations

@@ -78,6 +78,15 @@ class DataConfig(Extensible):
     cache_root: str | None = None
     split_file: str = "dataset_shapes.json"  # Karpathy-format: dataset_coco.json, dataset_flickr8k.json ...
     image_dir: str = ""  # images are image_dir/filepath/filename (Flickr entries have no filepath)
+    # The captions from a file in Flickr8k's token format (`<image file>#<i><TAB><caption>`, UTF-8)
+    # in place of the split file's sentences: Flickr8k.token.txt, or captions of the same photos in
+    # another language (Flickr8k.de.token.txt). The split file still says which image is in which
+    # split; an image the file gives no caption is left out, and one line counts them. Karpathy-format
+    # datasets only; None: the split file's own sentences.
+    token_file: str | None = None
+    # The captions' language, as a tag (en, de, pt-BR): how they are tokenized (English by the Treebank's
+    # rules, any other language by Unicode words) and scored (METEOR and the PTB tokenizer are English's).
+    language: str = "en"
     image_size: int = 224  # the encoder's square input; the shorter side is resized, then centre-cropped
     min_word_count: int = 1
     max_caption_length: int = 20  # clips training targets only, never references

@@ -26,7 +26,8 @@ def vocabulary_path(config: Config) -> Path:
 
 def build_vocabulary(config: Config) -> tuple[Vocabulary, dict[str, float]]:
     """The vocabulary of the training split, and a few numbers that help choose its settings."""
-    captions = tokenized(read_records(config.data, "train"), cache=tokens_dir(config.data))
+    captions = tokenized(read_records(config.data, "train"), cache=tokens_dir(config.data),
+                         language=config.data.language)
     counts = captions.counts()
     vocab = Vocabulary.from_counts(counts, min_count=config.data.min_word_count)
     tokens = sum(counts.values())

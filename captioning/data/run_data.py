@@ -59,7 +59,7 @@ def load_run_data(config: Config, *, vocab_words: list[str] | None, encoder: Enc
         if note is not None:
             print(note, file=sys.stderr)
     train, val = splits["train"], splits["val"]
-    captions = tokenized(train.records, cache=tokens_dir(config.data))
+    captions = tokenized(train.records, cache=tokens_dir(config.data), language=config.data.language)
     pairs = training_pairs(config, train, captions, vocab, encoder=encoder)
     if encoder is None:
         return RunData(train, val, vocab, captions, pairs, collate, val.annotations)

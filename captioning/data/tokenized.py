@@ -8,14 +8,15 @@ hundreds of megabytes, and a DataLoader worker that touches them copies the page
 words, with offsets per caption and per image: 4 bytes a token.
 
 The disk copy, DATA_ROOT/tokens/<digest>.npz, is named after what made it: the tokenization's
-version (vocab.TOKENIZATION, nltk's version) and every raw caption of every image in order, so a
-changed caption, image or tokenizer finds no file and tokenizes again. It is read without pickle.
-A data root that cannot be written only costs the next run the tokenizing again.
+version (vocab.tokenization of the captions' language, nltk's version) and every raw caption of
+every image in order, so a changed caption, image or tokenizer finds no file and tokenizes again.
+It is read without pickle. A data root that cannot be written only costs the next run the tokenizing again.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import multiprocessing
 import os
@@ -30,7 +31,7 @@ import numpy as np
 from captioning import progress
 from captioning.config import DataConfig
 from captioning.data.records import ImageRecord
-from captioning.data.vocab import TOKENIZATION, Vocabulary, tokenize
+from captioning.data.vocab import ENGLISH, Vocabulary, tokenization, tokenize
 
 
 class Tokenized(Sequence):
@@ -48,12 +49,12 @@ class Tokenized(Sequence):
         self.words, self.ids, self.offsets, self.first = words, ids, offsets, first
 
     @classmethod
-    def of(cls, captions: Sequence[Sequence[str]]) -> Tokenized:
-        """Tokenize each image's raw captions (vocab.tokenize)."""
+    def of(cls, captions: Sequence[Sequence[str]], *, language: str = ENGLISH) -> Tokenized:
+        """Tokenize each image's raw captions, written in `language` (vocab.tokenize)."""
         index: dict[str, int] = {}
         ids: list[int] = []
         offsets, first = [0], [0]
-        images = progress.bar(_each_image(captions), total=len(captions), desc="tokenizing", unit="image",
+        images = progress.bar(_each_image(captions, language), total=len(captions), desc="tokenizing", unit="image",
                               leave=False)
         for tokens in images:
             for caption in tokens:
@@ -105,21 +106,21 @@ PARALLEL_FROM = 20_000  # images: fewer tokenize faster in this process than a p
 CHUNK = 2_000  # images a task of the pool
 
 
-def _tokenize_images(captions: Sequence[Sequence[str]]) -> list[list[list[str]]]:
-    return [[tokenize(caption) for caption in raw] for raw in captions]
+def _tokenize_images(captions: Sequence[Sequence[str]], language: str) -> list[list[list[str]]]:
+    return [[tokenize(caption, language=language) for caption in raw] for raw in captions]
 
 
-def _each_image(captions: Sequence[Sequence[str]]) -> Iterator[list[list[str]]]:
+def _each_image(captions: Sequence[Sequence[str]], language: str) -> Iterator[list[list[str]]]:
     """Each image's captions tokenized, in order. A large split is tokenized by a pool of forked
     processes, one per core (up to 8): the tokenizer is pure Python, and COCO's training captions
     take most of a minute of one core (docs/scale.md)."""
     cores = min(len(os.sched_getaffinity(0)), 8)
     if len(captions) < PARALLEL_FROM or cores < 2 or multiprocessing.current_process().daemon:
-        yield from _tokenize_images(captions)  # a daemon (a DataLoader worker) may not start processes
+        yield from _tokenize_images(captions, language)  # a daemon (a DataLoader worker) may not start processes
         return
     chunks = [captions[i:i + CHUNK] for i in range(0, len(captions), CHUNK)]
     with multiprocessing.get_context("fork").Pool(cores) as pool:
-        for part in pool.imap(_tokenize_images, chunks):
+        for part in pool.imap(functools.partial(_tokenize_images, language=language), chunks):
             yield from part
 
 
@@ -131,18 +132,19 @@ def tokens_dir(data: DataConfig) -> Path | None:
     return Path(data.cache_root or data.root) / "tokens" if data.max_images is None else None
 
 
-def _digest(captions: Sequence[Sequence[str]]) -> str:
-    digest = hashlib.blake2b(f"{TOKENIZATION} nltk {nltk.__version__}".encode(), digest_size=16)
+def _digest(captions: Sequence[Sequence[str]], language: str) -> str:
+    digest = hashlib.blake2b(f"{tokenization(language)} nltk {nltk.__version__}".encode(), digest_size=16)
     for raw in captions:
         digest.update(("\x1f".join(raw) + "\x1e").encode())
     return digest.hexdigest()
 
 
-def tokenized(records: Sequence[ImageRecord], *, cache: Path | None) -> Tokenized:
-    """The records' captions tokenized: read from CACHE/<digest>.npz when an earlier run wrote it,
-    else tokenized here and written there (cache None: tokenized, not kept)."""
+def tokenized(records: Sequence[ImageRecord], *, cache: Path | None, language: str) -> Tokenized:
+    """The records' captions, written in `language` (data.language), tokenized: read from
+    CACHE/<digest>.npz when an earlier run wrote it, else tokenized here and written there (cache
+    None: tokenized, not kept)."""
     captions = [record.captions for record in records]
-    path = cache / f"{_digest(captions)}.npz" if cache is not None else None
+    path = cache / f"{_digest(captions, language)}.npz" if cache is not None else None
     if path is not None and path.exists():
         try:
             with np.load(path, allow_pickle=False) as saved:
@@ -150,7 +152,7 @@ def tokenized(records: Sequence[ImageRecord], *, cache: Path | None) -> Tokenize
                 return Tokenized(words=words, ids=saved["ids"], offsets=saved["offsets"], first=saved["first"])
         except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
             pass  # unreadable (a disk error, a partial copy): tokenize again and write it anew
-    result = Tokenized.of(captions)
+    result = Tokenized.of(captions, language=language)
     if path is not None:
         _save(path, result)
     return result

@@ -1,7 +1,9 @@
 """Caption normalization, tokenization and the word vocabulary.
 
 Training targets and evaluation references go through the same `tokenize`, so a word is the same
-word on both sides. nltk's Treebank tokenizer is rule-based and needs no data download.
+word on both sides. Captions are tokenized by their language (data.language): English by nltk's
+Treebank rules, which are rule-based and need no data download; any other language by Unicode word
+characters, since the Treebank's clitics and quotes are English's.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 
 from nltk.tokenize import TreebankWordTokenizer
 
+from captioning.config.choices import ENGLISH
 from captioning.model.tokens import END_ID, PAD_ID, SPECIALS, START_ID, UNK_ID
 from captioning.runtime.files import replace_text
 
@@ -39,15 +42,43 @@ def _unquote(token: str) -> str:
     return token if token in _CLITICS or not token.startswith("'") else token.lstrip("'")
 
 
-# Names what `tokenize` gives: change it whenever its output changes, since tokenized captions are
-# kept on disk under a name made from it (data/tokenized.py).
+# Names what `tokenize` gives in each language: change it whenever its output changes, since
+# tokenized captions are kept on disk under a name made from it (data/tokenized.py).
 TOKENIZATION = "treebank, NFKC, straight quotes, lower case, no punctuation: 1"
+WORD_TOKENIZATION = "unicode words, NFKC, straight quotes, lower case, no punctuation: 1"
 
 
-def tokenize(caption: str) -> list[str]:
-    """Lower-cased word tokens without punctuation: 'A red, round Circle.' -> [a, red, round, circle]."""
+def tokenization(language: str) -> str:
+    """What `tokenize(..., language=language)` is, by name."""
+    return TOKENIZATION if language == ENGLISH else WORD_TOKENIZATION
+
+
+def tokenize(caption: str, *, language: str = ENGLISH) -> list[str]:
+    """Lower-cased word tokens without punctuation, in the caption's language:
+    'A red, round Circle.' -> [a, red, round, circle];
+    'Zwei Hunde rennen über die Straße.' (de) -> [zwei, hunde, rennen, über, die, straße]."""
+    if language != ENGLISH:
+        return words(caption)
     tokens = (_unquote(token) for token in _TOKENIZER.tokenize(normalize(caption)))
     return [token for token in tokens if token and not _PUNCTUATION.match(token)]
+
+
+_JOINERS = "'-"  # inside a word they join it ("t-shirt", "geht's"); at its ends they are punctuation
+
+
+def _in_word(character: str) -> bool:
+    # letters and digits of any script, the marks that sit on them (a vowel sign of Devanagari, an
+    # accent NFKC found nothing to compose with) and the joiners
+    return character.isalnum() or unicodedata.category(character)[0] == "M" or character in _JOINERS
+
+
+def words(caption: str) -> list[str]:
+    """The words of a caption in any language: runs of letters, digits and their marks, joined inside
+    by an apostrophe or a hyphen, lower-cased as Unicode lowers them (Ä -> ä; ß stays ß, which a
+    case fold would make ss). NFKC first, so an umlaut typed as a + a combining diaeresis is one
+    letter: 'Ein T-Shirt, grün.' -> [ein, t-shirt, grün]."""
+    text = "".join(c if _in_word(c) else " " for c in normalize(caption))
+    return [word for word in (token.strip(_JOINERS) for token in text.split()) if word]
 
 
 class Vocabulary:

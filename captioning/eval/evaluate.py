@@ -24,6 +24,7 @@ import torch
 from captioning import progress
 from captioning.checkpoint import Trained, load_ensemble
 from captioning.config import Config
+from captioning.config.choices import ENGLISH
 from captioning.data.records import DatasetError, too_many_unreadable
 from captioning.data.splits import Split
 from captioning.data.vocab import Vocabulary, tokenize
@@ -62,12 +63,13 @@ def evaluate_split(decoder: AttentionDecoder, annotations: Any, *, image_ids: Se
                    batch_size: int = 100, full: bool = True,
                    device: str | torch.device = "cpu",
                    hard_choice: str | None = None,
-                   max_bad_images: float | None = None) -> tuple[dict[str, float], list[dict]]:
+                   max_bad_images: float | None = None, language: str = ENGLISH) -> tuple[dict[str, float], list[dict]]:
     """Decode every image of a split and score it. annotations [N, L, D] (an array, memory-mapped
     rows, or images encoded on demand). `hard_choice` is how a hard attention model picks its cell
     (captioning.model.decoding), which also says what `no_repeat_ngram` and `allow_unk` do; scores
     of maps read the map alpha. `full=False`: the Java-free
-    caption metrics that validation uses.
+    caption metrics that validation uses. `language`: the references' (data.language), which says how
+    the metrics tokenize (captioning.eval.metrics).
 
     Returns the metrics and the COCO results list [{"image_id", "caption"}].
     """
@@ -77,10 +79,12 @@ def evaluate_split(decoder: AttentionDecoder, annotations: Any, *, image_ids: Se
                            device=device, hard_choice=hard_choice)
     if max_bad_images is not None:
         check_unreadable(decoded.unreadable, len(image_ids), limit=max_bad_images)
-    metrics = score_split(decoded.results, image_ids=image_ids, references=references, scorer=scorer, full=full)
+    metrics = score_split(decoded.results, image_ids=image_ids, references=references, scorer=scorer, full=full,
+                          language=language)
     if full:  # what went wrong, beside how much (eval/evaluate.py)
         metrics.update(caption_diagnostics({r["image_id"]: r["caption"] for r in decoded.results},
-                                           dict(zip(image_ids, references)), max_length=max_length))
+                                           dict(zip(image_ids, references)), max_length=max_length,
+                                           language=language))
     return metrics, decoded.results
 
 
@@ -134,12 +138,13 @@ def check_unreadable(paths: Sequence[str], total: int, *, limit: float) -> None:
 
 
 def score_split(results: Sequence[dict], *, image_ids: Sequence[int], references: Sequence[Sequence[str]],
-                scorer: Scorer | None = None, full: bool = True, ptb: bool | None = None) -> dict[str, float]:
+                scorer: Scorer | None = None, full: bool = True, ptb: bool | None = None,
+                language: str = ENGLISH) -> dict[str, float]:
     """The caption metrics of `results` against the references of the images they caption
-    (captioning.eval.metrics.caption_metrics: `full`, `ptb`), and the scorer's own."""
+    (captioning.eval.metrics.caption_metrics: `full`, `ptb`, `language`), and the scorer's own."""
     scored = {r["image_id"] for r in results}
     metrics = caption_metrics({i: refs for i, refs in zip(image_ids, references) if i in scored},
-                              {r["image_id"]: r["caption"] for r in results}, full=full, ptb=ptb)
+                              {r["image_id"]: r["caption"] for r in results}, full=full, ptb=ptb, language=language)
     if scorer is not None:
         metrics.update(scorer.metrics())
     return metrics
@@ -177,13 +182,14 @@ def evaluate_trained(trained: Trained, *, split: str, beam_size: int | None = No
     refuse_hard_choice(decoder, choice, trained.path)
     data, annotations = trained.split(split)
     beam_size = beam_size or config.decode.beam_size
-    tokenizer = metrics_tokenizer()
+    language = config.data.language
+    tokenizer = metrics_tokenizer(language=language)
     metrics, results = evaluate_split(
         decoder, annotations, image_ids=data.image_ids, references=data.references, vocab=vocab, grid=data.grid,
         scorer=scorer_for(data, vocab), beam_size=beam_size, max_length=config.decode.max_length,
         length_penalty=config.decode.length_penalty, no_repeat_ngram=config.decode.no_repeat_ngram,
         allow_unk=config.decode.allow_unk, device=device, hard_choice=choice,
-        max_bad_images=config.data.max_bad_images)
+        max_bad_images=config.data.max_bad_images, language=language)
     return Evaluation(metrics, results, config, beam_size, choice, tokenizer), data
 
 
@@ -198,6 +204,7 @@ def write_evaluation(evaluation: Evaluation, *, checkpoint: str | Path, split: s
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps({"checkpoint": str(checkpoint), "split": split, "beam_size": evaluation.beam_size,
                                    "hard_choice": evaluation.hard_choice, "tokenizer": evaluation.tokenizer,
+                                   "language": evaluation.config.data.language,
                                    **evaluation.metrics}, indent=2))
         written["metrics"] = out
     results = results or (out.with_name(f"{out.stem}_captions.json") if out else None)
@@ -250,12 +257,14 @@ def _repeats(words: Sequence[str], n: int = 3) -> bool:
 
 
 def caption_diagnostics(captions: Mapping[int, str], references: Mapping[int, Sequence[str]], *,
-                        max_length: int) -> dict[str, float]:
-    """The numbers above for one caption per image (image id -> caption) and those images' references."""
+                        max_length: int, language: str = ENGLISH) -> dict[str, float]:
+    """The numbers above for one caption per image (image id -> caption) and those images' references
+    (written in `language`)."""
     words = [caption.split() for caption in captions.values()]
     if not words:
         return {}
-    reference_words = [len(tokenize(reference)) for image in captions for reference in references[image]]
+    reference_words = [len(tokenize(reference, language=language))
+                       for image in captions for reference in references[image]]
     return {
         "distinct_captions": len(set(captions.values())) / len(words),
         "vocabulary_used": float(len({word for caption in words for word in caption})),

@@ -3,6 +3,11 @@
 pycocoevalcap is the code behind the COCO leaderboard: one generated caption per image against all
 its references. Its PTB tokenizer and METEOR run on Java; without Java we say so and score BLEU,
 ROUGE-L and CIDEr on the project's own tokenization.
+
+Both are English's: the PTB tokenizer splits English clitics, and the METEOR 1.5 jar pycocoevalcap
+ships holds English's paraphrase table only (`-l de` stops at the missing data/paraphrase-de.gz).
+Captions in another language (data.language) are scored on the project's tokenizer for any language
+(Unicode words: data/vocab.py), named with its language, and METEOR is left out, said in one line.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import sys
 import tempfile
 from collections.abc import Sequence
 
+from captioning.config.choices import ENGLISH
 from captioning.data.vocab import normalize, tokenize
 
 JAVA_METRICS = ("METEOR", "SPICE", "the PTB tokenizer")
@@ -22,6 +28,12 @@ JAVA_METRICS = ("METEOR", "SPICE", "the PTB tokenizer")
 # move the scores apart (docs/metrics.md measures by how much).
 PTB_TOKENIZER = "PTB (pycocoevalcap, Java)"
 OWN_TOKENIZER = "the project's Treebank (no Java)"
+
+
+def words_tokenizer(language: str) -> str:
+    """The name of the tokenizer the metrics of captions in a language other than English are on."""
+    return f"the project's Unicode words ({language})"
+
 # What validation during training scores (caption_metrics with full=False: BLEU and CIDEr, on the
 # tokenizer train.val_tokenizer names) is VALIDATION_METRICS: the config's list, which
 # train.val_metric picks from.
@@ -31,9 +43,12 @@ def java_available() -> bool:
     return shutil.which("java") is not None
 
 
-def metrics_tokenizer(*, ptb: bool = True) -> str:
-    """What caption_metrics(ptb=ptb) tokenizes with here: the PTB tokenizer where it is asked for and
-    Java is found; the project's own otherwise."""
+def metrics_tokenizer(*, ptb: bool = True, language: str = ENGLISH) -> str:
+    """What caption_metrics(ptb=ptb, language=language) tokenizes with here: for English, the PTB
+    tokenizer where it is asked for and Java is found, the project's own otherwise; for another
+    language, the project's tokenizer of Unicode words."""
+    if language != ENGLISH:
+        return words_tokenizer(language)
     return PTB_TOKENIZER if ptb and java_available() else OWN_TOKENIZER
 
 
@@ -65,25 +80,30 @@ def _java_chatter_held():
 
 
 def caption_metrics(references: dict[int, Sequence[str]], candidates: dict[int, str], *,
-                    full: bool = True, ptb: bool | None = None) -> dict[str, float]:
+                    full: bool = True, ptb: bool | None = None, language: str = ENGLISH) -> dict[str, float]:
     """BLEU-1..4, METEOR, ROUGE-L and CIDEr of one candidate per image against its references.
 
     `full=False` is the subset that picks checkpoints during training: BLEU and CIDEr (METEOR and
     ROUGE-L cost more and pick nothing). `ptb`: tokenize with the PTB tokenizer (where Java is
     found), as the reported numbers are; False: the project's own tokenization, no Java. None: PTB
-    for the full metrics, the project's own for the subset.
+    for the full metrics, the project's own for the subset. `language`: the captions' (data.language);
+    other than English, the project's Unicode words and no METEOR, whatever `ptb` says.
     """
     from pycocoevalcap.bleu.bleu import Bleu
     from pycocoevalcap.cider.cider import Cider
     from pycocoevalcap.rouge.rouge import Rouge
 
-    ptb = full if ptb is None else ptb
+    ptb = (full if ptb is None else ptb) and language == ENGLISH
     use_java = ptb and java_available()
-    if full and not use_java and ptb:
+    if full and language != ENGLISH:
+        print(f"note: METEOR is not scored on captions in {language}: the METEOR 1.5 jar pycocoevalcap ships "
+              f"has English's paraphrase table only (-l {language} would need its own); BLEU, ROUGE_L and CIDEr "
+              f"are on {words_tokenizer(language)}", file=sys.stderr)
+    elif full and not use_java and ptb:
         print(f"warning: java not found: {', '.join(JAVA_METRICS[:-1])} and {JAVA_METRICS[-1]} need it, so METEOR "
               f"is not scored and BLEU, ROUGE_L and CIDEr are on {OWN_TOKENIZER} tokenization, which moves them "
               "(docs/metrics.md); install a Java runtime for the standard numbers", file=sys.stderr)
-    gts, res = _tokenized(references, candidates, use_java=use_java)
+    gts, res = _tokenized(references, candidates, use_java=use_java, language=language)
     metrics: dict[str, float] = {}
     bleu, _ = _quietly(Bleu(4).compute_score, gts, res)
     metrics.update({f"Bleu_{n + 1}": float(b) for n, b in enumerate(bleu)})
@@ -98,20 +118,21 @@ def caption_metrics(references: dict[int, Sequence[str]], candidates: dict[int, 
 
 
 def cider_per_image(references: dict[int, Sequence[str]], candidates: dict[int, str], *,
-                    ptb: bool = True) -> dict[int, float]:
+                    ptb: bool = True, language: str = ENGLISH) -> dict[int, float]:
     """Each image's CIDEr-D, tokenized as caption_metrics tokenizes (`ptb`); the document
     frequencies come from all the images given, so the mean over them is caption_metrics' CIDEr,
     and a mean over some of them is that part's share of it (what a study needs to score halves or
     resamples of a split without decoding again)."""
     from pycocoevalcap.cider.cider import Cider
 
-    gts, res = _tokenized(references, candidates, use_java=ptb and java_available())
+    use_java = ptb and language == ENGLISH and java_available()
+    gts, res = _tokenized(references, candidates, use_java=use_java, language=language)
     _, scores = _quietly(Cider().compute_score, gts, res)
     return {image_id: float(score) for image_id, score in zip(gts, scores)}  # compute_score walks gts' keys
 
 
 def _tokenized(references: dict[int, Sequence[str]], candidates: dict[int, str], *,
-               use_java: bool) -> tuple[dict[int, list[str]], dict[int, list[str]]]:
+               use_java: bool, language: str) -> tuple[dict[int, list[str]], dict[int, list[str]]]:
     """References and candidates as pycocoevalcap's scorers take them: {image_id: [tokenized caption, ...]}."""
     if use_java:
         from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer
@@ -123,6 +144,6 @@ def _tokenized(references: dict[int, Sequence[str]], candidates: dict[int, str],
                            {i: [{"caption": normalize(c)} for c in refs] for i, refs in references.items()})
             res = _quietly(tokenizer.tokenize, {i: [{"caption": candidates[i]}] for i in references})
         return gts, res
-    gts = {i: [" ".join(tokenize(c)) for c in refs] for i, refs in references.items()}
-    res = {i: [" ".join(tokenize(candidates[i]))] for i in references}
+    gts = {i: [" ".join(tokenize(c, language=language)) for c in refs] for i, refs in references.items()}
+    res = {i: [" ".join(tokenize(candidates[i], language=language))] for i in references}
     return gts, res

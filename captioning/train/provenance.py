@@ -140,7 +140,8 @@ def run_record(config: Config, *, train: Sequence[ImageRecord], val: Sequence[Im
               for split, known in (contents or {}).items() if images.get(split) is not None}
     digested = {f"{split}_image_contents": split_digest(values) for split, values in hashed.items()}
     record: dict[str, Any] = {
-        "data": {"dataset": d.dataset, "train_images": len(train), "train_image_ids": digest(ids["train"]),
+        "data": {"dataset": d.dataset, "language": d.language,
+                 "train_images": len(train), "train_image_ids": digest(ids["train"]),
                  "train_image_files": digest(image_files(train, d.root)),
                  "val_images": len(val), "val_image_ids": digest(ids["val"]),
                  "val_image_files": digest(image_files(val, d.root)),

@@ -66,7 +66,8 @@ def validation_metrics(decoder: AttentionDecoder, split: Split, vocab: Vocabular
     for _, more in parts[1:] if scorer is not None else ():
         scorer.absorb(more)
     return score_split(results, image_ids=split.image_ids[:count], references=split.references[:count],
-                       scorer=scorer, full=False, ptb=config.train.val_tokenizer == "ptb")
+                       scorer=scorer, full=False, ptb=config.train.val_tokenizer == "ptb",
+                       language=config.data.language)
 
 
 def validation_beam(config: Config) -> int:
@@ -76,7 +77,7 @@ def validation_beam(config: Config) -> int:
 
 def validation_tokenizer(config: Config) -> str:
     """What validation's metrics are computed on, here (captioning.eval.metrics)."""
-    return metrics_tokenizer(ptb=config.train.val_tokenizer == "ptb")
+    return metrics_tokenizer(ptb=config.train.val_tokenizer == "ptb", language=config.data.language)
 
 
 def hard_choice(config: Config) -> str | None:

@@ -167,7 +167,8 @@ def main() -> None:
     trained = load_trained(args.out / args.run / "best.pt",
                            overrides=[f"data.root={args.data}", f"data.cache_root={args.cache}"])
     train, _ = trained.split("train")
-    captions = tokenized(train.records, cache=tokens_dir(trained.config.data))
+    data = trained.config.data
+    captions = tokenized(train.records, cache=tokens_dir(data), language=data.language)
     pairs = CaptionPairs(train.annotations, captions, trained.vocab, max_length=trained.config.data.max_caption_length)
     order = torch.randperm(len(pairs), generator=torch.Generator().manual_seed(args.seed))
     batches = [collate([pairs[int(i)] for i in order[b * args.captions:(b + 1) * args.captions]])

@@ -54,37 +54,39 @@ def test_encoded_pairs_are_vocab_encode_of_each_caption(max_length, words) -> No
 
 
 def test_the_second_run_reads_the_tokens_from_disk_and_a_changed_caption_tokenizes_again(tmp_path, monkeypatch):
-    first = tokenized(_records(), cache=tmp_path)
+    first = tokenized(_records(), cache=tmp_path, language="en")
     assert len(list(tmp_path.glob("*.npz"))) == 1
 
-    def refuse(caption: str) -> list[str]:
+    def refuse(caption: str, *, language: str) -> list[str]:
         raise AssertionError("tokenized again")
 
     monkeypatch.setattr(tokenized_module, "tokenize", refuse)
-    again = tokenized(_records(), cache=tmp_path)
+    again = tokenized(_records(), cache=tmp_path, language="en")
     assert again.words == first.words and [again[i] for i in range(4)] == [first[i] for i in range(4)]
     for array in ("ids", "offsets", "first"):
         np.testing.assert_array_equal(getattr(again, array), getattr(first, array))
     changed = [*CAPTIONS[:3], ("the dog's ball is left of it", CAPTIONS[3][1])]
     with pytest.raises(AssertionError, match="tokenized again"):
-        tokenized(_records(changed), cache=tmp_path)
-    monkeypatch.setattr(tokenized_module, "TOKENIZATION", "another tokenizer")  # same captions, new tokenizer
+        tokenized(_records(changed), cache=tmp_path, language="en")
+    with pytest.raises(AssertionError, match="tokenized again"):  # the same captions in another language's words
+        tokenized(_records(), cache=tmp_path, language="de")
+    monkeypatch.setattr(tokenized_module, "tokenization", lambda language: "another tokenizer")  # a new tokenizer
     with pytest.raises(AssertionError, match="tokenized again"):
-        tokenized(_records(), cache=tmp_path)
+        tokenized(_records(), cache=tmp_path, language="en")
 
 
 def test_a_damaged_file_is_tokenized_again_and_an_unwritable_folder_only_costs_the_tokenizing(tmp_path,
                                                                                                capsys) -> None:
     expected = [[tokenize(c) for c in raw] for raw in CAPTIONS]
-    tokenized(_records(), cache=tmp_path)
+    tokenized(_records(), cache=tmp_path, language="en")
     saved = next(tmp_path.glob("*.npz"))
     saved.write_bytes(saved.read_bytes()[:50])
-    captions = tokenized(_records(), cache=tmp_path)
+    captions = tokenized(_records(), cache=tmp_path, language="en")
     assert [captions[i] for i in range(4)] == expected
-    assert tokenized(_records(), cache=tmp_path).words == captions.words  # written anew, and readable
+    assert tokenized(_records(), cache=tmp_path, language="en").words == captions.words  # written anew, and readable
     blocked = tmp_path / "a file"
     blocked.write_text("")
-    captions = tokenized(_records(), cache=blocked / "tokens")  # under a file: cannot be made
+    captions = tokenized(_records(), cache=blocked / "tokens", language="en")  # under a file: cannot be made
     assert [captions[i] for i in range(4)] == expected
     said = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert len(said) == 1 and said[0].startswith(f"note: {blocked / 'tokens'}: the tokenized captions cannot be kept")

@@ -5,16 +5,23 @@ with `filepath` + `filename`, or `filename` alone for Flickr: all images in one 
 data.image_dir), and of any file of that form (data.dataset=karpathy). For COCO 2014 these are
 the splits every paper since 2015 reports on: `train` + `restval` for training (113 287 images),
 `val` and `test` with 5 000 images each; images at ROOT/IMAGE_DIR/filepath/filename.
+
+The captions can come from a file of their own in Flickr8k's token format instead (data.token_file):
+Flickr8k.token.txt, or the same photos' captions in another language; the split file still places
+each image in its split.
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import sys
+from dataclasses import replace
 from pathlib import Path
 
 from captioning.config import DataConfig
 from captioning.config.registry import DATASETS
-from captioning.data.records import DatasetError, ImageRecord, data_root, note_dropped, usable
+from captioning.data.records import DatasetError, ImageRecord, counted, data_root, note_dropped, usable
 
 
 @DATASETS.register("coco")
@@ -32,11 +39,61 @@ def read_karpathy(data: DataConfig, split: str) -> list[ImageRecord]:
     return read_configured(data, split, where=f"docs/coco.md says what the {data.dataset} data holds")
 
 
+read_karpathy.reads_token_file = read_coco.reads_token_file = True  # data.token_file
+
+
 def read_configured(data: DataConfig, split: str, *, where: str) -> list[ImageRecord]:
     """One split of the split file a config names (data.root/data.split_file, images under
-    data.root/data.image_dir); `where` says where the data comes from when data.root is missing."""
+    data.root/data.image_dir), with the captions of data.token_file where it names one; `where`
+    says where the data comes from when data.root is missing."""
     root = data_root(data, where=where)
-    return read_split(root / data.split_file, split, image_root=root / data.image_dir)
+    records = read_split(root / data.split_file, split, image_root=root / data.image_dir)
+    if data.token_file is None:
+        return records
+    return with_captions_of(root / data.token_file, records, split=split)
+
+
+def with_captions_of(token_file: Path, records: list[ImageRecord], *, split: str) -> list[ImageRecord]:
+    """The records with the captions a token file gives their image files in place of their own;
+    those it gives none are left out, counted in one line."""
+    captions = read_token_file(token_file)
+    kept = [replace(record, captions=tuple(captions[record.path.name])) for record in records
+            if record.path.name in captions]
+    if not kept:
+        raise DatasetError(f"{token_file}: no caption of any of the {counted(len(records), 'image')} of split "
+                           f"'{split}' (its lines name image files: '<image file>#<i><TAB><caption>')")
+    if len(kept) < len(records):
+        _say_once(f"note: {token_file}: {split}: {len(records) - len(kept)} of {counted(len(records), 'image')} "
+                  "have no caption there, left out")
+    return kept
+
+
+@functools.cache
+def _say_once(line: str) -> None:
+    """A line on stderr, once a process: a run reads its splits more than once."""
+    print(line, file=sys.stderr)
+
+
+def read_token_file(path: Path) -> dict[str, list[str]]:
+    """Flickr8k's token format, `<image file>#<i><TAB><caption>` a line (Flickr8k.token.txt, and the
+    captions of its photos in other languages), as each image file's usable captions in file order."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError as error:
+        raise DatasetError(f"{path}: captions file not found") from error
+    except UnicodeDecodeError as error:
+        raise DatasetError(f"{path}: not UTF-8 text (byte {error.start})") from error
+    captions: dict[str, list[str]] = {}
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        key, tab, caption = line.partition("\t")
+        name, hash_mark, _ = key.rpartition("#")
+        if not tab or not hash_mark or not name:
+            raise DatasetError(f"{path}: line {number} is not '<image file>#<i><TAB><caption>': {line[:60]!r}")
+        captions.setdefault(name, [])
+        captions[name] += usable([caption])
+    return {name: kept for name, kept in captions.items() if kept}
 
 
 def read_split(split_file: str | Path, split: str, *, image_root: str | Path | None = None) -> list[ImageRecord]:
