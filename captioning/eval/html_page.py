@@ -76,7 +76,7 @@ def _url(path: str) -> str:
     return quote(path, errors="surrogateescape")
 
 
-def _figure(entry: PageEntry) -> str:
+def _figure(entry: PageEntry, *, language: str) -> str:
     folder = entry.folder
     weights = entry.word_alphas
     maps = [("image", _url(f"{folder}/image.jpg"), "word image", None)]
@@ -97,15 +97,19 @@ def _figure(entry: PageEntry) -> str:
     shown, alt = maps[first][1], maps[first][0]
     source = html.escape(name_on_one_line(entry.source))  # a name with bytes that are not UTF-8, escaped
     return (f'<figure>\n  <img src="{html.escape(shown)}" alt="{html.escape(alt)}" loading="lazy">\n'
-            f'  <figcaption><span class="source">{source}</span><br>{buttons}{row}</figcaption>\n'
+            f'  <figcaption lang="{html.escape(language)}"><span class="source">{source}</span><br>{buttons}{row}'
+            f'</figcaption>\n'
             f'</figure>')
 
 
-def write_page(out_dir: str | Path, entries: Sequence[PageEntry], *, title: str = "Captions and attention") -> Path:
+def write_page(out_dir: str | Path, entries: Sequence[PageEntry], *, title: str = "Captions and attention",
+               language: str = "en") -> Path:
     """out_dir/index.html over the overlay folders of `entries` (captioning.eval.overlays.save_overlays),
-    written whole: a page already there stays as it was until the new one is complete."""
+    written whole: a page already there stays as it was until the new one is complete. The page is in
+    English, its captions in `language` (the model's data.language: the browser's hyphenation, fonts
+    and screen readers follow it)."""
     out_dir = Path(out_dir)
-    figures = "\n".join(_figure(entry) for entry in entries)
+    figures = "\n".join(_figure(entry, language=language) for entry in entries)
     page = (f'<!doctype html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n<title>{html.escape(title)}</title>\n'
             f'<style>{_STYLE}</style>\n</head>\n<body>\n<h1>{html.escape(title)}</h1>\n'
             f'<p>{counted(len(entries), "image")}. Hover a word to see where the model looked as it said it; click '
@@ -132,8 +136,8 @@ class OverlayFolder:
     """DIR/<image name>/ for each captioned image (captioning.api.Captioned.save_overlays), and
     DIR/index.html over them all when done."""
 
-    def __init__(self, out_dir: str | Path, *, animation: bool = False):
-        self.out_dir, self.animation = Path(out_dir), animation
+    def __init__(self, out_dir: str | Path, *, animation: bool = False, language: str = "en"):
+        self.out_dir, self.animation, self.language = Path(out_dir), animation, language
         self.entries: list[PageEntry] = []
         self.used: set[str] = set()
 
@@ -150,4 +154,4 @@ class OverlayFolder:
 
     def finish(self) -> Path | None:
         """The page, where any image was added (a page already there is kept otherwise)."""
-        return write_page(self.out_dir, self.entries) if self.entries else None
+        return write_page(self.out_dir, self.entries, language=self.language) if self.entries else None

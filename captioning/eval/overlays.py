@@ -8,6 +8,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
+import matplotlib
 import numpy as np
 from matplotlib import colormaps
 from PIL import Image, ImageDraw, ImageFilter, ImageFont
@@ -33,9 +34,19 @@ def heatmap(alpha: np.ndarray, *, width: int, height: int) -> np.ndarray:
     return heat / max(float(heat.max()), 1e-12)
 
 
+# Words are labelled in DejaVu Sans, the font matplotlib ships: Latin with its accents and umlauts
+# (ä, ß, é, ł), Greek and Cyrillic. Pillow's own default font draws a box for each of ä, ö, ü and ß.
+LABEL_FONT = Path(matplotlib.get_data_path()) / "fonts" / "ttf" / "DejaVuSans.ttf"
+
+
 @functools.lru_cache(maxsize=8)
 def _font(size: int) -> ImageFont.FreeTypeFont | ImageFont.ImageFont:
-    return ImageFont.load_default(size=size)  # read from disk once per size, not once per word
+    """The labels' font at `size`, read from disk once per size, not once per word; Pillow's default
+    where matplotlib's font file is missing."""
+    try:
+        return ImageFont.truetype(LABEL_FONT, size=size)
+    except OSError:
+        return ImageFont.load_default(size=size)
 
 
 def _label(image: Image.Image, text: str) -> Image.Image:

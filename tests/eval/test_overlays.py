@@ -150,3 +150,16 @@ def test_save_overlays_animation_has_a_frame_per_word(tmp_path: Path) -> None:
     save_overlays(image, ["w0", "w1", "w2", "w3"], alphas, tmp_path, animation=True)
     with Image.open(tmp_path / "words.gif") as gif:
         assert gif.n_frames == 4 and gif.size == (120, 80)
+
+
+def test_a_words_label_draws_umlauts_and_sharp_s_as_letters_not_as_boxes() -> None:
+    """Each letter is drawn as a glyph of its own: not the box a font draws for a character it lacks
+    (a private-use code point, which no font maps), and not the same shape as its plain letter."""
+    def label(word: str) -> np.ndarray:
+        return np.asarray(overlay(Image.new("RGB", (224, 224)), _one_hot(0, 0), word))[:24, :40]
+
+    missing = label("\ue000")
+    for letter, plain in [("ä", "a"), ("ö", "o"), ("ü", "u"), ("ß", "s"), ("Ä", "A")]:
+        drawn = label(letter)
+        assert not np.array_equal(drawn, missing), letter
+        assert not np.array_equal(drawn, label(plain)), letter

@@ -109,6 +109,23 @@ def test_names_people_have_are_on_the_page_escaped_and_linked_to_their_folders(t
     assert "<p>4 images." in page
 
 
+def test_german_words_are_whole_on_the_page_in_their_files_and_marked_as_german(tmp_path: Path) -> None:
+    """Words with umlauts and ß: their buttons say them as they are, their overlay files carry them in
+    their names (linked as UTF-8 percent-escapes, as browsers read them), and the captions are marked
+    with the model's language while the page around them stays English."""
+    words = ["zwei", "mädchen", "laufen", "über", "die", "straße"]
+    entry = _entry(tmp_path, "straße", words, (48, 48))
+    page = write_page(tmp_path, [entry], language="de").read_text(encoding="utf-8")
+    reader = _Reader()
+    reader.feed(page)
+    buttons = reader.figures[0]["buttons"]
+    assert [b["text"] for b in buttons] == ["image", *words]
+    assert buttons[2]["map"] == "stra%C3%9Fe/01_m%C3%A4dchen.jpg"
+    assert all((tmp_path / unquote(b["map"])).is_file() for b in buttons)
+    assert '<html lang="en">' in page and page.count('<figcaption lang="de">') == 1
+    assert '<figcaption lang="en">' in write_page(tmp_path, [entry]).read_text(encoding="utf-8")
+
+
 def test_a_page_of_one_image_says_one_image(tmp_path: Path) -> None:
     page = write_page(tmp_path, [_entry(tmp_path, "scene", ["a"], (16, 16))]).read_text()
     assert "<p>1 image. " in page
