@@ -152,6 +152,11 @@ class Captioner:
         self.vocab, self.config, self.name = vocab, config, name
         refuse_hard_choice(self.model.decoder, config.decode.hard_choice, name)
 
+    @property
+    def language(self) -> str:
+        """The language it captions in, its training captions' (data.language): "en", "de"."""
+        return self.config.data.language
+
     @classmethod
     def from_checkpoint(cls, path: str | Path | Sequence[str | Path], *, device: str | torch.device | None = None,
                         overrides: Sequence[str] = ()) -> Captioner:
@@ -169,11 +174,12 @@ class Captioner:
     @classmethod
     def from_pretrained(cls, name: str = "flickr8k", *, device: str | torch.device | None = None,
                         overrides: Sequence[str] = ()) -> Captioner:
-        """A model that ships inside the package: "flickr8k", three soft-attention decoders trained on
-        Flickr8k's 6 000 training photos that caption together (one file; research use; their records
-        and numbers: docs/results.md). Its encoder, EfficientNet-Lite2, comes with its own package's
-        ImageNet weights; the third decoder reads a copy whose last two blocks were fine-tuned with it,
-        which the file holds."""
+        """A model that ships inside the package (research use; records and numbers: docs/results.md):
+        "flickr8k", English, three soft-attention decoders trained on Flickr8k's 6 000 training photos
+        that caption together, the third reading a copy of the encoder whose last two blocks were
+        fine-tuned with it, which the file holds; "flickr8k_de", German, one soft-attention decoder
+        trained on Multi30k's German descriptions of 5 528 of those photos. Their encoder,
+        EfficientNet-Lite2, comes with its own package's ImageNet weights."""
         return cls.from_checkpoint(pretrained_path(name), device=device, overrides=overrides)
 
     # One image or a list ---------------------------------------------------------------------------

@@ -17,11 +17,14 @@ from captioning.runtime.files import float_weights, int8_weights
 
 # The models that ship inside the package (decoder and vocabulary; the encoder's weights come from
 # their own package): name -> file under captioning/pretrained/. Each file's record says what made it.
-PRETRAINED = {"flickr8k": "flickr8k_soft.pt"}
+# The first is the default: English.
+PRETRAINED = {"flickr8k": "flickr8k_soft.pt", "flickr8k_de": "flickr8k_de_soft.pt"}
 
 
-def pretrained_path(name: str = "flickr8k") -> Path:
-    """The file of a model that ships inside the package (PRETRAINED), checked to be there."""
+def pretrained_path(name: str | None = None) -> Path:
+    """The file of a model that ships inside the package (PRETRAINED; None: the first, English),
+    checked to be there."""
+    name = next(iter(PRETRAINED)) if name is None else name
     if name not in PRETRAINED:
         raise CheckpointError(f"no shipped model named '{name}' (shipped: {', '.join(PRETRAINED)})")
     path = Path(__file__).parent / "pretrained" / PRETRAINED[name]

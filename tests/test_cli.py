@@ -298,6 +298,8 @@ class StandInCaptioner:
     arguments and gives back `results` (any object with .source and .caption), calling `before_each`
     before each one; then raises `then`, if set."""
 
+    language = "en"
+
     def __init__(self, results=(), before_each=lambda: None, then: BaseException | None = None) -> None:
         self.calls, self.results, self.before_each, self.then = [], list(results), before_each, then
 
@@ -389,7 +391,7 @@ def test_an_image_whose_overlays_cannot_be_written_is_named_and_the_others_still
     errors = {"b.png": OSError("No space left on device\n(while writing grid.jpg)"), "c.png": OSError()}
 
     class Overlays:  # the overlay folder, failing for two images
-        def __init__(self, folder, animation=False) -> None:
+        def __init__(self, folder, animation=False, language="en") -> None:
             pass
 
         def add(self, result) -> None:

@@ -138,7 +138,7 @@ def test_an_unknown_shipped_model_is_one_line() -> None:
 
     with pytest.raises(CheckpointError, match="no shipped model named 'coco'"):
         Captioner.from_pretrained("coco")
-    assert list(PRETRAINED) == ["flickr8k"]
+    assert list(PRETRAINED) == ["flickr8k", "flickr8k_de"]  # the first, English, is the default
 
 
 def test_it_decodes_in_float32(captioner) -> None:

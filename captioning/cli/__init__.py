@@ -16,7 +16,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from captioning.cli.caption import add_caption_command
-from captioning.cli.common import add_hard_choice_argument, add_quiet_argument, expected_errors, guarded
+from captioning.cli.common import (
+    add_hard_choice_argument,
+    add_pretrained_argument,
+    add_quiet_argument,
+    expected_errors,
+    guarded,
+)
 from captioning.data.shapes import SHAPES_DEFAULT_COUNTS
 
 # A command imports what it runs inside its function: building the parser (and `--help`) loads no
@@ -190,9 +196,8 @@ def _add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     model.add_argument("--checkpoint", metavar="FILE", action="append", help="best.pt or last.pt of a run; given "
                        "more than once, the checkpoints decode together as one ensemble (the mean of their word "
                        "probabilities; the first one's config)")
-    model.add_argument("--pretrained", action="store_true", help="the model the package ships (trained on "
-                       "Flickr8k: give data.root=FLICKR8K, and data.cache_root where its folder is read-only), "
-                       "decoded as its card says")
+    add_pretrained_argument(model, use="give data.root=FLICKR8K, and data.cache_root where that folder is "
+                            "read-only; decoded as its card says")
     parser.add_argument("--split", default="test", help="train, val or test of the checkpoint's data (default: test)")
     parser.add_argument("--beam-size", type=int, help="default: the checkpoint config's decode.beam_size")
     add_hard_choice_argument(parser)
@@ -209,7 +214,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     from captioning.eval.evaluate import evaluate_checkpoint, write_evaluation
     from captioning.shipped import pretrained_path
 
-    checkpoints = [str(pretrained_path())] if args.pretrained else args.checkpoint
+    checkpoints = [str(pretrained_path(args.pretrained))] if args.pretrained is not False else args.checkpoint
     evaluation = evaluate_checkpoint(checkpoints, split=args.split, overrides=args.overrides,
                                      beam_size=args.beam_size, hard_choice=args.hard_choice,
                                      device=default_device(args.device))

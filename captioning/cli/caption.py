@@ -17,7 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from captioning.cli.common import add_hard_choice_argument, add_quiet_argument, expected_errors
+from captioning.cli.common import (
+    add_hard_choice_argument,
+    add_pretrained_argument,
+    add_quiet_argument,
+    expected_errors,
+)
 from captioning.config import ConfigError
 from captioning.data.records import counted, name_as_text, name_on_one_line
 from captioning.progress import quiet
@@ -33,9 +38,11 @@ def add_caption_command(commands: argparse._SubParsersAction) -> None:
                               "inference may change: encoder.weights_path, decode.*")
     caption.add_argument("--list", metavar="FILE", help="also the images in FILE, one path per line")
     caption.add_argument("--recursive", "-r", action="store_true", help="folders: their sub-folders too")
-    caption.add_argument("--checkpoint", metavar="FILE", action="append", help="best.pt or last.pt of a run "
-                         "(default: the model that ships with the package, soft attention trained on Flickr8k's "
-                         "photos); given more than once, the checkpoints caption together as one ensemble")
+    model = caption.add_mutually_exclusive_group()
+    model.add_argument("--checkpoint", metavar="FILE", action="append", help="best.pt or last.pt of a run "
+                       "(default: the English model that ships with the package, soft attention trained on "
+                       "Flickr8k's photos); given more than once, the checkpoints caption together as one ensemble")
+    add_pretrained_argument(model, use="the images come before it or after --")
     caption.add_argument("--beam-size", type=int, help="default: the checkpoint config's decode.beam_size")
     add_hard_choice_argument(caption)
     caption.add_argument("--batch-size", type=int, default=16, help="images encoded and decoded at once (16)")
@@ -169,7 +176,7 @@ def _caption_all(args: argparse.Namespace, progress: _Progress, signals: _StopSi
         empty = empty_folders(inputs, recursive=args.recursive)
         device = default_device(args.device)
         captioner = (Captioner.from_checkpoint(args.checkpoint, device=device, overrides=overrides) if args.checkpoint
-                     else Captioner.from_pretrained(device=device, overrides=overrides))
+                     else Captioner.from_pretrained(args.pretrained or None, device=device, overrides=overrides))
     except expected_errors() as error:
         _error(error)
         return 2
@@ -190,7 +197,8 @@ def _caption_all(args: argparse.Namespace, progress: _Progress, signals: _StopSi
     except ConfigError as error:
         _error(error)
         return 2
-    overlays = OverlayFolder(Path(args.overlays), animation=args.gif) if args.overlays else None
+    overlays = OverlayFolder(Path(args.overlays), animation=args.gif, language=captioner.language) if args.overlays \
+        else None
     failures, results = len(empty), []
     try:
         for result in stream:

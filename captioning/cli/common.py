@@ -68,3 +68,13 @@ def add_hard_choice_argument(parser: argparse.ArgumentParser) -> None:
                              "decode.hard_choice, normally expectation); soft models take only expectation")
     # its name before the config had one word for it (decode.hard_attention)
     parser.add_argument("--hard-attention", dest="hard_choice", choices=HARD_CHOICES, help=argparse.SUPPRESS)
+
+
+def add_pretrained_argument(parser: argparse.ArgumentParser | argparse._MutuallyExclusiveGroup, *, use: str) -> None:
+    """--pretrained [NAME]: a model the package ships (captioning.shipped.PRETRAINED), the English
+    one where no name is given. Absent it is False; alone, None (captioning.shipped.pretrained_path's
+    default); `use` says what the command does with it."""
+    parser.add_argument("--pretrained", nargs="?", default=False, const=None, metavar="NAME",
+                        help=f"a model the package ships: flickr8k (English, the default) or flickr8k_de (German), "
+                             f"both trained on Flickr8k's photos; {use}")
+

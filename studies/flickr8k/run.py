@@ -23,14 +23,17 @@ from pathlib import Path
 
 import torch
 
+from captioning.checkpoint import load_checkpoint
 from captioning.config import load_config
 from captioning.eval.evaluate import evaluate_checkpoint
 from captioning.train.loop import fit
 from captioning.train.validation import validation_beam, validation_tokenizer
-from studies.flickr8k.runs import ABLATION_EPOCHS, FIRST_SHIPPED, METRICS, RUNS, Run
+from studies.flickr8k.languages import same_photos_english
+from studies.flickr8k.runs import ABLATION_EPOCHS, FIRST_SHIPPED, METRICS, RUNS, SAME_PHOTOS_ENGLISH, Run
 from studies.flickr8k.tables import (
     ablation_table,
     decoding_table,
+    language_table,
     paper_table,
     scst_table,
     spread,
@@ -48,7 +51,7 @@ def overrides_of(run: Run, *, data: Path, cache: Path, out: Path, name: str) -> 
     common = [f"data.root={data}", f"data.cache_root={cache}", f"train.out_dir={out / name}"]
     start = [f"train.init_from={out / run.start / 'best.pt'}"] if run.start else []  # a run trained from another
     epochs = [f"train.epochs={ABLATION_EPOCHS}"] if run.ablation else []
-    return [*common, *start, *run.overrides, *epochs]
+    return [*common, *start, *(o.replace("{cache}", str(cache)) for o in run.overrides), *epochs]
 
 
 def first_shipped(out: Path) -> Path:
@@ -82,7 +85,9 @@ def run(name: str, spec: Run, *, data: Path, cache: Path, out: Path, results: Pa
     path = results / f"{name}.json"
     if path.exists():
         return json.loads(path.read_text())
-    trained = {}
+    trained, began = {}, time.time()
+    if spec.group == "language":  # the English captions of the photos with German ones, under --cache
+        same_photos_english(data, cache / SAME_PHOTOS_ENGLISH)
     if spec.members:  # several runs' models decoded together: the first one's config
         checkpoint = [first_shipped(out) if m == FIRST_SHIPPED else out / m / "best.pt" for m in spec.members]
     elif spec.start == FIRST_SHIPPED:  # the model the package shipped first, decoded otherwise
@@ -99,7 +104,9 @@ def run(name: str, spec: Run, *, data: Path, cache: Path, out: Path, results: Pa
             if summary["interrupted"]:  # stopped by a signal: --resume goes on from last.pt next time
                 raise SystemExit(f"{name}: stopped by {summary['interrupted']}; run it again to go on")
             # fit's clock goes on across resumes: the time trained in all, however often it was stopped
-            trained = {"train_seconds": round(summary["seconds"], 1), "steps": summary["steps"]}
+            # and the time from the images to the numbers, the feature cache included where this run built it
+            trained = {"train_seconds": round(summary["seconds"], 1), "steps": summary["steps"],
+                       "wall_seconds_to_trained": round(time.time() - began, 1)}
             (out / name / ".finished").write_text(json.dumps(trained))
         trained = json.loads((out / name / ".finished").read_text())
     started = time.time()
@@ -109,6 +116,8 @@ def run(name: str, spec: Run, *, data: Path, cache: Path, out: Path, results: Pa
               "overrides": list(spec.overrides), "decode": list(spec.decode),
               "split": spec.split, "beam_size": evaluation.beam_size, "tokenizer": evaluation.tokenizer,
               **{k: v for k, v in evaluation.metrics.items() if isinstance(v, (int, float))},
+              "images": len(evaluation.results), "language": evaluation.config.data.language,
+              "vocabulary": None if spec.members else len(load_checkpoint(checkpoint)["vocab"]),
               "decode_seconds": round(time.time() - started, 1), **trained,
               "curve": curve(out / name) if trained else [],
               "validated_with": (f"beam {validation_beam(evaluation.config)}, {validation_tokenizer(evaluation.config)}"
@@ -138,10 +147,11 @@ def main() -> int:
                 results[name] = json.loads((kept / f"{name}.json").read_text())
             continue
         results[name] = run(name, spec, data=data, cache=cache, out=out, results=kept)
-        print(name, " ".join(f"{m} {results[name][m]:.3f}" for m in METRICS), flush=True)
+        print(name, " ".join(f"{m} {results[name][m]:.3f}" for m in METRICS if m in results[name]), flush=True)
     doc, command = Path(args.doc), "python -m studies.flickr8k.run --tables-only"
     for group in ("features", "model"):
         write_between(doc, f"flickr8k-{group}", command, ablation_table(results, group))
+    write_between(doc, "flickr8k-language", command, language_table(results))
     for group in ("beam", "seeds", "scst", "side", "hard_budget", "hard_finetune", "ensemble", "stronger"):
         write_between(doc, f"flickr8k-{group}", command, table(results, group))
     write_between(doc, "flickr8k-spread", command, spread(results))

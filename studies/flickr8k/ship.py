@@ -1,4 +1,4 @@
-"""The model that ships inside the package: the Flickr8k recipe's best.pt, cut to what captioning reads.
+"""The models that ship inside the package: the Flickr8k recipe's best.pt, cut to what captioning reads.
 
     python -m studies.flickr8k.ship --checkpoint runs/flickr8k/soft_side/best.pt --run soft_side \
         --checkpoint runs/flickr8k/scst_d3_greedy_lr5e-5/best.pt --run scst_d3_greedy_lr5e-5 \
@@ -18,6 +18,12 @@ that JSON (tests/test_pretrained.py).
 
 The shipped file decodes as the recipe does now (configs/flickr8k_soft.yaml's decode section, chosen
 on val after the weights were trained: studies/flickr8k, "Decoding").
+
+--name flickr8k_de ships the German model the same way (captioning/pretrained/flickr8k_de_soft.pt and
+.json, docs/images/flickr8k_de_<picture>.jpg), scored on the val photos that have German captions:
+
+    python -m studies.flickr8k.ship --name flickr8k_de --checkpoint runs/flickr8k/de/best.pt --run de \
+        --precision int8 --data ../shared/flickr8k --cache /tmp/flickr8k
 
 --from-shipped cuts the shipped file again from itself (its weights as they are, so its captions
 too): how a note or a config written by an older version of this script is brought up to date.
@@ -43,10 +49,28 @@ from studies.tables import REPO
 
 PRETRAINED_DIR = REPO / "captioning" / "pretrained"
 RESULTS = REPO / "studies" / "flickr8k" / "results"
-RECIPE = REPO / "configs" / "flickr8k_soft.yaml"  # whose decode section the shipped file decodes with
-LICENCE = ("Trained on Flickr8k (Hodosh, Young & Hockenmaier, JAIR 2013), whose photos belong to their "
-           "Flickr owners: for research use; cite the dataset. The weights are released under the "
-           "project's MIT licence on those terms.")
+
+
+@dataclasses.dataclass(frozen=True)
+class Release:
+    recipe: str  # the config whose decode section the shipped file decodes with
+    data: str  # what it was trained and selected on
+    licence: str
+
+
+FLICKR8K = ("Trained on Flickr8k (Hodosh, Young & Hockenmaier, JAIR 2013), whose photos belong to their "
+            "Flickr owners")
+MIT = "The weights are released under the project's MIT licence on those terms."
+RELEASES = {
+    "flickr8k": Release("flickr8k_soft.yaml", "Flickr8k, Karpathy's split: trained on its 6 000 train images, "
+                        "selected on its 1 000 val images (224x224 copies); the test split was held out",
+                        f"{FLICKR8K}: for research use; cite the dataset. {MIT}"),
+    "flickr8k_de": Release("flickr8k_de_soft.yaml", "Flickr8k's photos with Multi30k's German descriptions, "
+                           "Karpathy's split: trained on the 5 528 train photos that have them, selected on the "
+                           "934 val photos that have them (224x224 copies); the test split was held out",
+                           f"{FLICKR8K}, with German descriptions from Multi30k (Elliott, Frank, Sima'an & Specia, "
+                           f"VL 2016): for research use; cite both. {MIT}"),
+}
 
 
 STORED = {"fp16": "stored in fp16, computed in fp32",
@@ -54,27 +78,29 @@ STORED = {"fp16": "stored in fp16, computed in fp32",
 
 
 def release_note(*, runs: list[str], scored: dict, tokenizer: str, beam_size: int, decode: dict,
-                 precision: str = "fp16") -> dict:
+                 precision: str = "fp16", name: str = "flickr8k", language: str = "en") -> dict:
     """What the shipped model is: its data, its own numbers on val (`scored`, the fp16 file's: fp16
     storage moves the fp32 run's kept numbers in their fourth digit) and how they were decoded
     (`decode`: the length penalty, the n-gram block, <unk>), how to score them again, how it was made."""
-    metrics = {k: round(scored[k], 4) for k in ("Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4", "METEOR", "ROUGE_L", "CIDEr")}
-    shipped = f"captioning/{PRETRAINED_DIR.name}/{PRETRAINED['flickr8k']}"
+    metrics = {k: round(scored[k], 4) for k in ("Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4", "METEOR", "ROUGE_L", "CIDEr")
+               if k in scored}  # METEOR: English's only
+    shipped = f"captioning/{PRETRAINED_DIR.name}/{PRETRAINED[name]}"
+    release, pretrained = RELEASES[name], "--pretrained" + ("" if name == "flickr8k" else f" {name}")
     kept = ", ".join(f"studies/flickr8k/results/{run}.json" for run in runs)
     trained = "; ".join(f"python -m studies.flickr8k.run --only {run} --data DATA --cache CACHE"
                         for run in dict.fromkeys(step for run in runs for step in lineage(run)))
-    cut = " ".join(f"--checkpoint runs/flickr8k/{run}/best.pt --run {run}" for run in runs) + \
+    cut = ("" if name == "flickr8k" else f"--name {name} ") + \
+        " ".join(f"--checkpoint runs/flickr8k/{run}/best.pt --run {run}" for run in runs) + \
         (f" --precision {precision}" if precision != "fp16" else "")
     what = "the run's best.pt" if len(runs) == 1 else f"the best.pt of {len(runs)} runs, decoded together"
-    return {"name": "flickr8k", "data": "Flickr8k, Karpathy's split: trained on its 6 000 train images, selected on "
-                                        "its 1 000 val images (224x224 copies); the test split was held out",
+    return {"name": name, "language": language, "data": release.data,
             "val": {**metrics, "beam_size": beam_size, "tokenizer": tokenizer, "decode": decode},
-            "scored": f"captioning verify {shipped} data.root=DATA, or python eval.py --pretrained --split val "
+            "scored": f"captioning verify {shipped} data.root=DATA, or python eval.py {pretrained} --split val "
                       f"--beam-size {beam_size} data.root=DATA",
             "cut_from": f"{what}, in fp32 (their numbers: {kept})",
             "weights": STORED[precision],
             "command": f"{trained}, then python -m studies.flickr8k.ship {cut} --data DATA --cache CACHE",
-            "licence": LICENCE}
+            "licence": release.licence}
 
 
 def lineage(run: str) -> list[str]:
@@ -112,6 +138,8 @@ def main() -> int:
                         "they are")
     parser.add_argument("--run", action="append", help="its name in studies/flickr8k/results (once per --checkpoint, "
                         "in the same order)")
+    parser.add_argument("--name", default="flickr8k", choices=RELEASES, help="which shipped model (default: the "
+                        "English flickr8k)")
     parser.add_argument("--data", required=True, help="Flickr8k (data.root): its val split scores the shipped file")
     parser.add_argument("--cache", help="data.cache_root, where the val split's feature cache is kept")
     parser.add_argument("--picture", default="motorcycle", choices=SAMPLE_PHOTOS, help="the README's photo")
@@ -119,7 +147,7 @@ def main() -> int:
                         "the shipped file stores them with --from-shipped); int8 for an ensemble that would not "
                         "fit 20 MB in fp16")
     args = parser.parse_args()
-    target = PRETRAINED_DIR / PRETRAINED["flickr8k"]
+    target, release = PRETRAINED_DIR / PRETRAINED[args.name], RELEASES[args.name]
     runs = args.run or ["recipe"]
     if args.checkpoint and len(args.run or []) != len(args.checkpoint):
         parser.error("give one --run per --checkpoint, in the same order")
@@ -133,7 +161,7 @@ def main() -> int:
         load_ensemble(args.checkpoint)  # one line naming the one that does not decode with the others
         first, *others = [load_checkpoint(path) for path in args.checkpoint]
         slim = for_captioning(first, members=others, precision=precision)
-    slim["config"]["decode"] = dataclasses.asdict(load_config(RECIPE).decode)
+    slim["config"]["decode"] = dataclasses.asdict(load_config(REPO / "configs" / release.recipe).decode)
     target.parent.mkdir(parents=True, exist_ok=True)
     save_checkpoint(target, slim)
     kept = json.loads((RESULTS / f"{runs[0]}.json").read_text())
@@ -143,18 +171,19 @@ def main() -> int:
     slim["release"] = release_note(runs=runs, scored=evaluation.metrics, tokenizer=evaluation.tokenizer,
                                    beam_size=evaluation.beam_size, decode={key: decode[key] for key in (
                                        "length_penalty", "no_repeat_ngram", "allow_unk", "max_length")},
-                                   precision=precision)
+                                   precision=precision, name=args.name, language=evaluation.config.data.language)
     save_checkpoint(target, slim)
     print(f"{target}: {target.stat().st_size / 2**20:.1f} MiB; on val: " + ", ".join(
         f"{k} {v}" for k, v in slim["release"]["val"].items()))
     torch.manual_seed(0)
     captioner = Captioner.from_checkpoint(target, device="cpu")
     said = samples(captioner)
-    card = {"release": slim["release"], "record": slim["record"], "picture": args.picture, "samples": said}
+    record = {key: value for key, value in slim["record"].items() if key != "val_image_digests"}  # the file has them
+    card = {"release": slim["release"], "record": record, "picture": args.picture, "samples": said}
     target.with_suffix(".json").write_text(json.dumps(card, indent=2) + "\n")
     for name, sample in said.items():
         print(f"{name}: {sample['caption']}")
-    picture = REPO / "docs" / "images" / f"flickr8k_{args.picture}.jpg"
+    picture = REPO / "docs" / "images" / f"{args.name}_{args.picture}.jpg"
     picture.parent.mkdir(parents=True, exist_ok=True)
     captioner.caption(sample_photo(args.picture)).grid(thumbnail=160, columns=5).save(picture, quality=88)
     print(f"{picture}")

@@ -40,7 +40,7 @@ def ablation_table(results: dict[str, dict], group: str) -> str:
 
 
 def _row(result: dict, label: str | None = None) -> str:
-    cells = [f"{result[m]:.3f}" for m in METRICS]
+    cells = [f"{result[m]:.3f}" if m in result else "–" for m in METRICS]  # METEOR: English's only
     best = max(result["curve"], key=lambda r: r["Bleu_4"])["epoch"] if result.get("curve") else "–"
     return (f"| {label or result['label']} | " + " | ".join(cells) +
             f" | {result['distinct_captions']:.0%} | {result['mean_length']:.1f} | {best} | {_minutes(result)} |")
@@ -75,6 +75,23 @@ def table(results: dict[str, dict], group: str) -> str:
                       ("ensemble_seeds01", "soft seeds 0 and 1 decoded together (the reference)")]
         rows[:0] = [_row(results[name], label) for name, label in references if name in results]
     return "\n".join([HEADER, *rows]) if rows else "(no kept results yet)"
+
+
+def language_table(results: dict[str, dict]) -> str:
+    """The German runs beside the English recipe on the same photos: each scored on its own language's
+    references, tokenized as eval.py tokenizes that language, with the time from the images to the
+    numbers."""
+    lines = ["| run | language | val photos | vocabulary | BLEU-1 | BLEU-4 | METEOR | ROUGE-L | CIDEr | distinct "
+             "captions | words a caption | best epoch | train min | images to numbers, min | threads | tokenized by |",
+             "|---|" + "---|" * 15]
+    for r in (r for r in results.values() if r["group"] == "language"):
+        cells = [f"{r[m]:.3f}" if m in r else "–" for m in METRICS]
+        best = max(r["curve"], key=lambda row: row["Bleu_4"])["epoch"] if r.get("curve") else "–"
+        total = (r["wall_seconds_to_trained"] + r["decode_seconds"]) / 60 if "wall_seconds_to_trained" in r else None
+        lines.append(f"| {r['label']} | {r['language']} | {r['images']} | {r['vocabulary']} | " + " | ".join(cells)
+                     + f" | {r['distinct_captions']:.0%} | {r['mean_length']:.1f} | {best} | {_minutes(r)} | "
+                     + ("–" if total is None else f"{total:.0f}") + f" | {r['torch_threads']} | {r['tokenizer']} |")
+    return "\n".join(lines) if len(lines) > 2 else "(no kept results yet)"
 
 
 def scst_table(results: dict[str, dict]) -> str:
