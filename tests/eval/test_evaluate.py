@@ -386,8 +386,9 @@ def test_write_evaluation_makes_the_folders_and_names_the_captions_after_the_met
     captions = out.with_name("metrics_test_captions.json")
     assert written == {"metrics": out, "captions": captions}
     assert json.loads(out.read_text()) == {"checkpoint": "runs/x/best.pt", "split": "test", "beam_size": 2,
-                                           "hard_choice": "expectation", "tokenizer": OWN_TOKENIZER, "CIDEr": 0.5}
-    assert len(out.read_text().splitlines()) == 2 + 6  # one entry a line, for people reading it in a terminal
+                                           "hard_choice": "expectation", "tokenizer": OWN_TOKENIZER, "language": "en",
+                                           "CIDEr": 0.5}
+    assert len(out.read_text().splitlines()) == 2 + 7  # one entry a line, for people reading it in a terminal
     assert json.loads(captions.read_text()) == evaluation.results
     elsewhere = tmp_path / "other" / "folder" / "captions.json"  # its own folders too
     assert write_evaluation(evaluation, checkpoint="best.pt", split="val", out=None, results=elsewhere) == {

@@ -152,7 +152,8 @@ def test_a_run_tokenizes_each_training_caption_once_and_its_resume_none(tiny_con
 
     calls = []
     real = tokenized_module.tokenize
-    monkeypatch.setattr(tokenized_module, "tokenize", lambda caption: calls.append(caption) or real(caption))
+    monkeypatch.setattr(tokenized_module, "tokenize",
+                        lambda caption, *, language: calls.append(caption) or real(caption, language=language))
     root = tmp_path / "data"  # the session's data, less the tokens other tests' runs kept there
     root.mkdir()
     for entry in shapes_root.iterdir():
