@@ -9,6 +9,8 @@
 # `make kill-check`: the full fault-injection test (10 kills of prepare-features, 20 of training).
 # `make browser-check`: after `make demo`, the demo's overlay page in headless Chromium (Debian's,
 #   installed here if missing; not part of CI): a screenshot must show the first image's overlay.
+# `make gpu-port`: sgrvinod/a-PyTorch-Tutorial-to-Image-Captioning's models.py into third_party/sgrvinod/
+#   (git-ignored), which benchmarks/gpu/gpu.py's port part times as its own code beside ours.
 # `make gpu-wheels`: the wheels of the dependencies that a CUDA machine's PyTorch image lacks (Python 3.12,
 #   manylinux x86-64) into gpu-wheels/ (git-ignored), for `python benchmarks/gpu/gpu.py` on a machine
 #   without a network (docs/benchmarks.md, "GPU"). Needs pip and the package index, not the venv.
@@ -25,7 +27,7 @@ CONFIG ?= configs/shapes_soft.yaml
 RUN ?= runs/$(basename $(notdir $(CONFIG)))
 PHOTOS ?= runs/photos
 
-.PHONY: install demo test require-java test-fast lint tables browser-check kill-check gpu-wheels mutate clean
+.PHONY: install demo test require-java test-fast lint tables browser-check kill-check gpu-wheels gpu-port mutate clean
 
 install: $(VENV)/.installed
 
@@ -88,6 +90,14 @@ kill-check: install
 
 gpu-wheels:
 	$(PYTHON) benchmarks/gpu/gpu.py --fetch-wheels --wheels gpu-wheels
+
+# The most used port's own code, for the port part: its models.py and licence, never committed.
+PORT_REPO ?= https://github.com/sgrvinod/a-PyTorch-Tutorial-to-Image-Captioning
+gpu-port:
+	rm -rf third_party/sgrvinod.clone && git clone --depth 1 $(PORT_REPO) third_party/sgrvinod.clone
+	mkdir -p third_party/sgrvinod && cp third_party/sgrvinod.clone/models.py third_party/sgrvinod.clone/LICENSE \
+		third_party/sgrvinod/ && git -C third_party/sgrvinod.clone rev-parse HEAD > third_party/sgrvinod/COMMIT
+	rm -rf third_party/sgrvinod.clone
 
 # One worker a core: each mutant's tests run with one torch thread (OMP_NUM_THREADS=1 below).
 MODULE ?=

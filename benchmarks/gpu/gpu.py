@@ -2,6 +2,7 @@
 in at most --minutes (9.5), set-up included.
 
     python benchmarks/gpu/gpu.py --out DIR [--minutes 9.5] [--wheels gpu-wheels] [--parts paths,train,...] [--smoke]
+        [--port third_party/sgrvinod]
     python benchmarks/gpu/gpu.py --fetch-wheels [--wheels gpu-wheels]   # first, where the package index is reachable
 
 Set-up: the wheels of `make gpu-wheels` that this Python lacks are installed without a network into
@@ -22,6 +23,10 @@ each in its own process, within its own time limit, in this order:
             GPU, one on the CPU; time per epoch and validation numbers
   compile   torch.compile of the training step and of beam search's step beside eager, with its
             graph breaks; where it does not work, why
+  profile   where the training step's time goes: kernels by time, launches and allocated bytes at
+            B = 64, 256 and 512, in bf16 (profiling.py; DIR/profile.md)
+  port      the most used port's DecoderWithAttention as its own code (--port DIR: `make gpu-port`)
+            beside ours at the same sizes, with our ratio to it (port.py)
 
 Time a part leaves unused goes to the next, and the last part named takes what is left of --minutes.
 Every case is a row of DIR/gpu.json and DIR/gpu.md, both written again after each row: measured,
@@ -53,7 +58,7 @@ from report import FAILED, NOT_RUN, Cases, Report, Row, read_rows
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = Path(__file__).resolve()  # what each part's process runs (`--part NAME`)
-PARTS = ("paths", "train", "beam", "encoders", "torchrun", "training", "compile")
+PARTS = ("paths", "train", "beam", "encoders", "torchrun", "training", "compile", "profile", "port")
 MINIMUM_SECONDS = 10  # a part given less is not started: "not run", the budget spent
 GRACE_SECONDS = 10  # between a part's own deadline and its process being stopped
 STOP_RESERVE = 15  # the command's last seconds: for stopping a part that overran and writing the report
@@ -66,6 +71,8 @@ def run_part(args: argparse.Namespace) -> int:
     import torch
     from checks import paths
     from plan import GPU, SMOKE, Context, free_memory
+    from port import port
+    from profiling import profile
     from runs import short_training, torchrun
     from speed import beam, compiled, encoders, training_speed
 
@@ -73,9 +80,9 @@ def run_part(args: argparse.Namespace) -> int:
     plan = SMOKE if args.smoke or device.type != "cuda" else GPU
     deadline = time.monotonic() + args.seconds
     cases = Cases(args.part, args.rows, deadline=deadline, cleanup=lambda: free_memory(device))
-    context = Context(plan=plan, device=device, work=args.work, cases=cases)
+    context = Context(plan=plan, device=device, work=args.work, cases=cases, out=args.out)
     parts = {"paths": paths, "train": training_speed, "beam": beam, "encoders": encoders, "torchrun": torchrun,
-             "training": short_training, "compile": compiled}
+             "training": short_training, "compile": compiled, "profile": profile, "port": port}
     parts[args.part](context)
     return 0
 
@@ -116,6 +123,7 @@ def run_in_process(part: str, *, args: argparse.Namespace, seconds: float, repor
         file.write(f"\n==== {part} (limit {seconds:.0f} s) ====\n")
         since = file.tell()
     command = [sys.executable, str(SCRIPT), "--part", part, "--rows", str(rows), "--work", str(work),
+               "--out", str(args.out),
                "--seconds", f"{max(seconds - GRACE_SECONDS, 1):.0f}", *(["--smoke"] if args.smoke else [])]
     planned: list[str] = []
     reported: set[str] = set()
@@ -194,6 +202,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parts", default=",".join(PARTS),
                         help="comma-separated, from " + ",".join(PARTS) + "; empty: the set-up alone")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes even where there is a GPU")
+    parser.add_argument("--port", type=Path, default=REPO / "third_party" / "sgrvinod",
+                        help="the port part's code: a clone of sgrvinod/a-PyTorch-Tutorial-to-Image-Captioning "
+                        "(its models.py; `make gpu-port`, git-ignored; default: third_party/sgrvinod)")
     parser.add_argument("--keep-work", action="store_true", help="keep the folder of the parts' data, weights "
                         "and runs (a temporary folder, removed at the end otherwise)")
     parser.add_argument("--part", choices=PARTS, help=argparse.SUPPRESS)  # internal: run one part here
@@ -233,6 +244,7 @@ def run(args: argparse.Namespace, parts: list[str]) -> int:
         report.add(row)
     print(f"setup: {time.monotonic() - start:.0f} s", flush=True)
     env["PYTHONUNBUFFERED"] = "1"
+    env["CAPTIONING_PORT_DIR"] = str(args.port.resolve())  # port.PORT_VARIABLE: where the port part finds it
     try:
         import torch  # the machine's own: no wheel brings it
     except ImportError as error:

@@ -43,6 +43,11 @@ class Plan:
     compile_backend: str
     compile_modes: tuple[str, ...]  # torch.compile's modes for the training step, "default" first
     tiny: tuple[str, ...] = field(default=())  # the tiny runs' overrides (checkpoints, torchrun)
+    # The port beside ours (port.py): its batch sizes, and its attention, embedding and LSTM widths.
+    port_batches: tuple[int, ...] = (64, 512)
+    port_widths: tuple[int, int, int] = (512, 512, 512)
+    # The profile (profiling.py): the batch sizes whose step is profiled.
+    profile_batches: tuple[int, ...] = (64, 256, 512)
 
 
 # The tiny runs (checkpoint round trip, torchrun): the embedded default cut to a few scenes at 96²
@@ -56,7 +61,8 @@ GPU = Plan(
     name="gpu",
     # From the H200's runs (docs/benchmarks.md): each part's seconds there, with room; compile's are
     # mostly its three compiles of the training step, 53 to 84 s each.
-    budgets={"paths": 50, "train": 100, "beam": 35, "encoders": 35, "torchrun": 60, "training": 90, "compile": 180},
+    budgets={"paths": 50, "train": 100, "beam": 35, "encoders": 35, "torchrun": 60, "training": 90, "compile": 180,
+             "profile": 40, "port": 45},
     grids=((14, 14, 512), (7, 7, 2048)),  # VGG-19 conv5_4 at 224²; ResNet-101 layer4 at 224²
     vocab=10_000, model=(), batches=(64, 128, 256, 512), few_batches=(64, 256),
     warmup_steps=2, timed_steps=10, timed_seconds=1.5, beam_batches=(32, 256), beam_length=20,
@@ -71,7 +77,8 @@ GPU = Plan(
 SMOKE = Plan(  # every path of the GPU plan once, at the least size that runs it
     name="smoke",
     # generous: a loaded machine (the test suite's) must not turn a slow smoke into cases not run
-    budgets={"paths": 120, "train": 60, "beam": 40, "encoders": 40, "torchrun": 90, "training": 90, "compile": 60},
+    budgets={"paths": 120, "train": 60, "beam": 40, "encoders": 40, "torchrun": 90, "training": 90, "compile": 60,
+             "profile": 40, "port": 40},
     grids=((3, 3, 8),), vocab=50,
     model=("model.embed_dim=16", "model.hidden_dim=32", "model.attention_dim=16"),
     batches=(4,), few_batches=(4,), warmup_steps=1, timed_steps=2, timed_seconds=0.5, beam_batches=(2,),
@@ -80,6 +87,7 @@ SMOKE = Plan(  # every path of the GPU plan once, at the least size that runs it
     training=(*TINY[1:4], "train.val_images=8", "train.log_images=1"), device_epochs=1,
     # dynamo's tracing without code generation: what breaks the graph shows in seconds on a CPU
     compile_backend="eager", compile_modes=("default",), tiny=TINY,
+    port_batches=(4,), port_widths=(16, 16, 32), profile_batches=(4,),
 )
 
 
@@ -91,6 +99,7 @@ class Context:
     device: torch.device
     work: Path  # shared by the parts of one run (the tiny data is made once)
     cases: Cases
+    out: Path | None = None  # the command's --out, for what a part keeps beside gpu.md (profile.md)
 
 
 def tiny_data(context: Context) -> Path:

@@ -102,10 +102,11 @@ def training_speed(context: Context) -> None:
 
 def training_case(context: Context, *, attention: str, fused: bool, grid: tuple[int, int, int], precision: str,
                   batch: int, wrap: Callable[[torch.nn.Module], torch.nn.Module] | None = None,
-                  batch_count: int = 4) -> dict:
+                  batch_count: int = 4, after_step: Callable[[], None] = lambda: None) -> dict:
     """Warm-up steps, then timed steps of train_step over `batch_count` batches in turn, each padded to
     its own longest caption; `wrap` (torch.compile) wraps the decoder that the step calls, and the
-    first step's seconds (its compiling) are reported."""
+    first step's seconds (its compiling) are reported. `after_step` is called after every step, the
+    warm-up's too (a profiler's schedule: profiling.py)."""
     plan, device = context.plan, context.device
     config = coco_config(context, attention=attention, fused=fused)
     height, width, channels = grid
@@ -132,6 +133,7 @@ def training_case(context: Context, *, attention: str, fused: bool, grid: tuple[
                             scaler=scaler, reinforce=reinforce, step=PAST_WARMUPS + index, uniforms=uniforms,
                             hard_warmup=config.model.hard.warmup)
         skipped += result.skipped
+        after_step()
 
     start = time.perf_counter()
     step(0)  # the first step allocates (and compiles, wrapped): timed apart
