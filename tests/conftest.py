@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import socket
+import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,6 +89,17 @@ def _built_from() -> str:
     return hashlib.sha256(b"".join(p.read_bytes() for p in sources)).hexdigest()[:16]
 
 
+def _repository_state() -> str:
+    """The project's commit and whether the tree differs from it, as a checkpoint's record keeps them
+    (captioning.train.provenance.versions: `git describe --always --dirty`): a fixture built before a
+    commit or an edit would otherwise hold a record that `verify` finds changed. Asked each time, not
+    once a process: mutation testing forks its mutants from one process that lives for hours."""
+    here = Path(__file__).resolve().parent
+    done = subprocess.run(["git", "-C", str(here.parent / "captioning"), "describe", "--always", "--dirty",
+                           "--abbrev=40"], capture_output=True, text=True, timeout=20)
+    return hashlib.sha256(done.stdout.encode()).hexdigest()[:8]
+
+
 def built_once(name: str, build: Callable[[Path], None], tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A folder that `build` fills: a fresh one per session, or, where CAPTIONING_TEST_FIXTURES names
     a folder (`make mutate` does), one shared by every process and built once, by unmutated code.
@@ -95,13 +107,14 @@ def built_once(name: str, build: Callable[[Path], None], tmp_path_factory: pytes
     Mutation testing forks a process per mutant, so a session fixture would be built again for each
     one (the tiny run's training alone takes seconds); most mutants' first test needs it. Shared, a
     mutant is killed by the tests that call it, not by a fixture it would have built wrong. The folder
-    is keyed by the code and test set-up it was built from, so an edit builds a new one."""
+    is keyed by the code and test set-up it was built from and by the repository's state, so an edit
+    or a commit builds a new one."""
     shared = os.environ.get("CAPTIONING_TEST_FIXTURES")
     if not shared:
         path = tmp_path_factory.mktemp(name)
         build(path)
         return path
-    path = Path(shared) / f"{name}-{_built_from()}"
+    path = Path(shared) / f"{name}-{_built_from()}-{_repository_state()}"
     Path(shared).mkdir(parents=True, exist_ok=True)
     with open(Path(shared) / f"{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # two mutants starting at once: one builds, the other waits
