@@ -402,8 +402,9 @@ def test_the_decoders_old_name_prepare_still_starts_and_says_the_new_one():
     draws = Draws.from_uniform(torch.rand(16, 1 + 3, generator=torch.Generator().manual_seed(0)), expectation_prob=0.0)
     torch.manual_seed(0)  # without its draws, start would flip 16 coins of its own: some would say "expectation"
     with pytest.warns(FutureWarning, match=r"^AttentionDecoder\.prepare is now named start \(the old name still "
-                                           r"works\)$"):
+                                           r"works\)$") as warned:
         memory, state = decoder.prepare(a, draws=draws)
+    assert warned[0].filename == __file__  # it names the caller's line, the one to change
     started, started_state = decoder.start(a, draws=draws)
     torch.testing.assert_close(state.h, started_state.h)
     assert torch.equal(memory.expectation, started.expectation) and not memory.expectation.any()  # its draws' coins
