@@ -92,3 +92,18 @@ def test_distributed_agree_answers_one_process_without_a_group():
     """The stand-in above replaces a collective that, for one process, needs none."""
     agreed = distributed.agree(Distributed(), words=3.0, images=1.0, loss=torch.tensor(1.0), received=None)
     assert agreed.share == 1.0 and agreed.finite
+
+
+@pytest.mark.parametrize("encoder, annotations, images", [
+    (None, (1, 4, 3), None),  # cached annotations: the grid's 2 x 2 cells of 3 channels
+    (type("OnTheFly", (), {"cached_grid": None})(), None, (1, 3, 224, 224)),  # pixels at data.image_size
+    (type("Frozen", (), {"cached_grid": (3, 5), "cached_dim": 7})(), (1, 15, 7), None),  # the frozen stages' output
+], ids=["cached annotations", "encoder on the fly", "frozen stages cached"])
+def test_the_stand_in_is_one_blank_item_of_what_this_run_steps_on(monkeypatch, encoder, annotations, images):
+    run, _, _ = make(1, 2, monkeypatch, Agreement(share=0.0))
+    run.model = RunModel(decoder=None, encoder=encoder, average=None, grid=(2, 2), annotation_dim=3)
+    blank = run.stand_in()
+    assert (None if blank.annotations is None else tuple(blank.annotations.shape)) == annotations
+    assert (None if blank.images is None else tuple(blank.images.shape)) == images
+    assert blank.tokens.tolist() == [[1, 2]] and blank.lengths.tolist() == [2]
+    assert not any(t.abs().sum() for t in (blank.annotations, blank.images) if t is not None)  # zeros
