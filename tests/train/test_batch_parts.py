@@ -95,13 +95,13 @@ def test_distributed_agree_answers_one_process_without_a_group():
 
 
 @pytest.mark.parametrize("encoder, annotations, images", [
-    (None, (1, 4, 3), None),  # cached annotations: the grid's 2 x 2 cells of 3 channels
+    (None, (1, 10, 3), None),  # cached annotations: the grid's 2 x 5 cells of 3 channels
     (type("OnTheFly", (), {"cached_grid": None})(), None, (1, 3, 224, 224)),  # pixels at data.image_size
     (type("Frozen", (), {"cached_grid": (3, 5), "cached_dim": 7})(), (1, 15, 7), None),  # the frozen stages' output
 ], ids=["cached annotations", "encoder on the fly", "frozen stages cached"])
 def test_the_stand_in_is_one_blank_item_of_what_this_run_steps_on(monkeypatch, encoder, annotations, images):
     run, _, _ = make(1, 2, monkeypatch, Agreement(share=0.0))
-    run.model = RunModel(decoder=None, encoder=encoder, average=None, grid=(2, 2), annotation_dim=3)
+    run.model = RunModel(decoder=None, encoder=encoder, average=None, grid=(2, 5), annotation_dim=3)
     blank = run.stand_in()
     assert (None if blank.annotations is None else tuple(blank.annotations.shape)) == annotations
     assert (None if blank.images is None else tuple(blank.images.shape)) == images
