@@ -11,7 +11,6 @@ import json
 import os
 import shutil
 import socket
-import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,13 +90,12 @@ def _built_from() -> str:
 
 def _repository_state() -> str:
     """The project's commit and whether the tree differs from it, as a checkpoint's record keeps them
-    (captioning.train.provenance.versions: `git describe --always --dirty`): a fixture built before a
-    commit or an edit would otherwise hold a record that `verify` finds changed. Asked each time, not
-    once a process: mutation testing forks its mutants from one process that lives for hours."""
-    here = Path(__file__).resolve().parent
-    done = subprocess.run(["git", "-C", str(here.parent / "captioning"), "describe", "--always", "--dirty",
-                           "--abbrev=40"], capture_output=True, text=True, timeout=20)
-    return hashlib.sha256(done.stdout.encode()).hexdigest()[:8]
+    (captioning.train.provenance.project_commit): a fixture built before a commit or an edit would
+    otherwise hold a record that `verify` finds changed. Asked each time, not once a process:
+    mutation testing forks its mutants from one process that lives for hours."""
+    from captioning.train.provenance import project_commit
+
+    return hashlib.sha256(str(project_commit()).encode()).hexdigest()[:8]
 
 
 def built_once(name: str, build: Callable[[Path], None], tmp_path_factory: pytest.TempPathFactory) -> Path:

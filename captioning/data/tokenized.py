@@ -30,8 +30,9 @@ import numpy as np
 
 from captioning import progress
 from captioning.config import DataConfig
+from captioning.config.choices import ENGLISH
 from captioning.data.records import ImageRecord
-from captioning.data.vocab import ENGLISH, Vocabulary, tokenization, tokenize
+from captioning.data.vocab import Vocabulary, tokenization, tokenize
 
 
 class Tokenized(Sequence):

@@ -60,9 +60,15 @@ def versions() -> dict[str, str | None]:
         except metadata.PackageNotFoundError:
             found[package] = None
     found["java"] = _command(["java", "-version"])
-    found["captioning"] = _command(["git", "-C", str(Path(__file__).resolve().parent), "describe", "--always",
-                                    "--dirty", "--abbrev=40"])  # "-dirty": uncommitted changes too
+    found["captioning"] = project_commit()
     return found
+
+
+def project_commit() -> str | None:
+    """This project's commit where it runs from a git checkout, "-dirty" with uncommitted changes
+    (None where unknown): what a record keeps as versions()["captioning"], asked anew each call."""
+    return _command(["git", "-C", str(Path(__file__).resolve().parent), "describe", "--always", "--dirty",
+                     "--abbrev=40"])
 
 
 def _command(argv: list[str]) -> str | None:
