@@ -29,6 +29,12 @@ from torch.autograd.function import once_differentiable
 
 from captioning.model.paper import AdditiveScore, PreviousState, SoftAttention
 
+# Where the backward computes the score's tanh(W_a a + W_h h) [n, L, A] again, step by step, rather than
+# keep it for all N positions: on a GPU, where [N, L, A] is gigabytes at B = 512 and reading it back
+# moves about the bytes that computing it again does. On a CPU the tanh is the dearer part of a step
+# and memory is plentiful: it is kept.
+RECOMPUTED_ON = frozenset({"cuda"})
+
 
 def supports(decoder: torch.nn.Module) -> bool:
     """Whether `decoder` is exactly what this path implements: the paper's query h_{t-1}, and soft
@@ -44,17 +50,23 @@ def recurrence(decoder: torch.nn.Module, memory, state, embedded: torch.Tensor,
                batch_sizes: list[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The decoder's teacher-forced recurrence over packed positions (AttentionDecoder.forward):
     memory and the initial state (h, c) [B, H] of rows sorted by length, embedded [N, E] packed, n_t
-    in `batch_sizes` -> h [N, H], z [N, D], alpha [N, L]."""
+    in `batch_sizes` -> h [N, H], z [N, D], alpha [N, L].
+
+    Under bf16 autocast the products and the score's [n, L, A] tensor run in bf16 and the cell state,
+    the softmax and the gradients' sums over steps stay in the parameters' dtype (float32); under any
+    other autocast (fp16, whose range a recurrence of 20 steps can leave) all of it runs in float32.
+    The output layer after it runs in the autocast dtype either way."""
     dtype = decoder.lstm.weight_ih.dtype
-    # Under autocast the recurrence runs in the parameters' dtype (float32); the output layer after it
-    # still runs in the autocast dtype.
-    with torch.autocast(embedded.device.type, enabled=False):
+    device = embedded.device.type
+    low = (torch.bfloat16 if torch.is_autocast_enabled(device) and torch.get_autocast_dtype(device) == torch.bfloat16
+           else dtype)
+    with torch.autocast(device, enabled=False):
         gates_x = word_gates(decoder, embedded.to(dtype))  # [N, 4H], the word part for all steps at once
         embed_dim = embedded.shape[1]
         return FusedRecurrence.apply(
-            memory.keys.to(dtype), memory.annotations.to(dtype), gates_x, state.h.to(dtype), state.c.to(dtype),
+            memory.keys.to(low), memory.annotations.to(low), gates_x, state.h.to(dtype), state.c.to(dtype),
             hidden_weights(decoder), decoder.gate.bias, decoder.attention.score.v.weight.view(-1),
-            decoder.lstm.weight_ih[:, embed_dim:], batch_sizes, torch.is_grad_enabled())
+            decoder.lstm.weight_ih[:, embed_dim:], batch_sizes, torch.is_grad_enabled(), device in RECOMPUTED_ON)
 
 
 def hidden_weights(decoder: torch.nn.Module) -> torch.Tensor:
@@ -78,68 +90,96 @@ def _lstm_pointwise(gates: torch.Tensor, c: torch.Tensor) -> tuple[torch.Tensor,
     return i, f, g, o, c, tc, o * tc  # h_t = o tanh(c_t), Eq. 3
 
 
+def _times(a: torch.Tensor, b: torch.Tensor, *, into: torch.Tensor | None = None) -> torch.Tensor:
+    """a @ b in b's dtype (the compute dtype), returned in a's (the parameters'): `into + a @ b`
+    where given. In one dtype it is one product (addmm); in bf16 the product's output is rounded to
+    bf16 before it is widened, as autocast's products are."""
+    if a.dtype == b.dtype:
+        return a @ b if into is None else torch.addmm(into, a, b)
+    product = (a.to(b.dtype) @ b).to(a.dtype)
+    return product if into is None else into + product
+
+
 class FusedRecurrence(torch.autograd.Function):
     """The teacher-forced recurrence over the running prefix of each step; outputs are packed.
 
-    forward(keys [B, L, A], annotations [B, L, D], gates_x [N, 4H] (word part, packed like the outputs),
-            h0, c0 [B, H], w_hidden [A+G+4H, H], gate_bias [G], v [A], w_z [4H, D], batch_sizes [n_t],
+    forward(keys [B, L, A], annotations [B, L, D] in the compute dtype (the parameters', or bf16),
+            gates_x [N, 4H] (word part, packed like the outputs), h0, c0 [B, H], w_hidden [A+G+4H, H],
+            gate_bias [G], v [A], w_z [4H, D] in the parameters' dtype, batch_sizes [n_t],
             keep: whether to keep what backward needs; pass torch.is_grad_enabled() — inside a
-            Function, needs_input_grad is True for parameters even under no_grad)
-      -> h [N, H], z [N, D] (beta_t * z_t), alpha [N, L]; step t occupies rows offsets[t]:offsets[t]+n_t.
+            Function, needs_input_grad is True for parameters even under no_grad;
+            recompute: whether backward computes each step's tanh(W_a a + W_h h) again from the
+            queries [N, A] instead of keeping it [N, L, A])
+      -> h [N, H], z [N, D] (beta_t * z_t), alpha [N, L] in the parameters' dtype; step t occupies
+         rows offsets[t]:offsets[t]+n_t.
+
+    In the compute dtype: the products, the score's tanh and its products with v, alpha and the
+    annotations. In the parameters' dtype: h, c and the LSTM's gates, the softmax, beta, and every
+    sum over steps of the backward (the keys' and the weights' gradients).
     """
 
     @staticmethod
-    def forward(ctx, keys, annotations, gates_x, h0, c0, w_hidden, gate_bias, v, w_z, batch_sizes, keep):
+    def forward(ctx, keys, annotations, gates_x, h0, c0, w_hidden, gate_bias, v, w_z, batch_sizes, keep, recompute):
         batch, cells, att = keys.shape
         dim, hid, width = annotations.shape[2], h0.shape[1], gate_bias.shape[0]
         if torch.is_autocast_enabled(keys.device.type):
-            raise RuntimeError("FusedRecurrence runs in float32: call it with autocast disabled")
+            raise RuntimeError("FusedRecurrence chooses its own dtypes: call it with autocast disabled")
+        low = keys.dtype
         total = sum(batch_sizes)
         saving = keep and any(ctx.needs_input_grad)  # nothing is kept for inference
-        new = keys.new_empty
+        new = h0.new_empty
         hs, zs, alphas = new(total, hid), new(total, dim), new(total, cells)  # packed outputs
         contexts, betas, acts = new(total, dim), new(total, width), new(total, 4 * hid)  # saved for backward
         cs, tcs = new(total, hid), new(total, hid)
-        tanhs = new(total, cells, att) if saving else new(batch, cells, att)  # tanh(W_a a + W_h h) per step
+        keeping = saving and not recompute
+        tanhs = keys.new_empty(total if keeping else batch, cells, att)  # tanh(W_a a + W_h h) per step
+        queries = keys.new_empty(total, att) if saving and recompute else None
+        w_low, v_low, w_z_low = w_hidden.to(low).t(), v.to(low), w_z.to(low).t()  # one cast per batch
         h, c, start = h0, c0, 0
         for n in batch_sizes:
             rows = slice(start, start + n)
             h, c = h[:n], c[:n]
-            projected = h @ w_hidden.t()  # [n, A+G+4H], every product with h_{t-1} at once
+            projected = _times(h, w_low)  # [n, A+G+4H], every product with h_{t-1} at once
             query, gate, recurrent = projected.split([att, width, 4 * hid], 1)
-            t = tanhs[rows] if saving else tanhs[:n]
+            query = query.to(low)
+            t = tanhs[rows] if keeping else tanhs[:n]
             torch.add(keys[:n], query[:, None, :], out=t).tanh_()  # [n, L, A], Eq. 4 (additive score)
-            alpha = torch.softmax(t @ v, dim=1)  # [n, L], Eq. 5
-            context = torch.bmm(alpha[:, None, :], annotations[:n]).squeeze(1)  # [n, D], Eq. 13
+            alpha = torch.softmax(t @ v_low, dim=1, dtype=h.dtype)  # [n, L], Eq. 5
+            context = torch.bmm(alpha.to(low)[:, None, :], annotations[:n]).squeeze(1).to(h.dtype)  # [n, D], Eq. 13
             beta = torch.sigmoid(gate + gate_bias)  # [n, G], Sec. 4.2.1
             z = beta * context  # [n, D]
-            gates = torch.addmm(recurrent + gates_x[rows], z, w_z.t())  # [n, 4H], LSTM input [E y; z]
+            gates = _times(z, w_z_low, into=recurrent + gates_x[rows])  # [n, 4H], LSTM input [E y; z]
             i, f, g, o, c, tc, h = _lstm_pointwise(gates, c)
             hs[rows], zs[rows], alphas[rows] = h, z, alpha
             contexts[rows], betas[rows], cs[rows], tcs[rows] = context, beta, c, tc
             torch.cat([i, f, g, o], 1, out=acts[rows])
+            if queries is not None:
+                queries[rows] = query
             start += n
         if saving:
             ctx.save_for_backward(keys, annotations, h0, c0, w_hidden, v, w_z, hs, zs, alphas, contexts, betas,
-                                  acts, cs, tcs, tanhs)
-            ctx.batch_sizes = list(batch_sizes)
+                                  acts, cs, tcs, tanhs if keeping else queries)
+            ctx.batch_sizes, ctx.recompute = list(batch_sizes), recompute
         return hs, zs, alphas
 
     @staticmethod
     @once_differentiable  # a first-order backward, written by hand; no double backward through it
     def backward(ctx, grad_h, grad_z, grad_alpha):
         (keys, annotations, h0, c0, w_hidden, v, w_z, hs, zs, alphas, contexts, betas, acts, cs, tcs,
-         tanhs) = ctx.saved_tensors
+         kept) = ctx.saved_tensors
         batch_sizes = ctx.batch_sizes
         batch = keys.shape[0]
         cells, att = keys.shape[1], keys.shape[2]
         hid, width = h0.shape[1], betas.shape[1]
         total = hs.shape[0]
+        low = keys.dtype
         zeros = hs.new_zeros
         grad_h = grad_h if grad_h is not None else zeros(total, hid)
         grad_z = grad_z if grad_z is not None else zeros(total, zs.shape[1])
         grad_alpha = grad_alpha if grad_alpha is not None else zeros(total, cells)
         want_annotations = ctx.needs_input_grad[1]
+        w_low, w_z_low = w_hidden.to(low), w_z.to(low)
+        annotations_t = annotations.transpose(1, 2)  # [B, D, L]
 
         # d(projected) for every position: [d query; d gate; d gates], the rows of one final product.
         grad_projected = hs.new_empty(total, att + width + 4 * hid)
@@ -147,7 +187,8 @@ class FusedRecurrence(torch.autograd.Function):
         grad_e_sum = zeros(batch, cells)  # sum_t de_t
         grad_v = zeros(att)
         grad_annotations = zeros(annotations.shape) if want_annotations else None
-        squared = hs.new_empty(batch, cells, att)
+        squared = keys.new_empty(batch, cells, att)
+        scratch = keys.new_empty(batch, cells, att) if ctx.recompute else None
         dh, dc = zeros(batch, hid), zeros(batch, hid)  # carried from step t+1; rows past their end stay 0
         offsets = [0]
         for n in batch_sizes[:-1]:
@@ -163,7 +204,7 @@ class FusedRecurrence(torch.autograd.Function):
             d_gates = torch.cat([dc_t * g * i * (1 - i), dc_t * c_prev * f * (1 - f), dc_t * i * (1 - g * g),
                                  dh_t * tc * o * (1 - o)], 1)  # [n, 4H], i, f, g, o pre-activations
             grad_projected[rows, att + width:] = d_gates
-            dz = torch.addmm(grad_z[rows], d_gates, w_z)  # [n, D]
+            dz = _times(d_gates, w_z_low, into=grad_z[rows])  # [n, D]
             d_beta = dz * context
             if width == 1:
                 d_beta = d_beta.sum(1, keepdim=True)
@@ -174,28 +215,32 @@ class FusedRecurrence(torch.autograd.Function):
                 grad_annotations[:n].baddbmm_(alpha[:, :, None], d_context[:, None, :])
             # [n, 1, D] x [n, D, L] rather than [n, L, D] x [n, D, 1]: the same numbers, but MKL's batched
             # product runs this orientation several times faster on the CPU we measured (docs/benchmarks.md).
-            d_alpha = torch.bmm(d_context[:, None, :], annotations[:n].transpose(1, 2)).squeeze(1)  # [n, L]
-            d_alpha = d_alpha + grad_alpha[rows]
+            d_alpha = torch.bmm(d_context.to(low)[:, None, :], annotations_t[:n]).squeeze(1)  # [n, L]
+            d_alpha = grad_alpha[rows] + d_alpha
             d_e = alpha * (d_alpha - (d_alpha * alpha).sum(1, keepdim=True))  # softmax backward
-            t = tanhs[rows]  # [n, L, A]
-            grad_v.addmv_(t.reshape(-1, att).t(), d_e.reshape(-1))  # e = tanh(.) v
+            # [n, L, A]: tanh(W_a a + W_h h_{t-1}) again, from this step's query, or as kept
+            t = torch.add(keys[:n], kept[rows][:, None, :], out=scratch[:n]).tanh_() if ctx.recompute else kept[rows]
+            d_e_low = d_e.to(low)
+            grad_v += (t.reshape(-1, att).t() @ d_e_low.reshape(-1)).to(grad_v.dtype)  # e = tanh(.) v
             t2 = torch.mul(t, t, out=squared[:n])
             # d pre = v * d_e * (1 - tanh^2): summed over cells for the query, accumulated for the keys.
-            d_query = v * (d_e.sum(1, keepdim=True) - torch.bmm(d_e[:, None, :], t2).squeeze(1))  # [n, A]
-            grad_projected[rows, :att] = d_query
+            d_query = v * (d_e.sum(1, keepdim=True) - torch.bmm(d_e_low[:, None, :], t2).squeeze(1).to(v.dtype))
+            grad_projected[rows, :att] = d_query  # [n, A]
             weighted[:n].addcmul_(t2, d_e[:, :, None])
             grad_e_sum[:n] += d_e
-            dh[:n] = grad_projected[rows] @ w_hidden  # [n, H], every path back to h_{t-1} at once
+            dh[:n] = _times(grad_projected[rows], w_low)  # [n, H], every path back to h_{t-1} at once
             dc[:n] = dc_t * f
         h_prev = torch.cat([h0[:batch_sizes[0]]] + [hs[offsets[s - 1]: offsets[s - 1] + batch_sizes[s]]
                                                     for s in range(1, len(batch_sizes))])  # [N, H]
-        grad_w_hidden = grad_projected.t() @ h_prev  # [A+G+4H, H], one product over all positions
+        grad_w_hidden = _times(grad_projected.t(), h_prev.to(low))  # [A+G+4H, H], one product over all positions
         grad_gate_bias = grad_projected[:, att:att + width].sum(0)
-        grad_w_z = grad_projected[:, att + width:].t() @ zs  # [4H, D]
-        grad_keys = (grad_e_sum[:, :, None] - weighted).mul_(v)  # sum_t v * d_e_t * (1 - tanh_t^2)
+        grad_w_z = _times(grad_projected[:, att + width:].t(), zs.to(low))  # [4H, D]
+        grad_keys = (grad_e_sum[:, :, None] - weighted).mul_(v).to(low)  # sum_t v * d_e_t * (1 - tanh_t^2)
         grad_gates_x = grad_projected[:, att + width:]  # the word part enters the gates as is
+        if grad_annotations is not None:
+            grad_annotations = grad_annotations.to(low)
         return (grad_keys, grad_annotations, grad_gates_x, dh, dc, grad_w_hidden, grad_gate_bias, grad_v, grad_w_z,
-                None, None)
+                None, None, None)
 
 
 class GroupedStep:
