@@ -138,6 +138,8 @@ def _combinations(config: Config) -> list[str]:
     if t.ema_decay and e.fine_tune_from is not None:
         problems.append("train.ema_decay averages the decoder only; it does not go with encoder.fine_tune_from")
     problems += _language_problems(config.data)
+    if t.graph:
+        problems += _graph_problems(config)
     if config.data.augment and config.data.feature_cache and e.fine_tune_from is None:
         problems.append("data.augment needs the encoder on the fly (cached annotations are computed once per "
                         "image): set data.feature_cache=false or encoder.fine_tune_from")
@@ -153,6 +155,24 @@ def _combinations(config: Config) -> list[str]:
     if not all(isinstance(word, str) and isinstance(weight, (int, float)) and not isinstance(weight, bool)
                and weight > 0 for word, weight in weights.items()):
         problems.append(f"train.word_weights must map words to positive numbers, got {weights!r}")
+    return problems
+
+
+def _graph_problems(config: Config) -> list[str]:
+    """What train.graph (train/graphed.py) holds in its graph: the paper's loss on the fused path, in fused
+    Adam, on cached annotations. What the config cannot say (a GPU without bf16, torchrun, an extra
+    the fused path does not compute) the run refuses when it starts."""
+    m, t, e = config.model, config.train, config.encoder
+    wanted = {"train.objective": (t.objective, "xe"), "model.attention": (m.attention, "soft"),
+              "model.score": (m.score, "additive"), "model.fused": (m.fused, True), "train.optimizer": (t.optimizer,
+                                                                                                  "adam")}
+    problems = [f"train.graph needs {key}={str(want).lower()}, got {str(got).lower()}"
+                for key, (got, want) in wanted.items() if got != want]
+    if t.terms:
+        problems.append("train.graph holds the paper's loss alone: it does not go with train.terms")
+    if e.fine_tune_from is not None or not config.data.feature_cache:
+        problems.append("train.graph steps on cached annotations: it does not go with the encoder on the fly "
+                        "(encoder.fine_tune_from, data.feature_cache=false)")
     return problems
 
 

@@ -228,6 +228,10 @@ class TrainConfig(Extensible):
     log_every_steps: int = 10  # losses to TensorBoard and log.jsonl
     log_images: int = 3  # validation images with per-word overlays in TensorBoard at each evaluation
     amp: bool = False  # autocast: bf16 where supported, else fp16 with a gradient scaler
+    # The whole step (forward, loss, backward, clipping, Adam) replayed as one CUDA graph per batch
+    # shape, the captions padded to length buckets (train/graphed.py): for a GPU that waits on the
+    # step's launches. The paper's objective on the fused path, in one process, on cached annotations.
+    graph: bool = False
     # Not in the paper: target words whose cross-entropy counts this many times, e.g. {above: 4}
     # (train/extras/word_weights.py), and an average of the decoder's weights that is validated and
     # kept (train/extras/averaging.py; 0 = off).

@@ -52,9 +52,14 @@ class Packing:
 
 
 def pack_by_length(lengths: torch.Tensor | None, *, batch: int, steps: int, device: torch.device) -> Packing:
-    """The packing of a batch of `batch` rows whose real steps are `lengths` [B] (None: all `steps`)."""
+    """The packing of a batch of `batch` rows whose real steps are `lengths` [B] (None: all `steps`,
+    known without a trip to the host, so that a captured graph can hold it: captioning.train.graphed)."""
     if lengths is None:
-        lengths = torch.full((batch,), steps, dtype=torch.long, device=device)
+        order = torch.arange(batch, device=device)  # [B]
+        step_of = torch.arange(steps, device=device).repeat_interleave(batch)  # [N = T B], time-major
+        row_of = order.repeat(steps)  # [N]
+        return Packing(order=order, in_order=True, batch_sizes=[batch] * steps, step_of=step_of, row_of=row_of,
+                       places=row_of * steps + step_of, steps=steps)
     lengths = lengths.to(device=device, dtype=torch.long)
     if lengths.shape != (batch,):
         raise ValueError(f"lengths must be [B] = [{batch}] integers in 1..{steps}")

@@ -27,6 +27,7 @@ from captioning.runtime import distributed
 from captioning.runtime.distributed import Agreement
 from captioning.runtime.hardware import Hardware, floats
 from captioning.train.build import RunModel
+from captioning.train.graphed import GraphedStep
 from captioning.train.objective import Loss, Objective, StepResult, TrainingError
 
 
@@ -147,6 +148,7 @@ class Stepping:
         self.scaler = scaler if scaler.is_enabled() else None
         self.training_images = training_images
         self.unreadable: set[str] = set()  # training images named as unreadable (encoder on the fly)
+        self.graphed = self.graphed_step() if config.train.graph else None
 
     def __call__(self, batch: Any, *, step: int, size: int, received: int | None) -> StepResult:
         """One optimizer step on this process's part `batch` of a global batch of `size` items, at the
@@ -172,12 +174,31 @@ class Stepping:
             return distributed.agree(self.context, **counts, loss=loss if own else None, received=received,
                                      unreadable=len(failures), named=len(new))
 
+        if self.graphed is not None:  # one process, its batch never empty (graphed_step)
+            return self.graphed(batch)
         loss = self.objective.loss(batch, step=step, size=size, counted=own)
         result = take_step(loss, list(self.module.parameters()), self.optimizer, grad_clip=self.config.train.grad_clip,
                            scaler=self.scaler, agree=agree)
         if self.context.enabled and result.agreement.named:  # every process names every process's new ones
             self.name_unreadable([reason for part in distributed.everyone(self.context, new) for reason in part])
         return result if own else StepResult({}, skipped=result.skipped, agreement=result.agreement)
+
+    def graphed_step(self) -> GraphedStep:
+        """train.graph's step (train/graphed.py), where this run can take it: what the config's checks
+        cannot see is refused here, before the first step."""
+        problem = None
+        if self.context.enabled:
+            problem = "runs in one process, not under torchrun"
+        elif self.scaler is not None:
+            problem = ("cannot hold fp16's gradient scaler, which train.amp needs on this GPU (it has no bf16): "
+                       "set train.amp=false")
+        elif self.model.decoder.accelerator is None:
+            problem = "needs the fused path, which this decoder's extras do not take (captioning/model/fused.py)"
+        if problem is not None:
+            raise TrainingError(f"train.graph {problem}")
+        t = self.config.train  # the config's checks let train.graph through with train.objective=xe alone
+        return GraphedStep(self.model.decoder, self.optimizer, grad_clip=t.grad_clip, ds_lambda=t.ds_lambda,
+                           precision=self.hardware.precision, word_weights=self.objective.word_weights)
 
     def name_unreadable(self, reasons: list[str]) -> None:
         """Images the encoder on the fly could not read: each named once in the run, and the run

@@ -1,0 +1,139 @@
+"""The static training step that a CUDA graph holds (captioning/train/graphed.py), run eagerly on the
+CPU: it must take the eager step's steps (train_step: the rows packed by length, nothing past a
+caption's end computed), skip a non-finite step on the device with nothing moved, and never read a
+value on the host. The capture itself needs CUDA: benchmarks/gpu/gpu.py's `graph` part runs it."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from captioning.config import load_config
+from captioning.model.encoder_decoder import build_decoder
+from captioning.train.graphed import BUCKET, GraphedStep, bucket_length
+from captioning.train.paper_objective import train_step
+from tests.syncs import counting_syncs
+from tests.train.test_syncs import D, V, _batch
+
+GRAD_CLIP, DS_LAMBDA = 5.0, 1.0
+LENGTHS = ([5, 7, 4], [3, 2, 3], [12, 9, 14])  # 2 of them under one bucket, one past it
+
+
+def _decoder_and_optimizer(seed: int = 0):
+    torch.manual_seed(seed)
+    config = load_config(None, ["model.embed_dim=8", "model.hidden_dim=16", "model.attention_dim=8",
+                                "model.dropout=0"])  # no dropout: the two paths draw their masks over other positions
+    decoder = build_decoder(config.model, vocab_size=V, annotation_dim=D, grid=(3, 3))
+    return decoder, torch.optim.Adam(decoder.parameters(), lr=0.01, fused=True)
+
+
+def test_buckets_round_a_batchs_steps_up_to_a_multiple():
+    assert [bucket_length(steps) for steps in (1, BUCKET, BUCKET + 1, 22)] == [BUCKET, BUCKET, 2 * BUCKET, 24]
+
+
+def test_the_static_step_takes_the_eager_steps():
+    eager, eager_optimizer = _decoder_and_optimizer()
+    graphed = copy.deepcopy(eager)
+    step = GraphedStep(graphed, torch.optim.Adam(graphed.parameters(), lr=0.01, fused=True), grad_clip=GRAD_CLIP,
+                       ds_lambda=DS_LAMBDA)
+    for seed, lengths in enumerate(LENGTHS * 2):
+        batch = _batch(seed, lengths)
+        want = train_step(eager, batch, eager_optimizer, grad_clip=GRAD_CLIP, ds_lambda=DS_LAMBDA)
+        got = step(batch)
+        assert not got.skipped
+        for name in ("loss", "xe", "ds", "grad_norm"):
+            assert got.losses[name] == pytest.approx(want.losses[name], rel=1e-5), name
+    initial, _ = _decoder_and_optimizer()
+    for (name, got), want, start in zip(graphed.named_parameters(), eager.parameters(), initial.parameters()):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6, msg=name)
+        assert not torch.equal(got, start), name  # every weight moved
+    # two computations (padded rows run to the bucket's end), not one: they round apart somewhere
+    assert any(not torch.equal(got, want) for got, want in zip(graphed.parameters(), eager.parameters()))
+
+
+def test_a_step_whose_loss_is_not_finite_moves_nothing():
+    decoder, optimizer = _decoder_and_optimizer()
+    step = GraphedStep(decoder, optimizer, grad_clip=GRAD_CLIP, ds_lambda=DS_LAMBDA)
+    step(_batch(0))
+    before = copy.deepcopy((decoder.state_dict(), optimizer.state_dict()))
+    poisoned = _batch(1)
+    poisoned.annotations[0, 0, 0] = float("nan")
+    result = step(poisoned)
+    assert result.skipped
+    for name, value in decoder.state_dict().items():
+        assert torch.equal(value, before[0][name]), name
+    for index, state in optimizer.state_dict()["state"].items():
+        for key, value in state.items():  # the moments and the step count
+            assert torch.equal(value, before[1]["state"][index][key]), (index, key)
+    assert not step(_batch(2)).skipped  # the next finite step moves again
+    assert not torch.equal(decoder.state_dict()["embed.weight"], before[0]["embed.weight"])
+
+
+def test_the_static_step_never_reads_a_value_on_the_host():
+    decoder, optimizer = _decoder_and_optimizer()
+    step = GraphedStep(decoder, optimizer, grad_clip=GRAD_CLIP, ds_lambda=DS_LAMBDA)
+    batch = _batch(3, [12, 9, 14])
+    step(batch)  # the fast path checks itself on first use, outside the step a graph holds
+    optimizer.zero_grad(set_to_none=True)
+    with counting_syncs() as syncs:
+        step.step(batch.annotations, batch.tokens)
+    assert syncs.total == 0, syncs.sites
+    with counting_syncs() as eager:  # the counter sees the eager step's trips
+        train_step(decoder, batch, optimizer, grad_clip=GRAD_CLIP, ds_lambda=DS_LAMBDA)
+    assert eager.total >= 2
+
+
+def test_the_graph_needs_fused_adam():
+    decoder, _ = _decoder_and_optimizer()
+    with pytest.raises(ValueError, match="fused Adam"):
+        GraphedStep(decoder, torch.optim.Adam(decoder.parameters()), grad_clip=GRAD_CLIP, ds_lambda=DS_LAMBDA)
+
+
+def test_a_run_with_train_graph_trains_as_the_eager_run(tmp_path, tiny_config, monkeypatch):
+    """train.graph in a whole run (train/step.py's Stepping): the same steps as the eager run, to float
+    tolerance, and a resumable checkpoint of them."""
+    from captioning.train.loop import fit
+
+    taken = []
+    real = GraphedStep.step
+    monkeypatch.setattr(GraphedStep, "step", lambda self, *batch: taken.append(1) or real(self, *batch))
+    steps = ("train.max_steps=5", "model.dropout=0", "train.val_images=4", "train.log_images=0")
+    fit(tiny_config(tmp_path / "eager", *steps))
+    assert not taken
+    fit(tiny_config(tmp_path / "graph", *steps, "train.graph=true"))
+    assert len(taken) == 5  # every step of the run was the graph's
+    eager, graph = (torch.load(tmp_path / name / "last.pt", map_location="cpu", weights_only=True)
+                    for name in ("eager", "graph"))
+    assert graph["progress"]["step"] == eager["progress"]["step"] == 5
+    for name, want in eager["decoder"].items():
+        torch.testing.assert_close(graph["decoder"][name], want, rtol=1e-4, atol=1e-5, msg=name)
+    assert fit(tiny_config(tmp_path / "graph", "train.max_steps=7", *steps[1:], "train.graph=true"),
+               resume=True)["steps"] == 7
+
+
+@pytest.mark.parametrize("overrides, named", [
+    (("model.attention=hard",), "model.attention=soft"),
+    (("model.fused=false",), "model.fused=true"),
+    (("train.optimizer=rmsprop",), "train.optimizer=adam"),
+    (("train.terms={graph_probe: 0.01}",), "train.terms"),
+    (("data.feature_cache=false",), "encoder on the fly"),
+])
+def test_the_config_refuses_what_the_graph_does_not_hold(monkeypatch, overrides, named):
+    from captioning.config import ConfigError
+    from captioning.config.registry import TERMS
+
+    monkeypatch.setattr(TERMS, "_entries", {**TERMS.entries, "graph_probe": lambda alphas, mask: alphas.sum()})
+    with pytest.raises(ConfigError, match=named.replace(".", r"\.")):
+        load_config(None, ["train.graph=true", *overrides])
+    load_config(None, list(overrides))  # each is fine without the graph
+
+
+def test_a_decoder_the_fused_path_does_not_compute_is_refused_before_the_first_step(tmp_path, tiny_config):
+    from captioning.train.loop import fit
+    from captioning.train.objective import TrainingError
+
+    with pytest.raises(TrainingError, match="train.graph needs the fused path"):
+        fit(tiny_config(tmp_path, "model.extras.query_word=true", "train.graph=true", "train.max_steps=1"))
+    assert not (tmp_path / "last.pt").exists()
