@@ -27,6 +27,8 @@ each in its own process, within its own time limit, in this order:
             B = 64, 256 and 512, in bf16 (profiling.py; DIR/profile.md)
   port      the most used port's DecoderWithAttention as its own code (--port DIR: `make gpu-port`)
             beside ours at the same sizes, with our ratio to it (port.py)
+  graph     the training step as one CUDA graph (train.graph) beside the eager step, batches 64 to
+            512 in bf16: captions/s, its ratio to eager, the capture's seconds, the loss's gap (graphs.py)
 
 Time a part leaves unused goes to the next, and the last part named takes what is left of --minutes.
 Every case is a row of DIR/gpu.json and DIR/gpu.md, both written again after each row: measured,
@@ -58,7 +60,7 @@ from report import FAILED, NOT_RUN, Cases, Report, Row, read_rows
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = Path(__file__).resolve()  # what each part's process runs (`--part NAME`)
-PARTS = ("paths", "train", "beam", "encoders", "torchrun", "training", "compile", "profile", "port")
+PARTS = ("paths", "train", "beam", "encoders", "torchrun", "training", "compile", "profile", "port", "graph")
 MINIMUM_SECONDS = 10  # a part given less is not started: "not run", the budget spent
 GRACE_SECONDS = 10  # between a part's own deadline and its process being stopped
 STOP_RESERVE = 15  # the command's last seconds: for stopping a part that overran and writing the report
@@ -70,6 +72,7 @@ def run_part(args: argparse.Namespace) -> int:
     """In the part's own process: run it, its rows appended to args.rows as they come."""
     import torch
     from checks import paths
+    from graphs import graph
     from plan import GPU, SMOKE, Context, free_memory
     from port import port
     from profiling import profile
@@ -82,7 +85,8 @@ def run_part(args: argparse.Namespace) -> int:
     cases = Cases(args.part, args.rows, deadline=deadline, cleanup=lambda: free_memory(device))
     context = Context(plan=plan, device=device, work=args.work, cases=cases, out=args.out)
     parts = {"paths": paths, "train": training_speed, "beam": beam, "encoders": encoders, "torchrun": torchrun,
-             "training": short_training, "compile": compiled, "profile": profile, "port": port}
+             "training": short_training, "compile": compiled, "profile": profile, "port": port,
+             "graph": graph}
     parts[args.part](context)
     return 0
 

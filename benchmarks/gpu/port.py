@@ -9,9 +9,11 @@ sorted predictions, cross-entropy plus its doubly stochastic term (alpha_c = 1),
 gradient clamped at ±5 (its clip_gradient), Adam, and `loss.item()` for its meter, all in float32
 as its code runs (matmuls in full float32, PyTorch's default, which its code leaves as it is).
 
-Beside it, the package's soft fused step (speed.training_case) on the same sizes and the same
-caption lengths, in bf16 (the goal's precision) and in fp32 with TF32 (train.tf32, the default):
-the row of the port carries `ratio`, the bf16 step's captions/s over the port's.
+Beside it, the package's soft fused step on the same sizes and the same caption lengths: as one
+CUDA graph in bf16 (train.graph with train.amp: graphs.graphed_case), eager in bf16
+(speed.training_case) and eager in fp32 with TF32 (train.tf32, the default). The row of the port
+carries our captions/s over the port's: `ratio` (the graph's, the package's fastest step),
+`ratio_eager` (eager bf16) and `ratio_fp32`.
 
 Notation: B batch, T caption steps, (Hg, Wg) grid, D channels, V vocabulary.
 """
@@ -25,6 +27,7 @@ from pathlib import Path
 from types import ModuleType
 
 import torch
+from graphs import graphed_case
 from plan import REPO, Context, free_memory, peak_mib, reset_peak
 from report import NotRun, coco_epochs
 from speed import LONGEST, SHORTEST, _timed, grid_name, training_case
@@ -110,29 +113,40 @@ def port_case(context: Context, *, batch: int, grid: tuple[int, int, int]) -> di
             "timed_steps": steps}
 
 
+def ours_case(context: Context, way: tuple[str, str], *, batch: int) -> dict:
+    """Our step at the port's sizes: (path, precision), the path "graphed" or "fused" (eager)."""
+    path, precision = way
+    if path == "graphed":
+        return graphed_case(context, batch=batch, precision=precision)
+    return training_case(context, attention="soft", fused=True, grid=context.plan.grids[0], precision=precision,
+                         batch=batch)
+
+
 def port(context: Context) -> None:
-    """Per batch size: ours in bf16, ours in fp32 (TF32), then the port, whose row carries our ratios."""
+    """Per batch size: ours as a graph in bf16, eager in bf16 and in fp32 (TF32), then the port, whose
+    row carries our ratios."""
     plan = context.plan
     grid = plan.grids[0]
     allow_tf32(True)  # ours as train.tf32 (the default) runs; the port's case sets PyTorch's default for itself
+    ways = {"ratio": ("graphed", "bf16"), "ratio_eager": ("fused", "bf16"), "ratio_fp32": ("fused", "fp32")}
     cases = []
     for batch in plan.port_batches:
-        ours = {precision: f"ours soft fused {grid_name(grid)} {precision} B={batch}" for precision in ("bf16", "fp32")}
+        ours = {key: f"ours soft {path} {grid_name(grid)} {precision} B={batch}"
+                for key, (path, precision) in ways.items()}
         cases.append((batch, ours, f"{PORT_NAME} {grid_name(grid)} fp32 B={batch}"))
     context.cases.plan([name for _, ours, theirs in cases for name in (*ours.values(), theirs)])
     for batch, ours, theirs in cases:
         rates = {}
-        for precision, name in ours.items():
-            values = context.cases.run(name, lambda p=precision, b=batch: training_case(
-                context, attention="soft", fused=True, grid=grid, precision=p, batch=b))
-            rates[precision] = values["captions_per_s"] if values else None
+        for key, name in ours.items():
+            values = context.cases.run(name, lambda way=ways[key], b=batch: ours_case(context, way, batch=b))
+            rates[key] = values["captions_per_s"] if values else None
             free_memory(context.device)
 
         def theirs_with_ratios(batch: int = batch, rates: dict = rates) -> dict:
             values = port_case(context, batch=batch, grid=grid)
-            for precision, key in (("bf16", "ratio"), ("fp32", "ratio_fp32")):
-                if rates[precision]:
-                    values[key] = rates[precision] / values["captions_per_s"]
+            for key, rate in rates.items():
+                if rate:
+                    values[key] = rate / values["captions_per_s"]
             return values
 
         context.cases.run(theirs, theirs_with_ratios)

@@ -34,9 +34,9 @@ SHORTEST, LONGEST = 10, 22  # caption tokens, <start> and <end> included
 PAST_WARMUPS = 10**6  # a step number past hard attention's coin and REINFORCE warm-ups
 
 
-def coco_config(context: Context, *, attention: str, fused: bool = True) -> Config:
+def coco_config(context: Context, *, attention: str, fused: bool = True, overrides: tuple[str, ...] = ()) -> Config:
     return load_config(REPO / "configs" / f"coco_vgg19_{attention}.yaml",
-                       [*context.plan.model, f"model.fused={str(fused).lower()}"])
+                       [*context.plan.model, f"model.fused={str(fused).lower()}", *overrides])
 
 
 def host_batches(*, batch: int, grid: tuple[int, int, int], vocab: int, device: torch.device,

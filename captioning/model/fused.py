@@ -16,6 +16,10 @@ same parameters, so that the work can be arranged for speed without changing the
 - Backward is written by hand (a torch.autograd.Function): the weight gradients, which autograd
   would compute as one thin product per step, are one product over all N positions at the end, and
   the gradient of the keys W_a a_i, which every step touches, is accumulated in place.
+- Under bf16 autocast the products and the score's [n, L, A] tensor are bf16, and what a recurrence
+  of 20 steps accumulates (the cell state, the softmax, the backward's sums over steps) stays
+  float32: tests/model/test_fused_precision.py holds it to the float32 equations within bf16's
+  precision. On a GPU the backward computes the score's tanh again instead of keeping [N, L, A].
 
 `FusedRecurrence` serves teacher forcing (training); `GroupedStep` serves beam search, where the K
 beams of an image share its keys and annotations instead of copying them K times.
