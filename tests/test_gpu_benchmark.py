@@ -128,7 +128,7 @@ def test_the_smoke_runs_every_part_and_every_case_passes(tmp_path: Path):
     resumed = rows[("torchrun", "torchrun --nproc_per_node 1 (gloo): --resume")]
     assert resumed["resumed_from"] == stopped["stopped_at_step"] >= 3 and resumed["ended_at"] == stopped[
         "stopped_at_step"] + 4
-    for device in ("on the device (cpu)", "on the CPU"):  # case names are unique: the smoke's device is the CPU
+    for device in ("on the device (cpu)", "on the CPU", "on the device (cpu), train.graph"):  # names are unique
         trained = rows[("training", f"train 1 epoch {device}")]
         assert len(trained["epoch_s"]) == len(trained["CIDEr"]) == len(trained["Bleu_4"]) == 1
     compiled = rows[("compile", "compiled (eager): soft fused 3x3x8 bf16 B=4, one caption length")]

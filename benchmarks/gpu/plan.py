@@ -61,7 +61,7 @@ GPU = Plan(
     name="gpu",
     # From the H200's runs (docs/benchmarks.md): each part's seconds there, with room; compile's are
     # mostly its three compiles of the training step, 53 to 84 s each.
-    budgets={"paths": 50, "train": 100, "beam": 35, "encoders": 35, "torchrun": 60, "training": 90, "compile": 180,
+    budgets={"paths": 50, "train": 100, "beam": 35, "encoders": 35, "torchrun": 60, "training": 120, "compile": 180,
              "profile": 40, "port": 60, "graph": 60},
     grids=((14, 14, 512), (7, 7, 2048)),  # VGG-19 conv5_4 at 224²; ResNet-101 layer4 at 224²
     vocab=10_000, model=(), batches=(64, 128, 256, 512), few_batches=(64, 256),
@@ -77,7 +77,7 @@ GPU = Plan(
 SMOKE = Plan(  # every path of the GPU plan once, at the least size that runs it
     name="smoke",
     # generous: a loaded machine (the test suite's) must not turn a slow smoke into cases not run
-    budgets={"paths": 120, "train": 60, "beam": 40, "encoders": 40, "torchrun": 90, "training": 90, "compile": 60,
+    budgets={"paths": 120, "train": 60, "beam": 40, "encoders": 40, "torchrun": 90, "training": 120, "compile": 60,
              "profile": 40, "port": 40, "graph": 40},
     grids=((3, 3, 8),), vocab=50,
     model=("model.embed_dim=16", "model.hidden_dim=32", "model.attention_dim=16"),

@@ -1,6 +1,6 @@
 """benchmarks/gpu/gpu.py's whole runs: train.py under torchrun (NCCL on GPUs), stopped by a SIGTERM and
 resumed; and a short real training of the embedded default on data made here, on the device and on
-the CPU, its time per epoch and its validation numbers side by side.
+the CPU, and on the device with train.graph, its time per epoch and its validation numbers side by side.
 """
 
 from __future__ import annotations
@@ -127,7 +127,9 @@ def short_training(context: Context) -> None:
     names = [f"shapes data: {counts['train']} train, {counts['val']} val images at {plan.shapes_size}²",
              f"feature cache on the device ({device.type})",
              f"train {plan.device_epochs} epoch{'s' if plan.device_epochs > 1 else ''} on the device ({device.type})",
-             "train 1 epoch on the CPU"]
+             "train 1 epoch on the CPU",
+             f"train {plan.device_epochs} epoch{'s' if plan.device_epochs > 1 else ''} on the device ({device.type}), "
+             "train.graph"]
     context.cases.plan(names)
     overrides = [f"data.root={root}", f"data.image_size={plan.shapes_size}", *plan.training]
     context.cases.run(names[0], lambda: make_data(root, counts=counts, image_size=plan.shapes_size))
@@ -136,6 +138,9 @@ def short_training(context: Context) -> None:
                                               device=device))
     context.cases.run(names[3], lambda: train(overrides, out=context.work / "train_cpu", epochs=1,
                                               device=torch.device("cpu")))
+    # the same run as the device's above, its steps replayed as CUDA graphs: the same numbers within seed noise
+    context.cases.run(names[4], lambda: train([*overrides, "train.graph=true"], out=context.work / "train_graph",
+                                              epochs=plan.device_epochs, device=device))
 
 
 def make_data(root: Path, *, counts: dict[str, int], image_size: int) -> dict:
