@@ -7,6 +7,10 @@ batch falls in the 24-step bucket), whose row carries `ratio_eager`, the caption
 over the eager step's, `capture_s`, the seconds of its first steps (the eager warm-up and the
 capture), and the goal it is held to (`goal_captions_per_s`).
 
+At the largest batch the graphed step runs once more with the score in PyTorch (its tanh written
+and computed again in the backward) instead of the Triton kernels (captioning/model/score_kernels.py):
+that row's `ratio_kernels` is the kernels' step's captions/s over it.
+
 Then `loss_gap`: on a decoder without dropout (a graph's dropout draws other masks than an eager
 step's), a replay of the captured graph and an eager step (train_step) from the same weights and
 optimizer state on the same batch, |graphed - eager| / eager of the loss. bf16 rounds to 2^-8 of a
@@ -26,6 +30,7 @@ from plan import PRECISIONS, Context, free_memory, peak_mib, reset_peak
 from report import coco_epochs
 from speed import _timed, coco_config, grid_name, host_batches, training_case
 
+from captioning.model import fused
 from captioning.model.encoder_decoder import build_decoder
 from captioning.runtime.precision import Precision, allow_tf32
 from captioning.train.build import RunModel, build_optimizer
@@ -96,14 +101,31 @@ def loss_gap(context: Context, *, batch: int, precision: str) -> float:
     return abs(graphed - eager) / abs(eager)
 
 
+def without_kernels(context: Context, *, batch: int, kernels_rate: float | None) -> dict:
+    """graphed_case with the score in PyTorch (fused.KERNELS_ON emptied in this process while it runs)."""
+    kept = fused.KERNELS_ON
+    fused.KERNELS_ON = frozenset()
+    try:
+        values = graphed_case(context, batch=batch, precision="bf16")
+    finally:
+        fused.KERNELS_ON = kept
+    if kernels_rate:
+        values["ratio_kernels"] = kernels_rate / values["captions_per_s"]
+    return values
+
+
 def graph(context: Context) -> None:
-    """Per batch size: the eager bf16 step, then the graphed one with its ratio to it and its loss gap."""
+    """Per batch size: the eager bf16 step, then the graphed one with its ratio to it and its loss gap;
+    at the largest, the graphed step once more without the score's kernels."""
     plan = context.plan
     grid = plan.grids[0]
     allow_tf32(True)  # as train.tf32 (the default)
     cases = [(batch, f"soft fused {grid_name(grid)} bf16 B={batch}, eager beside the graph",
               f"soft graphed {grid_name(grid)} bf16 B={batch}") for batch in plan.batches]
-    context.cases.plan([name for _, eager, graphed in cases for name in (eager, graphed)])
+    largest = max(plan.batches)
+    unfused = f"soft graphed {grid_name(grid)} bf16 B={largest}, the score in PyTorch (no Triton kernels)"
+    context.cases.plan([name for _, eager, graphed in cases for name in (eager, graphed)] + [unfused])
+    rates = {}
     for batch, eager_name, graphed_name in cases:
         eager = context.cases.run(eager_name, lambda b=batch: training_case(
             context, attention="soft", fused=True, grid=grid, precision="bf16", batch=b))
@@ -117,5 +139,8 @@ def graph(context: Context) -> None:
             values["loss_gap"] = loss_gap(context, batch=batch, precision="bf16")
             return values
 
-        context.cases.run(graphed_name, measured)
+        values = context.cases.run(graphed_name, measured)
+        rates[batch] = values["captions_per_s"] if values else None
         free_memory(context.device)
+    context.cases.run(unfused, lambda: without_kernels(context, batch=largest, kernels_rate=rates.get(largest)))
+    free_memory(context.device)

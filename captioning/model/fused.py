@@ -38,6 +38,20 @@ from captioning.model.paper import AdditiveScore, PreviousState, SoftAttention
 # moves about the bytes that computing it again does. On a CPU the tanh is the dearer part of a step
 # and memory is plentiful: it is kept.
 RECOMPUTED_ON = frozenset({"cuda"})
+# Where the score runs as Triton kernels (captioning.model.score_kernels) that never write tanh(.) at
+# all, forward or backward: on a GPU, where Triton is installed (it comes with torch's Linux wheels).
+KERNELS_ON = frozenset({"cuda"})
+
+
+def score_kernels(device_type: str):
+    """captioning.model.score_kernels where it runs (KERNELS_ON, Triton importable); None elsewhere."""
+    if device_type not in KERNELS_ON:
+        return None
+    try:
+        from captioning.model import score_kernels as kernels
+    except ImportError:  # no Triton: the score in PyTorch, its tanh computed again in the backward
+        return None
+    return kernels
 
 
 def supports(decoder: torch.nn.Module) -> bool:
@@ -70,7 +84,8 @@ def recurrence(decoder: torch.nn.Module, memory, state, embedded: torch.Tensor,
         return FusedRecurrence.apply(
             memory.keys.to(low), memory.annotations.to(low), gates_x, state.h.to(dtype), state.c.to(dtype),
             hidden_weights(decoder), decoder.gate.bias, decoder.attention.score.v.weight.view(-1),
-            decoder.lstm.weight_ih[:, embed_dim:], batch_sizes, torch.is_grad_enabled(), device in RECOMPUTED_ON)
+            decoder.lstm.weight_ih[:, embed_dim:], batch_sizes, torch.is_grad_enabled(), device in RECOMPUTED_ON,
+            score_kernels(device))
 
 
 def hidden_weights(decoder: torch.nn.Module) -> torch.Tensor:
@@ -113,7 +128,9 @@ class FusedRecurrence(torch.autograd.Function):
             keep: whether to keep what backward needs; pass torch.is_grad_enabled() — inside a
             Function, needs_input_grad is True for parameters even under no_grad;
             recompute: whether backward computes each step's tanh(W_a a + W_h h) again from the
-            queries [N, A] instead of keeping it [N, L, A])
+            queries [N, A] instead of keeping it [N, L, A];
+            kernels: captioning.model.score_kernels, to compute the score and its gradients without
+            writing tanh(.) at all (the queries [N, A] are kept), or None)
       -> h [N, H], z [N, D] (beta_t * z_t), alpha [N, L] in the parameters' dtype; step t occupies
          rows offsets[t]:offsets[t]+n_t.
 
@@ -123,7 +140,8 @@ class FusedRecurrence(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, keys, annotations, gates_x, h0, c0, w_hidden, gate_bias, v, w_z, batch_sizes, keep, recompute):
+    def forward(ctx, keys, annotations, gates_x, h0, c0, w_hidden, gate_bias, v, w_z, batch_sizes, keep, recompute,
+                kernels=None):
         batch, cells, att = keys.shape
         dim, hid, width = annotations.shape[2], h0.shape[1], gate_bias.shape[0]
         if torch.is_autocast_enabled(keys.device.type):
@@ -135,9 +153,10 @@ class FusedRecurrence(torch.autograd.Function):
         hs, zs, alphas = new(total, hid), new(total, dim), new(total, cells)  # packed outputs
         contexts, betas, acts = new(total, dim), new(total, width), new(total, 4 * hid)  # saved for backward
         cs, tcs = new(total, hid), new(total, hid)
-        keeping = saving and not recompute
-        tanhs = keys.new_empty(total if keeping else batch, cells, att)  # tanh(W_a a + W_h h) per step
-        queries = keys.new_empty(total, att) if saving and recompute else None
+        keeping = saving and not recompute and kernels is None
+        # tanh(W_a a + W_h h) per step, unless the kernels compute the score without it
+        tanhs = None if kernels is not None else keys.new_empty(total if keeping else batch, cells, att)
+        queries = keys.new_empty(total, att) if saving and not keeping else None
         w_low, v_low, w_z_low = w_hidden.to(low).t(), v.to(low), w_z.to(low).t()  # one cast per batch
         h, c, start = h0, c0, 0
         for n in batch_sizes:
@@ -146,9 +165,12 @@ class FusedRecurrence(torch.autograd.Function):
             projected = _times(h, w_low)  # [n, A+G+4H], every product with h_{t-1} at once
             query, gate, recurrent = projected.split([att, width, 4 * hid], 1)
             query = query.to(low)
-            t = tanhs[rows] if keeping else tanhs[:n]
-            torch.add(keys[:n], query[:, None, :], out=t).tanh_()  # [n, L, A], Eq. 4 (additive score)
-            alpha = torch.softmax(t @ v_low, dim=1, dtype=h.dtype)  # [n, L], Eq. 5
+            if kernels is not None:
+                scores = kernels.score(keys[:n], query, v)  # [n, L], Eq. 4 (additive score), float32
+            else:
+                t = tanhs[rows] if keeping else tanhs[:n]
+                scores = torch.add(keys[:n], query[:, None, :], out=t).tanh_() @ v_low  # [n, L], Eq. 4
+            alpha = torch.softmax(scores, dim=1, dtype=h.dtype)  # [n, L], Eq. 5
             context = torch.bmm(alpha.to(low)[:, None, :], annotations[:n]).squeeze(1).to(h.dtype)  # [n, D], Eq. 13
             beta = torch.sigmoid(gate + gate_bias)  # [n, G], Sec. 4.2.1
             z = beta * context  # [n, D]
@@ -163,7 +185,7 @@ class FusedRecurrence(torch.autograd.Function):
         if saving:
             ctx.save_for_backward(keys, annotations, h0, c0, w_hidden, v, w_z, hs, zs, alphas, contexts, betas,
                                   acts, cs, tcs, tanhs if keeping else queries)
-            ctx.batch_sizes, ctx.recompute = list(batch_sizes), recompute
+            ctx.batch_sizes, ctx.recompute, ctx.kernels = list(batch_sizes), recompute, kernels
         return hs, zs, alphas
 
     @staticmethod
@@ -187,12 +209,14 @@ class FusedRecurrence(torch.autograd.Function):
 
         # d(projected) for every position: [d query; d gate; d gates], the rows of one final product.
         grad_projected = hs.new_empty(total, att + width + 4 * hid)
-        weighted = zeros(batch, cells, att)  # sum_t de_t * tanh^2, the keys' gradient without v (below)
-        grad_e_sum = zeros(batch, cells)  # sum_t de_t
+        unfused = ctx.kernels is None  # the score's [B, L, A] buffers, which the kernels do without
+        weighted = zeros(batch, cells, att) if unfused else None  # sum_t de_t tanh^2: the keys' gradient without v
+        grad_e_sum = zeros(batch, cells) if unfused else None  # sum_t de_t
         grad_v = zeros(att)
+        d_es = None if unfused else zeros(total, cells)  # every step's d_e, for the keys' kernel after the loop
         grad_annotations = zeros(annotations.shape) if want_annotations else None
-        squared = keys.new_empty(batch, cells, att)
-        scratch = keys.new_empty(batch, cells, att) if ctx.recompute else None
+        squared = keys.new_empty(batch, cells, att) if unfused else None
+        scratch = keys.new_empty(batch, cells, att) if unfused and ctx.recompute else None
         dh, dc = zeros(batch, hid), zeros(batch, hid)  # carried from step t+1; rows past their end stay 0
         offsets = [0]
         for n in batch_sizes[:-1]:
@@ -222,16 +246,21 @@ class FusedRecurrence(torch.autograd.Function):
             d_alpha = torch.bmm(d_context.to(low)[:, None, :], annotations_t[:n]).squeeze(1)  # [n, L]
             d_alpha = grad_alpha[rows] + d_alpha
             d_e = alpha * (d_alpha - (d_alpha * alpha).sum(1, keepdim=True))  # softmax backward
-            # [n, L, A]: tanh(W_a a + W_h h_{t-1}) again, from this step's query, or as kept
-            t = torch.add(keys[:n], kept[rows][:, None, :], out=scratch[:n]).tanh_() if ctx.recompute else kept[rows]
-            d_e_low = d_e.to(low)
-            grad_v += (t.reshape(-1, att).t() @ d_e_low.reshape(-1)).to(grad_v.dtype)  # e = tanh(.) v
-            t2 = torch.mul(t, t, out=squared[:n])
-            # d pre = v * d_e * (1 - tanh^2): summed over cells for the query, accumulated for the keys.
-            d_query = v * (d_e.sum(1, keepdim=True) - torch.bmm(d_e_low[:, None, :], t2).squeeze(1).to(v.dtype))
-            grad_projected[rows, :att] = d_query  # [n, A]
-            weighted[:n].addcmul_(t2, d_e[:, :, None])
-            grad_e_sum[:n] += d_e
+            if ctx.kernels is not None:  # the query's gradient now, the keys' and v's after the loop
+                grad_projected[rows, :att] = ctx.kernels.query_grad(keys[:n], kept[rows], v, d_e)
+                d_es[rows] = d_e
+            else:
+                # [n, L, A]: tanh(W_a a + W_h h_{t-1}) again, from this step's query, or as kept
+                t = (torch.add(keys[:n], kept[rows][:, None, :], out=scratch[:n]).tanh_() if ctx.recompute
+                     else kept[rows])
+                d_e_low = d_e.to(low)
+                grad_v += (t.reshape(-1, att).t() @ d_e_low.reshape(-1)).to(grad_v.dtype)  # e = tanh(.) v
+                t2 = torch.mul(t, t, out=squared[:n])
+                # d pre = v * d_e * (1 - tanh^2): summed over cells for the query, accumulated for the keys.
+                d_query = v * (d_e.sum(1, keepdim=True) - torch.bmm(d_e_low[:, None, :], t2).squeeze(1).to(v.dtype))
+                grad_projected[rows, :att] = d_query  # [n, A]
+                weighted[:n].addcmul_(t2, d_e[:, :, None])
+                grad_e_sum[:n] += d_e
             dh[:n] = _times(grad_projected[rows], w_low)  # [n, H], every path back to h_{t-1} at once
             dc[:n] = dc_t * f
         h_prev = torch.cat([h0[:batch_sizes[0]]] + [hs[offsets[s - 1]: offsets[s - 1] + batch_sizes[s]]
@@ -239,12 +268,16 @@ class FusedRecurrence(torch.autograd.Function):
         grad_w_hidden = _times(grad_projected.t(), h_prev.to(low))  # [A+G+4H, H], one product over all positions
         grad_gate_bias = grad_projected[:, att:att + width].sum(0)
         grad_w_z = _times(grad_projected[:, att + width:].t(), zs.to(low))  # [4H, D]
-        grad_keys = (grad_e_sum[:, :, None] - weighted).mul_(v).to(low)  # sum_t v * d_e_t * (1 - tanh_t^2)
+        if ctx.kernels is not None:  # sum_t v * d_e_t * (1 - tanh_t^2), and v's, the keys read once
+            grad_keys, grad_v = ctx.kernels.keys_and_v_grads(keys, kept, d_es, v, batch_sizes)
+            grad_v = grad_v.to(v.dtype)
+        else:
+            grad_keys = (grad_e_sum[:, :, None] - weighted).mul_(v).to(low)  # sum_t v * d_e_t * (1 - tanh_t^2)
         grad_gates_x = grad_projected[:, att + width:]  # the word part enters the gates as is
         if grad_annotations is not None:
             grad_annotations = grad_annotations.to(low)
         return (grad_keys, grad_annotations, grad_gates_x, dh, dc, grad_w_hidden, grad_gate_bias, grad_v, grad_w_z,
-                None, None, None)
+                None, None, None, None)
 
 
 class GroupedStep:
@@ -260,6 +293,7 @@ class GroupedStep:
         self.w_hidden = hidden_weights(decoder)  # [A+G+4H, H], stacked once per search
         self.widths = [keys.shape[2], decoder.gate.weight.shape[0], decoder.lstm.weight_hh.shape[0]]
         self.scratch: torch.Tensor | None = None  # [B, K, L, A], tanh(W_a a_i + W_h h) of every hypothesis
+        self.kernels = score_kernels(keys.device.type)  # on a GPU: the score without the scratch
 
     @torch.no_grad()
     def __call__(self, h: torch.Tensor, c: torch.Tensor,
@@ -269,11 +303,16 @@ class GroupedStep:
         batch, cells, att = self.keys.shape
         embedded = d.embed(tokens)  # [BK, E]
         query, gate, recurrent = (h @ self.w_hidden.t()).split(self.widths, 1)
-        if self.scratch is None or self.scratch.dtype != query.dtype:
-            # One buffer for every step: a fresh [B, K, L, A] tensor each step costs page faults on a CPU.
-            self.scratch = query.new_empty(batch, self.group, cells, att)
-        t = torch.add(self.keys[:, None], query.view(batch, self.group, 1, att), out=self.scratch).tanh_()  # Eq. 4
-        alpha = torch.softmax(t @ d.attention.score.v.weight.view(-1), dim=2)  # [B, K, L], Eq. 5
+        v = d.attention.score.v.weight.view(-1)
+        if self.kernels is not None:  # [B, K, L], Eq. 4, each image's keys read once for its K rows
+            scores = self.kernels.score(self.keys, query, v, group=self.group).view(batch, self.group, cells)
+        else:
+            if self.scratch is None or self.scratch.dtype != query.dtype:
+                # One buffer for every step: a fresh [B, K, L, A] tensor each step costs page faults on a CPU.
+                self.scratch = query.new_empty(batch, self.group, cells, att)
+            t = torch.add(self.keys[:, None], query.view(batch, self.group, 1, att), out=self.scratch).tanh_()  # Eq. 4
+            scores = t @ v  # [B, K, L]
+        alpha = torch.softmax(scores, dim=2)  # [B, K, L], Eq. 5
         context = torch.bmm(alpha, self.annotations).view(batch * self.group, -1)  # [BK, D], Eq. 13
         z = torch.sigmoid(gate + d.gate.bias) * context  # beta_t * z_t, Sec. 4.2.1
         gates = torch.addmm(recurrent + word_gates(d, embedded), z, d.lstm.weight_ih[:, embedded.shape[1]:].t())
