@@ -169,16 +169,29 @@ def beam(context: Context) -> None:
              for precision in ("fp32", "bf16")]
     cases.append((plan.grids[0], plan.beam_batches[-1], "fp32", False))
     names = [f"beam 3 {grid_name(g)} {'fused' if f else 'step-by-step'} {p} {b} images" for g, b, p, f in cases]
-    context.cases.plan(names)
+    # the whole search as one CUDA graph, at the largest batch: every search runs plan.beam_length steps
+    graphed = [(plan.grids[0], plan.beam_batches[-1], precision) for precision in ("bf16", "fp32")]
+    graphed_names = [f"beam 3 {grid_name(g)} fused {p} {b} images, one CUDA graph" for g, b, p in graphed]
+    context.cases.plan(names + graphed_names)
+    rates = {}
     for name, (grid, batch, precision, fused) in zip(names, cases):
-        context.cases.run(name, lambda a=(grid, batch, precision, fused): beam_case(context, *a))
+        values = context.cases.run(name, lambda a=(grid, batch, precision, fused): beam_case(context, *a))
+        rates[(grid, batch, precision, fused)] = values["images_per_s"] if values else None
+        free_memory(context.device)
+    for name, (grid, batch, precision) in zip(graphed_names, graphed):
+        context.cases.run(name, lambda a=(grid, batch, precision): beam_case(
+            context, *a, True, graphed=True, eager_rate=rates.get((*a, True))))
         free_memory(context.device)
 
 
 def beam_case(context: Context, grid: tuple[int, int, int], batch: int, precision: str, fused: bool,
-              wrap: Callable[[], None] | None = None) -> dict:
+              wrap: Callable[[], None] | None = None, *, graphed: bool = False,
+              eager_rate: float | None = None) -> dict:
     """Beam 3 over `batch` images at once, every caption plan.beam_length words (eval.py decodes in
-    float32; bf16 is the same search under autocast). `wrap` compiles the search's step first."""
+    float32; bf16 is the same search under autocast). `wrap` compiles the search's step first.
+    `graphed`: after two eager searches (the fast path's check, the kernels compiled), the whole
+    search is captured as one CUDA graph and replayed (on CUDA; eager elsewhere), its row with its
+    ratio to `eager_rate`, the same search's images/s eager."""
     from captioning.model.decoding import beam_search
 
     plan, device = context.plan, context.device
@@ -202,11 +215,23 @@ def beam_case(context: Context, grid: tuple[int, int, int], batch: int, precisio
     start = time.perf_counter()
     search()
     first = time.perf_counter() - start
-    seconds, searches = _timed(lambda _: search(), plan=plan, device=device, at_least=2)
+    run = search
+    if graphed:
+        search()
+        if device.type == "cuda":  # a search of fixed length reads nothing back: one graph holds it
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                search()
+            run = graph.replay
+    seconds, searches = _timed(lambda _: run(), plan=plan, device=device, at_least=2)
     values = {"images_per_s": batch * searches / seconds, "seconds_per_search": seconds / searches,
               **peak_mib(device), "words": plan.beam_length}
     if wrap is not None:
         values["first_search_s"] = first
+    if graphed:
+        values["graphs"] = int(device.type == "cuda")
+        if eager_rate:
+            values["ratio_eager"] = values["images_per_s"] / eager_rate
     return values
 
 

@@ -159,15 +159,17 @@ def _combinations(config: Config) -> list[str]:
 
 
 def _graph_problems(config: Config) -> list[str]:
-    """What train.graph (train/graphed.py) holds in its graph: the paper's loss on the fused path, in fused
-    Adam, on cached annotations. What the config cannot say (a GPU without bf16, torchrun, an extra
-    the fused path does not compute) the run refuses when it starts."""
+    """What train.graph (train/graphed.py) holds in its graph: the paper's loss (an objective whose
+    entry says `paper_loss`) on the fused path, in fused Adam, on cached annotations. What the config
+    cannot say (a score or an extra the fused path does not compute, a GPU without bf16, torchrun)
+    the run refuses when it starts."""
     m, t, e = config.model, config.train, config.encoder
-    wanted = {"train.objective": (t.objective, "xe"), "model.attention": (m.attention, "soft"),
-              "model.score": (m.score, "additive"), "model.fused": (m.fused, True), "train.optimizer": (t.optimizer,
-                                                                                                  "adam")}
-    problems = [f"train.graph needs {key}={str(want).lower()}, got {str(got).lower()}"
-                for key, (got, want) in wanted.items() if got != want]
+    problems = [f"train.graph needs {key}={want}, got {got}"
+                for key, got, want in (("model.attention", m.attention, "soft"), ("model.fused", str(m.fused).lower(),
+                                                                                  "true"),
+                                       ("train.optimizer", t.optimizer, "adam")) if got != want]
+    if not getattr(registry.OBJECTIVES[t.objective], "paper_loss", False):
+        problems.append(f"train.graph holds the paper's loss alone, which train.objective={t.objective} is not")
     if t.terms:
         problems.append("train.graph holds the paper's loss alone: it does not go with train.terms")
     if e.fine_tune_from is not None or not config.data.feature_cache:

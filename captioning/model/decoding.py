@@ -70,9 +70,17 @@ def _lengths(tokens: torch.Tensor, end_id: int) -> torch.Tensor:
     return first
 
 
+_never: dict[tuple[str, bool], torch.Tensor] = {}  # never_said's, per device: copied there once a process
+
+
 def never_said(*, allow_unk: bool, device: torch.device | str) -> torch.Tensor:
-    """The ids no caption of a search may contain [k]: <pad>, <start>, and <unk> unless allowed."""
-    return torch.tensor([PAD_ID, START_ID] + ([] if allow_unk else [UNK_ID]), device=device)
+    """The ids no caption of a search may contain [k]: <pad>, <start>, and <unk> unless allowed. Made
+    on a device once, not at every search: a copy from the host is a wait, and a CUDA graph cannot
+    hold one."""
+    key = (str(device), allow_unk)
+    if key not in _never:
+        _never[key] = torch.tensor([PAD_ID, START_ID] + ([] if allow_unk else [UNK_ID]), device=device)
+    return _never[key]
 
 
 def repeated_ngrams(history: torch.Tensor, n: int, vocab_size: int) -> torch.Tensor:
@@ -283,7 +291,7 @@ def beam_search(decoder: AttentionDecoder, annotations: torch.Tensor, *, beam_si
         previous = word.view(-1)
         if no_repeat_ngram > 0:
             said = torch.cat([said[(offsets + parent).view(-1)], previous[:, None]], dim=1)
-        if finished.all():
+        if steps > min_length and finished.all():  # (no beam can have ended before: no trip to the host)
             break
     # Every beam's length, read back through the back-pointers, for the final ranking.
     beam = torch.arange(beam_size, device=device).expand(batch, beam_size)  # [B, K]

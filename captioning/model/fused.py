@@ -27,6 +27,8 @@ beams of an image share its keys and annotations instead of copying them K times
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
@@ -43,15 +45,33 @@ RECOMPUTED_ON = frozenset({"cuda"})
 KERNELS_ON = frozenset({"cuda"})
 
 
+_kernels_ran: dict[str, bool] = {}  # per device type: whether the kernels compiled and ran here
+
+
 def score_kernels(device_type: str):
-    """captioning.model.score_kernels where it runs (KERNELS_ON, Triton importable); None elsewhere."""
+    """captioning.model.score_kernels where it runs (KERNELS_ON, Triton importable, and the kernels
+    compile and run on this machine's GPU: Triton needs compute capability 7.0 or later); None
+    elsewhere, and the score is computed in PyTorch, its tanh again in the backward."""
     if device_type not in KERNELS_ON:
         return None
     try:
         from captioning.model import score_kernels as kernels
-    except ImportError:  # no Triton: the score in PyTorch, its tanh computed again in the backward
+    except ImportError:  # no Triton
         return None
-    return kernels
+    if device_type not in _kernels_ran:
+        try:  # one tiny launch of each, once a process: what fails here would fail mid-run
+            keys = torch.zeros(1, 2, 3, device=device_type)
+            rows = torch.zeros(1, 3, device=device_type)
+            kernels.score(keys, rows, rows[0])
+            kernels.query_grad(keys, rows, rows[0], torch.zeros(1, 2, device=device_type))
+            kernels.keys_and_v_grads(keys, rows, torch.zeros(1, 2, device=device_type), rows[0], [1])
+            _kernels_ran[device_type] = True
+        except Exception as error:  # noqa: BLE001 (a compiler's or a driver's: any of them means "not here")
+            warnings.warn(f"model.fused: the additive score's Triton kernels do not run on this {device_type} "
+                          f"({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}); the fused "
+                          "path computes the score in PyTorch", RuntimeWarning, stacklevel=2)
+            _kernels_ran[device_type] = False
+    return kernels if _kernels_ran[device_type] else None
 
 
 def supports(decoder: torch.nn.Module) -> bool:

@@ -38,6 +38,8 @@ from captioning.train.step import take_step
 class PaperObjective:
     """Eq. 14 (and Sec. 4.1's terms for hard attention) on the run's training pairs."""
 
+    paper_loss = True  # its loss is paper_loss's: what train.graph's step holds (train/graphed.py)
+
     def __init__(self, config: Config, *, data: RunData, model: RunModel, module: nn.Module, hardware: Hardware):
         """`module`: the trained graph (an EncoderDecoder, wrapped in DDP under torchrun)."""
         self.config, self.data, self.model, self.module = config, data, model, module

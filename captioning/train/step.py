@@ -193,7 +193,8 @@ class Stepping:
             problem = ("cannot hold fp16's gradient scaler, which train.amp needs on this GPU (it has no bf16): "
                        "set train.amp=false")
         elif self.model.decoder.accelerator is None:
-            problem = "needs the fused path, which this decoder's extras do not take (captioning/model/fused.py)"
+            problem = ("needs the fused path, which this decoder does not take: soft attention with the additive "
+                       "score, queried with h_{t-1}, at temperature 1 (captioning/model/fused.py)")
         if problem is not None:
             raise TrainingError(f"train.graph {problem}")
         t = self.config.train  # the config's checks let train.graph through with train.objective=xe alone

@@ -387,3 +387,20 @@ def test_no_repeat_ngram_follows_each_beam_through_its_reorderings(beam_size):
         captions += caption_words(beam_search(decoder, annotations, beam_size=beam_size, max_length=12,
                                               no_repeat_ngram=n))
     assert not any(said_twice(words, n) for words in captions)
+
+
+def test_a_search_that_cannot_end_early_never_asks_the_device_whether_it_has():
+    """With min_length = max_length no beam can say <end> before the last word, so the loop reads
+    nothing back to stop early: no trip to the host, and a search that a CUDA graph can hold.
+    With a shorter min_length it asks once a step past it."""
+    from tests.syncs import counting_syncs
+
+    decoder, annotations = make_decoder(3), make_annotations(3)
+    fused_check.prove_grouped_step(decoder, annotations)  # the fast path's one check, not the search's work
+    with counting_syncs() as fixed:
+        captions = beam_search(decoder, annotations, beam_size=3, max_length=6, min_length=6)
+    assert fixed.total == 0, fixed.sites
+    assert captions.tokens.shape[1] == 6
+    with counting_syncs() as free:
+        beam_search(decoder, annotations, beam_size=3, max_length=6, min_length=2)
+    assert 1 <= free.total <= 4, free.sites

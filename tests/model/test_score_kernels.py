@@ -13,6 +13,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from tests.tiny import REPO
 
@@ -43,3 +44,27 @@ def test_the_fused_recurrence_on_the_kernels_equals_the_stepwise_one(errors):
     assert len(recurrence) >= 6 and "recurrence: the kernels were asked for" in recurrence, recurrence
     for name, value in recurrence.items():
         assert value <= RECURRENCE, name
+
+
+def test_kernels_that_do_not_run_here_leave_the_score_to_pytorch(monkeypatch):
+    """Asked for the kernels where Triton cannot run them (here: the CPU's tensors, outside the
+    interpreter; on a GPU: one older than Triton supports), the fused path says so once and computes
+    the score in PyTorch, to the same numbers."""
+    from captioning.model import fused
+
+    monkeypatch.setattr(fused, "KERNELS_ON", frozenset({"cpu"}))
+    monkeypatch.setattr(fused, "_kernels_ran", {})
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    with pytest.warns(RuntimeWarning, match="Triton kernels do not run on this cpu"):
+        assert fused.score_kernels("cpu") is None
+    assert fused._kernels_ran == {"cpu": False}  # tried once a process
+    import warnings
+
+    from tests.model.test_fused import make_batch, make_decoder, stepwise
+
+    decoder = make_decoder(11, dtype=torch.float32)
+    annotations, inputs, _, _ = make_batch(11, dtype=torch.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # said once: not again at every step
+        got = decoder(annotations, inputs)
+    torch.testing.assert_close(got.alphas, stepwise(decoder)(annotations, inputs).alphas, rtol=1e-5, atol=1e-6)

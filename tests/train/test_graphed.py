@@ -117,14 +117,19 @@ def test_a_run_with_train_graph_trains_as_the_eager_run(tmp_path, tiny_config, m
     (("model.attention=hard",), "model.attention=soft"),
     (("model.fused=false",), "model.fused=true"),
     (("train.optimizer=rmsprop",), "train.optimizer=adam"),
+    (("train.objective=xe_probe",), "train.objective=xe_probe is not"),
     (("train.terms={graph_probe: 0.01}",), "train.terms"),
     (("data.feature_cache=false",), "encoder on the fly"),
 ])
 def test_the_config_refuses_what_the_graph_does_not_hold(monkeypatch, overrides, named):
     from captioning.config import ConfigError
-    from captioning.config.registry import TERMS
+    from captioning.config.registry import OBJECTIVES, TERMS
+    from captioning.train.paper_objective import PaperObjective
 
     monkeypatch.setattr(TERMS, "_entries", {**TERMS.entries, "graph_probe": lambda alphas, mask: alphas.sum()})
+    # an objective of the paper's batches whose loss is its own: not the graph's
+    monkeypatch.setattr(OBJECTIVES, "_entries", {**OBJECTIVES.entries,
+                                                 "xe_probe": type("Probe", (PaperObjective,), {"paper_loss": False})})
     with pytest.raises(ConfigError, match=named.replace(".", r"\.")):
         load_config(None, ["train.graph=true", *overrides])
     load_config(None, list(overrides))  # each is fine without the graph
@@ -134,6 +139,7 @@ def test_a_decoder_the_fused_path_does_not_compute_is_refused_before_the_first_s
     from captioning.train.loop import fit
     from captioning.train.objective import TrainingError
 
-    with pytest.raises(TrainingError, match="train.graph needs the fused path"):
-        fit(tiny_config(tmp_path, "model.extras.query_word=true", "train.graph=true", "train.max_steps=1"))
-    assert not (tmp_path / "last.pt").exists()
+    for extra in ("model.extras.query_word=true", "model.score=dot"):
+        with pytest.raises(TrainingError, match="train.graph needs the fused path"):
+            fit(tiny_config(tmp_path, extra, "train.graph=true", "train.max_steps=1"))
+        assert not (tmp_path / "last.pt").exists()
