@@ -147,6 +147,10 @@ def test_the_smoke_runs_every_part_and_every_case_passes(tmp_path: Path):
     assert graphed["ratio_eager"] == pytest.approx(graphed["captions_per_s"] / eager["captions_per_s"])
     assert graphed["graphs"] == 0 and graphed["capture_s"] > 0  # off CUDA the step runs eagerly: no graph
     assert 0 <= graphed["loss_gap"] < 2.0**-8  # bf16's rounding, not another loss
+    for precision in ("bf16", "fp32"):  # the whole search as one graph (eager off CUDA), beside the eager search
+        whole = rows[("beam", f"beam 3 3x3x8 fused {precision} 2 images, one CUDA graph")]
+        assert whole["ratio_eager"] == pytest.approx(
+            whole["images_per_s"] / rows[("beam", f"beam 3 3x3x8 fused {precision} 2 images")]["images_per_s"])
     unfused = rows[("graph", "soft graphed 3x3x8 bf16 B=4, the score in PyTorch (no Triton kernels)")]
     assert unfused["ratio_kernels"] == pytest.approx(graphed["captions_per_s"] / unfused["captions_per_s"])
     print(f"smoke: {seconds:.0f} s, {len(report['rows'])} rows")
