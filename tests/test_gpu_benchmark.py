@@ -128,9 +128,12 @@ def test_the_smoke_runs_every_part_and_every_case_passes(tmp_path: Path):
     resumed = rows[("torchrun", "torchrun --nproc_per_node 1 (gloo): --resume")]
     assert resumed["resumed_from"] == stopped["stopped_at_step"] >= 3 and resumed["ended_at"] == stopped[
         "stopped_at_step"] + 4
-    for device in ("on the device (cpu)", "on the CPU", "on the device (cpu), train.graph"):  # names are unique
+    for device in ("on the device (cpu)", "on the CPU", "on the device (cpu), train.seed=1 (the seeds' spread)",
+                   "on the device (cpu), train.graph"):  # case names are unique: the smoke's device is the CPU
         trained = rows[("training", f"train 1 epoch {device}")]
         assert len(trained["epoch_s"]) == len(trained["CIDEr"]) == len(trained["Bleu_4"]) == 1
+    graph_run = rows[("training", "train 1 epoch on the device (cpu), train.graph")]
+    assert {"CIDEr_gap", "CIDEr_seed_gap", "Bleu_4_gap", "Bleu_4_seed_gap"} <= graph_run.keys()
     compiled = rows[("compile", "compiled (eager): soft fused 3x3x8 bf16 B=4, one caption length")]
     assert {"graphs", "graph_breaks"} <= compiled.keys()
     profiled = rows[("profile", "profile soft fused 3x3x8 bf16 B=4")]
