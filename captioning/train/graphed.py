@@ -88,6 +88,9 @@ class GraphedStep:
         rates = [float(group["lr"]) for group in self.optimizer.param_groups]
         if rates != self.rates:  # a graph holds the rate it was captured with: the schedule moved it
             self.graphs.clear()
+            # and a fresh pool: the old one keeps what a capture's stream allocated for good (cuBLAS's
+            # workspace), and the allocator refuses a new capture into a pool whose graphs are gone
+            self.pool = torch.cuda.graph_pool_handle() if self.capture else None
             self.rates = rates
         captured = self.graphs.get(shape)
         if captured is not None:

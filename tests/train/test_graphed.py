@@ -6,6 +6,7 @@ value on the host. The capture itself needs CUDA: benchmarks/gpu/gpu.py's `graph
 from __future__ import annotations
 
 import copy
+import math
 
 import pytest
 import torch
@@ -33,14 +34,18 @@ def test_buckets_round_a_batchs_steps_up_to_a_multiple():
     assert [bucket_length(steps) for steps in (1, BUCKET, BUCKET + 1, 22)] == [BUCKET, BUCKET, 2 * BUCKET, 24]
 
 
-def test_the_static_step_takes_the_eager_steps():
+@pytest.mark.parametrize("weighted", [False, True], ids=["plain", "word-weights"])
+def test_the_static_step_takes_the_eager_steps(weighted):
     eager, eager_optimizer = _decoder_and_optimizer()
     graphed = copy.deepcopy(eager)
+    # train.word_weights: some target words count several times (train/extras/word_weights.py)
+    weights = torch.linspace(0.5, 3.0, V) if weighted else None
     step = GraphedStep(graphed, torch.optim.Adam(graphed.parameters(), lr=0.01, fused=True), grad_clip=GRAD_CLIP,
-                       ds_lambda=DS_LAMBDA)
+                       ds_lambda=DS_LAMBDA, word_weights=weights)
     for seed, lengths in enumerate(LENGTHS * 2):
         batch = _batch(seed, lengths)
-        want = train_step(eager, batch, eager_optimizer, grad_clip=GRAD_CLIP, ds_lambda=DS_LAMBDA)
+        want = train_step(eager, batch, eager_optimizer, grad_clip=GRAD_CLIP, ds_lambda=DS_LAMBDA,
+                          word_weights=weights)
         got = step(batch)
         assert not got.skipped
         for name in ("loss", "xe", "ds", "grad_norm"):
@@ -51,6 +56,18 @@ def test_the_static_step_takes_the_eager_steps():
         assert not torch.equal(got, start), name  # every weight moved
     # two computations (padded rows run to the bucket's end), not one: they round apart somewhere
     assert any(not torch.equal(got, want) for got, want in zip(graphed.parameters(), eager.parameters()))
+    # each batch padded to its bucket: tokens of 7 and 3 become 9 (8 steps), of 14 become 17 (16 steps);
+    # two shapes, each stepped as often as its batches came (the count a capture waits on)
+    assert step.seen == {(3, 9, D, 9): 4, (3, 9, D, 17): 2}
+
+
+@pytest.mark.parametrize("tokens, padded", [(BUCKET + 1, BUCKET + 1), (BUCKET + 2, 2 * BUCKET + 1)])
+def test_a_batch_at_a_buckets_edge_is_padded_to_its_own_bucket(tokens, padded):
+    """Tokens [B, T + 1]: the T steps of the inputs decide the bucket, 8 steps fill the first exactly."""
+    decoder, optimizer = _decoder_and_optimizer()
+    step = GraphedStep(decoder, optimizer, grad_clip=GRAD_CLIP, ds_lambda=DS_LAMBDA)
+    step(_batch(4, [tokens, 3]))
+    assert step.seen == {(2, 9, D, padded): 1}
 
 
 def test_a_step_whose_loss_is_not_finite_moves_nothing():
@@ -69,6 +86,18 @@ def test_a_step_whose_loss_is_not_finite_moves_nothing():
             assert torch.equal(value, before[1]["state"][index][key]), (index, key)
     assert not step(_batch(2)).skipped  # the next finite step moves again
     assert not torch.equal(decoder.state_dict()["embed.weight"], before[0]["embed.weight"])
+
+
+def test_a_gradient_norm_that_is_not_finite_skips_the_step_though_the_loss_is(monkeypatch):
+    decoder, optimizer = _decoder_and_optimizer()
+    step = GraphedStep(decoder, optimizer, grad_clip=GRAD_CLIP, ds_lambda=DS_LAMBDA)
+    step(_batch(0))
+    before = copy.deepcopy(decoder.state_dict())
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", lambda parameters, limit: torch.tensor(float("inf")))
+    result = step(_batch(1))
+    assert result.skipped and math.isfinite(result.losses["loss"])
+    for name, value in decoder.state_dict().items():
+        assert torch.equal(value, before[name]), name
 
 
 def test_the_static_step_never_reads_a_value_on_the_host():
