@@ -197,7 +197,7 @@ class Stepping:
                        "score, queried with h_{t-1}, at temperature 1 (captioning/model/fused.py)")
         if problem is not None:
             raise TrainingError(f"train.graph {problem}")
-        t = self.config.train  # the config's checks let train.graph through with train.objective=xe alone
+        t = self.config.train  # the config's checks let train.graph through with the paper's objective alone
         return GraphedStep(self.model.decoder, self.optimizer, grad_clip=t.grad_clip, ds_lambda=t.ds_lambda,
                            precision=self.hardware.precision, word_weights=self.objective.word_weights)
 
