@@ -60,11 +60,13 @@ def score_kernels(device_type: str):
         return None
     if device_type not in _kernels_ran:
         try:  # one tiny launch of each, once a process: what fails here would fail mid-run
-            keys = torch.zeros(1, 2, 3, device=device_type)
-            rows = torch.zeros(1, 3, device=device_type)
-            kernels.score(keys, rows, rows[0])
-            kernels.query_grad(keys, rows, rows[0], torch.zeros(1, 2, device=device_type))
-            kernels.keys_and_v_grads(keys, rows, torch.zeros(1, 2, device=device_type), rows[0], [1])
+            v, d_e = torch.zeros(3, device=device_type), torch.zeros(1, 2, device=device_type)
+            for dtype in (torch.float32, torch.bfloat16):  # keys and queries as a run hands them: each compiles apart
+                keys = torch.zeros(1, 2, 3, device=device_type, dtype=dtype)
+                rows = torch.zeros(1, 3, device=device_type, dtype=dtype)
+                kernels.score(keys, rows, v)
+                kernels.query_grad(keys, rows, v, d_e)
+                kernels.keys_and_v_grads(keys, rows, d_e, v, [1])
             _kernels_ran[device_type] = True
         except Exception as error:  # noqa: BLE001 (a compiler's or a driver's: any of them means "not here")
             warnings.warn(f"model.fused: the additive score's Triton kernels do not run on this {device_type} "

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import types
 from pathlib import Path
 
 os.environ["TRITON_INTERPRET"] = "1"
@@ -78,6 +79,69 @@ def summed_checks() -> dict[str, float]:
     return errors
 
 
+def bf16_checks() -> dict[str, float]:
+    """The kernels as bf16 autocast calls them (keys and queries in bf16, v and d_e in float32), against
+    the equations in float64 on the same bf16 inputs: every sum is float32's, so the outputs that
+    stay float32 are held to the float32 checks' tolerance; the keys' gradient, stored in the keys'
+    dtype, is rounded once to bf16, so its error is taken relative to its size."""
+    keys, queries, v = draw(B, L, A, seed=20).bfloat16(), draw(B * 3, A, seed=21).bfloat16(), draw(A, seed=22)
+    d_es = draw(B * 3, L, seed=23)
+    t = tanh(keys[:B], queries[:B])
+    errors = {"bf16: score": error(score_kernels.score(keys, queries[:B], v), t @ v.double()),
+              "bf16: score, 3 rows an image": error(score_kernels.score(keys, queries, v, group=3),
+                                                    tanh(keys.repeat_interleave(3, 0), queries) @ v.double()),
+              "bf16: query's gradient": error(score_kernels.query_grad(keys, queries[:B], v, d_es[:B]),
+                                              v.double() * (d_es[:B].double()[:, :, None] * (1 - t * t)).sum(1))}
+    sizes = [3, 2, 2, 1]
+    positions = sum(sizes)
+    got_keys, got_v = score_kernels.keys_and_v_grads(keys, queries[:positions], d_es[:positions], v, sizes)
+    want_keys, want_v, start = torch.zeros(B, L, A, dtype=torch.float64), torch.zeros(A, dtype=torch.float64), 0
+    for n in sizes:
+        t, d_e = tanh(keys[:n], queries[start:start + n]), d_es[start:start + n].double()[:, :, None]
+        want_keys += torch.nn.functional.pad(d_e * (1 - t * t), (0, 0, 0, 0, 0, B - n))
+        want_v += (d_e * t).sum((0, 1))
+        start += n
+    want_keys *= v.double()
+    errors["bf16: keys' gradient in bf16"] = 0.0 if got_keys.dtype == torch.bfloat16 else float("nan")
+    # Beyond one rounding to bf16: what the float32 sums add. The interpreter rounds toward zero, within
+    # 2^-7 |x| (a GPU's conversion rounds to nearest, within 2^-8 |x|).
+    errors["bf16: keys' gradient, past one rounding"] = float(
+        ((got_keys.double() - want_keys).abs() - 2.0 ** -7 * want_keys.abs()).max())
+    errors["bf16: v's gradient"] = error(got_v, want_v)
+    return errors
+
+
+def bf16_recurrence_checks() -> dict[str, float]:
+    """The fused recurrence on the kernels under bf16 autocast, measured as tests/model/test_fused_precision.py
+    measures it on PyTorch's score: against the float32 step-by-step equations, and beside torch's own bf16
+    autocast of the step-by-step path."""
+    from tests.model.test_fused_precision import _bf16_run, _relative
+
+    seen = []  # the dtype of the keys each kernel is handed
+
+    def recorded(kernel):
+        return lambda keys, *rest, **options: seen.append(keys.dtype) or kernel(keys, *rest, **options)
+
+    watched = types.SimpleNamespace(**{name: recorded(getattr(score_kernels, name))
+                                       for name in ("score", "query_grad", "keys_and_v_grads")})
+    fused.score_kernels = lambda device: watched
+    errors = {}
+    for seed in (0, 1):
+        decoder = make_decoder(seed, dtype=torch.float32)
+        batch = make_batch(seed, dtype=torch.float32)
+        alphas, loss, grads = _bf16_run(decoder, batch, autocast=True)
+        reference_alphas, reference_loss, reference_grads = _bf16_run(stepwise(decoder), batch, autocast=False)
+        _, _, autocast_grads = _bf16_run(stepwise(decoder), batch, autocast=True)
+        real = batch[3].bool()
+        errors[f"bf16 recurrence {seed}: alphas"] = error(alphas[real], reference_alphas[real])
+        errors[f"bf16 recurrence {seed}: loss, relative"] = abs(loss - reference_loss) / reference_loss
+        errors[f"bf16 recurrence {seed}: gradients, relative"] = _relative(grads, reference_grads)
+        errors[f"bf16 recurrence {seed}: autocast's gradients, relative"] = _relative(autocast_grads, reference_grads)
+    bf16_calls = seen.count(torch.bfloat16)
+    errors["bf16 recurrence: the kernels ran on bf16 keys"] = 0.0 if bf16_calls >= 3 else float("nan")
+    return errors
+
+
 def recurrence_checks() -> dict[str, float]:
     """The fused recurrence on the kernels against the step-by-step path, in float32 (the kernels sum
     in float32 whatever their inputs): logits, maps, loss and every gradient; packed by length, and
@@ -122,4 +186,5 @@ if __name__ == "__main__":
     # The interpreter computes masked-off lanes too, on whatever memory lies there, then drops them:
     # numpy's overflow warnings from those lanes say nothing about the kept ones.
     with np.errstate(over="ignore", invalid="ignore"):
-        print(json.dumps({**score_checks(), **summed_checks(), **recurrence_checks()}))
+        print(json.dumps({**score_checks(), **summed_checks(), **bf16_checks(), **recurrence_checks(),
+                          **bf16_recurrence_checks()}))
