@@ -11,11 +11,9 @@ import contextlib
 import json
 import signal
 import sys
-import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from captioning.cli.common import (
     add_hard_choice_argument,
@@ -26,6 +24,7 @@ from captioning.cli.common import (
 from captioning.config import ConfigError
 from captioning.data.records import counted, name_as_text, name_on_one_line
 from captioning.progress import quiet
+from captioning.runtime.signals import StopSignalHandler
 
 
 def add_caption_command(commands: argparse._SubParsersAction) -> None:
@@ -81,21 +80,19 @@ class Stopped(KeyboardInterrupt):
         self.signum = signum
 
 
-class _StopSignals:
-    """SIGINT and SIGTERM raise Stopped while the command runs. SIGTERM (a scheduler's preemption,
-    `kill`) would otherwise end the process with no page; and a shell starts a background job with
-    SIGINT ignored, which Python then leaves ignored, so `kill -INT` would not stop it: training
-    answers both signals alike (train/loop.py).
+class _StopSignals(StopSignalHandler):
+    """SIGINT and SIGTERM raise Stopped while the command runs (SIGTERM would otherwise end the
+    process with no page; runtime/signals.py says why both).
 
     An exception raised by a signal handler is lost where the signal lands in a __del__ method or a
     callback (Python prints it and goes on): the signal is kept too, and `check` raises it again."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.received: int | None = None
-        self._previous: dict[int, Any] = {}
         self._holding = False
 
-    def _handle(self, signum: int, frame: object) -> None:
+    def handle(self, signum: int) -> None:
         again = self.received is not None
         self.received = signum
         if again or not self._holding:
@@ -116,16 +113,6 @@ class _StopSignals:
         finally:
             self._holding = False
         self.check()
-
-    def __enter__(self) -> _StopSignals:
-        if threading.current_thread() is threading.main_thread():  # signal handlers live there only
-            for signum in (signal.SIGINT, signal.SIGTERM):
-                self._previous[signum] = signal.signal(signum, self._handle)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
 
 
 def _error(message: object) -> None:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import datetime
 import os
-import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -29,6 +28,8 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+
+from captioning.runtime.signals import STOP_SIGNALS
 
 
 class DistributedError(RuntimeError):
@@ -142,9 +143,6 @@ def barrier(context: Distributed, *, name: str = "barrier") -> None:
 
 # One small all-reduce per step: what every process must know before it acts --------------------------
 
-SIGNALS = (signal.SIGTERM, signal.SIGINT)
-
-
 @dataclass(frozen=True)
 class Agreement:
     """What the processes agreed on in one step.
@@ -172,14 +170,14 @@ def agree(context: Distributed, *, words: float, images: float, loss: torch.Tens
     if not context.enabled:  # the step itself checks its own loss, in the trip that brings it to the host
         return Agreement(signal=received, unreadable=unreadable, named=named)
     not_finite = 0.0 if loss is None else float(~torch.isfinite(loss.detach()))  # the step's one sync
-    flags = [float(received == s) for s in SIGNALS]
+    flags = [float(received == s) for s in STOP_SIGNALS]
     total = torch.tensor([words, images, *flags, not_finite, unreadable, named],
                          dtype=torch.float64)  # [7], on the CPU (gloo)
     with collective(context, "the step's all-reduce"):
         dist.all_reduce(total, group=_control["group"])
     words_total, images_total, *signals, bad, unreadable_total, named_total = total.tolist()
     share = words * context.world_size / words_total if words_total else 0.0
-    stop = next((int(s) for s, count in zip(SIGNALS, signals) if count), None)
+    stop = next((int(s) for s, count in zip(STOP_SIGNALS, signals) if count), None)
     return Agreement(share=share, finite=bad == 0, empty=images_total == 0, signal=stop,
                      unreadable=int(unreadable_total), named=int(named_total))
 

@@ -28,7 +28,6 @@ import math
 import random
 import signal
 import sys
-import threading
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -48,6 +47,7 @@ from captioning.model.encoder_decoder import EncoderDecoder
 from captioning.progress import bar
 from captioning.runtime import distributed
 from captioning.runtime.hardware import Hardware
+from captioning.runtime.signals import StopSignalHandler
 from captioning.train.build import RunModel, build_encoder, build_model, build_optimizer
 from captioning.train.objective import Objective, TrainingError
 from captioning.train.provenance import run_record_of, run_weights
@@ -306,27 +306,17 @@ def fit(config: Config, *, resume: bool = False, device: str | torch.device = "c
 # stopping cleanly on SIGTERM and SIGINT -----------------------------------------------------------
 # Stopping cleanly on SIGTERM / SIGINT: the training loop saves a checkpoint and returns.
 
-class StopSignals:
+class StopSignals(StopSignalHandler):
     """SIGTERM / SIGINT (a cluster's preemption, Ctrl-C) ask the loop to save and stop after the
     current step; a second Ctrl-C interrupts at once."""
 
     def __init__(self):
+        super().__init__()
         self.received: int | None = None
-        self._previous: dict[int, Any] = {}
 
-    def _handle(self, signum: int, frame: Any) -> None:
+    def handle(self, signum: int) -> None:
         if self.received is not None and signum == signal.SIGINT:
             raise KeyboardInterrupt
         self.received = signum
         tqdm.write(f"{signal.Signals(signum).name}: saving a checkpoint after this step, then stopping",
                    file=sys.stderr)
-
-    def __enter__(self) -> StopSignals:
-        if threading.current_thread() is threading.main_thread():  # signal handlers live there only
-            for signum in (signal.SIGTERM, signal.SIGINT):
-                self._previous[signum] = signal.signal(signum, self._handle)
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
