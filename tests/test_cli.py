@@ -160,6 +160,19 @@ def test_caption_exit_code_end_to_end_in_a_subprocess(tiny_run, images) -> None:
     assert len(errors) == 1 and images["garbage"] in errors[0]
 
 
+def test_captioning_an_image_reads_no_caption_so_loads_no_tokenizer(tiny_run, images) -> None:
+    """nltk, and the scipy it loads, come in at the first caption read (data/vocab.py): most of a
+    second of every `captioning caption`, which reads none."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    script = ("import sys; from captioning.cli import main; "
+              f"code = main(['caption', {images['jpeg']!r}, '--checkpoint', {str(tiny_run.checkpoint)!r}]); "
+              "print(code, sorted(name for name in ('nltk', 'scipy') if name in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True,
+                            timeout=300)
+    assert _lines(result.stdout)[-1] == "0 []", result.stdout + result.stderr
+    assert _lines(result.stdout)[0].startswith(images["jpeg"] + "\t")  # it did caption
+
+
 def test_caption_takes_folders_globs_and_a_list_file_in_order(tiny_run, images, tmp_path: Path, capsys) -> None:
     folder = Path(images["png"]).parent  # scene.png, photo.jpg, gray.png, odd.png, garbage.png; other/scene.png
     listing = tmp_path / "list.txt"

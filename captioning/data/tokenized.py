@@ -25,7 +25,6 @@ import zipfile
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-import nltk
 import numpy as np
 
 from captioning import progress
@@ -120,6 +119,7 @@ def _each_image(captions: Sequence[Sequence[str]], language: str) -> Iterator[li
         yield from _tokenize_images(captions, language)  # a daemon (a DataLoader worker) may not start processes
         return
     chunks = [captions[i:i + CHUNK] for i in range(0, len(captions), CHUNK)]
+    tokenize("", language=language)  # the tokenizer (nltk's, for English) loaded here once, not in each worker
     with multiprocessing.get_context("fork").Pool(cores) as pool:
         for part in pool.imap(functools.partial(_tokenize_images, language=language), chunks):
             yield from part
@@ -134,6 +134,8 @@ def tokens_dir(data: DataConfig) -> Path | None:
 
 
 def _digest(captions: Sequence[Sequence[str]], language: str) -> str:
+    import nltk  # here, not at the top: see vocab._treebank
+
     digest = hashlib.blake2b(f"{tokenization(language)} nltk {nltk.__version__}".encode(), digest_size=16)
     for raw in captions:
         digest.update(("\x1f".join(raw) + "\x1e").encode())

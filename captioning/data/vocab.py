@@ -8,6 +8,7 @@ characters, since the Treebank's clitics and quotes are English's.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import unicodedata
@@ -15,13 +16,20 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from nltk.tokenize import TreebankWordTokenizer
-
 from captioning.config.choices import ENGLISH
 from captioning.model.tokens import END_ID, PAD_ID, SPECIALS, START_ID, UNK_ID
 from captioning.runtime.files import replace_text
 
-_TOKENIZER = TreebankWordTokenizer()
+
+@functools.cache
+def _treebank():
+    """nltk's Treebank tokenizer, imported at the first English caption: importing nltk takes most of
+    a second (it loads scipy), which captioning an image, with no caption to read, need not pay."""
+    from nltk.tokenize import TreebankWordTokenizer
+
+    return TreebankWordTokenizer()
+
+
 # Typographic quotes as typed by people (and word processors): made straight, so "dog’s" is "dog's".
 _QUOTES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201a": "'", "\u2032": "'", "\u00b4": "'",
                          "\u201c": '"', "\u201d": '"', "\u201e": '"', "\u00ab": '"', "\u00bb": '"'})
@@ -59,7 +67,7 @@ def tokenize(caption: str, *, language: str = ENGLISH) -> list[str]:
     'Zwei Hunde rennen über die Straße.' (de) -> [zwei, hunde, rennen, über, die, straße]."""
     if language != ENGLISH:
         return words(caption)
-    tokens = (_unquote(token) for token in _TOKENIZER.tokenize(normalize(caption)))
+    tokens = (_unquote(token) for token in _treebank().tokenize(normalize(caption)))
     return [token for token in tokens if token and not _PUNCTUATION.match(token)]
 
 
