@@ -83,8 +83,8 @@ def graphed_case(context: Context, *, batch: int, precision: str) -> dict:
     one(0)
     one(1)
     values = {"captions_per_s": rate, "step_ms": 1000 * seconds / steps, "capture_s": capture,
-              "graphs": graphs, "graphs_after_rate_change": len(step.graphs), **peak_mib(context.device), **coco_epochs(rate), "timed_steps": steps,
-              "skipped_steps": skipped}
+              "graphs": graphs, "graphs_after_rate_change": len(step.graphs), **peak_mib(context.device),
+              **coco_epochs(rate), "timed_steps": steps, "skipped_steps": skipped}
     if batch in GOALS:
         values["goal_captions_per_s"] = GOALS[batch]
     return values
