@@ -325,6 +325,7 @@ def test_make_gpu_wheels_fetches_through_the_commands_one_entry_point(tmp_path: 
 
 def test_set_up_installs_the_wheels_of_what_does_not_import_and_nothing_else(tmp_path: Path):
     from install import project_modules, requirements, set_up
+    from wheels import LEFT_OUT
 
     wheels = tmp_path / "wheels"
     wheels.mkdir()
@@ -336,7 +337,7 @@ def test_set_up_installs_the_wheels_of_what_does_not_import_and_nothing_else(tmp
     assert installed["wheels"].values["installed"] == ["gpu_run_probe-1.0-py3-none-any.whl"]
     assert installed["the project"].status == "not run"  # the tree's captioning imports already
     assert installed["imports"].status == "ok"
-    assert installed["imports"].values["of"] == len(requirements()) + len(project_modules())
+    assert installed["imports"].values["of"] == len(requirements()) - len(LEFT_OUT) + len(project_modules())
     probe = subprocess.run([sys.executable, "-c", "import gpu_run_probe, yaml; print(gpu_run_probe.ANSWER)"], env=env,
                            capture_output=True, text=True, check=True)
     assert probe.stdout.strip() == "42"
@@ -344,13 +345,25 @@ def test_set_up_installs_the_wheels_of_what_does_not_import_and_nothing_else(tmp
 
 def test_the_wheels_are_setup_cfgs_requirements_and_their_own():
     from install import requirements
-    from wheels import WHEELS
+    from wheels import LEFT_OUT, WHEELS
 
     needed = {name.lower() for name in requirements()}
     assert {"pillow": "PIL", "PyYAML": "yaml"}.items() <= requirements().items()
     pinned = {requirement.split("==")[0] for requirement in WHEELS}
     assert all("==" in requirement for requirement in WHEELS)  # one version of each, the same on every run
     assert pinned - needed == {"defusedxml"}  # nltk's own need
+    assert LEFT_OUT.keys() <= needed and not LEFT_OUT.keys() & pinned
+
+
+def test_the_wheels_and_the_tracked_tree_fit_what_the_machine_holds():
+    """What `make gpu-wheels` fetches, at the MiB each pinned wheel weighs, and every tracked file
+    must travel to the GPU machine together, within its limit: a tree that grows (a shipped model)
+    fails here, not at the first lease."""
+    from wheels import LIMIT_MIB, WHEELS, tracked_bytes
+
+    tree = tracked_bytes() / 2**20
+    assert tree > 1  # the tree was read
+    assert tree + sum(WHEELS.values()) <= LIMIT_MIB - 4, (tree, WHEELS)  # room for the port's files and the run
 
 
 def test_the_import_check_imports_every_module_of_the_installed_project_not_the_trees(tmp_path: Path):

@@ -57,6 +57,7 @@ import time
 from pathlib import Path
 
 from report import FAILED, NOT_RUN, Cases, Report, Row, read_rows
+from wheels import LIMIT_MIB
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = Path(__file__).resolve()  # what each part's process runs (`--part NAME`)
@@ -201,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fetch-wheels", action="store_true", help="only download the wheels into --wheels, where "
                         "the package index is reachable (`make gpu-wheels`), and stop")
     parser.add_argument("--python-version", default="3.12", help="with --fetch-wheels: the GPU machine's Python")
-    parser.add_argument("--limit-mib", type=float, default=64.0,
+    parser.add_argument("--limit-mib", type=float, default=LIMIT_MIB,
                         help="with --fetch-wheels: what the tree and the wheels together may weigh (MiB)")
     parser.add_argument("--parts", default=",".join(PARTS),
                         help="comma-separated, from " + ",".join(PARTS) + "; empty: the set-up alone")

@@ -22,7 +22,7 @@ import zipfile
 from pathlib import Path
 
 from report import FAILED, NOT_RUN, OK, Row
-from wheels import WHEELS
+from wheels import LEFT_OUT, WHEELS
 
 REPO = Path(__file__).resolve().parents[2]
 PIP_SECONDS = 180  # a pip step that takes longer is stopped (a network wait would: there is none)
@@ -113,10 +113,11 @@ def project_modules() -> list[str]:
 
 
 def import_check(env: dict[str, str], *, cwd: Path) -> list[Row]:
-    """Each requirement and every module of the project imported in a fresh process with `env`,
-    from `cwd` (where the parts run: not the tree, whose package would shadow the installed one): a
-    row for each that fails, one for all that import."""
-    required, project = requirements(), project_modules()
+    """Each requirement but those the command leaves out (wheels.LEFT_OUT), and every module of the
+    project, imported in a fresh process with `env`, from `cwd` (where the parts run: not the tree,
+    whose package would shadow the installed one): a row for each that fails, one for all that import."""
+    required = {name: module for name, module in requirements().items() if name not in LEFT_OUT}
+    project = project_modules()
     modules = {**required, **{name: name for name in project}}
     script = ("import importlib, json, sys\nout = {}\nfor m in sys.argv[1:]:\n"
               "    try:\n        module = importlib.import_module(m)\n"
