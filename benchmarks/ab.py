@@ -1,16 +1,27 @@
-"""Relative speed of two implementations, interleaved in one process (A, B, A, B, ...), medians.
+"""Relative speed of two implementations, interleaved in one process (A, B, A, B, ...), medians;
+or of two whole commands, start-up included, taking turns the same way.
 
     python benchmarks/ab.py --case a --impls reference,fast [--rounds 7] [--threads 2]
+    python benchmarks/ab.py --commands "COMMAND A" "COMMAND B" [--rounds 7]
 
 On a shared or noisy machine absolute numbers drift with the load; alternating the two on the same
 model and the same batches keeps the ratio meaningful. Cases and implementations as in run.py
 (c3/c5 here use one fixed batch of images, --images).
+
+With --commands, each command is one string split as a shell splits words (no shell runs it: `env
+X=1 cmd` sets a variable), its output thrown away, one run of each first not counted. Each run's wall
+seconds, CPU seconds (user + system) and peak memory (the command's own process's resident
+high-water mark, as the kernel reports it at its end): min, median and max of each, and of A / B
+taken pair by pair.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import shlex
 import statistics
+import subprocess
 import time
 from pathlib import Path
 
@@ -61,6 +72,49 @@ def beam_steps(case: str, impls: list[Implementation], images: int):
     return [make(impl) for impl in impls], images
 
 
+MEASURES = ("wall_s", "cpu_s", "peak_mib")
+
+
+def run_command(command: list[str]) -> dict[str, float]:
+    """One run of a whole command: its wall seconds, CPU seconds and peak MiB. One that fails stops here."""
+    start = time.monotonic()
+    process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(process.pid, 0)
+    wall = time.monotonic() - start
+    process.returncode = os.waitstatus_to_exitcode(status)
+    if process.returncode != 0:
+        raise SystemExit(f"error: `{shlex.join(command)}` exited with {process.returncode}")
+    return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "peak_mib": usage.ru_maxrss / 1024}
+
+
+def spreads(a: list[dict[str, float]], b: list[dict[str, float]]) -> dict[str, dict[str, float]]:
+    """min, median and max of each measure over A's runs and B's, and of A / B pair by pair."""
+    def spread(values: list[float]) -> dict[str, float]:
+        return {"min": min(values), "median": statistics.median(values), "max": max(values)}
+
+    table = {f"{name} {measure}": spread([run[measure] for run in runs])
+             for name, runs in (("A", a), ("B", b)) for measure in MEASURES}
+    table.update({f"A/B {measure}": spread([x[measure] / y[measure] for x, y in zip(a, b)]) for measure in MEASURES})
+    return table
+
+
+def commands_in_turns(commands: list[str], rounds: int) -> None:
+    a, b = (shlex.split(command) for command in commands)
+    run_command(a)  # a warm-up of each: the files the commands read come into the page cache
+    run_command(b)
+    runs_a, runs_b = [], []
+    for _ in range(rounds):
+        runs_a.append(run_command(a))
+        runs_b.append(run_command(b))
+    info = machine()
+    print(f"# {info['date']}  {info['cpu']} (load {info['load_average']})  {rounds} runs of each, in turns")
+    print(f"A: {shlex.join(a)}\nB: {shlex.join(b)}")
+    print(f"{'':16}{'min':>10}{'median':>10}{'max':>10}")
+    for name, values in spreads(runs_a, runs_b).items():
+        print(f"{name:16}" + "".join(f"{values[key]:10.3f}" for key in ("min", "median", "max")))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--case", default="a", choices=("a", "b", "c3", "c5"))
@@ -68,7 +122,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--images", type=int, default=8, help="images at once for c3/c5")
+    parser.add_argument("--commands", nargs=2, metavar="COMMAND", help="two whole commands in turns, instead")
     args = parser.parse_args()
+    if args.commands:
+        commands_in_turns(args.commands, args.rounds)
+        return
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     names = args.impls.split(",")

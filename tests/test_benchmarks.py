@@ -156,3 +156,31 @@ def test_the_shipped_case_times_the_shipped_file_against_its_first_decoder(monke
     assert result["cost"] == pytest.approx(result["alone_images_per_s"] / result["images_per_s"])
     assert set(result["stage_seconds"]) == {"encode", "encode_alone", "decode_shipped", "decode_alone"}
     assert result["decoders"] == len(load_checkpoint(pretrained_path())["members"]) + 1
+
+
+def test_two_commands_in_turns_are_measured_run_by_run_and_their_ratio_pair_by_pair(monkeypatch, capsys):
+    """`python benchmarks/ab.py --commands A B`: every run of each measured on its own (the process's
+    own CPU time and memory, not its children's), the medians and A / B taken pair by pair, the
+    warm-up run of each not counted."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    ab = importlib.import_module("ab")
+    a = [{"wall_s": 2.0, "cpu_s": 1.0, "peak_mib": 100.0}, {"wall_s": 4.0, "cpu_s": 3.0, "peak_mib": 300.0},
+         {"wall_s": 3.0, "cpu_s": 2.0, "peak_mib": 200.0}]
+    b = [{"wall_s": 1.0, "cpu_s": 1.0, "peak_mib": 50.0}, {"wall_s": 1.0, "cpu_s": 1.0, "peak_mib": 100.0},
+         {"wall_s": 2.0, "cpu_s": 1.0, "peak_mib": 100.0}]
+    table = ab.spreads(a, b)
+    assert table["A wall_s"] == {"min": 2.0, "median": 3.0, "max": 4.0}
+    assert table["A/B wall_s"] == {"min": 1.5, "median": 2.0, "max": 4.0}  # 2/1, 4/1, 3/2: not 3.0 / 1.0
+    assert table["A/B peak_mib"]["median"] == 2.0
+    big = "import sys; sys.stdout.write('x' * 100); bytearray(200 * 2**20)"  # 200 MiB held, then let go
+    run = ab.run_command([sys.executable, "-c", big])
+    assert run["peak_mib"] > 200 and run["cpu_s"] > 0 and run["wall_s"] > 0
+    with pytest.raises(SystemExit, match="exited with 3"):
+        ab.run_command([sys.executable, "-c", "raise SystemExit(3)"])
+    started = []
+    monkeypatch.setattr(ab, "run_command", lambda command: started.append(command[-1]) or
+                        {"wall_s": 1.0, "cpu_s": 1.0, "peak_mib": 1.0})
+    monkeypatch.setattr(ab, "machine", lambda: {"date": "d", "cpu": "c", "load_average": "0"})
+    ab.commands_in_turns(["true a", "true b"], rounds=3)
+    assert started == ["a", "b"] * 4  # the warm-up pair, then three in turns
+    assert "3 runs of each, in turns" in capsys.readouterr().out
