@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -158,8 +160,16 @@ def test_every_launch_the_fused_path_makes_compiles_for_the_gpu(monkeypatch, tmp
             with torch.no_grad():
                 beam_search(decoder, annotations[:2], beam_size=3, max_length=4)
     assert len(launches.seen) == 6 and launches.of_keys("*bf16") == launches.of_keys("*fp32")
+    cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"  # Triton's own
     for kernel, signature, constants in launches.seen.values():
         compiled = triton.compile(ASTSource(fn=kernel, signature=signature, constexprs=constants),
                                   target=GPUTarget("cuda", arch, 32))
         assert f".target sm_{arch}" in compiled.asm["ptx"] and compiled.asm["cubin"]
+        binary = tmp_path / f"{kernel.__name__}.cubin"
+        binary.write_bytes(compiled.asm["cubin"])
+        usage = subprocess.run([str(cuobjdump), "--dump-resource-usage", str(binary)], capture_output=True,
+                               text=True, check=True).stdout
+        # registers that do not fit spill to local memory, which is as slow as the global memory the kernels
+        # exist to spare: every tile must stay in registers
+        assert re.search(r"REG:\d+ STACK:0 SHARED:\d+ LOCAL:0 ", usage), (kernel.__name__, signature["keys"], usage)
     assert any(tmp_path.iterdir())
