@@ -12,6 +12,7 @@ Captions in another language (data.language) are scored on the project's tokeniz
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import io
 import os
@@ -79,6 +80,39 @@ def _java_chatter_held():
             os.close(saved)
 
 
+# The process's METEOR scorer, by the process that started it: its Java server loads its paraphrase
+# tables for seconds at each start, so one is started at the first METEOR a process scores and asked
+# again (an ensemble's members, the splits of one run). A forked child starts its own: the pipes it
+# inherits are its parent's conversation.
+_meteors: dict[int, object] = {}
+
+
+def _meteor_score(gts: dict[int, list[str]], res: dict[int, list[str]]) -> float:
+    from pycocoevalcap.meteor.meteor import Meteor
+
+    scorer = _meteors.get(os.getpid())
+    if scorer is None:
+        scorer = _meteors[os.getpid()] = Meteor()
+    try:
+        return float(_quietly(scorer.compute_score, gts, res)[0])
+    except BaseException:
+        _stop_meteor()  # one that failed mid-answer holds its lock and a half-read reply: never asked again
+        raise
+
+
+@atexit.register
+def _stop_meteor() -> None:
+    """Stop this process's METEOR server, before the interpreter's teardown would (pycocoevalcap's
+    __del__ then, with half the modules gone, would print an error on the way out)."""
+    scorer = _meteors.pop(os.getpid(), None)
+    if scorer is None:
+        return
+    if scorer.lock.locked():  # stopped mid-call: its __del__ takes the lock too
+        scorer.lock.release()
+    scorer.meteor_p.kill()
+    scorer.meteor_p.wait()
+
+
 def caption_metrics(references: dict[int, Sequence[str]], candidates: dict[int, str], *,
                     full: bool = True, ptb: bool | None = None, language: str = ENGLISH) -> dict[str, float]:
     """BLEU-1..4, METEOR, ROUGE-L and CIDEr of one candidate per image against its references.
@@ -108,9 +142,7 @@ def caption_metrics(references: dict[int, Sequence[str]], candidates: dict[int, 
     bleu, _ = _quietly(Bleu(4).compute_score, gts, res)
     metrics.update({f"Bleu_{n + 1}": float(b) for n, b in enumerate(bleu)})
     if full and use_java:
-        from pycocoevalcap.meteor.meteor import Meteor
-
-        metrics["METEOR"] = float(_quietly(Meteor().compute_score, gts, res)[0])
+        metrics["METEOR"] = _meteor_score(gts, res)
     if full:
         metrics["ROUGE_L"] = float(_quietly(Rouge().compute_score, gts, res)[0])
     metrics["CIDEr"] = float(_quietly(Cider().compute_score, gts, res)[0])
