@@ -435,3 +435,25 @@ def test_each_images_cider_belongs_to_its_image_and_their_mean_is_the_corpus_cid
     assert scores[1] > 1.0
     corpus = caption_metrics(REFERENCES, mixed, full=False, ptb=ptb)["CIDEr"]
     assert sum(scores.values()) / len(scores) == pytest.approx(corpus, rel=1e-9)
+
+
+@pytest.mark.skipif(not java_available(), reason="java is not installed (make test requires it)")
+def test_each_images_cider_is_tokenized_as_the_corpus_cider_it_shares_out() -> None:
+    """On captions that the PTB tokenizer and the project's split apart (contractions, hyphens,
+    numbers), cider_per_image follows caption_metrics' tokenizer: PTB by default, the project's with
+    ptb=False, Unicode words for another language whatever `ptb` says."""
+    from tests.eval.test_metrics import HARD_CASES
+
+    references = {i: refs[1:] for i, refs in HARD_CASES.items()}
+    candidates = {i: refs[0] for i, refs in HARD_CASES.items()}
+
+    def mean(scores: dict[int, float]) -> float:
+        return sum(scores.values()) / len(scores)
+
+    means = {}
+    for ptb, language in ((True, "en"), (False, "en"), (True, "de")):
+        means[ptb, language] = mean(cider_per_image(references, candidates, ptb=ptb, language=language))
+        corpus = caption_metrics(references, candidates, full=False, ptb=ptb, language=language)["CIDEr"]
+        assert means[ptb, language] == pytest.approx(corpus, rel=1e-9), (ptb, language)
+    assert abs(means[True, "en"] - means[False, "en"]) > 0.05  # the two tokenizers part on these
+    assert mean(cider_per_image(references, candidates)) == means[True, "en"]  # PTB by default
