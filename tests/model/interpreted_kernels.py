@@ -61,20 +61,27 @@ def score_checks() -> dict[str, float]:
     return errors
 
 
+def summed(keys, queries, d_es, v, batch_sizes):
+    """The keys' gradient [B, L, A] and v's [A] in float64, summed over every step of the packed
+    positions (n_t in batch_sizes), as keys_and_v_grads computes them."""
+    want_keys, want_v, start = torch.zeros(keys.shape, dtype=torch.float64), torch.zeros(A, dtype=torch.float64), 0
+    for n in batch_sizes:
+        t, d_e = tanh(keys[:n], queries[start:start + n]), d_es[start:start + n].double()[:, :, None]
+        want_keys[:n] += d_e * (1 - t * t)
+        want_v += (d_e * t).sum((0, 1))
+        start += n
+    return want_keys * v.double(), want_v
+
+
 def summed_checks() -> dict[str, float]:
     errors = {}
     for name, batch_sizes in (("shrinking", [3, 2, 2, 1]), ("every row every step", [3, 3, 3])):
         total = sum(batch_sizes)
         keys, queries, d_es, v = draw(B, L, A, seed=10), draw(total, A, seed=11), draw(total, L, seed=12), draw(
             A, seed=13)
-        want_keys, want_v, start = torch.zeros(B, L, A, dtype=torch.float64), torch.zeros(A, dtype=torch.float64), 0
-        for n in batch_sizes:
-            t, d_e = tanh(keys[:n], queries[start:start + n]), d_es[start:start + n].double()[:, :, None]
-            want_keys[:n] += d_e * (1 - t * t)
-            want_v += (d_e * t).sum((0, 1))
-            start += n
+        want_keys, want_v = summed(keys, queries, d_es, v, batch_sizes)
         got_keys, got_v = score_kernels.keys_and_v_grads(keys, queries, d_es, v, batch_sizes)
-        errors[f"keys' gradient, {name}"] = error(got_keys, want_keys * v.double())
+        errors[f"keys' gradient, {name}"] = error(got_keys, want_keys)
         errors[f"v's gradient, {name}"] = error(got_v, want_v)
     return errors
 
@@ -95,13 +102,7 @@ def bf16_checks() -> dict[str, float]:
     sizes = [3, 2, 2, 1]
     positions = sum(sizes)
     got_keys, got_v = score_kernels.keys_and_v_grads(keys, queries[:positions], d_es[:positions], v, sizes)
-    want_keys, want_v, start = torch.zeros(B, L, A, dtype=torch.float64), torch.zeros(A, dtype=torch.float64), 0
-    for n in sizes:
-        t, d_e = tanh(keys[:n], queries[start:start + n]), d_es[start:start + n].double()[:, :, None]
-        want_keys += torch.nn.functional.pad(d_e * (1 - t * t), (0, 0, 0, 0, 0, B - n))
-        want_v += (d_e * t).sum((0, 1))
-        start += n
-    want_keys *= v.double()
+    want_keys, want_v = summed(keys, queries, d_es, v, sizes)
     errors["bf16: keys' gradient in bf16"] = 0.0 if got_keys.dtype == torch.bfloat16 else float("nan")
     # Beyond one rounding to bf16: what the float32 sums add. The interpreter rounds toward zero, within
     # 2^-7 |x| (a GPU's conversion rounds to nearest, within 2^-8 |x|).
