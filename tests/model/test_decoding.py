@@ -404,3 +404,30 @@ def test_a_search_that_cannot_end_early_never_asks_the_device_whether_it_has():
     with counting_syncs() as free:
         beam_search(decoder, annotations, beam_size=3, max_length=6, min_length=2)
     assert 1 <= free.total <= 4, free.sites
+
+
+def test_a_search_of_fixed_length_replays_as_one_graph(monkeypatch):
+    """What benchmarks/gpu/gpu.py's beam part captures: the whole search, recorded once on the CPU's
+    stand-in for CUDA graphs (tests/cuda_graphs.py), then replayed on new annotations copied in, gives
+    the eager search's captions, maps and scores for each."""
+    from tests.cuda_graphs import cpu_cuda_graphs
+
+    graphs = cpu_cuda_graphs(monkeypatch)
+    decoder, annotations = make_decoder(3), make_annotations(3, batch=4)
+    fused_check.prove_grouped_step(decoder, annotations)
+
+    def search() -> Captions:
+        with torch.no_grad():
+            return beam_search(decoder, annotations, beam_size=3, max_length=6, min_length=6)
+
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = search()
+    for seed in range(3):
+        annotations.copy_(make_annotations(10 + seed, batch=4))
+        graph.replay()
+        want = search()
+        for name in ("tokens", "alphas", "lengths", "scores", "locations"):
+            torch.testing.assert_close(getattr(captured, name), getattr(want, name), msg=name)
+    assert len({tuple(row) for row in captured.tokens.tolist()}) > 1  # the images' captions differ
+    assert graphs.replays == [3]

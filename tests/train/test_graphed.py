@@ -1,7 +1,8 @@
 """The static training step that a CUDA graph holds (captioning/train/graphed.py), run eagerly on the
 CPU: it must take the eager step's steps (train_step: the rows packed by length, nothing past a
 caption's end computed), skip a non-finite step on the device with nothing moved, and never read a
-value on the host. The capture itself needs CUDA: benchmarks/gpu/gpu.py's `graph` part runs it."""
+value on the host. The capture and its replays run on the CPU's stand-in for CUDA graphs
+(tests/cuda_graphs.py); on a GPU, benchmarks/gpu/gpu.py's `graph` part runs them."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ import torch
 
 from captioning.config import load_config
 from captioning.model.encoder_decoder import build_decoder
-from captioning.train.graphed import BUCKET, GraphedStep, bucket_length
+from captioning.train.graphed import BUCKET, WARMUP, GraphedStep, bucket_length
 from captioning.train.paper_objective import train_step
+from tests.cuda_graphs import cpu_cuda_graphs
 from tests.syncs import counting_syncs
 from tests.train.test_syncs import D, V, _batch
 
@@ -59,6 +61,55 @@ def test_the_static_step_takes_the_eager_steps(weighted):
     # each batch padded to its bucket: tokens of 7 and 3 become 9 (8 steps), of 14 become 17 (16 steps);
     # two shapes, each stepped as often as its batches came (the count a capture waits on)
     assert step.seen == {(3, 9, D, 9): 4, (3, 9, D, 17): 2}
+
+
+def test_captured_graphs_replay_the_eager_steps_and_a_new_rate_captures_again(monkeypatch):
+    """Each shape's first WARMUP steps run eagerly, its next is captured and replayed, the rest replay
+    with the new batch copied in; a learning rate the schedule moved captures every shape again."""
+    graphs = cpu_cuda_graphs(monkeypatch)
+    eager, eager_optimizer = _decoder_and_optimizer()
+    graphed = copy.deepcopy(eager)
+    optimizer = torch.optim.Adam(graphed.parameters(), lr=0.01, fused=True)
+    step = GraphedStep(graphed, optimizer, grad_clip=GRAD_CLIP, ds_lambda=DS_LAMBDA, capture=True)
+    batches = LENGTHS * 4  # 8 batches of the first shape, 4 of the second
+    for seed, lengths in enumerate(batches):
+        if seed == 9:  # the schedule moves the rate after 6 steps of the first shape, 3 of the second
+            for group in (*optimizer.param_groups, *eager_optimizer.param_groups):
+                group["lr"] = 0.005
+        batch = _batch(seed, lengths)
+        want = train_step(eager, batch, eager_optimizer, grad_clip=GRAD_CLIP, ds_lambda=DS_LAMBDA)
+        got = step(batch)
+        assert not got.skipped
+        for name in ("loss", "xe", "ds", "grad_norm"):
+            assert got.losses[name] == pytest.approx(want.losses[name], rel=1e-5), (seed, name)
+    for (name, got), want in zip(graphed.named_parameters(), eager.parameters()):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6, msg=name)
+    assert step.seen == {(3, 9, D, 9): WARMUP, (3, 9, D, 17): WARMUP}
+    # replays per graph, each capture's own first replay counted. The first shape: captured at its 4th
+    # batch, replayed at its 5th and 6th; after the new rate, captured again at once (its warm-up was
+    # done) and replayed at its last. The second: eager for 3, its 4th (after the new rate) captured.
+    assert graphs.replays == [3, 2, 1]
+    assert step.rates == [0.005] and len(step.graphs) == 2
+
+
+def test_a_replayed_step_whose_loss_is_not_finite_moves_nothing(monkeypatch):
+    cpu_cuda_graphs(monkeypatch)
+    decoder, optimizer = _decoder_and_optimizer()
+    step = GraphedStep(decoder, optimizer, grad_clip=GRAD_CLIP, ds_lambda=DS_LAMBDA, capture=True)
+    for seed in range(WARMUP + 1):  # eager, then captured
+        step(_batch(seed))
+    before = copy.deepcopy((decoder.state_dict(), optimizer.state_dict()))
+    poisoned = _batch(10)
+    poisoned.annotations[0, 0, 0] = float("nan")
+    result = step(poisoned)
+    assert result.skipped and len(step.graphs) == 1
+    for name, value in decoder.state_dict().items():
+        assert torch.equal(value, before[0][name]), name
+    for index, state in optimizer.state_dict()["state"].items():
+        for key, value in state.items():
+            assert torch.equal(value, before[1]["state"][index][key]), (index, key)
+    assert not step(_batch(11)).skipped  # the graph's next finite step moves again
+    assert not torch.equal(decoder.state_dict()["embed.weight"], before[0]["embed.weight"])
 
 
 @pytest.mark.parametrize("tokens, padded", [(BUCKET + 1, BUCKET + 1), (BUCKET + 2, 2 * BUCKET + 1)])
