@@ -16,7 +16,8 @@ What CUDA does, and what the stand-in does in its place:
   baked into the graph. Only aten ops are replayed here, so the same holds.
 - **Reading a value on the host inside a capture is an error** (cudaErrorStreamCaptureUnsupported),
   and so it is here. So is an optimizer's step whose param_groups are not `capturable`, as torch's
-  own check raises on a GPU (its step count must live on the device).
+  own check raises on a GPU (its step count must live on the device); and a capturable optimizer
+  stepped outside a capture warns, as torch's check does there.
 
 What it does not model: the memory pool (graphs that share one reuse each other's freed memory),
 streams (work is ordered here anyway), and random numbers (a replay draws afresh, as CUDA's Philox
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import warnings
 from dataclasses import dataclass, field
 
 import torch
@@ -160,8 +162,12 @@ class CPUGraphs:
 
     def optimizer_check(self, optimizer: torch.optim.Optimizer) -> None:
         """torch's check of an optimizer stepped while a stream captures (on a GPU it runs there alone)."""
-        if self.capturing and not all(group["capturable"] for group in optimizer.param_groups):
+        capturable = all(group["capturable"] for group in optimizer.param_groups)
+        if self.capturing and not capturable:
             raise RuntimeError(f"graph capture of step() for {type(optimizer).__name__} with capturable False")
+        if capturable and not self.capturing:
+            warnings.warn(f"{type(optimizer).__name__} with capturable=True stepped outside a graph capture",
+                          stacklevel=2)
 
     def graph_pool_handle(self) -> tuple[int, int]:
         self.pools += 1

@@ -140,12 +140,20 @@ class GraphedStep:
         """Record this shape's step as a graph, then replay it on this batch: the recording runs nothing."""
         static_annotations, static_tokens = annotations.clone(), tokens.clone()
         self.optimizer.zero_grad(set_to_none=True)  # the graph's backward allocates its own gradients
-        for group in self.optimizer.param_groups:  # Adam's step in a graph: its step counts on the device
-            group["capturable"] = True
+        groups = self.optimizer.param_groups
+        kept = [group["capturable"] for group in groups]
         graph = torch.cuda.CUDAGraph()
-        # thread_local: the loader's pinning thread may touch CUDA while this thread records
-        with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
-            outputs = self.step(static_annotations, static_tokens)
+        try:
+            for group in groups:  # torch refuses to capture Adam's step otherwise (its step counts on the device)
+                group["capturable"] = True
+            # thread_local: the loader's pinning thread may touch CUDA while this thread records
+            with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
+                outputs = self.step(static_annotations, static_tokens)
+        finally:
+            # fused Adam launches the same kernels either way, but torch warns of every eager step of a
+            # capturable optimizer (another shape's warm-up), and a checkpoint would keep the flag
+            for group, capturable in zip(groups, kept):
+                group["capturable"] = capturable
         self.graphs[shape] = _Captured(graph, static_annotations, static_tokens, outputs)
         graph.replay()
         return outputs

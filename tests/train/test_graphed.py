@@ -63,6 +63,7 @@ def test_the_static_step_takes_the_eager_steps(weighted):
     assert step.seen == {(3, 9, D, 9): 4, (3, 9, D, 17): 2}
 
 
+@pytest.mark.filterwarnings("error")  # torch's warning of a capturable optimizer stepped eagerly, among others
 def test_captured_graphs_replay_the_eager_steps_and_a_new_rate_captures_again(monkeypatch):
     """Each shape's first WARMUP steps run eagerly, its next is captured and replayed, the rest replay
     with the new batch copied in; a learning rate the schedule moved captures every shape again."""
@@ -90,6 +91,7 @@ def test_captured_graphs_replay_the_eager_steps_and_a_new_rate_captures_again(mo
     # done) and replayed at its last. The second: eager for 3, its 4th (after the new rate) captured.
     assert graphs.replays == [3, 2, 1]
     assert step.rates == [0.005] and len(step.graphs) == 2
+    assert not optimizer.state_dict()["param_groups"][0]["capturable"]  # a checkpoint keeps no capture's flag
 
 
 def test_a_replayed_step_whose_loss_is_not_finite_moves_nothing(monkeypatch):
