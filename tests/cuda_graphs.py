@@ -41,6 +41,8 @@ from torch.utils._pytree import tree_flatten
 
 aten = torch.ops.aten
 
+CAPTURE_ERROR_MODES = ("global", "thread_local", "relaxed")  # what torch.cuda.graph accepts
+
 # Ops whose result the host must read, so CUDA refuses them while a stream captures.
 HOST_READS = {aten._local_scalar_dense.default, aten.nonzero.default, aten.masked_select.default}
 
@@ -114,6 +116,7 @@ class CPUGraph:
     def __init__(self, graphs: CPUGraphs):
         self.ops: list[_Op] = []
         self.replays = 0
+        self.pool = None  # the memory pool it was captured into: graph_pool_handle()'s, or None for its own
         graphs.captured.append(self)
 
     def replay(self) -> None:
@@ -146,6 +149,9 @@ class CPUGraphs:
     def graph(self, cuda_graph: CPUGraph, pool=None, stream=None, capture_error_mode="global"):
         if cuda_graph.ops:
             raise RuntimeError("a graph is captured once")
+        if capture_error_mode not in CAPTURE_ERROR_MODES:
+            raise RuntimeError(f"capture_error_mode {capture_error_mode!r} is none of {CAPTURE_ERROR_MODES}")
+        cuda_graph.pool = pool
         recording = _Recording(cuda_graph)
         self.capturing = True
         try:
@@ -176,7 +182,8 @@ class CPUGraphs:
 
 class _Stream:
     def wait_stream(self, other: _Stream) -> None:
-        pass
+        if not isinstance(other, _Stream):  # torch's records an event on `other`
+            raise AttributeError(f"wait_stream({other!r}): not a stream")
 
 
 def cpu_cuda_graphs(monkeypatch) -> CPUGraphs:

@@ -81,3 +81,13 @@ def test_an_optimizer_that_is_not_capturable_is_refused_while_capturing(monkeypa
     with pytest.raises(RuntimeError, match="capturable"), torch.cuda.graph(torch.cuda.CUDAGraph()):
         _step(weight, optimizer, torch.randn(4, 3))
     _step(weight, optimizer, torch.randn(4, 3))  # outside a capture it steps as before
+
+
+def test_what_torch_refuses_of_a_capture_and_a_stream_the_stand_in_refuses(monkeypatch):
+    cpu_cuda_graphs(monkeypatch)
+    with pytest.raises(RuntimeError, match="capture_error_mode"), \
+            torch.cuda.graph(torch.cuda.CUDAGraph(), capture_error_mode="thread"):
+        pass
+    with pytest.raises(AttributeError, match="not a stream"):
+        torch.cuda.Stream().wait_stream(None)
+    torch.cuda.Stream().wait_stream(torch.cuda.current_stream())

@@ -175,6 +175,31 @@ raise SystemExit(3)
 '''
 
 
+def test_the_graph_part_times_replays_of_one_captured_graph_and_captures_again_after_a_new_rate(
+        tmp_path: Path, monkeypatch):
+    """The graph part where the step is captured, as on CUDA: here on the test suite's CPU stand-in
+    for CUDA graphs (tests/cuda_graphs.py), which the smoke's own process does not have. Its warm-up
+    ends in one capture, the timed steps are that graph's replays, the halved rate captures it
+    again, and the loss gap is measured on a replay."""
+    import functools
+
+    import torch
+
+    from tests.cuda_graphs import cpu_cuda_graphs
+
+    stand_in = cpu_cuda_graphs(monkeypatch)
+    graphs, plan = importlib.import_module("graphs"), importlib.import_module("plan")
+    monkeypatch.setattr(graphs, "GraphedStep", functools.partial(graphs.GraphedStep, capture=True))
+    context = plan.Context(plan=plan.SMOKE, device=torch.device("cpu"), work=tmp_path, cases=None)
+    values = graphs.graphed_case(context, batch=4, precision="bf16")
+    assert values["graphs"] == values["graphs_after_rate_change"] == 1 and values["skipped_steps"] == 0
+    # the capture's own replay and the timed steps; after the new rate, a capture and one replay
+    assert stand_in.replays == [1 + values["timed_steps"], 2]
+    assert values["timed_steps"] == plan.SMOKE.timed_steps
+    assert 0 <= graphs.loss_gap(context, batch=4, precision="bf16") < 2.0**-8
+    assert stand_in.replays[2:] == [2]  # the probe's step was the second replay of its graph
+
+
 @pytest.mark.parametrize("sleep, second, third", [
     (60, ("not run", "the part was stopped at its time limit (3 s) while this case ran"),
      ("not run", "the part was stopped at its time limit (3 s) before this case")),

@@ -67,7 +67,10 @@ def _compare(pairs: list[tuple[str, torch.Tensor | None, torch.Tensor | None]]) 
                 "equations; set model.fused=false to train and decode step by step, or make the two agree")
 
 
-@torch.compiler.disable  # a compiled decoder checks itself as it is, outside the graph
+# A compiled decoder checks itself as it is, outside the graph. The decorator imports torch._dynamo
+# (about a second), but so do timm, torchvision.models and any optimizer's constructor: a lazy form
+# of it would take that second off no command.
+@torch.compiler.disable
 def prove_recurrence(decoder: torch.nn.Module, like: torch.Tensor) -> None:
     """Check `fused.recurrence` against the decoder's step-by-step recurrence, once per decoder, on a
     batch shaped as `like` [B, L, D] (the annotations of its first batch)."""

@@ -18,7 +18,8 @@ of one step once and replays them as one. What that asks of the step:
   outside the graph: a shape's first WARMUP steps run eagerly, each a real step on its own batch, on
   a side stream as CUDA asks; its next step captures the graph (recording, not running) and replays it.
 
-Off CUDA the same static step runs eagerly, step by step: what the tests hold against the eager step.
+Off CUDA the same static step runs eagerly, step by step: what the tests hold against the eager step,
+as they hold its capture and replays on a CPU stand-in for CUDA graphs (tests/cuda_graphs.py).
 It serves the paper's objective on soft attention with the fused path, in one process, on cached
 annotations, in float32 or bf16 (config/checks.py refuses the rest).
 """
@@ -75,7 +76,7 @@ class GraphedStep:
         optimizer.found_inf = self.found_inf
         self.seen: dict[tuple[int, ...], int] = {}  # eager steps taken per shape
         self.graphs: dict[tuple[int, ...], _Captured] = {}
-        self.pool = torch.cuda.graph_pool_handle() if self.capture else None  # one memory pool for all shapes
+        self.pool = None  # one memory pool for all shapes' graphs: made at the first step, again at a new rate
         self.side = torch.cuda.Stream() if self.capture else None  # warm-up steps run here, as CUDA graphs ask
         self.rates: list[float] = []  # the learning rates the graphs were captured with
 

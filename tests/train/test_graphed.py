@@ -37,7 +37,8 @@ def test_buckets_round_a_batchs_steps_up_to_a_multiple():
 
 
 @pytest.mark.parametrize("weighted", [False, True], ids=["plain", "word-weights"])
-def test_the_static_step_takes_the_eager_steps(weighted):
+def test_the_static_step_takes_the_eager_steps(weighted, monkeypatch):
+    graphs = cpu_cuda_graphs(monkeypatch)  # there, but off CUDA nothing is captured
     eager, eager_optimizer = _decoder_and_optimizer()
     graphed = copy.deepcopy(eager)
     # train.word_weights: some target words count several times (train/extras/word_weights.py)
@@ -61,6 +62,7 @@ def test_the_static_step_takes_the_eager_steps(weighted):
     # each batch padded to its bucket: tokens of 7 and 3 become 9 (8 steps), of 14 become 17 (16 steps);
     # two shapes, each stepped as often as its batches came (the count a capture waits on)
     assert step.seen == {(3, 9, D, 9): 4, (3, 9, D, 17): 2}
+    assert graphs.captured == [] and graphs.pools == 0
 
 
 @pytest.mark.filterwarnings("error")  # torch's warning of a capturable optimizer stepped eagerly, among others
@@ -91,7 +93,11 @@ def test_captured_graphs_replay_the_eager_steps_and_a_new_rate_captures_again(mo
     # done) and replayed at its last. The second: eager for 3, its 4th (after the new rate) captured.
     assert graphs.replays == [3, 2, 1]
     assert step.rates == [0.005] and len(step.graphs) == 2
-    assert not optimizer.state_dict()["param_groups"][0]["capturable"]  # a checkpoint keeps no capture's flag
+    # the shapes' graphs share one memory pool; the new rate's graphs a fresh one (the old keeps what
+    # its captures allocated for good)
+    first, *after = (graph.pool for graph in graphs.captured)
+    assert first is not None and after[0] is not None and after[0] == after[1] != first
+    assert optimizer.state_dict()["param_groups"][0]["capturable"] is False  # a checkpoint keeps no capture's flag
 
 
 def test_a_replayed_step_whose_loss_is_not_finite_moves_nothing(monkeypatch):
