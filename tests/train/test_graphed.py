@@ -180,18 +180,26 @@ def test_the_graph_needs_fused_adam():
 
 
 def test_a_run_with_train_graph_trains_as_the_eager_run(tmp_path, tiny_config, monkeypatch):
-    """train.graph in a whole run (train/step.py's Stepping): the same steps as the eager run, to float
-    tolerance, and a resumable checkpoint of them."""
+    """train.graph in a whole run (train/step.py's Stepping), its graphs captured and replayed as on
+    CUDA (on the CPU's stand-in; each shape captured at its second batch): the same steps as the eager
+    run, to float tolerance, with a validation and a checkpoint between them, and a resumable
+    checkpoint of them."""
+    from captioning.train import graphed, step
     from captioning.train.loop import fit
 
+    graphs = cpu_cuda_graphs(monkeypatch)
+    monkeypatch.setattr(graphed, "WARMUP", 1)
+    monkeypatch.setattr(step, "GraphedStep", lambda *args, **kwargs: GraphedStep(*args, capture=True, **kwargs))
     taken = []
-    real = GraphedStep.step
-    monkeypatch.setattr(GraphedStep, "step", lambda self, *batch: taken.append(1) or real(self, *batch))
-    steps = ("train.max_steps=5", "model.dropout=0", "train.val_images=4", "train.log_images=0")
+    real = GraphedStep.__call__
+    monkeypatch.setattr(GraphedStep, "__call__", lambda self, batch: taken.append(1) or real(self, batch))
+    steps = ("train.max_steps=5", "model.dropout=0", "train.val_images=4", "train.log_images=0",
+             "train.eval_every_steps=3")
     fit(tiny_config(tmp_path / "eager", *steps))
     assert not taken
     fit(tiny_config(tmp_path / "graph", *steps, "train.graph=true"))
     assert len(taken) == 5  # every step of the run was the graph's
+    assert graphs.captured and sum(graphs.replays) > len(graphs.captured)  # some step replayed a capture
     eager, graph = (torch.load(tmp_path / name / "last.pt", map_location="cpu", weights_only=True)
                     for name in ("eager", "graph"))
     assert graph["progress"]["step"] == eager["progress"]["step"] == 5
