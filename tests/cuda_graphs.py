@@ -19,9 +19,11 @@ What CUDA does, and what the stand-in does in its place:
   own check raises on a GPU (its step count must live on the device); and a capturable optimizer
   stepped outside a capture warns, as torch's check does there.
 
-What it does not model: the memory pool (graphs that share one reuse each other's freed memory),
-streams (work is ordered here anyway), and random numbers (a replay draws afresh, as CUDA's Philox
-offsets do).
+It also refuses what torch refuses of a capture's arguments: an error mode torch does not know, and
+a stream that is not one. What it does not model: the memory pool (each graph records the pool it
+was captured into, but graphs that share one do not reuse each other's freed memory here), streams
+(work is ordered here anyway), and random numbers (a replay draws afresh, as CUDA's Philox offsets
+do).
 
     graphs = cpu_cuda_graphs(monkeypatch)   # torch.cuda's graph API, on the CPU, for this test
     ...                                     # the code under test captures and replays

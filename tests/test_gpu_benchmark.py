@@ -115,6 +115,10 @@ def test_the_smoke_runs_every_part_and_every_case_passes(tmp_path: Path):
     assert rows.keys() >= EXPECTED_NOT_RUN
     table = (out / "gpu.md").read_text()
     assert table.count("\n| ") == len(report["rows"]) + 1  # a line per row, under the header's
+    assert list(report["parts_s"]) == ["setup", *gpu.PARTS]  # each part's seconds, in the order run
+    assert all(seconds > 0 for seconds in report["parts_s"].values())
+    assert sum(report["parts_s"].values()) <= report["elapsed_s"]
+    assert f"parts: setup {report['parts_s']['setup']:.0f} s, paths " in table
     by_part = {part: [values for (p, _), values in rows.items() if p == part] for part in gpu.PARTS}
     assert len(by_part["train"]) == 9  # soft fused, soft step-by-step and hard, in fp32, bf16 and fp16
     for values in by_part["train"]:  # an epoch of Karpathy's train + restval, of train2014

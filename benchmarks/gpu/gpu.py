@@ -245,9 +245,10 @@ def run(args: argparse.Namespace, parts: list[str]) -> int:
     print(f"writing {args.out / 'gpu.md'} and gpu.json after every row", flush=True)
     start = time.monotonic()
     setup_rows, env = set_up(wheels=args.wheels.resolve(), site=work / "site")
+    report.parts_s["setup"] = time.monotonic() - start
     for row in setup_rows:
         report.add(row)
-    print(f"setup: {time.monotonic() - start:.0f} s", flush=True)
+    print(f"setup: {report.parts_s['setup']:.0f} s", flush=True)
     env["PYTHONUNBUFFERED"] = "1"
     env["CAPTIONING_PORT_DIR"] = str(args.port.resolve())  # port.PORT_VARIABLE: where the port part finds it
     try:
@@ -277,7 +278,8 @@ def run(args: argparse.Namespace, parts: list[str]) -> int:
             continue
         start = time.monotonic()
         run_in_process(part, args=args, seconds=seconds, report=report, env=env, work=work)
-        print(f"{part}: {time.monotonic() - start:.0f} s (limit {seconds:.0f} s)", flush=True)
+        report.parts_s[part] = time.monotonic() - start
+        print(f"{part}: {report.parts_s[part]:.0f} s (limit {seconds:.0f} s)", flush=True)
     report.write()
     if not args.keep_work:
         shutil.rmtree(work, ignore_errors=True)  # the data, weights files and runs the parts made

@@ -137,6 +137,7 @@ class Report:
     def __init__(self, out: Path, header: dict[str, Any]):
         self.out, self.header = out, header
         self.rows: list[Row] = []
+        self.parts_s: dict[str, float] = {}  # each part's seconds, set-up first: what plan.py's budgets come from
         self.started = time.monotonic()
         out.mkdir(parents=True, exist_ok=True)
 
@@ -150,6 +151,7 @@ class Report:
     def write(self) -> None:
         elapsed = time.monotonic() - self.started
         document = {"header": self.header, "elapsed_s": round(elapsed, 1), "counts": self.counts(),
+                    "parts_s": {part: round(seconds, 1) for part, seconds in self.parts_s.items()},
                     "rows": [asdict(row) for row in self.rows]}
         _replace(self.out / "gpu.json", json.dumps(document, indent=1) + "\n")
         _replace(self.out / "gpu.md", self.table(elapsed))
@@ -157,7 +159,9 @@ class Report:
     def table(self, elapsed: float) -> str:
         header = "  \n".join(f"{key}: {value}" for key, value in self.header.items())
         counts = ", ".join(f"{n} {status}" for status, n in self.counts().items())
-        lines = [f"# benchmarks/gpu/gpu.py\n\n{header}  \nelapsed: {elapsed:.0f} s; rows: {counts}\n",
+        parts = ", ".join(f"{part} {seconds:.0f} s" for part, seconds in self.parts_s.items())
+        lines = [f"# benchmarks/gpu/gpu.py\n\n{header}  \nelapsed: {elapsed:.0f} s; rows: {counts}  \n"
+                 f"parts: {parts or 'none yet'}\n",
                  "| part | case | status | result | cause |", "|---|---|---|---|---|"]
         for row in self.rows:
             cells = [row.part, row.case, row.status, describe(row.values), row.cause]
