@@ -151,8 +151,8 @@ class GraphedStep:
             with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
                 outputs = self.step(static_annotations, static_tokens)
         finally:
-            # fused Adam launches the same kernels either way, but torch warns of every eager step of a
-            # capturable optimizer (another shape's warm-up), and a checkpoint would keep the flag
+            # fused Adam launches the same kernels either way, but torch warns when a capturable
+            # optimizer steps outside a capture (another shape's warm-up), and a checkpoint would keep it
             for group, capturable in zip(groups, kept):
                 group["capturable"] = capturable
         self.graphs[shape] = _Captured(graph, static_annotations, static_tokens, outputs)
