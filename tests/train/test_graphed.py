@@ -100,6 +100,28 @@ def test_captured_graphs_replay_the_eager_steps_and_a_new_rate_captures_again(mo
     assert optimizer.state_dict()["param_groups"][0]["capturable"] is False  # a checkpoint keeps no capture's flag
 
 
+def test_a_captured_step_under_bf16_autocast_replays_the_uncaptured_one(monkeypatch):
+    """bf16 autocast casts the weights inside the step, so a replay must cast them again from the
+    weights the last step moved (a cast kept from before the capture would be stale): the captured
+    step, replayed, takes the same steps as the same static step run eagerly."""
+    from captioning.runtime.precision import Precision
+
+    graphs = cpu_cuda_graphs(monkeypatch)
+    bf16 = Precision("cpu", torch.bfloat16)
+    decoders, steps = [], []
+    for capture in (False, True):
+        decoder, optimizer = _decoder_and_optimizer()
+        decoders.append(decoder)
+        steps.append(GraphedStep(decoder, optimizer, grad_clip=GRAD_CLIP, ds_lambda=DS_LAMBDA, precision=bf16,
+                                 capture=capture))
+    for seed in range(WARMUP + 4):  # eager, captured, then 3 replays
+        eager, captured = (step(_batch(seed)) for step in steps)
+        assert captured.losses == pytest.approx(eager.losses, rel=1e-6, abs=1e-7), seed
+    assert graphs.replays == [4]
+    for (name, got), want in zip(decoders[1].named_parameters(), decoders[0].parameters()):
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-7, msg=name)
+
+
 def test_a_replayed_step_whose_loss_is_not_finite_moves_nothing(monkeypatch):
     cpu_cuda_graphs(monkeypatch)
     decoder, optimizer = _decoder_and_optimizer()
