@@ -117,7 +117,8 @@ def test_the_smoke_runs_every_part_and_every_case_passes(tmp_path: Path):
     assert table.count("\n| ") == len(report["rows"]) + 1  # a line per row, under the header's
     assert list(report["parts_s"]) == ["setup", *gpu.PARTS]  # each part's seconds, in the order run
     assert all(seconds > 0 for seconds in report["parts_s"].values())
-    assert sum(report["parts_s"].values()) <= report["elapsed_s"]
+    # each part's own seconds, not the run's so far: together no more than the whole (each rounded to 0.1 s)
+    assert sum(report["parts_s"].values()) <= report["elapsed_s"] + 0.05 * (len(report["parts_s"]) + 1)
     assert f"parts: setup {report['parts_s']['setup']:.0f} s, paths " in table
     by_part = {part: [values for (p, _), values in rows.items() if p == part] for part in gpu.PARTS}
     assert len(by_part["train"]) == 9  # soft fused, soft step-by-step and hard, in fp32, bf16 and fp16
