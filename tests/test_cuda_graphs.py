@@ -31,7 +31,8 @@ def test_a_replay_takes_the_eager_steps_on_each_new_input(monkeypatch):
     weight, optimizer = _regression()
     eager_weight, eager_optimizer = _regression()
     first = torch.randn(4, 3)
-    _step(weight, optimizer, first), _step(eager_weight, eager_optimizer, first)  # Adam's state, made eagerly
+    for pair in ((weight, optimizer), (eager_weight, eager_optimizer)):  # Adam's state, made eagerly
+        _step(*pair, first)
     optimizer.param_groups[0]["capturable"] = True
 
     static = first.clone()
