@@ -158,6 +158,7 @@ def test_the_smoke_runs_every_part_and_every_case_passes(tmp_path: Path):
     assert 0 <= graphed["loss_gap"] < 2.0**-8  # bf16's rounding, not another loss
     for precision in ("bf16", "fp32"):  # the whole search as one graph (eager off CUDA), beside the eager search
         whole = rows[("beam", f"beam 3 3x3x8 fused {precision} 2 images, one CUDA graph")]
+        assert whole["graphs"] == 0  # off CUDA the search runs eagerly (its capture: below, on the stand-in)
         assert whole["ratio_eager"] == pytest.approx(
             whole["images_per_s"] / rows[("beam", f"beam 3 3x3x8 fused {precision} 2 images")]["images_per_s"])
     unfused = rows[("graph", "soft graphed 3x3x8 bf16 B=4, the score in PyTorch (no Triton kernels)")]
@@ -203,6 +204,25 @@ def test_the_graph_part_times_replays_of_one_captured_graph_and_captures_again_a
     assert values["timed_steps"] == plan.SMOKE.timed_steps
     assert 0 <= graphs.loss_gap(context, batch=4, precision="bf16") < 2.0**-8
     assert stand_in.replays[2:] == [2]  # the probe's step was the second replay of its graph
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_the_beam_part_times_replays_of_the_whole_search_captured_once(tmp_path: Path, monkeypatch,
+                                                                       precision: str):
+    """The beam part's "one CUDA graph" rows where the search is captured, as on CUDA: on the CPU's
+    stand-in (tests/cuda_graphs.py), the fused search of fixed length, under bf16 autocast too,
+    records without a read on the host, and every timed search is a replay of it."""
+    import torch
+
+    from tests.cuda_graphs import cpu_cuda_graphs
+
+    stand_in = cpu_cuda_graphs(monkeypatch)
+    speed, plan = importlib.import_module("speed"), importlib.import_module("plan")
+    context = plan.Context(plan=plan.SMOKE, device=torch.device("cpu"), work=tmp_path, cases=None)
+    values = speed.beam_case(context, plan.SMOKE.grids[0], plan.SMOKE.beam_batches[-1], precision, True,
+                             graphed=True, capture=True)
+    assert values["graphs"] == 1 and values["images_per_s"] > 0
+    assert stand_in.replays == [plan.SMOKE.timed_steps]  # the timed searches, each a replay
 
 
 @pytest.mark.parametrize("sleep, second, third", [

@@ -186,12 +186,12 @@ def beam(context: Context) -> None:
 
 def beam_case(context: Context, grid: tuple[int, int, int], batch: int, precision: str, fused: bool,
               wrap: Callable[[], None] | None = None, *, graphed: bool = False,
-              eager_rate: float | None = None) -> dict:
+              eager_rate: float | None = None, capture: bool | None = None) -> dict:
     """Beam 3 over `batch` images at once, every caption plan.beam_length words (eval.py decodes in
     float32; bf16 is the same search under autocast). `wrap` compiles the search's step first.
     `graphed`: after two eager searches (the fast path's check, the kernels compiled), the whole
-    search is captured as one CUDA graph and replayed (on CUDA; eager elsewhere), its row with its
-    ratio to `eager_rate`, the same search's images/s eager."""
+    search is captured as one CUDA graph and replayed (`capture`: by default on CUDA; eager
+    elsewhere), its row with its ratio to `eager_rate`, the same search's images/s eager."""
     from captioning.model.decoding import beam_search
 
     plan, device = context.plan, context.device
@@ -216,9 +216,10 @@ def beam_case(context: Context, grid: tuple[int, int, int], batch: int, precisio
     search()
     first = time.perf_counter() - start
     run = search
+    capture = graphed and (device.type == "cuda" if capture is None else capture)
     if graphed:
         search()
-        if device.type == "cuda":  # a search of fixed length reads nothing back: one graph holds it
+        if capture:  # a search of fixed length reads nothing back: one graph holds it
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
                 search()
@@ -229,7 +230,7 @@ def beam_case(context: Context, grid: tuple[int, int, int], batch: int, precisio
     if wrap is not None:
         values["first_search_s"] = first
     if graphed:
-        values["graphs"] = int(device.type == "cuda")
+        values["graphs"] = int(capture)
         if eager_rate:
             values["ratio_eager"] = values["images_per_s"] / eager_rate
     return values
