@@ -181,6 +181,18 @@ raise SystemExit(3)
 '''
 
 
+def _captured_on_the_cpu(tmp_path: Path, monkeypatch):
+    """The CPU's stand-in for CUDA graphs (tests/cuda_graphs.py) in place, and a part's context of the
+    smoke's plan on the CPU: (the stand-in, the context)."""
+    import torch
+
+    from tests.cuda_graphs import cpu_cuda_graphs
+
+    plan = importlib.import_module("plan")
+    context = plan.Context(plan=plan.SMOKE, device=torch.device("cpu"), work=tmp_path, cases=None)
+    return cpu_cuda_graphs(monkeypatch), context
+
+
 def test_the_graph_part_times_replays_of_one_captured_graph_and_captures_again_after_a_new_rate(
         tmp_path: Path, monkeypatch):
     """The graph part where the step is captured, as on CUDA: here on the test suite's CPU stand-in
@@ -189,14 +201,9 @@ def test_the_graph_part_times_replays_of_one_captured_graph_and_captures_again_a
     again, and the loss gap is measured on a replay."""
     import functools
 
-    import torch
-
-    from tests.cuda_graphs import cpu_cuda_graphs
-
-    stand_in = cpu_cuda_graphs(monkeypatch)
+    stand_in, context = _captured_on_the_cpu(tmp_path, monkeypatch)
     graphs, plan = importlib.import_module("graphs"), importlib.import_module("plan")
     monkeypatch.setattr(graphs, "GraphedStep", functools.partial(graphs.GraphedStep, capture=True))
-    context = plan.Context(plan=plan.SMOKE, device=torch.device("cpu"), work=tmp_path, cases=None)
     values = graphs.graphed_case(context, batch=4, precision="bf16")
     assert values["graphs"] == values["graphs_after_rate_change"] == 1 and values["skipped_steps"] == 0
     # the capture's own replay and the timed steps; after the new rate, a capture and one replay
@@ -212,13 +219,8 @@ def test_the_beam_part_times_replays_of_the_whole_search_captured_once(tmp_path:
     """The beam part's "one CUDA graph" rows where the search is captured, as on CUDA: on the CPU's
     stand-in (tests/cuda_graphs.py), the fused search of fixed length, under bf16 autocast too,
     records without a read on the host, and every timed search is a replay of it."""
-    import torch
-
-    from tests.cuda_graphs import cpu_cuda_graphs
-
-    stand_in = cpu_cuda_graphs(monkeypatch)
+    stand_in, context = _captured_on_the_cpu(tmp_path, monkeypatch)
     speed, plan = importlib.import_module("speed"), importlib.import_module("plan")
-    context = plan.Context(plan=plan.SMOKE, device=torch.device("cpu"), work=tmp_path, cases=None)
     values = speed.beam_case(context, plan.SMOKE.grids[0], plan.SMOKE.beam_batches[-1], precision, True,
                              graphed=True, capture=True)
     assert values["graphs"] == 1 and values["images_per_s"] > 0
