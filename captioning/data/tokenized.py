@@ -23,6 +23,7 @@ import os
 import sys
 import zipfile
 from collections.abc import Callable, Iterator, Sequence
+from importlib import metadata
 from pathlib import Path
 
 import numpy as np
@@ -134,9 +135,9 @@ def tokens_dir(data: DataConfig) -> Path | None:
 
 
 def _digest(captions: Sequence[Sequence[str]], language: str) -> str:
-    import nltk  # here, not at the top: see vocab._treebank
-
-    digest = hashlib.blake2b(f"{tokenization(language)} nltk {nltk.__version__}".encode(), digest_size=16)
+    # nltk's version read from its metadata, not its module: importing nltk loads scipy (about a
+    # second), which a run whose captions were tokenized before need not pay (vocab._treebank).
+    digest = hashlib.blake2b(f"{tokenization(language)} nltk {metadata.version('nltk')}".encode(), digest_size=16)
     for raw in captions:
         digest.update(("\x1f".join(raw) + "\x1e").encode())
     return digest.hexdigest()

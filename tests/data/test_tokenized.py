@@ -3,6 +3,9 @@ kept on disk under a name that changes with any caption or the tokenizer."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import tracemalloc
 from pathlib import Path
 
@@ -15,6 +18,7 @@ from captioning.data.flips import mirror_words
 from captioning.data.records import ImageRecord
 from captioning.data.tokenized import Tokenized, tokenized
 from captioning.data.vocab import Vocabulary, tokenize
+from tests.tiny import REPO
 
 CAPTIONS = [("A red Circle, to the left of a square.", "a circle"), ("Two “big” squares!",),
             (), ("the dog's ball is right of it", "a circle to the right of a circle above a big square")]
@@ -73,6 +77,27 @@ def test_the_second_run_reads_the_tokens_from_disk_and_a_changed_caption_tokeniz
     monkeypatch.setattr(tokenized_module, "tokenization", lambda language: "another tokenizer")  # a new tokenizer
     with pytest.raises(AssertionError, match="tokenized again"):
         tokenized(_records(), cache=tmp_path, language="en")
+    monkeypatch.undo()
+    version = tokenized_module.metadata.version
+    monkeypatch.setattr(tokenized_module.metadata, "version", lambda name: "99.0" if name == "nltk" else version(name))
+    monkeypatch.setattr(tokenized_module, "tokenize", refuse)  # another nltk: its Treebank rules may have changed
+    with pytest.raises(AssertionError, match="tokenized again"):
+        tokenized(_records(), cache=tmp_path, language="en")
+
+
+def test_captions_read_from_disk_load_no_nltk(tmp_path) -> None:
+    """Importing nltk loads scipy, most of a second of every training run's start: a run whose
+    captions were tokenized before reads them without it."""
+    tokenized(_records(), cache=tmp_path, language="en")
+    script = ("import sys; from pathlib import Path; from captioning.data.records import ImageRecord; "
+              "from captioning.data.tokenized import tokenized; "
+              f"read = tokenized([ImageRecord(i, Path(f'{{i}}.png'), raw) for i, raw in enumerate({CAPTIONS!r})], "
+              f"cache=Path({str(tmp_path)!r}), language='en'); "
+              "print(len(read.words), sorted(name for name in ('nltk', 'scipy') if name in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.stdout.split("\n")[-2] == f"{len(tokenized(_records(), cache=None, language='en').words)} []", (
+        done.stdout + done.stderr)
 
 
 def test_a_damaged_file_is_tokenized_again_and_an_unwritable_folder_only_costs_the_tokenizing(tmp_path,
