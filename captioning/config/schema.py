@@ -192,7 +192,7 @@ class TrainConfig(Extensible):
     # count (train/warm_start.py); --resume continues a run instead, and then this is ignored.
     init_from: str | None = None
     seed: int = 0
-    epochs: int = 10
+    epochs: int = 8
     batch_size: int = 64
     lr: float = 1e-3
     optimizer: str = "adam"  # adam | rmsprop (the paper: RMSProp on Flickr8k, Adam on Flickr30k and COCO)

@@ -1,5 +1,6 @@
 """The config files in configs/: each that names a `base:` sets only what differs from what its chain
-of bases (and the defaults under them) already gives, so that every line says something."""
+of bases (and the defaults under them) already gives, so that every line says something; and
+shapes_soft.yaml, the root of the shapes configs, is the embedded default written out."""
 
 from __future__ import annotations
 
@@ -41,3 +42,12 @@ def test_a_config_repeats_nothing_its_base_gives(name):
     values = yaml.safe_load((CONFIGS / name).read_text())
     base = values.pop("base")
     assert repeated(values, load_config(CONFIGS / base, [])) == [], f"{name} sets these as {base} already gives them"
+
+
+def test_the_embedded_default_is_shapes_soft_yaml():
+    """`python train.py` with no --config trains what `make demo` trains and the README's numbers come
+    from: configs/shapes_soft.yaml, setting for setting."""
+    default, written = load_config(None).to_dict(), load_config(CONFIGS / "shapes_soft.yaml").to_dict()
+    differ = {f"{section}.{key}": (value, written[section][key]) for section, values in default.items()
+              for key, value in values.items() if written[section][key] != value}
+    assert default.keys() == written.keys() and differ == {}, differ
