@@ -651,6 +651,37 @@ def test_values_after_options_join_the_overrides_and_features_caches_every_split
     assert seen[1].overrides == [] and seen[1].splits is None  # every split the data has
 
 
+def test_train_py_and_eval_py_take_values_after_options_as_their_commands_do(monkeypatch) -> None:
+    """docs/cli.md: train.py and eval.py take the same arguments as `captioning train` and `evaluate`."""
+    import captioning.cli
+
+    seen = []
+    monkeypatch.setattr(captioning.cli, "_train", lambda args: seen.append(args) or 0)
+    monkeypatch.setattr(captioning.cli, "_evaluate", lambda args: seen.append(args) or 0)
+    assert train_main(["train.epochs=4", "--resume", "model.hidden_dim=512"]) == 0
+    assert main(["train", "train.epochs=4", "--resume", "model.hidden_dim=512"]) == 0
+    assert eval_main(["--checkpoint", "m.pt", "data.root=x", "--split", "val", "model.dropout=0"]) == 0
+    assert [args.overrides for args in seen] == [["train.epochs=4", "model.hidden_dim=512"]] * 2 + [
+        ["data.root=x", "model.dropout=0"]]
+    assert seen[0].resume and seen[1].resume and seen[2].split == "val"
+    with pytest.raises(SystemExit) as stopped:
+        train_main(["a.b=1", "--bogus", "c.d=2"])
+    assert stopped.value.code == 2
+
+
+def test_images_after_a_double_dash_are_images_even_after_other_images(monkeypatch) -> None:
+    """`--` ends the options wherever it comes: what follows is an image, even one named like an option."""
+    import captioning.cli.caption
+
+    seen = []
+    monkeypatch.setattr(captioning.cli.caption, "_caption", lambda args: seen.append(args) or 0)
+    assert main(["caption", "a.jpg", "--pretrained", "--", "b.jpg"]) == 0
+    assert main(["caption", "a.jpg", "--json", "--", "-dash.jpg"]) == 0
+    assert main(["caption", "--pretrained", "--", "photos/"]) == 0
+    assert [args.inputs for args in seen] == [["a.jpg", "b.jpg"], ["a.jpg", "-dash.jpg"], ["photos/"]]
+    assert seen[1].json
+
+
 def test_evaluation_scores_the_test_split_unless_told_and_takes_the_old_hard_attention_flag(monkeypatch) -> None:
     import captioning.cli
 

@@ -185,7 +185,7 @@ def _prepare_features(args: argparse.Namespace) -> int:
 def train_main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="train.py", description="Train a Show, Attend and Tell captioner.")
     _add_train_arguments(parser)
-    return _train(parser.parse_args(argv))
+    return _train(_parse(parser, argv))
 
 
 # evaluate ------------------------------------------------------------------------------------------
@@ -240,7 +240,7 @@ def _evaluate(args: argparse.Namespace) -> int:
 def eval_main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="eval.py", description="Score a checkpoint's captions on a split.")
     _add_eval_arguments(parser)
-    return _evaluate(parser.parse_args(argv))
+    return _evaluate(_parse(parser, argv))
 
 
 # inspect -------------------------------------------------------------------------------------------
@@ -265,6 +265,21 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 # captioning ... ------------------------------------------------------------------------------------
+
+def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """Positional values may come after options too (`caption a.jpg --checkpoint best.pt b.jpg x.y=1`,
+    `train.py x.y=1 --resume z.w=2`), and after `--` even where they start with '-' (`caption a.jpg
+    --json -- -b.jpg`): argparse alone takes a command's positionals in one run and leaves the rest."""
+    args, extra = parser.parse_known_args(argv)
+    spread = "inputs" if hasattr(args, "inputs") else "overrides"
+    cut = extra.index("--") if "--" in extra else len(extra)
+    before, after = extra[:cut], extra[cut + 1:]
+    if any(value.startswith("-") for value in before) or (extra and not hasattr(args, spread)):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    if before or after:
+        setattr(args, spread, [*getattr(args, spread), *before, *after])
+    return args
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="captioning", description="Show, Attend and Tell image captioning.")
@@ -326,13 +341,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _add_eval_arguments(evaluate)
     evaluate.set_defaults(run=_evaluate)
 
-    # Positional values may come after options too (`caption a.jpg --checkpoint best.pt b.jpg x.y=1`).
-    args, extra = parser.parse_known_args(argv)
-    spread = "inputs" if hasattr(args, "inputs") else "overrides"
-    if extra and (any(value.startswith("-") for value in extra) or not hasattr(args, spread)):
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    if extra:
-        setattr(args, spread, [*getattr(args, spread), *extra])
+    args = _parse(parser, argv)
     try:
         return args.run(args)
     except BrokenPipeError:  # `captioning caption photos/ | head`: the reader has gone; so do we, quietly
