@@ -640,6 +640,18 @@ def test_a_missing_command_or_an_unknown_option_is_a_usage_error(capsys) -> None
     assert error("inspect", "m.pt", "more.pt") == "captioning: error: unrecognized arguments: more.pt"
 
 
+@pytest.mark.parametrize("command", [["evaluate", "--checkpoint", "m.pt"],
+                                     ["caption", "a.png", "--checkpoint", "m.pt"]])
+def test_a_beam_size_out_of_decode_beam_sizes_bounds_is_a_usage_error(command, capsys) -> None:
+    """0 would otherwise decode with the checkpoint's own beam, saying nothing."""
+    for size, says in (("0", "argument --beam-size: from 1 (greedy) to 1024, got 0"), ("1025", "got 1025"),
+                       ("two", "got 'two'")):
+        with pytest.raises(SystemExit) as stopped:
+            main([*command, "--beam-size", size])
+        assert stopped.value.code == 2
+        assert capsys.readouterr().err.splitlines()[-1].endswith(says)
+
+
 def test_values_after_options_join_the_overrides_and_features_caches_every_split_by_default(monkeypatch) -> None:
     import captioning.cli
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from captioning.cli.caption import add_caption_command
 from captioning.cli.common import (
+    add_beam_size_argument,
     add_hard_choice_argument,
     add_pretrained_argument,
     add_quiet_argument,
@@ -199,7 +200,7 @@ def _add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     add_pretrained_argument(model, use="give data.root=FLICKR8K, and data.cache_root where that folder is "
                             "read-only; decoded as its card says")
     parser.add_argument("--split", default="test", help="train, val or test of the checkpoint's data (default: test)")
-    parser.add_argument("--beam-size", type=int, help="default: the checkpoint config's decode.beam_size")
+    add_beam_size_argument(parser)
     add_hard_choice_argument(parser)
     parser.add_argument("--out", metavar="FILE", help="write the metrics here as JSON")
     parser.add_argument("--results", metavar="FILE", help="COCO results file [{image_id, caption}] (default: "
@@ -301,7 +302,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     shapes.set_defaults(run=_make_shapes)
 
     photos = commands.add_parser("sample-photos", help="write scikit-image's public-domain photos (astronaut, "
-                                 "cat, coffee, motorcycle, rocket) as PNG files, to caption")
+                                 "chelsea the cat, coffee, motorcycle, rocket) as PNG files, to caption")
     photos.add_argument("--out", required=True, metavar="DIR", help="where the PNG files go")
     photos.set_defaults(run=_sample_photos)
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from captioning.cli.common import (
+    add_beam_size_argument,
     add_hard_choice_argument,
     add_pretrained_argument,
     add_quiet_argument,
@@ -42,7 +43,7 @@ def add_caption_command(commands: argparse._SubParsersAction) -> None:
                        "(default: the English model that ships with the package, soft attention trained on "
                        "Flickr8k's photos); given more than once, the checkpoints caption together as one ensemble")
     add_pretrained_argument(model, use="the images come before it or after --")
-    caption.add_argument("--beam-size", type=int, help="default: the checkpoint config's decode.beam_size")
+    add_beam_size_argument(caption)
     add_hard_choice_argument(caption)
     caption.add_argument("--batch-size", type=int, default=16, help="images encoded and decoded at once (16)")
     caption.add_argument("--workers", type=int, help="processes reading the images (default: one per four cores "

@@ -9,6 +9,7 @@ import warnings
 from collections.abc import Callable
 from pathlib import Path
 
+from captioning.config.bounds import BEAM
 from captioning.config.choices import HARD_CHOICES
 from captioning.progress import quiet
 
@@ -68,6 +69,22 @@ def add_hard_choice_argument(parser: argparse.ArgumentParser) -> None:
                              "decode.hard_choice, normally expectation); soft models take only expectation")
     # its name before the config had one word for it (decode.hard_attention)
     parser.add_argument("--hard-attention", dest="hard_choice", choices=HARD_CHOICES, help=argparse.SUPPRESS)
+
+
+def add_beam_size_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--beam-size", type=_beam_size, metavar="N",
+                        help="default: the checkpoint config's decode.beam_size")
+
+
+def _beam_size(text: str) -> int:
+    """decode.beam_size's bounds: a 0 must not quietly decode with the config's beam instead."""
+    try:
+        size = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a whole number of beams, got {text!r}") from None
+    if not 1 <= size <= BEAM:
+        raise argparse.ArgumentTypeError(f"from 1 (greedy) to {BEAM}, got {size}")
+    return size
 
 
 def add_pretrained_argument(parser: argparse.ArgumentParser | argparse._MutuallyExclusiveGroup, *, use: str) -> None:
