@@ -1,10 +1,12 @@
 """The package is layers (docs/architecture.md): every module imports only its own folder and the
 layers below it, at the top of a file or inside a function alike, so there is no import circle to
-dodge; and every choice the config accepts is one the code implements."""
+dodge; the design document's map names every module; and every choice the config accepts is one
+the code implements."""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import torch
@@ -105,6 +107,37 @@ def test_the_layers_in_the_design_document_are_these() -> None:
     for row, parts in zip(rows, reversed(LAYERS)):  # the table reads from the top down
         for name in parts:
             assert f"`{name}" in row, (name, row)
+
+
+
+def test_the_design_documents_map_names_every_module() -> None:
+    """docs/architecture.md's map of the package names each module of a folder in that folder's
+    lines (a sub-folder as `name/`), and each module at the top anywhere in it: a module added
+    without a place on the map fails here."""
+    text = (REPO / "docs" / "architecture.md").read_text()
+    start = text.index("```", text.index("<!-- layers:end -->"))
+    diagram = text[start:text.index("```", start + 3)]
+    folders: dict[str, str] = {}
+    current = None
+    for line in diagram.splitlines():
+        if header := re.match(r"^  (\w+)(/|\.py)", line):
+            current = header[1] if header[2] == "/" else None
+        elif not line.strip() or line.strip().startswith("│"):
+            current = None
+        if current is not None:
+            folders[current] = folders.get(current, "") + line + "\n"
+    missing = []
+    for path in sorted(PACKAGE.glob("*.py")):
+        if path.stem not in ("__init__", "__main__") and not re.search(rf"\b{path.stem}\b", diagram):
+            missing.append(path.name)
+    for folder in sorted(p for p in PACKAGE.iterdir() if (p / "__init__.py").exists()):
+        lines = folders.get(folder.name, "")
+        for path in sorted(folder.iterdir()):
+            named = f"{path.name}/" if (path / "__init__.py").exists() else path.stem if path.suffix == ".py" else None
+            if named not in (None, "__init__", "__main__") and not re.search(rf"(?<![\w/]){re.escape(named)}"
+                                                                         rf"(?![\w])", lines):
+                missing.append(f"{folder.name}/{path.name}")
+    assert missing == [], f"not on docs/architecture.md's map: {missing}"
 
 
 # Every choice the config accepts is one the code implements -----------------------------------------
