@@ -60,8 +60,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     Python set: a killed mutant of the feature cache then ran about 40 s of tests, not 5."""
     if "__mutmut_" not in os.environ.get("MUTANT_UNDER_TEST", ""):
         # The files of slow tests first (training, killing and rank tests: about a third of the
-        # suite's time), so that `make test`'s two workers (pytest-xdist, a file at a time) start on
-        # them and finish together, rather than one of them ending alone on the last slow file.
+        # suite's time), so that `make test`'s two workers (pytest-xdist, a file at a time, handed out
+        # in this order: --no-loadscope-reorder) start on them and finish together, rather than one
+        # of them ending alone on the last slow file.
         items.sort(key=lambda item: 0 if item.get_closest_marker("slow") else 1)
         return
     stats = Path(config.rootpath) / "mutmut-stats.json"  # in mutants/, where mutmut runs pytest
