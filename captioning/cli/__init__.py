@@ -82,11 +82,12 @@ def _train(args: argparse.Namespace) -> int:
     from captioning.train.loop import fit
 
     config = load_config(args.config, args.overrides)
+    device = default_device(args.device)  # a device that is not here: said before any data is made
     if args.dry_run:  # in a temporary folder, shapes data of its own included
-        return _dry_run(config, device=default_device(args.device))
+        return _dry_run(config, device=device)
     if int(os.environ.get("WORLD_SIZE", "1")) == 1:  # under torchrun, prepare-features first (docs/coco.md)
         make_missing_data(config)  # the embedded default on a fresh clone: its data made here, said in one line
-    summary = fit(config, resume=args.resume, device=default_device(args.device))
+    summary = fit(config, resume=args.resume, device=device)
     speaks = os.environ.get("RANK", "0") == "0"  # under torchrun, rank 0 speaks for all; all exit alike
     if summary["interrupted"]:
         if speaks:
@@ -163,6 +164,7 @@ def _prepare_features(args: argparse.Namespace) -> int:
     from captioning.data.splits import features_dir
 
     config = load_config(args.config, args.overrides)
+    device = default_device(args.device)  # a device that is not here: said before any data is made
     make_missing_data(config)
     names = tuple(args.splits.split(",")) if args.splits else ("train", "val", "test")
     if args.splits is None and (note := held_out_note(config.data)) is not None:  # held out: nothing to cache
@@ -174,7 +176,7 @@ def _prepare_features(args: argparse.Namespace) -> int:
     elif config.encoder.fine_tune_from is not None:
         print(f"note: encoder.fine_tune_from={config.encoder.fine_tune_from}: training runs the encoder on the "
               "fly and does not read this cache (evaluation of a frozen encoder would)", file=sys.stderr)
-    splits = prepare_features(config, splits=names, device=default_device(args.device))
+    splits = prepare_features(config, splits=names, device=device)
     for name, split in splits.items():
         unreadable = f", {counted(split.unreadable, 'unreadable image')} left out" if split.unreadable else ""
         print(f"{name}: {counted(len(split.records), 'image')}, annotations {list(split.annotations.shape)} "

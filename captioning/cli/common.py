@@ -24,10 +24,11 @@ def expected_errors() -> tuple[type[Exception], ...]:
     from captioning.model.encoder import EncoderWeightsError
     from captioning.model.fused_check import FastPathError
     from captioning.runtime.distributed import DistributedError
+    from captioning.runtime.hardware import DeviceError
     from captioning.train.objective import TrainingError
 
-    return (CheckpointError, ConfigError, DatasetError, DistributedError, EncoderWeightsError, FastPathError,
-            ImageReadError, TrainingError)
+    return (CheckpointError, ConfigError, DatasetError, DeviceError, DistributedError, EncoderWeightsError,
+            FastPathError, ImageReadError, TrainingError)
 
 
 PACKAGE = Path(__file__).resolve().parents[1]

@@ -17,9 +17,24 @@ from captioning.runtime import distributed
 from captioning.runtime.precision import Precision, allow_tf32, precision_for
 
 
+class DeviceError(ValueError):
+    """A device asked for that is not one, or not on this machine: one line, before any work."""
+
+
 def default_device(name: str | None = None) -> torch.device:
     """`name` (cpu, cuda, cuda:1 ...), or the GPU if there is one."""
-    return torch.device(name or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if not name:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise DeviceError(f"device {name!r}: not a device (cpu, cuda, cuda:1 ...)") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise DeviceError(f"device {name!r}: no CUDA GPU here (torch.cuda.is_available() is False)")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise DeviceError(f"device {name!r}: this machine has {torch.cuda.device_count()} CUDA GPU(s), "
+                          f"cuda:0 to cuda:{torch.cuda.device_count() - 1}")
+    return device
 
 
 @dataclass(frozen=True)
