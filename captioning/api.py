@@ -190,6 +190,7 @@ class Captioner:
         """Captions of a path or PIL image (one result) or a list of them (a list, in order).
         Defaults come from the checkpoint's config (decode.*). Raises ImageReadError naming the
         first file that cannot be read."""
+        _at_least_one(beam_size=beam_size, max_length=max_length, batch_size=batch_size)
         single = isinstance(images, (str, Path, Image.Image))
         items = [images] if single else list(images)
         results: list[Captioned] = []
@@ -208,13 +209,15 @@ class Captioner:
 
     # Many files ------------------------------------------------------------------------------------
 
-    def caption_files(self, paths: Sequence[str | Path], *, batch_size: int = 16, num_workers: int = 0,
+    def caption_files(self, paths: str | Path | Sequence[str | Path], *, batch_size: int = 16, num_workers: int = 0,
                       beam_size: int | None = None, hard_choice: str | None = None,
                       max_length: int | None = None, progress: bool | None = False) -> Iterator[Captioned | Unreadable]:
-        """A result per path, in input order: Captioned, or Unreadable for a file that cannot be read.
-        `num_workers` processes read and resize the files while the model works on the batch before;
-        `progress`: True draws a tqdm bar on stderr, None a bar on a terminal and plain lines in a
-        log (captioning.progress), False nothing."""
+        """A result per path, in input order: Captioned, or Unreadable for a file that cannot be read
+        (a path alone is a list of one). `num_workers` processes read and resize the files while the
+        model works on the batch before; `progress`: True draws a tqdm bar on stderr, None a bar on a
+        terminal and plain lines in a log (captioning.progress), False nothing."""
+        _at_least_one(beam_size=beam_size, max_length=max_length, batch_size=batch_size)
+        paths = [paths] if isinstance(paths, (str, Path)) else paths  # not its characters, one by one
         # Checked here, not at the first result: a wrong choice is the caller's error, before any file is read.
         refuse_hard_choice(self.model.decoder, hard_choice or self.config.decode.hard_choice, self.name)
         photos = image_files(paths, size=self.config.data.image_size, mean=self.model.encoder.mean,
@@ -247,8 +250,9 @@ class Captioner:
         settings = self.config.decode
         choice = hard_choice or settings.hard_choice
         refuse_hard_choice(self.model.decoder, choice, self.name)
-        captions, grid = self.model.caption(pixels.to(self.device), beam_size=beam_size or settings.beam_size,
-                                            max_length=max_length or settings.max_length,
+        captions, grid = self.model.caption(pixels.to(self.device),
+                                            beam_size=settings.beam_size if beam_size is None else beam_size,
+                                            max_length=settings.max_length if max_length is None else max_length,
                                             length_penalty=settings.length_penalty,
                                             no_repeat_ngram=settings.no_repeat_ngram, allow_unk=settings.allow_unk,
                                             hard_choice=choice)
@@ -305,6 +309,13 @@ def empty_folders(inputs: Sequence[str | Path], *, recursive: bool = False) -> l
         elif not recursive and all(p.parent != path for p in images):
             empty.append(f"{given}: no images in this folder, only in its sub-folders (--recursive reads them)")
     return empty
+
+
+def _at_least_one(**counts: int | None) -> None:
+    """None takes the config's value; 0 must not quietly do the same (ValueError naming the argument)."""
+    for name, value in counts.items():
+        if value is not None and value < 1:
+            raise ValueError(f"{name} must be at least 1, got {value}")
 
 
 def read_list(path: str | Path) -> list[str]:

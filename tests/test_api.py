@@ -236,6 +236,24 @@ def test_caption_files_keeps_input_order_and_reports_bad_files_in_place(captione
     assert [r.tokens for r in results if isinstance(r, Captioned)] == [r.tokens for r in expected]
 
 
+def test_a_path_alone_is_one_file_to_caption_not_its_characters(captioner, photos) -> None:
+    for given in (photos[0], str(photos[0])):
+        results = list(captioner.caption_files(given))
+        assert [type(r) for r in results] == [Captioned] and results[0].source == str(photos[0])
+        assert results[0].tokens == captioner.caption(photos[0]).tokens
+
+
+@pytest.mark.parametrize("count", ["beam_size", "max_length", "batch_size"])
+def test_a_count_below_one_is_refused_not_taken_as_the_configs(captioner, photos, count: str) -> None:
+    """None takes the checkpoint's decode.*; 0 used to do the same, quietly."""
+    for call in (lambda: captioner.caption(photos[:1], **{count: 0}),
+                 lambda: captioner.caption_files(photos[:1], **{count: 0})):
+        with pytest.raises(ValueError, match=f"^{count} must be at least 1, got 0$"):
+            call()
+    assert captioner.caption(photos[0], beam_size=1, max_length=3).tokens == captioner.caption(
+        photos[0], beam_size=1).tokens[:3]  # max_length given, it is the one decoded to
+
+
 def test_caption_files_counts_images_on_its_progress_bar(captioner, photos, monkeypatch, capsys) -> None:
     monkeypatch.setenv("CAPTIONING_QUIET", "0")
     results = list(captioner.caption_files(photos[:3], batch_size=2, progress=True))

@@ -640,16 +640,25 @@ def test_a_missing_command_or_an_unknown_option_is_a_usage_error(capsys) -> None
     assert error("inspect", "m.pt", "more.pt") == "captioning: error: unrecognized arguments: more.pt"
 
 
-@pytest.mark.parametrize("command", [["evaluate", "--checkpoint", "m.pt"],
-                                     ["caption", "a.png", "--checkpoint", "m.pt"]])
-def test_a_beam_size_out_of_decode_beam_sizes_bounds_is_a_usage_error(command, capsys) -> None:
-    """0 would otherwise decode with the checkpoint's own beam, saying nothing."""
-    for size, says in (("0", "argument --beam-size: from 1 (greedy) to 1024, got 0"), ("1025", "got 1025"),
-                       ("two", "got 'two'")):
-        with pytest.raises(SystemExit) as stopped:
-            main([*command, "--beam-size", size])
-        assert stopped.value.code == 2
-        assert capsys.readouterr().err.splitlines()[-1].endswith(says)
+@pytest.mark.parametrize(("command", "value", "says"), [
+    (["evaluate", "--checkpoint", "m.pt", "--beam-size"], "0", "argument --beam-size: from 1 to 1024, got 0"),
+    (["caption", "a.png", "--checkpoint", "m.pt", "--beam-size"], "1025", "argument --beam-size: from 1 to 1024, "
+                                                                          "got 1025"),
+    (["evaluate", "--checkpoint", "m.pt", "--beam-size"], "two", "argument --beam-size: a whole number, got 'two'"),
+    (["caption", "a.png", "--batch-size"], "0", "argument --batch-size: from 1 to 65536, got 0"),
+    (["caption", "a.png", "--workers"], "-1", "argument --workers: from 0 to 256, got -1"),
+    (["make-shapes", "--out", "never", "--train"], "-3", "argument --train: at least 0, got -3"),
+    (["make-shapes", "--out", "never", "--image-size"], "0", "argument --image-size: from 1 to 8192, got 0"),
+])
+def test_a_count_out_of_its_bounds_is_a_usage_error(command, value, says, capsys, tmp_path, monkeypatch) -> None:
+    """Past the parser a bad count misleads rather than fails: a beam of 0 decoded with the checkpoint's
+    own beam, `make-shapes --train -3` wrote no image and said -3, a batch of 0 was torch's traceback."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as stopped:
+        main([*command, value])
+    assert stopped.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1].endswith(f"error: {says}")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_values_after_options_join_the_overrides_and_features_caches_every_split_by_default(monkeypatch) -> None:

@@ -23,7 +23,9 @@ from captioning.cli.common import (
     add_quiet_argument,
     expected_errors,
     guarded,
+    whole_number,
 )
+from captioning.config.bounds import IMAGE_SIDE
 from captioning.data.shapes import SHAPES_DEFAULT_COUNTS
 
 # A command imports what it runs inside its function: building the parser (and `--help`) loads no
@@ -291,11 +293,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     shapes = commands.add_parser("make-shapes", help="generate the synthetic shapes dataset")
     shapes.add_argument("--out", required=True, metavar="DIR", help="where the images, captions and split file go")
     for split in ("train", "val", "test"):
-        shapes.add_argument(f"--{split}", type=int, default=SHAPES_DEFAULT_COUNTS[split], metavar="N",
+        shapes.add_argument(f"--{split}", type=whole_number(0), default=SHAPES_DEFAULT_COUNTS[split], metavar="N",
                             help=f"{split} images (default: %(default)s)")
     shapes.add_argument("--seed", type=int, default=0, help="the same seed, the same images (default: 0)")
-    shapes.add_argument("--image-size", type=int, default=224, metavar="PIXELS", help="side of the square "
-                        "images (default: 224)")
+    shapes.add_argument("--image-size", type=whole_number(1, IMAGE_SIDE), default=224, metavar="PIXELS",
+                        help="side of the square images (default: 224)")
     shapes.add_argument("--train-object-weights", type=float, nargs=3, metavar=("ONE", "TWO", "THREE"),
                         help="odds of 1, 2 and 3 objects in a training image (default: even); validation and "
                              "test images are unchanged")

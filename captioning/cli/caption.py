@@ -21,8 +21,10 @@ from captioning.cli.common import (
     add_pretrained_argument,
     add_quiet_argument,
     expected_errors,
+    whole_number,
 )
 from captioning.config import ConfigError
+from captioning.config.bounds import BATCH, WORKERS
 from captioning.data.records import counted, name_as_text, name_on_one_line
 from captioning.progress import quiet
 from captioning.runtime.signals import StopSignalHandler
@@ -45,9 +47,10 @@ def add_caption_command(commands: argparse._SubParsersAction) -> None:
     add_pretrained_argument(model, use="the images come before it or after --")
     add_beam_size_argument(caption)
     add_hard_choice_argument(caption)
-    caption.add_argument("--batch-size", type=int, default=16, help="images encoded and decoded at once (16)")
-    caption.add_argument("--workers", type=int, help="processes reading the images (default: one per four cores "
-                         "up to 4, none on four cores or fewer or for a single batch)")
+    caption.add_argument("--batch-size", type=whole_number(1, BATCH), default=16,
+                         help="images encoded and decoded at once (16)")
+    caption.add_argument("--workers", type=whole_number(0, WORKERS), help="processes reading the images (default: "
+                         "one per four cores up to 4, none on four cores or fewer or for a single batch)")
     caption.add_argument("--overlays", metavar="DIR", help="write DIR/<image>/ (a JPEG per word, grid.jpg, "
                          "image.jpg) and DIR/index.html to browse them (hard attention with argmax or sample: "
                          "the chosen cell outlined over each map)")

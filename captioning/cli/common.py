@@ -73,19 +73,25 @@ def add_hard_choice_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def add_beam_size_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--beam-size", type=_beam_size, metavar="N",
+    parser.add_argument("--beam-size", type=whole_number(1, BEAM), metavar="N",
                         help="default: the checkpoint config's decode.beam_size")
 
 
-def _beam_size(text: str) -> int:
-    """decode.beam_size's bounds: a 0 must not quietly decode with the config's beam instead."""
-    try:
-        size = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"a whole number of beams, got {text!r}") from None
-    if not 1 <= size <= BEAM:
-        raise argparse.ArgumentTypeError(f"from 1 (greedy) to {BEAM}, got {size}")
-    return size
+def whole_number(low: int, high: int | None = None) -> Callable[[str], int]:
+    """An argparse type: a whole number from `low` (to `high`), else a usage error naming the option.
+    Checked where it is read, since past it a bad count does not fail, it misleads: a beam of 0
+    decoded with the config's beam, and `make-shapes --train -3` wrote no image and said -3."""
+    def number(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"a whole number, got {text!r}") from None
+        if value < low or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"from {low} to {high}, got {value}" if high is not None
+                                             else f"at least {low}, got {value}")
+        return value
+
+    return number
 
 
 def add_pretrained_argument(parser: argparse.ArgumentParser | argparse._MutuallyExclusiveGroup, *, use: str) -> None:
