@@ -64,6 +64,24 @@ def test_missing_base_file_is_a_config_error(tmp_path):
         load_config(path)
 
 
+@pytest.mark.parametrize("base", ["3", "true", "[a.yaml, b.yaml]", "{file: a.yaml}"])
+def test_a_base_that_is_not_one_file_name_is_one_line_naming_the_file(tmp_path, base):
+    path = write(tmp_path / "child.yaml", f"base: {base}\n")
+    with pytest.raises(ConfigError) as refused:
+        load_config(path)
+    assert str(refused.value).startswith(f"{path}: base must be the name of one config file")
+
+
+@pytest.mark.parametrize("content", ["model:\n  dropout: 0.3  # \xdcbersetzung\n".encode("latin-1"),
+                                     b"PK\x03\x04\x00\x00\x08\x08\xff\xfe"])  # Latin-1; a checkpoint (a zip)
+def test_a_config_that_is_not_utf8_text_is_one_line_naming_the_file(tmp_path, content):
+    path = tmp_path / "bad.yaml"
+    path.write_bytes(content)
+    with pytest.raises(ConfigError) as refused:
+        load_config(path)
+    assert str(refused.value).startswith(f"{path}: cannot read config (not UTF-8 text: byte ")
+
+
 @pytest.mark.parametrize("text, key", [
     ("modle:\n  hidden_dim: 3\n", "modle"),
     ("model:\n  hiden_dim: 3\n", "hiden_dim"),

@@ -200,9 +200,11 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     no settings: a run on the defaults that was meant to be configured would draw the embedded
     default's data into whatever data.root says."""
     try:
-        values, repeated = _yaml(path.read_text())
+        values, repeated = _yaml(path.read_text(encoding="utf-8"))
     except OSError as error:
         raise ConfigError(f"{path}: cannot read config ({error.strerror or error})") from error
+    except UnicodeDecodeError as error:  # another encoding, or not a text file (`--config best.pt`)
+        raise ConfigError(f"{path}: cannot read config (not UTF-8 text: byte {error.start})") from error
     except yaml.YAMLError as error:
         raise ConfigError(f"{path}: cannot read config ({_yaml_error(error)})") from error
     if repeated is not None:
@@ -267,6 +269,9 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
         chain = [Path(path)]  # the file, its base, the base's base ...
         values = [_read_yaml(chain[0])]
         while (base := values[-1].pop("base", None)) is not None:
+            if not isinstance(base, str):
+                raise ConfigError(f"{chain[-1]}: base must be the name of one config file, relative to this one "
+                                  f"(base: coco_vgg19_soft.yaml), got {base!r}")
             base_path = chain[-1].parent / base
             if any(base_path.resolve() == seen.resolve() for seen in chain):
                 raise ConfigError(f"{chain[-1]}: base {base} names a file already in its chain of bases "
