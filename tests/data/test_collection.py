@@ -124,6 +124,11 @@ def test_a_small_collection_still_gets_one_image_in_each_made_split(tmp_path: Pa
     ("image,caption\na.jpg,a dog, a ball\n",
      "line 2 has more columns than the first line names (a caption with a comma"),
     ("image,caption\na.jpg\n", "line 2 has fewer columns than the first line names"),
+    # a quote never closed: without strict csv the rest of the file was one caption, its rows gone
+    ("image,caption\na.jpg,a dog\nb.jpg,\"a cat\nc.jpg,a bird\nd.jpg,a fish\n",
+     "line 3: unexpected end of data (a double quote opened on this line is never closed)"),
+    ('image,caption\na.jpg,"a dog" runs\n', "line 2: ',' expected after '\"'"),
+    ("image,caption\n" + "a.jpg,x\n" * 3 + 'b.jpg,"' + "a dog\n" * 30_000, "line 5: field larger than field limit"),
 ])
 def test_a_malformed_csv_is_one_error_naming_the_file_and_line(content: str, said: str, tmp_path: Path) -> None:
     (tmp_path / "captions.csv").write_text(content)
@@ -292,6 +297,9 @@ def test_errors_of_the_file_itself_name_it(tmp_path: Path) -> None:
     (tmp_path / "latin.csv").write_bytes("image,caption\na.jpg,caf\xe9\n".encode("latin-1"))
     with pytest.raises(DatasetError, match=f"^{tmp_path / 'latin.csv'}: not UTF-8 text"):
         _read(tmp_path / "latin.csv")
+    (tmp_path / "folder.csv").mkdir()
+    with pytest.raises(DatasetError, match=f"^{tmp_path / 'folder.csv'}: captions file not found"):
+        _read(tmp_path / "folder.csv")
     (tmp_path / "two.csv").write_text("image,caption\na.jpg,x\nb.jpg,y\n")
     with pytest.raises(DatasetError, match=f"^{tmp_path / 'two.csv'}: too few images to make the val and test split"):
         _read(tmp_path / "two.csv")
@@ -299,6 +307,20 @@ def test_errors_of_the_file_itself_name_it(tmp_path: Path) -> None:
                                                          ("c.jpg", "y", "test")], images=[]))
     with pytest.raises(DatasetError, match=r"captions.csv: no captioned images in split 'val'$"):
         collection.records("val")
+
+
+def test_a_captions_file_that_cannot_be_opened_is_one_line_with_the_reason(tmp_path: Path, monkeypatch) -> None:
+    """No rights to read it (which root, as tests may run, always has: so planted here), a disk error."""
+    import captioning.data.formats.folder as folder
+
+    path = _folder(tmp_path / "photos", [("a.jpg", "x", "train")], images=[])
+
+    def refused(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(folder, "open", refused, raising=False)
+    with pytest.raises(DatasetError, match=f"^{path}: cannot read the captions file \\(Permission denied\\)$"):
+        _read(path)
 
 
 def test_a_spreadsheets_byte_order_mark_blank_lines_and_null_captions(tmp_path: Path) -> None:

@@ -107,6 +107,8 @@ def read_rows(path: Path) -> list[Row]:
             text = file.read()
     except UnicodeDecodeError as error:
         raise DatasetError(f"{path}: not UTF-8 text ({error})") from error
+    except OSError as error:  # no rights to read it, a folder named like it, a disk error
+        raise DatasetError(f"{path}: cannot read the captions file ({error.strerror or error})") from error
     rows = _csv_rows(path, text) if path.suffix.lower() == ".csv" else _jsonl_rows(path, text)
     if not rows:
         raise DatasetError(f"{path}: no captions in it")
@@ -116,14 +118,26 @@ def read_rows(path: Path) -> list[Row]:
 def _csv_rows(path: Path, text: str) -> list[Row]:
     # The csv module's own newline handling: a quoted cell may hold a line break, and only \n and \r
     # end a line (str.splitlines would also break at U+2028, U+2029, NEL and form feed, inside a caption).
-    reader = csv.DictReader(io.StringIO(text, newline=""))
-    columns = [c.strip() for c in reader.fieldnames or []]
+    # strict: a double quote opened and never closed is an error, not the rest of the file read as one caption.
+    reader = csv.DictReader(io.StringIO(text, newline=""), strict=True)
+    try:
+        columns = [c.strip() for c in reader.fieldnames or []]
+    except csv.Error as error:
+        raise DatasetError(f"{path}: line 1: {error}") from error
     if "image" not in columns or "caption" not in columns:
         raise DatasetError(f"{path}: the first line names the columns, image and caption (split optional); "
                            f"it names {', '.join(columns) or 'none'}")
     reader.fieldnames = columns
-    rows = []
-    for entry in reader:
+    rows, entries = [], iter(reader)
+    while True:
+        start = reader.line_num + 1  # where the next row begins: a row may span lines, inside quotes
+        try:
+            entry = next(entries, None)
+        except csv.Error as error:
+            unclosed = " (a double quote opened on this line is never closed)" if "end of data" in str(error) else ""
+            raise DatasetError(f"{path}: line {start}: {error}{unclosed}") from error
+        if entry is None:
+            break
         line = reader.line_num
         if None in entry:  # DictReader's key for fields beyond the header's
             raise DatasetError(f"{path}: line {line} has more columns than the first line names (a caption "
