@@ -287,7 +287,10 @@ def find_images(inputs: Sequence[str | Path], *, recursive: bool = False) -> lis
         path = Path(given)
         if path.is_dir():
             walk = path.rglob("*") if recursive else path.iterdir()
-            found += sorted(str(p) for p in walk if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
+            try:
+                found += sorted(str(p) for p in walk if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
+            except OSError:  # a folder that cannot be read gives no image: empty_folders says why
+                continue
         elif not path.exists() and glob.has_magic(given):
             found += sorted(glob.glob(given, recursive=True)) or [given]
         else:
@@ -297,11 +300,17 @@ def find_images(inputs: Sequence[str | Path], *, recursive: bool = False) -> lis
 
 def empty_folders(inputs: Sequence[str | Path], *, recursive: bool = False) -> list[str]:
     """The folders among `inputs` that give find_images no image (each is a mistake to say, not to skip),
-    each with why: none in it, or only in its sub-folders, which `recursive` would read."""
+    each with why: it cannot be read, none in it, or only in its sub-folders, which `recursive` would read."""
     empty = []
     for given in map(str, inputs):
         path = Path(given)
         if not path.is_dir():
+            continue
+        try:  # its sub-folders that cannot be read, rglob passes over; the folder itself, it must not
+            with os.scandir(path):
+                pass
+        except OSError as error:
+            empty.append(f"{given}: cannot read this folder ({error.strerror or type(error).__name__})")
             continue
         images = [p for p in path.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file()]
         if not images:

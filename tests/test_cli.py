@@ -241,6 +241,50 @@ def test_caption_coco_ids_json_and_results_file(tiny_run, images, tmp_path: Path
     assert json.loads(again.read_text()) == json.loads(results.read_text())
 
 
+def test_a_coco_results_file_that_cannot_be_written_is_one_line_and_the_captions_still_print(tiny_run, images,
+                                                                                          tmp_path: Path, capsys):
+    folder = tmp_path / "results"
+    folder.mkdir()
+    args = ["caption", images["png"], "--checkpoint", str(tiny_run.checkpoint)]
+    assert main([*args, "--coco-results", str(folder)]) == 2  # a folder: said before any image is captioned
+    captured = capsys.readouterr()
+    assert captured.out == "" and _lines(captured.err) == [
+        f"error: {folder}: a folder; --coco-results names the file to write"]
+    (tmp_path / "file").write_text("")
+    under_a_file = tmp_path / "file" / "results.json"  # found only when written: after the captions
+    assert main([*args, "--coco-results", str(under_a_file)]) == 1
+    captured = capsys.readouterr()
+    assert _lines(captured.out)[0].startswith(images["png"] + "\t")
+    assert _lines(captured.err)[-1] == (f"error: {under_a_file}: the COCO results not written "
+                                        f"(File exists: {tmp_path / 'file'})")
+
+
+@pytest.mark.parametrize("recursive", [False, True])
+def test_a_folder_that_cannot_be_read_is_one_line_and_the_other_images_are_captioned(tiny_run, images, tmp_path,
+                                                                                     capsys, monkeypatch, recursive):
+    """No rights to list it (which root, as tests may run, always has: so planted here)."""
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    shutil.copy(images["png"], locked / "scene.png")
+    scandir, listdir = os.scandir, os.listdir
+
+    def refusing(real):
+        def listing(path="."):
+            if Path(path) == locked:
+                raise PermissionError(13, "Permission denied", str(path))
+            return real(path)
+        return listing
+
+    monkeypatch.setattr(os, "scandir", refusing(scandir))
+    monkeypatch.setattr(os, "listdir", refusing(listdir))
+    code = main(["caption", str(locked), images["png"], "--checkpoint", str(tiny_run.checkpoint),
+                 *(["--recursive"] if recursive else [])])
+    captured = capsys.readouterr()
+    assert code == 1
+    assert [line.split("\t")[0] for line in _lines(captured.out)] == [images["png"]]
+    assert _lines(captured.err) == [f"error: {locked}: cannot read this folder (Permission denied)"]
+
+
 def test_caption_overrides_what_inference_may_change_and_refuses_the_rest(tiny_run, images, capsys) -> None:
     code = main(["caption", images["png"], "--checkpoint", str(tiny_run.checkpoint), "decode.max_length=2"])
     captured = capsys.readouterr()

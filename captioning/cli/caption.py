@@ -171,6 +171,9 @@ def _caption_all(args: argparse.Namespace, progress: _Progress, signals: _StopSi
     except expected_errors() as error:
         _error(error)
         return 2
+    if args.coco_results and Path(args.coco_results).is_dir():  # said now, not after captioning every image
+        _error(f"{args.coco_results}: a folder; --coco-results names the file to write")
+        return 2
     for folder in empty:  # a folder with nothing to caption is a bad input like any other: one line
         _error(folder)
     if not paths:
@@ -216,8 +219,8 @@ def _caption_all(args: argparse.Namespace, progress: _Progress, signals: _StopSi
     finally:  # stopped by a signal too: the page of the images done is written
         if overlays is not None and not _write_page(overlays, progress):
             failures += 1
-    if args.coco_results:
-        _write_coco_results(results, args.coco_results)
+    if args.coco_results and not _write_coco_results(results, args.coco_results):
+        failures += 1
     return 1 if failures else 0
 
 
@@ -232,13 +235,21 @@ def _write_page(overlays, progress: _Progress) -> bool:  # noqa: ANN001 - eval.h
     return True
 
 
-def _write_coco_results(results: list, path: str) -> None:
-    """[{image_id, caption}], what the COCO evaluation server takes; images without an id in their
-    name are left out, and said so."""
+def _write_coco_results(results: list, path: str) -> bool:
+    """[{image_id, caption}], what the COCO evaluation server takes, written whole; images without an
+    id in their name are left out, and said so. False, after one line, where it cannot be written."""
+    from captioning.runtime.files import replace_text
+
     records = [{"image_id": r.image_id, "caption": r.caption} for r in results if r.image_id is not None]
     left_out = [r.source for r in results if r.image_id is None]
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(json.dumps(records))
+    try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        replace_text(Path(path), json.dumps(records))
+    except OSError as error:  # a folder there, a file where a parent folder would be, no rights, a full disk
+        where = f": {error.filename}" if error.filename and str(error.filename) != str(path) else ""
+        _error(f"{path}: the COCO results not written ({error.strerror or type(error).__name__}{where})")
+        return False
     if left_out:
         print(f"note: {counted(len(left_out), 'image')} left out of {path}: their names carry no COCO image id "
               f"(e.g. {name_on_one_line(left_out[0])})", file=sys.stderr)
+    return True
