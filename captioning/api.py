@@ -286,8 +286,8 @@ def find_images(inputs: Sequence[str | Path], *, recursive: bool = False) -> lis
     for given in map(str, inputs):
         path = Path(given)
         if path.is_dir():
-            walk = path.rglob("*") if recursive else path.iterdir()
             try:
+                walk = path.rglob("*") if recursive else path.iterdir()
                 found += sorted(str(p) for p in walk if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
             except OSError:  # a folder that cannot be read gives no image: empty_folders says why
                 continue

@@ -266,17 +266,15 @@ def test_a_folder_that_cannot_be_read_is_one_line_and_the_other_images_are_capti
     locked = tmp_path / "locked"
     locked.mkdir()
     shutil.copy(images["png"], locked / "scene.png")
-    scandir, listdir = os.scandir, os.listdir
-
     def refusing(real):
-        def listing(path="."):
+        def listing(path=".", *args):
             if Path(path) == locked:
                 raise PermissionError(13, "Permission denied", str(path))
-            return real(path)
+            return real(path, *args)
         return listing
 
-    monkeypatch.setattr(os, "scandir", refusing(scandir))
-    monkeypatch.setattr(os, "listdir", refusing(listdir))
+    for owner, name in ((os, "scandir"), (Path, "iterdir"), (Path, "rglob")):  # at the call, on any Python
+        monkeypatch.setattr(owner, name, refusing(getattr(owner, name)))
     code = main(["caption", str(locked), images["png"], "--checkpoint", str(tiny_run.checkpoint),
                  *(["--recursive"] if recursive else [])])
     captured = capsys.readouterr()

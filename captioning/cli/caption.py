@@ -236,15 +236,13 @@ def _write_page(overlays, progress: _Progress) -> bool:  # noqa: ANN001 - eval.h
 
 
 def _write_coco_results(results: list, path: str) -> bool:
-    """[{image_id, caption}], what the COCO evaluation server takes, written whole; images without an
-    id in their name are left out, and said so. False, after one line, where it cannot be written."""
-    from captioning.runtime.files import replace_text
-
+    """[{image_id, caption}], what the COCO evaluation server takes; images without an id in their
+    name are left out, and said so. False, after one line, where it cannot be written."""
     records = [{"image_id": r.image_id, "caption": r.caption} for r in results if r.image_id is not None]
     left_out = [r.source for r in results if r.image_id is None]
     try:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-        replace_text(Path(path), json.dumps(records))
+        Path(path).write_text(json.dumps(records))
     except OSError as error:  # a folder there, a file where a parent folder would be, no rights, a full disk
         where = f": {error.filename}" if error.filename and str(error.filename) != str(path) else ""
         _error(f"{path}: the COCO results not written ({error.strerror or type(error).__name__}{where})")

@@ -128,6 +128,8 @@ def test_a_small_collection_still_gets_one_image_in_each_made_split(tmp_path: Pa
     ("image,caption\na.jpg,a dog\nb.jpg,\"a cat\nc.jpg,a bird\nd.jpg,a fish\n",
      "line 3: unexpected end of data (a double quote opened on this line is never closed)"),
     ('image,caption\na.jpg,"a dog" runs\n', "line 2: ',' expected after '\"'"),
+    # the line the quote opens on, after blank lines the reader passes over
+    ("image,caption\r\na.jpg,x\r\n\r\n\r\nb.jpg,\"open\r\nc.jpg,y\r\n", "line 5: unexpected end of data"),
     ("image,caption\n" + "a.jpg,x\n" * 3 + 'b.jpg,"' + "a dog\n" * 30_000, "line 5: field larger than field limit"),
 ])
 def test_a_malformed_csv_is_one_error_naming_the_file_and_line(content: str, said: str, tmp_path: Path) -> None:

@@ -181,6 +181,8 @@ def test_dry_run_command_hands_on_the_device_and_reports_in_one_line(capsys, mon
         return dry_run_module.DryRun(steps=2, metric="CIDEr", value=0.12345, seconds=3.4)
 
     monkeypatch.setattr(dry_run_module, "dry_run", passes)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a machine with 4 GPUs, for the device's check
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
     assert train_main(["--dry-run", "--device", "cuda:3"]) == 0
     assert seen == [torch.device("cuda", 3)]
     assert capsys.readouterr().out == ("dry run passed in 3 s: 2 steps, validation CIDEr 0.1235, checkpoint "

@@ -130,12 +130,12 @@ def _csv_rows(path: Path, text: str) -> list[Row]:
     reader.fieldnames = columns
     rows, entries = [], iter(reader)
     while True:
-        start = reader.line_num + 1  # where the next row begins: a row may span lines, inside quotes
+        read = reader.line_num  # the lines read so far: the next row starts after them (and any blank lines)
         try:
             entry = next(entries, None)
         except csv.Error as error:
             unclosed = " (a double quote opened on this line is never closed)" if "end of data" in str(error) else ""
-            raise DatasetError(f"{path}: line {start}: {error}{unclosed}") from error
+            raise DatasetError(f"{path}: line {_next_written(text, read)}: {error}{unclosed}") from error
         if entry is None:
             break
         line = reader.line_num
@@ -146,6 +146,17 @@ def _csv_rows(path: Path, text: str) -> list[Row]:
             raise DatasetError(f"{path}: line {line} has fewer columns than the first line names")
         rows.append(_row(path, line, entry["image"], entry["caption"], entry.get("split") or ""))
     return rows
+
+
+def _next_written(text: str, read: int) -> int:
+    """The number of the first line after the first `read` lines that is not blank, as the csv
+    module counts lines (ended by \\r\\n, \\r or \\n): where its reader, which passes over blank
+    lines, began the row it could not read."""
+    lines = re.split(r"\r\n|\r|\n", text)
+    line = read + 1
+    while line <= len(lines) and lines[line - 1] == "":
+        line += 1
+    return line
 
 
 def _jsonl_rows(path: Path, text: str) -> list[Row]:
