@@ -57,7 +57,7 @@ demo: install
 	echo "  tensorboard: $(VENV)/bin/tensorboard --logdir $(RUN)/tensorboard"
 
 test: require-java install
-	$(PY) -m pytest -q -rs -n 2 --dist loadfile --no-loadscope-reorder --durations=15 --allowed-skips=tests/allowed_skips.txt
+	$(PY) -m pytest -q -rs -n 2 --dist loadfile --durations=15 --allowed-skips=tests/allowed_skips.txt
 
 # The Java metrics must run in CI, not skip: without Java, one line says what is missing.
 require-java:

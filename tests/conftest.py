@@ -53,17 +53,15 @@ def mutmut_stats_stay_in_this_process():
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The slow tests' files first (below). Under mutation testing, a mutant's tests run fastest
-    first (by the durations of mutmut's recording run), so that a killed mutant stops at the
-    cheapest test that fails. mutmut 3.8.1's
+    """Under mutation testing, a mutant's tests run fastest first (by the durations of mutmut's
+    recording run), so that a killed mutant stops at the cheapest test that fails. mutmut 3.8.1's
     fork server (`process_isolation = forkserver`) hands a mutant's tests to pytest in the order of a
     Python set: a killed mutant of the feature cache then ran about 40 s of tests, not 5."""
+    # No order of ours for `make test`: pytest-xdist hands its two workers the files with the most
+    # tests first, so the slow tests' files (training, killing and rank tests, few tests each) mostly
+    # come late and apart. Handed out first, in the order collected (--no-loadscope-reorder), they
+    # ran together and overfilled the 2 cores: 764 s against 502 s, back to back (docs/history.md).
     if "__mutmut_" not in os.environ.get("MUTANT_UNDER_TEST", ""):
-        # The files of slow tests first (training, killing and rank tests: about a third of the
-        # suite's time), so that `make test`'s two workers (pytest-xdist, a file at a time, handed out
-        # in this order: --no-loadscope-reorder) start on them and finish together, rather than one
-        # of them ending alone on the last slow file.
-        items.sort(key=lambda item: 0 if item.get_closest_marker("slow") else 1)
         return
     stats = Path(config.rootpath) / "mutmut-stats.json"  # in mutants/, where mutmut runs pytest
     if stats.exists():
