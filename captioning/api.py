@@ -188,8 +188,8 @@ class Captioner:
                 beam_size: int | None = None, hard_choice: str | None = None, max_length: int | None = None,
                 batch_size: int = 16) -> Captioned | list[Captioned]:
         """Captions of a path or PIL image (one result) or a list of them (a list, in order).
-        Defaults come from the checkpoint's config (decode.*). Raises ImageReadError naming the
-        first file that cannot be read."""
+        Defaults come from the checkpoint's config (decode.*); a count below 1 is a ValueError. Raises
+        ImageReadError naming the first file that cannot be read."""
         _at_least_one(beam_size=beam_size, max_length=max_length, batch_size=batch_size)
         single = isinstance(images, (str, Path, Image.Image))
         items = [images] if single else list(images)
