@@ -29,11 +29,12 @@ def default_device(name: str | None = None) -> torch.device:
         device = torch.device(name)
     except RuntimeError:
         raise DeviceError(f"device {name!r}: not a device (cpu, cuda, cuda:1 ...)") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
+    if device.type != "cuda":
+        return device
+    if not torch.cuda.is_available():
         raise DeviceError(f"device {name!r}: no CUDA GPU here (torch.cuda.is_available() is False)")
-    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
-        raise DeviceError(f"device {name!r}: this machine has {torch.cuda.device_count()} CUDA GPU(s), "
-                          f"cuda:0 to cuda:{torch.cuda.device_count() - 1}")
+    if device.index is not None and device.index >= (count := torch.cuda.device_count()):
+        raise DeviceError(f"device {name!r}: this machine has {count} CUDA GPU(s), cuda:0 to cuda:{count - 1}")
     return device
 
 
