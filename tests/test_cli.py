@@ -745,6 +745,26 @@ def test_images_after_a_double_dash_are_images_even_after_other_images(monkeypat
     assert seen[1].json
 
 
+def test_pretrained_takes_a_name_but_leaves_an_override_or_image_after_it_where_it_stands(monkeypatch) -> None:
+    """`--pretrained` takes an optional name: argparse alone took `data.root=X` or `photo.jpg` after it
+    as the model's name, and the command failed on "no shipped model named 'data.root=X'"."""
+    import captioning.cli
+    import captioning.cli.caption
+
+    seen = []
+    monkeypatch.setattr(captioning.cli.caption, "_caption", lambda args: seen.append(args) or 0)
+    monkeypatch.setattr(captioning.cli, "_evaluate", lambda args: seen.append(args) or 0)
+    assert main(["caption", "a.jpg", "--pretrained", "b.jpg", "photos/", "--json", "c*.png"]) == 0
+    assert main(["caption", "--pretrained", "flickr8k_de", "a.jpg", "--", "-b.jpg"]) == 0
+    assert main(["caption", "--pretrained", "photos"]) == 0  # a plain word is a name
+    assert eval_main(["--split", "val", "a.b=1", "--pretrained", "data.root=x", "a.b=2"]) == 0
+    assert eval_main(["--pretrained", "--split", "val", "data.root=x"]) == 0
+    assert [(args.inputs if hasattr(args, "inputs") else args.overrides, args.pretrained) for args in seen] == [
+        (["a.jpg", "b.jpg", "photos/", "c*.png"], None), (["a.jpg", "-b.jpg"], "flickr8k_de"), ([], "photos"),
+        (["a.b=1", "data.root=x", "a.b=2"], None), (["data.root=x"], None)]
+    assert seen[0].json and seen[3].split == seen[4].split == "val"
+
+
 def test_evaluation_scores_the_test_split_unless_told_and_takes_the_old_hard_attention_flag(monkeypatch) -> None:
     import captioning.cli
 

@@ -23,6 +23,7 @@ from captioning.cli.common import (
     add_quiet_argument,
     expected_errors,
     guarded,
+    pretrained_alone,
     whole_number,
 )
 from captioning.config.bounds import IMAGE_SIDE
@@ -275,7 +276,7 @@ def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argpa
     """Positional values may come after options too (`caption a.jpg --checkpoint best.pt b.jpg x.y=1`,
     `train.py x.y=1 --resume z.w=2`), and after `--` even where they start with '-' (`caption a.jpg
     --json -- -b.jpg`): argparse alone takes a command's positionals in one run and leaves the rest."""
-    args, extra = parser.parse_known_args(argv)
+    args, extra = parser.parse_known_args(pretrained_alone(sys.argv[1:] if argv is None else argv))
     spread = "inputs" if hasattr(args, "inputs") else "overrides"
     cut = extra.index("--") if "--" in extra else len(extra)
     before, after = extra[:cut], extra[cut + 1:]

@@ -44,7 +44,7 @@ def add_caption_command(commands: argparse._SubParsersAction) -> None:
     model.add_argument("--checkpoint", metavar="FILE", action="append", help="best.pt or last.pt of a run "
                        "(default: the English model that ships with the package, soft attention trained on "
                        "Flickr8k's photos); given more than once, the checkpoints caption together as one ensemble")
-    add_pretrained_argument(model, use="the images come before it or after --")
+    add_pretrained_argument(model, use="an image, folder or pattern after it is one to caption")
     add_beam_size_argument(caption)
     add_hard_choice_argument(caption)
     caption.add_argument("--batch-size", type=whole_number(1, BATCH), default=16,

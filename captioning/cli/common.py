@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from captioning.config.bounds import BEAM
@@ -97,8 +97,27 @@ def whole_number(low: int, high: int | None = None) -> Callable[[str], int]:
 def add_pretrained_argument(parser: argparse.ArgumentParser | argparse._MutuallyExclusiveGroup, *, use: str) -> None:
     """--pretrained [NAME]: a model the package ships (captioning.shipped.PRETRAINED), the English
     one where no name is given. Absent it is False; alone, None (captioning.shipped.pretrained_path's
-    default); `use` says what the command does with it."""
+    default); `use` says what the command does with it. A value after it that cannot be a model's
+    name stays a positional value (pretrained_alone)."""
     parser.add_argument("--pretrained", nargs="?", default=False, const=None, metavar="NAME",
                         help=f"a model the package ships: flickr8k (English, the default) or flickr8k_de (German), "
                              f"both trained on Flickr8k's photos; {use}")
+
+
+def pretrained_alone(argv: Sequence[str]) -> list[str]:
+    """`eval.py --pretrained data.root=X` and `caption --pretrained photo.jpg` mean the default model:
+    argparse would take the value that follows as the model's name (nargs="?"). A shipped model's
+    name is one word, so where that value holds '=', '.', '/' or a glob's '*?[' (an override, a
+    file, a folder, a pattern), --pretrained moves to the end of the options, where it takes no
+    value, and the values keep their order. A plain word (`--pretrained flickr8k_fr`) stays the
+    name, refused by captioning.shipped.pretrained_path if no model has it."""
+    argv = list(argv)
+    end = argv.index("--") if "--" in argv else len(argv)
+    if "--pretrained" not in argv[:end]:
+        return argv
+    at = argv.index("--pretrained")
+    value = argv[at + 1] if at + 1 < end else ""
+    if value.startswith("-") or not any(mark in value for mark in "=./\\*?["):
+        return argv
+    return [*argv[:at], *argv[at + 1:end], "--pretrained", *argv[end:]]
 
