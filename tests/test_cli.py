@@ -691,6 +691,7 @@ def test_a_missing_command_or_an_unknown_option_is_a_usage_error(capsys) -> None
     (["caption", "a.png", "--workers"], "-1", "argument --workers: from 0 to 256, got -1"),
     (["make-shapes", "--out", "never", "--train"], "-3", "argument --train: at least 0, got -3"),
     (["make-shapes", "--out", "never", "--image-size"], "0", "argument --image-size: from 1 to 8192, got 0"),
+    (["make-shapes", "--out", "never", "--folder"], "2", "argument --folder: at least 3, got 2"),
 ])
 def test_a_count_out_of_its_bounds_is_a_usage_error(command, value, says, capsys, tmp_path, monkeypatch) -> None:
     """Past the parser a bad count misleads rather than fails: a beam of 0 decoded with the checkpoint's

@@ -44,9 +44,6 @@ def _make_shapes(args: argparse.Namespace) -> int:
     from captioning.data.shapes.scenes import make_shapes, write_folder
 
     if args.folder is not None:
-        if args.folder < 3:
-            print("captioning make-shapes: --folder needs at least 3 images (train, val and test)", file=sys.stderr)
-            return 2
         try:
             captions_file = write_folder(args.out, args.folder, seed=args.seed, image_size=args.image_size)
         except ValueError as error:  # DatasetError: --out holds someone's files
@@ -302,8 +299,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     shapes.add_argument("--train-object-weights", type=float, nargs=3, metavar=("ONE", "TWO", "THREE"),
                         help="odds of 1, 2 and 3 objects in a training image (default: even); validation and "
                              "test images are unchanged")
-    shapes.add_argument("--folder", type=int, metavar="IMAGES", help="instead, this many images as a folder of "
-                        "your own photos would come: DIR/images/ and DIR/captions.csv, no splits (docs/data.md)")
+    shapes.add_argument("--folder", type=whole_number(3), metavar="IMAGES", help="instead, this many images (at "
+                        "least 3: train, val and test) as a folder of your own photos would come: DIR/images/ and "
+                        "DIR/captions.csv, no splits (docs/data.md)")
     shapes.set_defaults(run=_make_shapes)
 
     photos = commands.add_parser("sample-photos", help="write scikit-image's public-domain photos (astronaut, "
