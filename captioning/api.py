@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,15 @@ from PIL import Image
 
 from captioning.checkpoint import load_ensemble
 from captioning.config import Config
-from captioning.data.images import ImageFiles, ImageReadError, collate_pixels, load_image, to_tensor, upright_rgb
+from captioning.data.images import (
+    IMAGE_SUFFIXES,
+    ImageFiles,
+    ImageReadError,
+    collate_pixels,
+    load_image,
+    to_tensor,
+    upright_rgb,
+)
 from captioning.data.records import ImageRecord
 from captioning.data.vocab import Vocabulary
 from captioning.eval.overlays import overlay, overlay_grid, save_overlays
@@ -273,9 +281,6 @@ class Captioner:
 
 # Finding the images --------------------------------------------------------------------------------
 
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".tif", ".tiff", ".webp", ".ppm", ".pgm")
-
-
 def find_images(inputs: Sequence[str | Path], *, recursive: bool = False) -> list[str]:
     """Paths from files, folders (their images, sorted; `recursive` for sub-folders too) and glob
     patterns, in the order given. A name that is neither a folder nor matches anything is kept as
@@ -312,12 +317,18 @@ def empty_folders(inputs: Sequence[str | Path], *, recursive: bool = False) -> l
         except OSError as error:
             empty.append(f"{given}: cannot read this folder ({error.strerror or type(error).__name__})")
             continue
-        images = [p for p in path.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file()]
-        if not images:
+        # Each walk stops at the first image: a folder of many, which find_images lists, is not walked again.
+        if not recursive and _holds_an_image(path.iterdir()):
+            continue
+        if not _holds_an_image(path.rglob("*")):
             empty.append(f"{given}: no images in this folder (files named *{', *'.join(IMAGE_SUFFIXES)})")
-        elif not recursive and all(p.parent != path for p in images):
+        elif not recursive:
             empty.append(f"{given}: no images in this folder, only in its sub-folders (--recursive reads them)")
     return empty
+
+
+def _holds_an_image(paths: Iterable[Path]) -> bool:
+    return any(p.suffix.lower() in IMAGE_SUFFIXES and p.is_file() for p in paths)
 
 
 def _at_least_one(**counts: int | None) -> None:

@@ -17,7 +17,7 @@ import torch
 from PIL import Image
 
 from captioning import Captioned, Captioner, Unreadable
-from captioning.api import coco_image_id, find_images, read_list, reading_workers
+from captioning.api import IMAGE_SUFFIXES, coco_image_id, empty_folders, find_images, read_list, reading_workers
 from captioning.checkpoint import CheckpointError, captioner_from_checkpoint, decoder_from_checkpoint, load_trained
 from captioning.config import ConfigError
 from captioning.data.images import ImageReadError, load_image, to_tensor
@@ -479,6 +479,31 @@ def test_a_hard_choice_asked_of_a_soft_model_names_its_checkpoint(tiny_run, phot
 
 
 # Finding images ------------------------------------------------------------------------------------
+
+
+def test_empty_folders_says_why_and_walks_a_folder_of_images_only_to_its_first(tmp_path: Path, monkeypatch) -> None:
+    """find_images lists a folder's images; empty_folders, asked of the same folders, only needs to know
+    that one is there: a tree of many photos is not walked a second time to the end."""
+    for name in ("photos/sub/c.jpg", "nested/sub/deeper/d.webp", "notes/readme.txt"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(b"x")
+    (tmp_path / "bare").mkdir()
+    for index in range(40):
+        (tmp_path / "photos" / f"{index:02d}.jpg").write_bytes(b"x")
+    walked = []
+    rglob = Path.rglob
+    monkeypatch.setattr(Path, "rglob", lambda self, pattern: (walked.append(p) or p for p in rglob(self, pattern)))
+    folders = [tmp_path / name for name in ("photos", "nested", "notes", "bare")]
+    assert empty_folders(folders) == [
+        f"{tmp_path}/nested: no images in this folder, only in its sub-folders (--recursive reads them)",
+        f"{tmp_path}/notes: no images in this folder (files named *{', *'.join(IMAGE_SUFFIXES)})",
+        f"{tmp_path}/bare: no images in this folder (files named *{', *'.join(IMAGE_SUFFIXES)})"]
+    assert not any(tmp_path / "photos" in p.parents for p in walked)  # an image at its top is enough
+    walked.clear()
+    assert empty_folders(folders, recursive=True) == [
+        f"{tmp_path}/notes: no images in this folder (files named *{', *'.join(IMAGE_SUFFIXES)})",
+        f"{tmp_path}/bare: no images in this folder (files named *{', *'.join(IMAGE_SUFFIXES)})"]
+    assert sum(tmp_path / "photos" in p.parents for p in walked) <= 3  # of its 42 entries
 
 
 def test_find_images_takes_files_folders_globs_in_order(tmp_path: Path) -> None:

@@ -26,6 +26,10 @@ from tqdm import tqdm
 
 from captioning.data.records import DatasetError, ImageRecord
 
+# The files a folder's images are: what `caption` finds in a folder, and what a folder dataset's report
+# counts as an image no caption names.
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".tif", ".tiff", ".webp", ".ppm", ".pgm")
+
 
 class ImageReadError(ValueError):
     """An image file that is missing or cannot be decoded."""

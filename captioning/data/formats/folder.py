@@ -45,7 +45,6 @@ from captioning.data.kept_splits import Placed, Recalled, assign_by_contents, re
 from captioning.data.records import SPLITS, DatasetError, ImageRecord, data_root
 from captioning.data.vocab import normalize
 
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff")
 SHOWN = 3  # names given in a finding's line; the count says how many there are
 
 

@@ -14,7 +14,6 @@ from PIL import Image, UnidentifiedImageError
 
 from captioning.config import Config
 from captioning.data.formats.folder import (
-    IMAGE_SUFFIXES,
     Collection,
     ImageKeys,
     Row,
@@ -22,6 +21,7 @@ from captioning.data.formats.folder import (
     image_count,
     read_folder,
 )
+from captioning.data.images import IMAGE_SUFFIXES
 from captioning.data.records import SPLITS, first_names
 
 
