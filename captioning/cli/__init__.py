@@ -97,6 +97,11 @@ def _train(args: argparse.Namespace) -> int:
     if not speaks:
         return 0
     skipped = f"; {summary['skipped_images']} unreadable training images skipped" if summary["skipped_images"] else ""
+    if summary["best"] is None:
+        print(f"error: train.val_metric {summary['metric']} was not measured (NaN) at any validation, so no best.pt "
+              f"was kept; {summary['last']} holds the {summary['steps']} steps trained: choose another val_metric "
+              "and go on with --resume", file=sys.stderr)
+        return 1
     print(f"best {summary['metric']} {summary['best_metric']:.4f} after {summary['steps']} steps "
           f"({summary['seconds']:.0f} s){skipped}; checkpoints: {summary['best']}, {summary['last']}")
     return 0

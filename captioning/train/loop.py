@@ -137,9 +137,12 @@ class Run:
             if self.record is None:  # what made the run (train/provenance.py), once: it asks Java and git
                 self.record = run_record_of(self.config, self.data)
             payload["record"] = {**self.record, "weights": run_weights(payload)}
-            save_checkpoint(self.out / "last.pt", payload)
+            # best.pt first: last.pt records the best metric, and a kill between the two saves must not
+            # leave a last.pt that says a better model is kept than best.pt holds (a resume would only
+            # replace best.pt on a value above it). This way round, a resume repeats the validation.
             if best:
                 save_checkpoint(self.out / "best.pt", payload)
+            save_checkpoint(self.out / "last.pt", payload)
 
     # training
 
@@ -207,7 +210,7 @@ class Run:
                     return signal.Signals(self.stop_signal()).name
             if progress.batch_in_epoch >= len(batches):
                 progress.epoch, progress.batch_in_epoch = progress.epoch + 1, 0
-            if not early_stopped:
+            if not early_stopped and not self.validated_at_this_step():
                 stop = self.validation_round() or stop
             if self.context.enabled:
                 signum = distributed.agree_signal(self.context, signals.received)
@@ -235,6 +238,11 @@ class Run:
 
     # validation
 
+    def validated_at_this_step(self) -> bool:
+        """A run resumed at its step limit from the last.pt its validation there wrote: validating again
+        would log the same step twice and count it as stale (a decay, an early stop)."""
+        return bool(self.progress.history) and self.progress.history[-1]["step"] == self.progress.step
+
     def validation_round(self) -> bool:
         """Validate (every process its part), decay the learning rate, keep the best; True when it is
         time to stop early."""
@@ -244,13 +252,17 @@ class Run:
                                      device=self.device, annotations=self.data.val_annotations,
                                      context=self.context) or {}
         value = distributed.broadcast_float(self.context, metrics.get(t.val_metric, math.nan))
-        self.scheduler.step(value)
+        # Not measured (NaN: attention_correctness where the data has no boxes, relation_accuracy before
+        # the captions name a relation) is neither better nor worse: no decay, no stale count.
+        measured = not math.isnan(value)
+        if measured:
+            self.scheduler.step(value)
         progress.history.append({"step": progress.step, "epoch": progress.epoch, **metrics, t.val_metric: value,
                                  "lr": self.optimizer.param_groups[0]["lr"], "seconds": time.time() - self.started})
-        improved = value > progress.best_metric
+        improved = measured and value > progress.best_metric
         if improved:
             progress.best_metric, progress.stale_evaluations = value, 0
-        else:
+        elif measured:
             progress.stale_evaluations += 1
         if self.log is not None:
             distributed.now_doing(self.context, f"writing the logs and checkpoints of step {progress.step}")
@@ -271,8 +283,10 @@ class Run:
             gc.collect()
 
     def summary(self, interrupted: str | None) -> dict[str, Any]:
+        best = self.out / "best.pt"  # none where the metric was never measured (NaN at every validation)
         return {"best_metric": self.progress.best_metric, "metric": self.config.train.val_metric,
-                "steps": self.progress.step, "seconds": time.time() - self.started, "best": str(self.out / "best.pt"),
+                "steps": self.progress.step, "seconds": time.time() - self.started,
+                "best": str(best) if best.is_file() else None,
                 "last": str(self.out / "last.pt"), "interrupted": interrupted,
                 "skipped_images": self.progress.skipped_images}
 
