@@ -51,7 +51,7 @@ from captioning.runtime.signals import StopSignalHandler
 from captioning.train.build import RunModel, build_encoder, build_model, build_optimizer
 from captioning.train.objective import Objective, TrainingError
 from captioning.train.provenance import run_record_of, run_weights
-from captioning.train.resume import LastCheckpoint, Progress, restore_run, run_payload
+from captioning.train.resume import LastCheckpoint, Progress, carry_over, restore_run, run_payload
 from captioning.train.run_folder import RunLog, run_folder
 from captioning.train.step import Stepping
 from captioning.train.validation import report, validation_metrics
@@ -102,6 +102,10 @@ class Run:
         run = cls(config, hardware=hardware, data=data, model=model, optimizer=optimizer, scheduler=scheduler)
         if checkpoint is not None:
             run.restore(checkpoint)
+            for line in carry_over(config, checkpoint, optimizer=optimizer, scheduler=scheduler, progress=run.progress,
+                                   path=run.out / "last.pt"):
+                if hardware.context.is_main:
+                    tqdm.write(line, file=sys.stderr)
         elif source is not None:
             warm_start(model, source, t.init_from, config=config, say=hardware.context.is_main)
         if checkpoint is None and hardware.context.rank:  # other processes: other dropout masks, from the seed

@@ -38,6 +38,16 @@ TRAINED_MODEL = ("model", "encoder.name", "encoder.layer", "encoder.padding", "e
 # How the model computes, not what it is: model.fused runs the same equations fused or step by step,
 # and model.fused=false is the way out that a fast path disagreeing with the step-by-step decoder names.
 HOW_IT_COMPUTES = ("model.fused",)
+# The optimizer's moments are the checkpoint's: another optimizer has other state to take.
+OPTIMIZER = ("train.optimizer",)
+# What an epoch's batches are made of (the objectives' `batches`): changed in the middle of an epoch,
+# the rest of it would be cut from other batches, and pairs skipped or trained twice.
+EPOCH_BATCHES = ("train.batch_size", "train.seed", "data.bucket_batches", "data.mirror")
+# What the best so far was measured with: under another metric or decoding it is a number of another
+# scale, and compared with it, best.pt stayed or was replaced at random.
+VALIDATION = ("train.val_metric", "train.val_beam_size", "train.val_tokenizer", "train.val_images", "decode")
+# The rates and the schedule: a resume that changes them means them from here on.
+RATES = ("train.lr", "encoder.lr")
 
 
 @dataclass
@@ -101,12 +111,48 @@ class LastCheckpoint:
                                   f"settings differ from it ({'; '.join(differences)}); resume with the checkpoint's, "
                                   "or train another model in another train.out_dir (train.init_from starts from "
                                   "these weights where their shapes fit)")
+        optimizer = model_differences(config, payload, path, settings=OPTIMIZER)
+        if optimizer:
+            raise CheckpointError(f"{path}: --resume goes on with the optimizer state this run saved, and this run's "
+                                  f"optimizer differs ({optimizer[0]}); resume with the checkpoint's, or start "
+                                  "another run from these weights with train.init_from")
+        progress = payload.get("progress", {})
+        batches = model_differences(config, payload, path, settings=EPOCH_BATCHES)
+        if batches and progress.get("batch_in_epoch", 0):
+            epoch = progress.get("epoch", 0) + 1
+            raise CheckpointError(f"{path}: stopped in the middle of epoch {epoch}, whose batches this run would make "
+                                  f"otherwise ({'; '.join(batches)}), skipping pairs or training some twice; finish "
+                                  f"the epoch with the checkpoint's settings and train.epochs={epoch}, then resume "
+                                  "with these")
         return cls(path=path, payload=payload, save=save)
 
     def latest(self, config: Config) -> dict[str, Any]:
         """The checkpoint to go on from, once the run holds its folder: the one read, or last.pt read
         again where a save replaced it since (a run that was ending as this one started)."""
         return self.payload if _save_of(self.path) == self.save else LastCheckpoint.read(config).payload
+
+
+def carry_over(config: Config, checkpoint: dict[str, Any], *, optimizer: torch.optim.Optimizer, scheduler: Any,
+               progress: Progress, path: str | Path = "last.pt") -> list[str]:
+    """What a resume changes of how the run trains, applied after restore_run and said, a line each.
+    The optimizer and the schedule come back as they were saved; this run's config is what it trains
+    with from here on: a changed train.lr or encoder.lr is the rate now (the decays so far were of
+    the old one); train.lr_decay and lr_patience are the schedule's; and another validation
+    (VALIDATION) measures the best anew, so that the next one replaces best.pt."""
+    said = []
+    for group, key in zip(optimizer.param_groups, RATES, strict=False):  # the decoder's, the encoder's
+        changed = model_differences(config, checkpoint, path, settings=(key,))
+        if changed:
+            was, group["lr"] = group["lr"], config.train.lr if key == "train.lr" else config.encoder.lr
+            said.append(f"{changed[0]}: the rate from here on, in place of {was:g}")
+    scheduler.factor, scheduler.patience = config.train.lr_decay, config.train.lr_patience
+    validation = model_differences(config, checkpoint, path, settings=VALIDATION)
+    if validation:
+        progress.best_metric, progress.stale_evaluations = -math.inf, 0
+        scheduler.best, scheduler.num_bad_epochs = scheduler.mode_worse, 0
+        said.append(f"validation {'; '.join(validation)}: the best so far was measured otherwise, so it is measured "
+                    "anew and the next validation replaces best.pt")
+    return [f"resume: {line}" for line in said]
 
 
 def _save_of(path: Path) -> tuple[int, int, int] | None:

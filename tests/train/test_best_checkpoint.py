@@ -23,9 +23,14 @@ class Killed(BaseException):
 
 
 def _metric_per_validation(monkeypatch, values: list[float]) -> list[float]:
-    """The runs' validations score, in turn, these values of CIDEr."""
+    """The runs' validations score, in turn, these values of CIDEr, and a tenth of each as BLEU-4."""
     given = iter(values)
-    monkeypatch.setattr(training, "validation_metrics", lambda *a, **k: {"CIDEr": next(given)})
+
+    def metrics(*args, **kwargs) -> dict[str, float]:
+        value = next(given)
+        return {"CIDEr": value, "Bleu_4": value / 10}
+
+    monkeypatch.setattr(training, "validation_metrics", metrics)
     return values
 
 
@@ -98,3 +103,21 @@ def test_a_run_resumed_at_its_step_limit_is_not_validated_twice(tmp_path: Path, 
     assert after["history"] == before["history"] and after["stale_evaluations"] == before["stale_evaluations"] == 1
     assert [entry["step"] for entry in _validations(out)] == [8, 16]
 
+
+
+def test_a_resume_that_validates_otherwise_measures_the_best_anew(tmp_path: Path, tiny_config, monkeypatch,
+                                                                 capsys) -> None:
+    """The best so far was CIDEr; compared with it, a BLEU-4 (a tenth of the scale) was never better,
+    and best.pt stayed the CIDEr run's for good while the rate decayed and early stopping came."""
+    _metric_per_validation(monkeypatch, [0.1, 0.5, 0.3, 0.2])
+    out = tmp_path / "run"
+    fit(tiny_config(out, "train.max_steps=16"))
+    capsys.readouterr()
+    fit(tiny_config(out, "train.max_steps=32", "train.val_metric=Bleu_4", "train.lr_patience=0"), resume=True)
+    assert capsys.readouterr().err.splitlines()[0] == (
+        "resume: validation train.val_metric: 'CIDEr' -> 'Bleu_4': the best so far was measured otherwise, so it is "
+        "measured anew and the next validation replaces best.pt")
+    progress = load_checkpoint(out / "last.pt")["progress"]
+    assert load_checkpoint(out / "best.pt")["progress"]["step"] == 24  # BLEU-4 0.03, then 0.02
+    assert progress["best_metric"] == pytest.approx(0.03) and progress["stale_evaluations"] == 1
+    assert [entry["lr"] for entry in progress["history"]] == [0.01, 0.01, 0.01, 0.005]  # patience 0: one stale

@@ -19,10 +19,11 @@ import pytest
 import torch
 
 import captioning.train.paper_objective as cross_entropy
-from captioning.checkpoint import CheckpointError, save_checkpoint
+from captioning.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from captioning.cli import train_main
 from captioning.data.dataset import epoch_batches, rank_batches
-from captioning.train.loop import fit
+from captioning.runtime.hardware import Hardware
+from captioning.train.loop import Run, fit
 from captioning.train.resume import LastCheckpoint
 from tests.tiny import REPO
 
@@ -208,6 +209,57 @@ def test_resume_takes_other_settings_of_how_it_trains_and_how_it_computes(tiny_r
     shutil.copytree(tiny_run.run_dir, out)
     config = tiny_config(out, f"train.max_steps={tiny_run.steps + 1}", "train.lr=0.005", "model.fused=false")
     assert fit(config, resume=True)["steps"] == tiny_run.steps + 1
+
+
+def test_a_resume_trains_at_the_rates_and_schedule_its_config_gives(tiny_run, tiny_config, tmp_path: Path,
+                                                                    capsys) -> None:
+    """The optimizer's and the schedule's saved state used to bring back the rate, the decay and the
+    patience they were saved with, whatever train.lr, lr_decay and lr_patience this run gave."""
+    out = tmp_path / "run"
+    shutil.copytree(tiny_run.run_dir, out)
+    lr = load_checkpoint(out / "last.pt")["optimizer"]["param_groups"][0]["lr"]
+    config = tiny_config(out, f"train.max_steps={tiny_run.steps + 8}", "train.lr=0.002", "train.lr_decay=0.1",
+                         "train.lr_patience=0")
+    run = Run.start(config, resume=True, hardware=Hardware.setup("cpu", amp=False))
+    try:
+        assert [group["lr"] for group in run.optimizer.param_groups] == [0.002]
+        assert (run.scheduler.factor, run.scheduler.patience) == (0.1, 0)
+    finally:
+        run.close()
+    assert capsys.readouterr().err.splitlines() == [f"resume: train.lr: 0.01 -> 0.002: the rate from here on, in "
+                                                    f"place of {lr:g}"]
+    unchanged = Run.start(tiny_config(out), resume=True, hardware=Hardware.setup("cpu", amp=False))  # the saved rate, decayed
+    try:
+        assert [group["lr"] for group in unchanged.optimizer.param_groups] == [lr]
+    finally:
+        unchanged.close()
+    assert capsys.readouterr().err == ""
+
+
+def test_a_resume_with_another_optimizer_or_other_batches_mid_epoch_is_one_line(tiny_run, tiny_config,
+                                                                                tmp_path: Path) -> None:
+    """Another optimizer cannot take the saved one's moments (RMSprop raised a KeyError from torch), and
+    an epoch's batches made otherwise part way through it skip some pairs and repeat others. At an
+    epoch's end (tiny_run's last.pt) the batches may change."""
+    last = tiny_run.run_dir / "last.pt"
+    with pytest.raises(CheckpointError) as error:
+        LastCheckpoint.read(tiny_config(tiny_run.run_dir, "train.optimizer=rmsprop"))
+    assert str(error.value) == (
+        f"{last}: --resume goes on with the optimizer state this run saved, and this run's optimizer differs "
+        "(train.optimizer: 'adam' -> 'rmsprop'); resume with the checkpoint's, or start another run from these "
+        "weights with train.init_from")
+    assert LastCheckpoint.read(tiny_config(tiny_run.run_dir, "train.batch_size=32", "train.seed=3"))
+    out = tmp_path / "run"
+    out.mkdir()
+    payload = load_checkpoint(last)
+    save_checkpoint(out / "last.pt", {**payload, "progress": {**payload["progress"], "step": 85, "batch_in_epoch": 5}})
+    assert LastCheckpoint.read(tiny_config(out, "train.lr=0.5"))
+    with pytest.raises(CheckpointError) as error:
+        LastCheckpoint.read(tiny_config(out, "train.batch_size=32", "data.mirror=true"))
+    assert str(error.value) == (
+        f"{out / 'last.pt'}: stopped in the middle of epoch 11, whose batches this run would make otherwise "
+        "(data.mirror: False -> True; train.batch_size: 16 -> 32), skipping pairs or training some twice; finish "
+        "the epoch with the checkpoint's settings and train.epochs=11, then resume with these")
 
 
 def test_weights_that_do_not_fit_their_own_config_are_one_line(tiny_run, tmp_path: Path, capsys) -> None:
