@@ -228,7 +228,8 @@ def test_a_resume_trains_at_the_rates_and_schedule_its_config_gives(tiny_run, ti
         run.close()
     assert capsys.readouterr().err.splitlines() == [f"resume: train.lr: 0.01 -> 0.002: the rate from here on, in "
                                                     f"place of {lr:g}"]
-    unchanged = Run.start(tiny_config(out), resume=True, hardware=Hardware.setup("cpu", amp=False))  # the saved rate, decayed
+    # Unchanged, the saved rate goes on, decayed as it was.
+    unchanged = Run.start(tiny_config(out), resume=True, hardware=Hardware.setup("cpu", amp=False))
     try:
         assert [group["lr"] for group in unchanged.optimizer.param_groups] == [lr]
     finally:
