@@ -42,6 +42,15 @@ from captioning.runtime.files import float_weights
 
 FORMAT_VERSION = 2
 
+# What a checkpoint's model is, beside its weights: the model section, the encoder that makes its
+# annotations, the image size it sees. A resumed run may change none of it (captioning.train.resume),
+# nor may an evaluation, which scores the model the checkpoint holds (captioning.eval.evaluate).
+TRAINED_MODEL = ("model", "encoder.name", "encoder.layer", "encoder.padding", "encoder.fine_tune_from",
+                 "data.image_size")
+# How the model computes, not what it is: model.fused runs the same equations fused or step by step,
+# and model.fused=false is the way out that a fast path disagreeing with the step-by-step decoder names.
+HOW_IT_COMPUTES = ("model.fused",)
+
 
 class CheckpointError(ValueError):
     """A checkpoint file that is missing, unreadable or not one of ours; the message names it."""
@@ -203,20 +212,27 @@ class Trained:
 
 def load_trained(path: str | Path, *, overrides: Sequence[str] = (), may_change: Sequence[str] | None = None,
                  device: str | torch.device = "cpu", payload: dict[str, Any] | None = None) -> Trained:
-    """The one loader of a checkpoint for inference. `overrides` ("key.sub=value") change its config;
-    `may_change` names the only keys they may touch (None: any), so that inference can refuse what
-    would change the trained model. Each problem is one line naming the file. How hard attention
-    picks its cell is checked where it is used (captioning.api, captioning.eval.evaluate:
-    refuse_hard_choice), since both may be asked for another choice than the config's. `payload`:
-    the checkpoint's contents when the caller has read them already (not read twice)."""
+    """The one loader of a checkpoint for inference. `overrides` ("key.sub=value") change its config,
+    but not the model it holds (TRAINED_MODEL: its own values only); `may_change` names the only keys
+    they may touch (None: any other), so that captioning can refuse what it has no use for. Each
+    problem is one line naming the file. How hard attention picks its cell is checked where it is
+    used (captioning.api, captioning.eval.evaluate: refuse_hard_choice), since both may be asked for
+    another choice than the config's. `payload`: the checkpoint's contents when the caller has read
+    them already (not read twice)."""
     payload = payload if payload is not None else load_checkpoint(path)
     config = config_of(payload, path)
     for text in overrides:
-        apply_overrides(copy.deepcopy(config), [text])  # an unknown key or a malformed override says so first
+        changed = apply_overrides(copy.deepcopy(config), [text])  # an unknown key or a malformed override says so first
         key = text.split("=", 1)[0].strip()
         if may_change is not None and key not in may_change:
             raise ConfigError(f"override '{text}': {key} cannot change at inference, it is part of the "
                               f"trained model (these can: {', '.join(may_change)})")
+        # A checkpoint's own value given again is fine (a script that passes its training's settings);
+        # another would be scored or captioned under the checkpoint's name.
+        before = _setting(config, key)
+        if _part_of_the_model(key) and _setting(changed, key) != before:
+            raise ConfigError(f"override '{text}': {key} is {before!r} in {path}, part of the model it holds; "
+                              "overrides may say where the data and weights are, and how to decode")
     validate(apply_overrides(config, overrides), f"{path}: config with overrides", unread_sections=True)
     device = torch.device(device)
     decoder: AttentionDecoder | Ensemble = decoder_from_checkpoint(payload, config, path)
@@ -230,6 +246,19 @@ def load_trained(path: str | Path, *, overrides: Sequence[str] = (), may_change:
         decoder = Ensemble([decoder, *(member.decoder for member in members)], views=index).eval()
     return Trained(path=str(path), config=config, vocab=Vocabulary(payload["vocab"]), decoder=decoder.to(device),
                    grid=tuple(payload["grid"]), device=device, views=views)
+
+
+def _part_of_the_model(key: str) -> bool:
+    """Whether a setting ("model.dropout", "data.root") is part of TRAINED_MODEL, less HOW_IT_COMPUTES."""
+    return key not in HOW_IT_COMPUTES and any(key == part or key.startswith(f"{part}.") for part in TRAINED_MODEL)
+
+
+def _setting(config: Config, key: str) -> Any:
+    """The value of "section.name" (or deeper, into a dict such as model.extras), None where unset."""
+    value: Any = config.to_dict()
+    for name in key.split("."):
+        value = value.get(name) if isinstance(value, dict) else None
+    return value
 
 
 @dataclass

@@ -213,7 +213,8 @@ def _add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--results", metavar="FILE", help="COCO results file [{image_id, caption}] (default: "
                         "beside --out, named after it: metrics_test.json -> metrics_test_captions.json)")
     parser.add_argument("--device", help="cpu, cuda, cuda:1 ... (default: cuda if available)")
-    parser.add_argument("overrides", nargs="*", metavar="key.sub=value", help="e.g. data.root=/data/shapes")
+    parser.add_argument("overrides", nargs="*", metavar="key.sub=value", help="where the data and weights are and how "
+                        "to decode, e.g. data.root=/data/shapes; the model's settings only as the checkpoint has them")
 
 
 @guarded

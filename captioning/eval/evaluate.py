@@ -150,6 +150,11 @@ def score_split(results: Sequence[dict], *, image_ids: Sequence[int], references
     return metrics
 
 
+# How the captions were decoded beside the beam and the hard choice (evaluate_trained): written with
+# the metrics, since `decode.*` overrides change the numbers.
+DECODING = ("max_length", "length_penalty", "no_repeat_ngram", "allow_unk")
+
+
 @dataclass
 class Evaluation:
     metrics: dict[str, Any]
@@ -205,6 +210,7 @@ def write_evaluation(evaluation: Evaluation, *, checkpoint: str | Path, split: s
         out.write_text(json.dumps({"checkpoint": str(checkpoint), "split": split, "beam_size": evaluation.beam_size,
                                    "hard_choice": evaluation.hard_choice, "tokenizer": evaluation.tokenizer,
                                    "language": evaluation.config.data.language,
+                                   "decode": {key: getattr(evaluation.config.decode, key) for key in DECODING},
                                    **evaluation.metrics}, indent=2))
         written["metrics"] = out
     results = results or (out.with_name(f"{out.stem}_captions.json") if out else None)

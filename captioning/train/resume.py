@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from captioning.checkpoint import CheckpointError, load_checkpoint
+from captioning.checkpoint import HOW_IT_COMPUTES, TRAINED_MODEL, CheckpointError, load_checkpoint
 from captioning.config import Config
 from captioning.data.vocab import Vocabulary
 from captioning.runtime.distributed import Distributed
@@ -29,15 +29,10 @@ from captioning.train.build import RunModel
 from captioning.train.objective import StepResult, TrainingError
 from captioning.train.warm_start import model_differences
 
-# What a resumed run shares with its checkpoint: the trained model, as inference sees it
-# (captioning.api.INFERENCE_KEYS): the model section, the encoder that makes its annotations, the
-# image size it sees. Other settings may change on resume, as they always could: the training's own
-# (train.epochs, train.max_steps, ...), where the data and weights are, how a cache is computed.
-TRAINED_MODEL = ("model", "encoder.name", "encoder.layer", "encoder.padding", "encoder.fine_tune_from",
-                 "data.image_size")
-# How the model computes, not what it is: model.fused runs the same equations fused or step by step,
-# and model.fused=false is the way out that a fast path disagreeing with the step-by-step decoder names.
-HOW_IT_COMPUTES = ("model.fused",)
+# A resumed run shares its checkpoint's trained model (captioning.checkpoint.TRAINED_MODEL, less
+# HOW_IT_COMPUTES). Other settings may change on resume, as they always could: the training's own
+# (train.epochs, train.max_steps, ...), where the data and weights are, how a cache is computed;
+# these change it under conditions:
 # The optimizer's moments are the checkpoint's: another optimizer has other state to take.
 OPTIMIZER = ("train.optimizer",)
 # What an epoch's batches are made of (the objectives' `batches`): changed in the middle of an epoch,

@@ -375,20 +375,45 @@ def test_evaluate_split_without_the_probe_scores_the_same_decoding(tiny_run) -> 
     assert json.dumps(without, sort_keys=True) == json.dumps(rest, sort_keys=True)  # NaN where nothing was stated
 
 
+@pytest.mark.parametrize(("override", "was"), [("model.extras.temperature=5", "1.0"), ("model.dropout=0", "0.3"),
+                                             ("encoder.layer=stride32", "'stride16'"), ("data.image_size=128", "96")])
+def test_an_evaluation_scores_the_model_the_checkpoint_holds(tiny_run, override: str, was: str, capsys) -> None:
+    """An override of the model was taken, and its numbers were written under the checkpoint's name
+    (a temperature of 5 moved the tiny run's CIDEr by a seventh); `caption` refused it already. The
+    checkpoint's own values given again (tiny_run.overrides: the training's) are no change."""
+    code = eval_main(["--checkpoint", str(tiny_run.checkpoint), "--split", "val", "--device", "cpu",
+                      *tiny_run.overrides, override])
+    key = override.split("=")[0]
+    assert code == 2 and capsys.readouterr().err.splitlines() == [
+        f"error: override '{override}': {key} is {was} in {tiny_run.checkpoint}, part of the model it holds; "
+        "overrides may say where the data and weights are, and how to decode"]
+
+
+def test_an_evaluation_may_decode_otherwise_and_compute_the_same_model_otherwise(tiny_run, tmp_path: Path) -> None:
+    """What may change still does, and the metrics say how it decoded."""
+    out = tmp_path / "metrics.json"
+    assert eval_main(["--checkpoint", str(tiny_run.checkpoint), "--split", "val", "--device", "cpu", "--quiet",
+                      "--out", str(out), *tiny_run.overrides, "model.fused=false", "decode.max_length=9"]) == 0
+    assert json.loads(out.read_text())["decode"]["max_length"] == 9
+
+
 def test_write_evaluation_makes_the_folders_and_names_the_captions_after_the_metrics(tmp_path: Path) -> None:
     from captioning.config import load_config
     from captioning.eval.evaluate import Evaluation, write_evaluation
 
     evaluation = Evaluation(metrics={"CIDEr": 0.5}, results=[{"image_id": 3, "caption": "a red circle"}],
-                            config=load_config(None), beam_size=2, hard_choice="expectation")
+                            config=load_config(None, ["decode.length_penalty=0.7", "decode.beam_size=5"]),
+                            beam_size=2, hard_choice="expectation")
     out = tmp_path / "new" / "deeper" / "metrics_test.json"
     written = write_evaluation(evaluation, checkpoint="runs/x/best.pt", split="test", out=out, results=None)
     captions = out.with_name("metrics_test_captions.json")
     assert written == {"metrics": out, "captions": captions}
     assert json.loads(out.read_text()) == {"checkpoint": "runs/x/best.pt", "split": "test", "beam_size": 2,
                                            "hard_choice": "expectation", "tokenizer": OWN_TOKENIZER, "language": "en",
+                                           "decode": {"max_length": 20, "length_penalty": 0.7, "no_repeat_ngram": 0,
+                                                      "allow_unk": False},  # how it decoded, overrides and all
                                            "CIDEr": 0.5}
-    assert len(out.read_text().splitlines()) == 2 + 7  # one entry a line, for people reading it in a terminal
+    assert len(out.read_text().splitlines()) == 2 + 8 + 5  # one entry a line, for people reading it in a terminal
     assert json.loads(captions.read_text()) == evaluation.results
     elsewhere = tmp_path / "other" / "folder" / "captions.json"  # its own folders too
     assert write_evaluation(evaluation, checkpoint="best.pt", split="val", out=None, results=elsewhere) == {
