@@ -8,6 +8,7 @@ TRAIN.OUT_DIR/vocab.json, which training then uses, and is stored in every check
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -44,21 +45,35 @@ def build_vocabulary(config: Config) -> tuple[Vocabulary, dict[str, float]]:
 
 def prepare_vocabulary(config: Config) -> tuple[Vocabulary, dict[str, float]]:
     vocab, stats = build_vocabulary(config)
+    _write_vocabulary(config, vocab)
+    return vocab, stats
+
+
+def _write_vocabulary(config: Config, vocab: Vocabulary) -> None:
     path = vocabulary_path(config)
     path.parent.mkdir(parents=True, exist_ok=True)
     vocab.save(path)
     beside = format_extra(config.data, "beside_vocabulary")  # a folder of your own: its splits, written down
     if beside is not None:
         beside(config)
-    return vocab, stats
 
 
 def run_vocabulary(config: Config) -> Vocabulary:
-    """What training uses: OUT_DIR/vocab.json if `prepare` (or an earlier run) wrote it, else a new one."""
+    """What a new run trains with: the vocabulary of this config's training captions, as `prepare`
+    writes it to OUT_DIR/vocab.json. One there already is kept where it holds the same words. Another
+    (an earlier run's, in the same train.out_dir, of other data or another data.min_word_count) is
+    written anew, said in one line: kept, the run would train on it under a config that says otherwise."""
     path = vocabulary_path(config)
+    vocab, _ = build_vocabulary(config)  # the captions' tokens are cached (data/tokenized.py): counted, not parsed
     if path.exists():
-        return Vocabulary.load(path)
-    return prepare_vocabulary(config)[0]
+        there = Vocabulary.load(path)
+        if there.words == vocab.words:
+            return there
+        print(f"note: {path} held another vocabulary ({len(there)} words) than this run's training captions give "
+              f"with data.min_word_count={config.data.min_word_count} ({len(vocab)} words): written anew",
+              file=sys.stderr)
+    _write_vocabulary(config, vocab)
+    return vocab
 
 
 def prepare_features(config: Config, *, splits: tuple[str, ...] = ("train", "val", "test"),

@@ -114,6 +114,24 @@ def test_resume_continues_exactly(tmp_path: Path, tiny_config, batches_per_epoch
             == [repr({k: v for k, v in h.items() if k != "seconds"}) for h in b["progress"]["history"]])
 
 
+def test_a_new_run_in_a_used_folder_trains_on_its_own_vocabulary(tmp_path: Path, tiny_config, capsys) -> None:
+    """vocab.json, there from an earlier run in the same train.out_dir, was taken as it was: a run with
+    another data.min_word_count trained on the earlier vocabulary under a config that said otherwise.
+    The one `prepare` wrote for this config is the same words, kept without a word."""
+    out = tmp_path / "run"
+    fit(tiny_config(out, "train.max_steps=1"))
+    before = json.loads((out / "vocab.json").read_text())
+    capsys.readouterr()
+    fit(tiny_config(out, "train.max_steps=1", "data.min_word_count=1000"))
+    after = json.loads((out / "vocab.json").read_text())
+    assert len(after) < len(before) and load_checkpoint(out / "last.pt")["vocab"] == after
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"note: {out / 'vocab.json'} held another vocabulary ({len(before)} words) than this run's training "
+        f"captions give with data.min_word_count=1000 ({len(after)} words): written anew")
+    fit(tiny_config(out, "train.max_steps=1", "data.min_word_count=1000"))
+    assert "vocabulary" not in capsys.readouterr().err
+
+
 def test_a_resumed_run_counts_the_seconds_trained_before_it(tmp_path: Path, tiny_config) -> None:
     """The history's seconds go on from the checkpoint's, not from the resume (benchmarks read the
     train time of a resumed run from them). The checkpoint is edited to say that 10^6 s came before."""
