@@ -63,8 +63,11 @@ def save_checkpoint(path: str | Path, payload: dict[str, Any]) -> None:
     temporary = path.with_name(f".{path.name}.tmp")
     try:
         torch.save({"format_version": FORMAT_VERSION, **payload}, temporary)
-    except (OSError, RuntimeError) as error:  # a full disk, a file-size limit: torch reports either
+    except BaseException as error:  # a second Ctrl-C too: no half-written file of a checkpoint's size is left
         temporary.unlink(missing_ok=True)
+        if not isinstance(error, (OSError, RuntimeError)):
+            raise
+        # a full disk, a file-size limit: torch reports either
         reason = (error.strerror if isinstance(error, OSError) and error.strerror
                   else f"no space left or a file-size limit? torch said: {str(error).splitlines()[0]}")
         raise CheckpointError(f"{path}: could not be written ({reason}); the previous {path.name} is intact") from error

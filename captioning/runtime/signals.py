@@ -10,6 +10,7 @@ back as they were after it.
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from typing import Any
@@ -23,14 +24,20 @@ class StopSignalHandler:
 
     def __init__(self) -> None:
         self._previous: dict[int, Any] = {}
+        self._owner: int | None = None
 
     def handle(self, signum: int) -> None:
         raise NotImplementedError
 
     def _received(self, signum: int, frame: object) -> None:
-        self.handle(signum)
+        # A process forked inside the block (a DataLoader's worker) inherits the handler, and Ctrl-C
+        # reaches the terminal's whole process group: the command answers once, in its own process,
+        # and stops its workers itself.
+        if os.getpid() == self._owner:
+            self.handle(signum)
 
     def __enter__(self):
+        self._owner = os.getpid()
         if threading.current_thread() is threading.main_thread():
             for signum in STOP_SIGNALS:
                 self._previous[signum] = signal.signal(signum, self._received)

@@ -396,14 +396,19 @@ def test_a_save_that_dies_midway_leaves_the_old_checkpoint(tmp_path: Path, monke
 
     def dying_save(obj, target, *args, **kwargs):
         Path(target).write_bytes(b"PK\x03\x04 half a zip")
-        raise OSError("disk full")
+        raise stop
 
     monkeypatch.setattr(checkpoint_module.torch, "save", dying_save)
+    stop = OSError("disk full")
     with pytest.raises(checkpoint_module.CheckpointError, match="disk full.*the previous last.pt is intact"):
         save_checkpoint(path, {"progress": {"step": 2}})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.pt"]  # the half-written file is gone
+    stop = KeyboardInterrupt()  # a second Ctrl-C, while training saves after the first
+    with pytest.raises(KeyboardInterrupt):
+        save_checkpoint(path, {"progress": {"step": 2}})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.pt"]
     monkeypatch.setattr(checkpoint_module.torch, "save", real_save)
     assert load_checkpoint(path)["progress"]["step"] == 1
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.pt"]  # the half-written file is gone
 
 
 def test_unreadable_checkpoints_raise_checkpoint_error_naming_the_path(tmp_path: Path) -> None:
