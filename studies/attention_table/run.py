@@ -154,7 +154,7 @@ def tables(results: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
-def annotation_norms(data: Path, images: int = 200) -> str:
+def annotation_norms(data: Path, images: int = 200) -> dict[str, float]:
     """Mean L2 norm of the stride-16 annotations in cells whose centre lies inside an object's box,
     outside every box, and of the mean annotation (what the expectation gives under a flat map)."""
     config = load_config(REPO / BASE[0], [f"data.root={data}"])
@@ -164,9 +164,14 @@ def annotation_norms(data: Path, images: int = 200) -> str:
     inside_t = torch.from_numpy(np.stack(inside))  # [N, L]
     norms = annotations.norm(dim=2)  # [N, L]
     mean = annotations.mean(dim=1).norm(dim=1).mean()
-    return (f"Annotation norms on {images} test images (stride 16): cells inside an object's box "
-            f"{float(norms[inside_t].mean()):.1f}, other cells {float(norms[~inside_t].mean()):.1f}, "
-            f"the mean annotation (the expectation under a flat map) {float(mean):.1f}.")
+    return {"images": images, "inside": float(norms[inside_t].mean()), "outside": float(norms[~inside_t].mean()),
+            "mean_annotation": float(mean)}
+
+
+def norms_line(norms: dict[str, float]) -> str:
+    return (f"Annotation norms on {norms['images']} test images (stride 16): cells inside an object's box "
+            f"{norms['inside']:.1f}, other cells {norms['outside']:.1f}, the mean annotation (the expectation "
+            f"under a flat map) {norms['mean_annotation']:.1f}.")
 
 
 def main() -> int:
@@ -175,7 +180,7 @@ def main() -> int:
                         table_doc="studies/attention_table/README.md").parse_args()
     torch.set_num_threads(1)  # the same budget for every run: one CPU thread
     data, out, kept = Path(args.data), Path(args.out), Path(args.results)
-    if not (data / "dataset_shapes.json").exists():
+    if not args.tables_only and not (data / "dataset_shapes.json").exists():
         make_shapes(data, COUNTS, seed=0)
     results = {}
     for name in ORDER:
@@ -187,8 +192,11 @@ def main() -> int:
             continue
         results[name] = run(name, overrides, data=data, out=out, results=kept)
         print(_row(name, results[name]), flush=True)
-    write_between(Path(args.doc), "tables", "python -m studies.attention_table.run",
-                  tables(results) + "\n\n" + annotation_norms(data))
+    norms_path = kept / "annotation_norms.json"  # of the data, not of a run: measured once, kept like a run
+    if not args.tables_only and not norms_path.exists():
+        norms_path.write_text(json.dumps(annotation_norms(data), indent=2))
+    norms = norms_line(json.loads(norms_path.read_text())) if norms_path.exists() else ""
+    write_between(Path(args.doc), "tables", "python -m studies.attention_table.run", f"{tables(results)}\n\n{norms}")
     print(f"tables written to {args.doc}")
     return 0
 

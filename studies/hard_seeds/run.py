@@ -37,7 +37,7 @@ VARIANTS = {"coin warm-up only": (),
 
 
 def name_of(variant: str, seed: int) -> str:
-    return f"{'reinforce_warmup' if VARIANTS[variant] else 'hard_warmup'}_seed{seed}"
+    return f"{'reinforce_warmup' if VARIANTS[variant] else 'coin_warmup'}_seed{seed}"
 
 
 def run(variant: str, seed: int, *, data: Path, out: Path, results: Path) -> dict:
