@@ -120,4 +120,3 @@ def pretrained_alone(argv: Sequence[str]) -> list[str]:
     if value.startswith("-") or not any(mark in value for mark in "=./\\*?["):
         return argv
     return [*argv[:at], *argv[at + 1:end], "--pretrained", *argv[end:]]
-
