@@ -234,11 +234,14 @@ def beam_search(decoder: AttentionDecoder, annotations: torch.Tensor, *, beam_si
     """Batched beam search. annotations [B, L, D].
 
     A finished beam stays in the beam with a frozen score (it can only continue with <pad> at no
-    cost), so it competes fairly with the open ones. With length_penalty alpha > 0 the final choice
-    ranks beams by score / n**alpha, n the tokens its score sums (its words, and <end> where it
-    emitted one: words + 1 for a finished beam); a beam that never emitted <end> is still a candidate,
-    so every image gets its best hypothesis. min_length forbids <end> before that many words (with
-    min_length = max_length every search runs exactly max_length steps, which timing needs).
+    cost) and competes with the open ones on that score: K open beams that outscore it push it
+    out, though they may end below it (the finished are not kept in a pool of their own). What
+    this drops is mostly the empty caption, <end> as the first word, whose raw score can beat any
+    sentence's. With length_penalty alpha > 0 the final choice ranks beams by score / n**alpha, n
+    the tokens its score sums (its words, and <end> where it emitted one: words + 1 for a finished
+    beam); a beam that never emitted <end> is still a candidate, so every image gets a caption.
+    min_length forbids <end> before that many words (with min_length = max_length every search runs
+    exactly max_length steps, which timing needs).
 
     Each step writes its words, back-pointers, maps and cells into buffers preallocated for
     max_length steps; the chosen hypothesis is read back through the back-pointers once, at the end,
