@@ -21,12 +21,13 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from captioning.checkpoint import HOW_IT_COMPUTES, TRAINED_MODEL, CheckpointError, load_checkpoint
+from captioning.checkpoint import HOW_IT_COMPUTES, TRAINED_MODEL, CheckpointError, config_of, load_checkpoint
 from captioning.config import Config
 from captioning.data.vocab import Vocabulary
 from captioning.runtime.distributed import Distributed
 from captioning.train.build import RunModel
 from captioning.train.objective import StepResult, TrainingError
+from captioning.train.validation import validation_protocol
 from captioning.train.warm_start import model_differences
 
 # A resumed run shares its checkpoint's trained model (captioning.checkpoint.TRAINED_MODEL, less
@@ -38,9 +39,6 @@ OPTIMIZER = ("train.optimizer",)
 # What an epoch's batches are made of (the objectives' `batches`): changed in the middle of an epoch,
 # the rest of it would be cut from other batches, and pairs skipped or trained twice.
 EPOCH_BATCHES = ("train.batch_size", "train.seed", "data.bucket_batches", "data.mirror")
-# What the best so far was measured with: under another metric or decoding it is a number of another
-# scale, and compared with it, best.pt stayed or was replaced at random.
-VALIDATION = ("train.val_metric", "train.val_beam_size", "train.val_tokenizer", "train.val_images", "decode")
 # The rates and the schedule: a resume that changes them means them from here on.
 RATES = ("train.lr", "encoder.lr")
 
@@ -133,7 +131,7 @@ def carry_over(config: Config, checkpoint: dict[str, Any], *, optimizer: torch.o
     The optimizer and the schedule come back as they were saved; this run's config is what it trains
     with from here on: a changed train.lr or encoder.lr is the rate now (the decays so far were of
     the old one); train.lr_decay and lr_patience are the schedule's; and another validation
-    (VALIDATION) measures the best anew, so that the next one replaces best.pt."""
+    (validation_protocol) measures the best anew, so that the next one replaces best.pt."""
     said = []
     for group, key in zip(optimizer.param_groups, RATES, strict=False):  # the decoder's, the encoder's
         changed = model_differences(config, checkpoint, path, settings=(key,))
@@ -141,7 +139,10 @@ def carry_over(config: Config, checkpoint: dict[str, Any], *, optimizer: torch.o
             was, group["lr"] = group["lr"], config.train.lr if key == "train.lr" else config.encoder.lr
             said.append(f"{changed[0]}: the rate from here on, in place of {was:g}")
     scheduler.factor, scheduler.patience = config.train.lr_decay, config.train.lr_patience
-    validation = model_differences(config, checkpoint, path, settings=VALIDATION)
+    # What the best so far was measured with (validation_protocol): under another metric or decoding it
+    # is a number of another scale, and compared with it, best.pt would stay or move at random.
+    before, now = validation_protocol(config_of(checkpoint, path)), validation_protocol(config)
+    validation = [f"{key}: {before[key]!r} -> {value!r}" for key, value in now.items() if before[key] != value]
     if validation:
         progress.best_metric, progress.stale_evaluations = -math.inf, 0
         scheduler.best, scheduler.num_bad_epochs = scheduler.mode_worse, 0

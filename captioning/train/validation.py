@@ -80,6 +80,18 @@ def validation_tokenizer(config: Config) -> str:
     return metrics_tokenizer(ptb=config.train.val_tokenizer == "ptb", language=config.data.language)
 
 
+def validation_protocol(config: Config) -> dict[str, Any]:
+    """What a validation's number depends on beside the model, by name: the metric, the images, the
+    beam and what shapes its search, the tokenizer, hard attention's choice. Two configs that agree
+    on it measure one scale (train/resume.py: a resume that changes it measures the best anew)."""
+    t, d, beam = config.train, config.decode, validation_beam(config)
+    return {"train.val_metric": t.val_metric, "train.val_images": t.val_images, "the validation's beam": beam,
+            "train.val_tokenizer": t.val_tokenizer, "decode.max_length": d.max_length,
+            "decode.no_repeat_ngram": d.no_repeat_ngram, "decode.allow_unk": d.allow_unk,
+            "decode.length_penalty": d.length_penalty if beam > 1 else None,  # greedy ranks no finished beams
+            "decode.hard_choice": hard_choice(config)}
+
+
 def hard_choice(config: Config) -> str | None:
     """How validation picks hard attention's cell: as the config's test-time decoding does, so that
     the best checkpoint is chosen by the decoding it will be used with; None for soft attention."""

@@ -15,6 +15,7 @@ import captioning.train.loop as training
 from captioning.checkpoint import load_checkpoint
 from captioning.cli import train_main
 from captioning.train.loop import fit
+from captioning.train.validation import validation_protocol
 from tests.tiny import TINY
 
 
@@ -121,3 +122,23 @@ def test_a_resume_that_validates_otherwise_measures_the_best_anew(tmp_path: Path
     assert load_checkpoint(out / "best.pt")["progress"]["step"] == 24  # BLEU-4 0.03, then 0.02
     assert progress["best_metric"] == pytest.approx(0.03) and progress["stale_evaluations"] == 1
     assert [entry["lr"] for entry in progress["history"]] == [0.01, 0.01, 0.01, 0.005]  # patience 0: one stale
+
+
+@pytest.mark.parametrize(("override", "another"), [
+    ("decode.beam_size=5", False),  # validation is greedy (train.val_beam_size=1): the beam is evaluation's
+    ("decode.length_penalty=0.7", False),  # greedy ranks no finished beams
+    ("train.lr=0.5", False),
+    ("train.early_stop_patience=9", False),
+    ("train.val_beam_size=null", True),  # now decode.beam_size, 2
+    ("train.val_metric=Bleu_4", True),
+    ("train.val_images=3", True),
+    ("train.val_tokenizer=ptb", True),
+    ("decode.max_length=9", True),
+    ("decode.no_repeat_ngram=2", True),
+])
+def test_a_validation_is_another_where_its_number_depends_on_what_changed(tiny_config, tmp_path: Path, override: str,
+                                                                          another: bool) -> None:
+    """A resume measures the best anew where the validation changed, and only there: best.pt would
+    otherwise be replaced at the next validation for a setting that moves no validation's number."""
+    before, now = validation_protocol(tiny_config(tmp_path)), validation_protocol(tiny_config(tmp_path, override))
+    assert (before != now) == another
