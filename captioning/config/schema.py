@@ -88,7 +88,7 @@ class DataConfig(Extensible):
     # rules, any other language by Unicode words) and scored (METEOR and the PTB tokenizer are English's).
     language: str = "en"
     image_size: int = 224  # the encoder's square input; the shorter side is resized, then centre-cropped
-    min_word_count: int = 1
+    min_word_count: int = 1  # a word seen fewer times in the training captions becomes <unk> (COCO's configs: 5)
     max_caption_length: int = 20  # clips training targets only, never references
     feature_cache: bool = True  # frozen encoder: train on cached annotations; False runs it on the fly
     bucket_batches: bool = True  # batches of captions of similar length (less padding per step)
@@ -107,7 +107,7 @@ class DataConfig(Extensible):
     # COCO's instances annotations (coco and coco_official), for CHAIR and attention correctness on the
     # object masks (eval/coco/); where neither file is there, evaluation says so and goes on without.
     train_instances: str = "annotations/instances_train2014.json"
-    val_instances: str = "annotations/instances_val2014.json"
+    val_instances: str = "annotations/instances_val2014.json"  # val2014's, where the val and test images are
 
 
 @dataclass
@@ -147,17 +147,17 @@ class ExtrasConfig:
     # query (extras/word_attention.py); over the grid, with this many heads, before attention sees
     # the annotations (0: off; extras/grid_attention.py).
     word_attention: bool = False
-    grid_attention: int = 0
+    grid_attention: int = 0  # heads of self-attention over the grid (0: off)
 
 
 @dataclass(eq=False, repr=False)
 class ModelConfig(Extensible):
     section: ClassVar[str] = "model"
 
-    embed_dim: int = 128
-    hidden_dim: int = 256
-    attention_dim: int = 128
-    dropout: float = 0.3
+    embed_dim: int = 128  # m, the size of a word's embedding E y (Eqs. 1, 7)
+    hidden_dim: int = 256  # n, the LSTM's size (Eqs. 1-3)
+    attention_dim: int = 128  # the size of the score's hidden layer (f_att, Eq. 4)
+    dropout: float = 0.3  # on h_t where the deep output reads it, and before L_o (Eq. 7)
     attention: str = "soft"  # how the weights are used: soft (Sec. 4.2) or hard (Sec. 4.1)
     score: str = "additive"  # the attention score function (captioning.model.scores.SCORES)
     gate: str = "scalar"  # the paper's scalar beta; "vector" is the per-channel gate some ports use
@@ -187,16 +187,16 @@ class ReinforceConfig:
 class TrainConfig(Extensible):
     section: ClassVar[str] = "train"
 
-    out_dir: str = "runs/shapes_soft"
+    out_dir: str = "runs/shapes_soft"  # the run's folder: best.pt, last.pt, vocab.json, log.jsonl, tensorboard/
     # Start from this checkpoint's weights and vocabulary, with a fresh optimizer, schedule and step
     # count (train/warm_start.py); --resume continues a run instead, and then this is ignored.
     init_from: str | None = None
-    seed: int = 0
-    epochs: int = 8
-    batch_size: int = 64
-    lr: float = 1e-3
+    seed: int = 0  # the initial weights, the batches' order, dropout, hard attention's draws
+    epochs: int = 8  # passes over the training pairs (or images, for scst)
+    batch_size: int = 64  # captions per step (images, for scst)
+    lr: float = 1e-3  # the decoder's learning rate (encoder.lr: a fine-tuned encoder's)
     optimizer: str = "adam"  # adam | rmsprop (the paper: RMSProp on Flickr8k, Adam on Flickr30k and COCO)
-    grad_clip: float = 5.0
+    grad_clip: float = 5.0  # the gradient's norm, over all parameters, is clipped to this
     # A step whose loss or gradient is not finite is skipped; this many in a row stop the run.
     max_bad_steps: int = 20
     # Doubly stochastic regularization: lambda of Eq. 14, the weight of sum_i (1 - sum_t alpha_ti)^2
@@ -214,11 +214,11 @@ class TrainConfig(Extensible):
     val_tokenizer: str = "own"
     lr_decay: float = 0.5  # multiply the learning rate by this when the metric stalls...
     lr_patience: int = 1  # ...for this many evaluations
-    early_stop_patience: int = 3
+    early_stop_patience: int = 3  # stop after this many evaluations without a better val_metric
     max_steps: int | None = None  # stop after this many optimizer steps (tests, quick looks)
     eval_every_steps: int | None = None  # also evaluate mid-epoch every this many steps
     val_images: int | None = None  # decode only the first N validation images when evaluating
-    num_workers: int = 0
+    num_workers: int = 0  # processes that load the training batches (0: the training process itself)
     pin_memory: bool = True  # only used when training on a GPU
     tf32: bool = True  # TF32 matmuls and convolutions in fp32 on GPUs that have them (Ampere and later)
     # Under torchrun: how long (seconds) a process may wait for the others in one collective before
@@ -236,7 +236,7 @@ class TrainConfig(Extensible):
     # (train/extras/word_weights.py), and an average of the decoder's weights that is validated and
     # kept (train/extras/averaging.py; 0 = off).
     word_weights: dict[str, float] = field(default_factory=dict)
-    ema_decay: float = 0.0
+    ema_decay: float = 0.0  # the weights' average: its decay per applied step (0: off)
     # Not in the paper: terms added to the loss of either objective, by name with their weights, e.g.
     # {map_entropy: 0.01} (captioning.config.registry.TERMS; docs/architecture.md writes one).
     terms: dict[str, float] = field(default_factory=dict)
@@ -248,8 +248,8 @@ class TrainConfig(Extensible):
 
 @dataclass
 class DecodeConfig:
-    beam_size: int = 3
-    max_length: int = 20
+    beam_size: int = 3  # hypotheses kept per image (1: greedy)
+    max_length: int = 20  # words in a caption at most
     # Beams ranked by score / n**alpha, n the tokens scored (the words, and <end> where emitted); 0 = raw log-prob
     length_penalty: float = 0.0
     # n > 0: no caption says the same n words twice in that order (0: off; not in the paper)

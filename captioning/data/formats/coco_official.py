@@ -22,10 +22,10 @@ from captioning.data.records import DatasetError, ImageRecord, data_root, note_d
 class CocoOfficialConfig:
     """data.coco_official: where COCO's own captions files and images are, under data.root."""
 
-    train_captions: str = "annotations/captions_train2014.json"
-    train_images: str = "train2014"
-    val_captions: str = "annotations/captions_val2014.json"
-    val_images: str = "val2014"
+    train_captions: str = "annotations/captions_train2014.json"  # the train split's captions
+    train_images: str = "train2014"  # and its images' folder
+    val_captions: str = "annotations/captions_val2014.json"  # val2014's: the val split's and the test split's
+    val_images: str = "val2014"  # and their images' folder
 
 
 @DATASETS.register("coco_official", settings=CocoOfficialConfig)
