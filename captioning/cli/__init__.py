@@ -94,14 +94,15 @@ def _train(args: argparse.Namespace) -> int:
             print(f"stopped by {summary['interrupted']} after {summary['steps']} steps; {summary['last']} saved: "
                   "continue with --resume", file=sys.stderr)
         return 128 + signal.Signals[summary["interrupted"]].value
+    if summary["best"] is None:  # every process knows it (the metric is broadcast), and all exit alike
+        if speaks:
+            print(f"error: train.val_metric {summary['metric']} was not measured (NaN) at any validation, so this run "
+                  f"kept no best.pt; {summary['last']} holds the {summary['steps']} steps trained: go on with "
+                  "--resume and another train.val_metric, which validates it first", file=sys.stderr)
+        return 1
     if not speaks:
         return 0
     skipped = f"; {summary['skipped_images']} unreadable training images skipped" if summary["skipped_images"] else ""
-    if summary["best"] is None:
-        print(f"error: train.val_metric {summary['metric']} was not measured (NaN) at any validation, so no best.pt "
-              f"was kept; {summary['last']} holds the {summary['steps']} steps trained: choose another val_metric "
-              "and go on with --resume", file=sys.stderr)
-        return 1
     print(f"best {summary['metric']} {summary['best_metric']:.4f} after {summary['steps']} steps "
           f"({summary['seconds']:.0f} s){skipped}; checkpoints: {summary['best']}, {summary['last']}")
     return 0

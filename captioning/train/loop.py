@@ -77,6 +77,7 @@ class Run:
         self.stepping: Stepping | None = None  # how each of its steps is taken (start)
         self.log: RunLog | None = None
         self.record: dict[str, Any] | None = None  # written into every checkpoint (save)
+        self.measure_anew = False  # a resume under another validation (resume.carry_over)
         self.started = time.time()
 
     @classmethod
@@ -102,10 +103,11 @@ class Run:
         run = cls(config, hardware=hardware, data=data, model=model, optimizer=optimizer, scheduler=scheduler)
         if checkpoint is not None:
             run.restore(checkpoint)
-            for line in carry_over(config, checkpoint, optimizer=optimizer, scheduler=scheduler, progress=run.progress,
-                                   path=run.out / "last.pt"):
-                if hardware.context.is_main:
-                    tqdm.write(line, file=sys.stderr)
+            carried = carry_over(config, checkpoint, optimizer=optimizer, scheduler=scheduler, progress=run.progress,
+                                 path=run.out / "last.pt")
+            for line in carried.said if hardware.context.is_main else ():
+                tqdm.write(line, file=sys.stderr)
+            run.measure_anew = carried.measure_anew
         elif source is not None:
             warm_start(model, source, t.init_from, config=config, say=hardware.context.is_main)
         if checkpoint is None and hardware.context.rank:  # other processes: other dropout masks, from the seed
@@ -184,6 +186,11 @@ class Run:
         t, progress = self.config.train, self.progress
         self.signals = signals
         stop = early_stopped = False
+        if self.measure_anew and self.validated_at_this_step():
+            # Resumed under another validation from a checkpoint its last validation wrote: measured
+            # now, the checkpoint's model is the first best (however the run goes on: a run at its
+            # step or epoch limit trains no further, and would validate no more).
+            self.validation_round()
         while progress.epoch < t.epochs and not stop:
             global_batches = self.objective.batches(progress.epoch)
             batches = rank_batches(global_batches, rank=self.context.rank, world_size=self.context.world_size)
@@ -287,10 +294,12 @@ class Run:
             gc.collect()
 
     def summary(self, interrupted: str | None) -> dict[str, Any]:
-        best = self.out / "best.pt"  # none where the metric was never measured (NaN at every validation)
+        # No best where the metric was never measured (NaN at every validation): a best.pt in the folder
+        # is then an earlier run's.
+        kept = math.isfinite(self.progress.best_metric)
         return {"best_metric": self.progress.best_metric, "metric": self.config.train.val_metric,
                 "steps": self.progress.step, "seconds": time.time() - self.started,
-                "best": str(best) if best.is_file() else None,
+                "best": str(self.out / "best.pt") if kept else None,
                 "last": str(self.out / "last.pt"), "interrupted": interrupted,
                 "skipped_images": self.progress.skipped_images}
 

@@ -28,6 +28,7 @@ from captioning.runtime.distributed import Distributed
 from captioning.train.build import RunModel
 from captioning.train.objective import StepResult, TrainingError
 from captioning.train.validation import validation_protocol
+from captioning.train.verify import as_validated
 from captioning.train.warm_start import model_differences
 
 # A resumed run shares its checkpoint's trained model (captioning.checkpoint.TRAINED_MODEL, less
@@ -38,7 +39,8 @@ from captioning.train.warm_start import model_differences
 OPTIMIZER = ("train.optimizer",)
 # What an epoch's batches are made of (the objectives' `batches`): changed in the middle of an epoch,
 # the rest of it would be cut from other batches, and pairs skipped or trained twice.
-EPOCH_BATCHES = ("train.batch_size", "train.seed", "data.bucket_batches", "data.mirror")
+EPOCH_BATCHES = ("train.objective", "train.batch_size", "train.seed", "data.bucket_batches", "data.mirror",
+                 "data.max_caption_length")  # the clipped lengths are what batches are bucketed by
 # The rates and the schedule: a resume that changes them means them from here on.
 RATES = ("train.lr", "encoder.lr")
 
@@ -125,13 +127,22 @@ class LastCheckpoint:
         return self.payload if _save_of(self.path) == self.save else LastCheckpoint.read(config).payload
 
 
+@dataclass(frozen=True)
+class CarriedOver:
+    """What carry_over changed: its lines to say, and whether the best is to be measured anew."""
+
+    said: list[str]
+    measure_anew: bool
+
+
 def carry_over(config: Config, checkpoint: dict[str, Any], *, optimizer: torch.optim.Optimizer, scheduler: Any,
-               progress: Progress, path: str | Path = "last.pt") -> list[str]:
-    """What a resume changes of how the run trains, applied after restore_run and said, a line each.
+               progress: Progress, path: str | Path = "last.pt") -> CarriedOver:
+    """What a resume changes of how the run trains, applied after restore_run, a line each to say.
     The optimizer and the schedule come back as they were saved; this run's config is what it trains
     with from here on: a changed train.lr or encoder.lr is the rate now (the decays so far were of
     the old one); train.lr_decay and lr_patience are the schedule's; and another validation
-    (validation_protocol) measures the best anew, so that the next one replaces best.pt."""
+    (validation_protocol) measures the best anew: the run validates the checkpoint's model first
+    where its last validation was at the checkpoint's step (Run.fit), and that one replaces best.pt."""
     said = []
     for group, key in zip(optimizer.param_groups, RATES, strict=False):  # the decoder's, the encoder's
         changed = model_differences(config, checkpoint, path, settings=(key,))
@@ -139,16 +150,20 @@ def carry_over(config: Config, checkpoint: dict[str, Any], *, optimizer: torch.o
             was, group["lr"] = group["lr"], config.train.lr if key == "train.lr" else config.encoder.lr
             said.append(f"{changed[0]}: the rate from here on, in place of {was:g}")
     scheduler.factor, scheduler.patience = config.train.lr_decay, config.train.lr_patience
-    # What the best so far was measured with (validation_protocol): under another metric or decoding it
-    # is a number of another scale, and compared with it, best.pt would stay or move at random.
-    before, now = validation_protocol(config_of(checkpoint, path)), validation_protocol(config)
+    # What the best so far was measured with (validation_protocol; as recorded, for a run validated
+    # before a decoding setting existed): under another metric or decoding it is a number of another
+    # scale, and compared with it, best.pt would stay or move at random.
+    validated = config_of(checkpoint, path)
+    recorded = (checkpoint.get("record") or {}).get("validation")
+    before = validation_protocol(as_validated(validated, recorded) if recorded is not None else validated)
+    now = validation_protocol(config)
     validation = [f"{key}: {before[key]!r} -> {value!r}" for key, value in now.items() if before[key] != value]
     if validation:
         progress.best_metric, progress.stale_evaluations = -math.inf, 0
         scheduler.best, scheduler.num_bad_epochs = scheduler.mode_worse, 0
         said.append(f"validation {'; '.join(validation)}: the best so far was measured otherwise, so it is measured "
                     "anew and the next validation replaces best.pt")
-    return [f"resume: {line}" for line in said]
+    return CarriedOver(said=[f"resume: {line}" for line in said], measure_anew=bool(validation))
 
 
 def _save_of(path: Path) -> tuple[int, int, int] | None:

@@ -89,7 +89,7 @@ def validation_protocol(config: Config) -> dict[str, Any]:
             "train.val_tokenizer": t.val_tokenizer, "decode.max_length": d.max_length,
             "decode.no_repeat_ngram": d.no_repeat_ngram, "decode.allow_unk": d.allow_unk,
             "decode.length_penalty": d.length_penalty if beam > 1 else None,  # greedy ranks no finished beams
-            "decode.hard_choice": hard_choice(config)}
+            "decode.hard_choice": hard_choice(config), "data.language": config.data.language}
 
 
 def hard_choice(config: Config) -> str | None:

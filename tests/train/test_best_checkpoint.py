@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from pathlib import Path
 
 import pytest
 
 import captioning.train.loop as training
-from captioning.checkpoint import load_checkpoint
+from captioning.checkpoint import load_checkpoint, save_checkpoint
 from captioning.cli import train_main
-from captioning.train.loop import fit
+from captioning.runtime.hardware import Hardware
+from captioning.train.loop import Run, fit
 from captioning.train.validation import validation_protocol
 from tests.tiny import TINY
 
@@ -72,7 +74,9 @@ def test_a_metric_not_measured_is_neither_better_nor_worse(tmp_path: Path, tiny_
     """NaN (attention_correctness on data without boxes, relation_accuracy before a caption names a
     relation) counted as a stale validation: the rate decayed and early stopping came nearer, with no
     best.pt, while the last line named one."""
-    _metric_per_validation(monkeypatch, [math.nan, 0.5, math.nan, math.nan, 0.3])
+    _metric_per_validation(monkeypatch, [math.nan, 0.5, math.nan, math.nan, 0.3,  # the first run
+                                         math.nan, math.nan,  # a new run in its folder, never measured
+                                         0.2])  # that one resumed with another metric: its model, first
     out = tmp_path / "run"
     summary = fit(tiny_config(out, "train.max_steps=40", "train.lr_patience=1", "train.early_stop_patience=2"))
     assert summary["steps"] == 40  # two NaN in a row would have stopped it early at step 32
@@ -81,14 +85,22 @@ def test_a_metric_not_measured_is_neither_better_nor_worse(tmp_path: Path, tiny_
     assert load_checkpoint(out / "best.pt")["progress"]["step"] == 16
     assert load_checkpoint(out / "last.pt")["progress"]["stale_evaluations"] == 1
 
-    _metric_per_validation(monkeypatch, [math.nan, math.nan])
-    never = tmp_path / "never"
-    assert train_main(["--device", "cpu", f"data.root={shapes_root}", *TINY, f"train.out_dir={never}",
-                       "train.max_steps=16"]) == 1
-    assert not (never / "best.pt").exists() and (never / "last.pt").exists()
+    # A new run in the same folder whose metric is never measured keeps no best: the best.pt there is
+    # the first run's, and neither its exit code nor its last line may say otherwise.
+    args = ["--device", "cpu", f"data.root={shapes_root}", *TINY, f"train.out_dir={out}", "train.max_steps=16"]
+    capsys.readouterr()
+    assert train_main(args) == 1
+    assert load_checkpoint(out / "best.pt")["progress"]["step"] == 16 and load_checkpoint(out / "best.pt")[
+        "progress"]["best_metric"] == 0.5
     assert capsys.readouterr().err.splitlines()[-1] == (
-        f"error: train.val_metric CIDEr was not measured (NaN) at any validation, so no best.pt was kept; "
-        f"{never / 'last.pt'} holds the 16 steps trained: choose another val_metric and go on with --resume")
+        f"error: train.val_metric CIDEr was not measured (NaN) at any validation, so this run kept no best.pt; "
+        f"{out / 'last.pt'} holds the 16 steps trained: go on with --resume and another train.val_metric, which "
+        "validates it first")
+    # What the line says to do: the resume is at its step limit, and validates the model it holds first.
+    assert train_main(["--resume", *args, "train.val_metric=Bleu_4"]) == 0
+    best = load_checkpoint(out / "best.pt")["progress"]
+    assert (best["step"], best["best_metric"]) == (16, pytest.approx(0.02))
+    assert [entry["step"] for entry in best["history"]] == [8, 16, 16]
 
 
 def test_a_run_resumed_at_its_step_limit_is_not_validated_twice(tmp_path: Path, tiny_config, monkeypatch) -> None:
@@ -109,8 +121,9 @@ def test_a_run_resumed_at_its_step_limit_is_not_validated_twice(tmp_path: Path, 
 def test_a_resume_that_validates_otherwise_measures_the_best_anew(tmp_path: Path, tiny_config, monkeypatch,
                                                                  capsys) -> None:
     """The best so far was CIDEr; compared with it, a BLEU-4 (a tenth of the scale) was never better,
-    and best.pt stayed the CIDEr run's for good while the rate decayed and early stopping came."""
-    _metric_per_validation(monkeypatch, [0.1, 0.5, 0.3, 0.2])
+    and best.pt stayed the CIDEr run's for good while the rate decayed and early stopping came. The
+    checkpoint's model is measured first: at its step limit, the run would validate no more."""
+    _metric_per_validation(monkeypatch, [0.1, 0.5, 0.3, 0.2, 0.4])
     out = tmp_path / "run"
     fit(tiny_config(out, "train.max_steps=16"))
     capsys.readouterr()
@@ -119,9 +132,32 @@ def test_a_resume_that_validates_otherwise_measures_the_best_anew(tmp_path: Path
         "resume: validation train.val_metric: 'CIDEr' -> 'Bleu_4': the best so far was measured otherwise, so it is "
         "measured anew and the next validation replaces best.pt")
     progress = load_checkpoint(out / "last.pt")["progress"]
-    assert load_checkpoint(out / "best.pt")["progress"]["step"] == 24  # BLEU-4 0.03, then 0.02
-    assert progress["best_metric"] == pytest.approx(0.03) and progress["stale_evaluations"] == 1
-    assert [entry["lr"] for entry in progress["history"]] == [0.01, 0.01, 0.01, 0.005]  # patience 0: one stale
+    assert [entry["step"] for entry in progress["history"]] == [8, 16, 16, 24, 32]  # step 16 under each metric
+    assert load_checkpoint(out / "best.pt")["progress"]["step"] == 32  # BLEU-4 0.03, 0.02, then 0.04
+    assert progress["best_metric"] == pytest.approx(0.04) and progress["stale_evaluations"] == 0
+    assert [entry["lr"] for entry in progress["history"]] == [0.01, 0.01, 0.01, 0.005, 0.005]  # patience 0
+
+    _metric_per_validation(monkeypatch, [0.6])  # at the limit, under yet another validation: measured, kept
+    fit(tiny_config(out, "train.max_steps=32", "train.val_metric=CIDEr"), resume=True)
+    best = load_checkpoint(out / "best.pt")["progress"]
+    assert (best["step"], best["best_metric"], len(best["history"])) == (32, 0.6, 6)
+
+
+def test_a_run_validated_before_the_unk_rule_is_measured_anew_under_it(tiny_run, tiny_config, tmp_path: Path,
+                                                                       capsys) -> None:
+    """A checkpoint's record that names no <unk> rule was validated with <unk> allowed (verify reads it
+    so: train/verify.as_validated); its config, read today, says the default, blocked."""
+    out = tmp_path / "run"
+    shutil.copytree(tiny_run.run_dir, out)
+    payload = load_checkpoint(out / "last.pt")
+    validation = {k: v for k, v in payload["record"]["validation"].items() if k != "allow_unk"}
+    save_checkpoint(out / "last.pt", {**payload, "record": {**payload["record"], "validation": validation}})
+    run = Run.start(tiny_config(out), resume=True, hardware=Hardware.setup("cpu", amp=False))
+    try:
+        assert run.measure_anew and run.progress.best_metric == -math.inf
+    finally:
+        run.close()
+    assert "validation decode.allow_unk: True -> False: " in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(("override", "another"), [
@@ -135,6 +171,7 @@ def test_a_resume_that_validates_otherwise_measures_the_best_anew(tmp_path: Path
     ("train.val_tokenizer=ptb", True),
     ("decode.max_length=9", True),
     ("decode.no_repeat_ngram=2", True),
+    ("data.language=de", True),  # tokenized and scored otherwise
 ])
 def test_a_validation_is_another_where_its_number_depends_on_what_changed(tiny_config, tmp_path: Path, override: str,
                                                                           another: bool) -> None:
@@ -142,3 +179,16 @@ def test_a_validation_is_another_where_its_number_depends_on_what_changed(tiny_c
     otherwise be replaced at the next validation for a setting that moves no validation's number."""
     before, now = validation_protocol(tiny_config(tmp_path)), validation_protocol(tiny_config(tmp_path, override))
     assert (before != now) == another
+
+
+def test_every_process_of_a_run_that_kept_no_best_exits_alike(monkeypatch, capsys) -> None:
+    """Under torchrun the best metric is broadcast, so every process knows that none was measured;
+    rank 0 alone says so, and all exit 1 (torchrun would otherwise report rank 0 alone as failed)."""
+    summary = {"best": None, "best_metric": -math.inf, "metric": "CIDEr", "steps": 16, "seconds": 1.0,
+               "last": "runs/x/last.pt", "interrupted": None, "skipped_images": 0}
+    monkeypatch.setattr(training, "fit", lambda config, **kwargs: summary)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    for rank, says in (("1", False), ("0", True)):
+        monkeypatch.setenv("RANK", rank)
+        assert train_main(["--device", "cpu"]) == 1
+        assert ("kept no best.pt" in capsys.readouterr().err) == says

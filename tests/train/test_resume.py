@@ -249,18 +249,21 @@ def test_a_resume_with_another_optimizer_or_other_batches_mid_epoch_is_one_line(
         f"{last}: --resume goes on with the optimizer state this run saved, and this run's optimizer differs "
         "(train.optimizer: 'adam' -> 'rmsprop'); resume with the checkpoint's, or start another run from these "
         "weights with train.init_from")
-    assert LastCheckpoint.read(tiny_config(tiny_run.run_dir, "train.batch_size=32", "train.seed=3"))
+    at_the_end = LastCheckpoint.read(tiny_config(tiny_run.run_dir, "train.batch_size=32", "train.seed=3"))
+    assert at_the_end.payload["progress"]["batch_in_epoch"] == 0
     out = tmp_path / "run"
     out.mkdir()
     payload = load_checkpoint(last)
     save_checkpoint(out / "last.pt", {**payload, "progress": {**payload["progress"], "step": 85, "batch_in_epoch": 5}})
-    assert LastCheckpoint.read(tiny_config(out, "train.lr=0.5"))
+    assert LastCheckpoint.read(tiny_config(out, "train.lr=0.5")).payload["progress"]["step"] == 85
     with pytest.raises(CheckpointError) as error:
         LastCheckpoint.read(tiny_config(out, "train.batch_size=32", "data.mirror=true"))
     assert str(error.value) == (
         f"{out / 'last.pt'}: stopped in the middle of epoch 11, whose batches this run would make otherwise "
         "(data.mirror: False -> True; train.batch_size: 16 -> 32), skipping pairs or training some twice; finish "
         "the epoch with the checkpoint's settings and train.epochs=11, then resume with these")
+    with pytest.raises(CheckpointError, match=r"\(data.max_caption_length: 20 -> 9\)"):  # the lengths it buckets by
+        LastCheckpoint.read(tiny_config(out, "data.max_caption_length=9"))
 
 
 def test_weights_that_do_not_fit_their_own_config_are_one_line(tiny_run, tmp_path: Path, capsys) -> None:
