@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import html
 import io
 import json
@@ -682,6 +683,16 @@ def test_a_missing_command_or_an_unknown_option_is_a_usage_error(capsys) -> None
     assert error("inspect", "m.pt", "more.pt") == "captioning: error: unrecognized arguments: more.pt"
 
 
+def test_a_count_at_its_bounds_is_read() -> None:
+    from captioning.cli.common import whole_number
+
+    assert [whole_number(1, 5)(text) for text in ("1", "5", "3")] == [1, 5, 3]
+    assert whole_number(0)("0") == 0 and whole_number(0)("1000000") == 1_000_000  # no upper bound
+    for text, says in (("0", "from 1 to 5, got 0"), ("6", "from 1 to 5, got 6"), ("2.5", "a whole number, got '2.5'")):
+        with pytest.raises(argparse.ArgumentTypeError, match=re.escape(says)):
+            whole_number(1, 5)(text)
+
+
 @pytest.mark.parametrize(("command", "value", "says"), [
     (["evaluate", "--checkpoint", "m.pt", "--beam-size"], "0", "argument --beam-size: from 1 to 1024, got 0"),
     (["caption", "a.png", "--checkpoint", "m.pt", "--beam-size"], "1025", "argument --beam-size: from 1 to 1024, "
@@ -758,12 +769,17 @@ def test_pretrained_takes_a_name_but_leaves_an_override_or_image_after_it_where_
     assert main(["caption", "a.jpg", "--pretrained", "b.jpg", "photos/", "--json", "c*.png"]) == 0
     assert main(["caption", "--pretrained", "flickr8k_de", "a.jpg", "--", "-b.jpg"]) == 0
     assert main(["caption", "--pretrained", "photos"]) == 0  # a plain word is a name
+    assert main(["caption", "a.jpg", "--pretrained", "flickr8k_de"]) == 0  # whatever comes before it
+    assert main(["caption", "a.jpg", "--", "--pretrained", "b.jpg"]) == 0  # after --, an image so named
+    assert main(["caption", "a.jpg", "--pretrained"]) == 0
     assert eval_main(["--split", "val", "a.b=1", "--pretrained", "data.root=x", "a.b=2"]) == 0
     assert eval_main(["--pretrained", "--split", "val", "data.root=x"]) == 0
+    assert eval_main(["--split", "val", "--pretrained", "data.root=x"]) == 0
     assert [(args.inputs if hasattr(args, "inputs") else args.overrides, args.pretrained) for args in seen] == [
         (["a.jpg", "b.jpg", "photos/", "c*.png"], None), (["a.jpg", "-b.jpg"], "flickr8k_de"), ([], "photos"),
-        (["a.b=1", "data.root=x", "a.b=2"], None), (["data.root=x"], None)]
-    assert seen[0].json and seen[3].split == seen[4].split == "val"
+        (["a.jpg"], "flickr8k_de"), (["a.jpg", "--pretrained", "b.jpg"], False), (["a.jpg"], None),
+        (["a.b=1", "data.root=x", "a.b=2"], None), (["data.root=x"], None), (["data.root=x"], None)]
+    assert seen[0].json and seen[6].split == seen[7].split == seen[8].split == "val"
 
 
 def test_evaluation_scores_the_test_split_unless_told_and_takes_the_old_hard_attention_flag(monkeypatch) -> None:

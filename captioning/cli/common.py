@@ -117,6 +117,6 @@ def pretrained_alone(argv: Sequence[str]) -> list[str]:
         return argv
     at = argv.index("--pretrained")
     value = argv[at + 1] if at + 1 < end else ""
-    if value.startswith("-") or not any(mark in value for mark in "=./\\*?["):
+    if not any(mark in value for mark in "=./\\*?["):  # an option after it (--json) has none, or moves harmlessly
         return argv
     return [*argv[:at], *argv[at + 1:end], "--pretrained", *argv[end:]]
