@@ -250,8 +250,9 @@ class Run:
     # validation
 
     def validated_at_this_step(self) -> bool:
-        """A run resumed at its step limit from the last.pt its validation there wrote: validating again
-        would log the same step twice and count it as stale (a decay, an early stop)."""
+        """Whether the last validation was at this step: a run resumed from the last.pt a validation
+        wrote (at its step limit, validating again would log the step twice and count it as stale: a
+        decay, an early stop; under another validation, fit measures that model first)."""
         return bool(self.progress.history) and self.progress.history[-1]["step"] == self.progress.step
 
     def validation_round(self) -> bool:

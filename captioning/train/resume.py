@@ -33,8 +33,9 @@ from captioning.train.warm_start import model_differences
 
 # A resumed run shares its checkpoint's trained model (captioning.checkpoint.TRAINED_MODEL, less
 # HOW_IT_COMPUTES). Other settings may change on resume, as they always could: the training's own
-# (train.epochs, train.max_steps, ...), where the data and weights are, how a cache is computed;
-# these change it under conditions:
+# (train.epochs, train.max_steps, ...), where the data and weights are, how a cache is computed. A few
+# may not, or only at an epoch's end, and a few change what was carried over (carry_over).
+
 # The optimizer's moments are the checkpoint's: another optimizer has other state to take.
 OPTIMIZER = ("train.optimizer",)
 # What an epoch's batches are made of (the objectives' `batches`): changed in the middle of an epoch,
