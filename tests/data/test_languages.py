@@ -117,6 +117,15 @@ def test_a_token_file_that_cannot_be_read_is_one_line_naming_it(tmp_path: Path, 
     assert str(tmp_path / "captions.txt") in str(error.value)
 
 
+def test_a_token_file_with_a_byte_order_mark_or_a_line_separator_in_a_caption_reads_whole(tmp_path: Path) -> None:
+    """A byte-order mark was read into the first image's name, which then lost that caption; U+2028 or
+    a form feed inside a caption cut its line in two, and the run stopped on the half with no tab."""
+    (tmp_path / "captions.txt").write_bytes("\ufeffa.jpg#0\tEin Hund.\r\na.jpg#1\tEin Hund\u2028rennt.\r\n"
+                                            "b.jpg#0\tEine\x0cKatze.\n".encode())
+    assert read_token_file(tmp_path / "captions.txt") == {"a.jpg": ["Ein Hund.", "Ein Hund\u2028rennt."],
+                                                          "b.jpg": ["Eine\x0cKatze."]}
+
+
 def test_a_token_file_not_in_utf8_or_missing_is_one_line_naming_it(tmp_path: Path) -> None:
     (tmp_path / "latin1.txt").write_bytes("a.jpg#0\tEin Bär.\n".encode("latin-1"))
     with pytest.raises(DatasetError, match=r"latin1.txt: not UTF-8 text \(byte 13\)"):

@@ -78,7 +78,9 @@ def read_token_file(path: Path) -> dict[str, list[str]]:
     """Flickr8k's token format, `<image file>#<i><TAB><caption>` a line (Flickr8k.token.txt, and the
     captions of its photos in other languages), as each image file's usable captions in file order."""
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        # utf-8-sig: an editor's byte-order mark is no part of the first image's name. Lines end at
+        # "\n" ("\r\n" too) only: splitlines would also cut a caption at U+2028 or a form feed.
+        lines = [line.removesuffix("\r") for line in path.read_text(encoding="utf-8-sig").split("\n")]
     except FileNotFoundError as error:
         raise DatasetError(f"{path}: captions file not found") from error
     except UnicodeDecodeError as error:
