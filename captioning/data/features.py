@@ -176,14 +176,22 @@ def _write_cache(directory: Path, split: str, records: list[ImageRecord], *, enc
     SPLIT name of their own, train_mirrored)."""
     directory.mkdir(parents=True, exist_ok=True)
     partial, marker = directory / f".{split}.partial.npy", directory / f".{split}.progress.json"
+    made_of = directory / f".{split}.partial.json"  # the files the partial rows were encoded from, as they were
     ids = [r.image_id for r in records]
-    stats = _stats(records)  # before reading: an image changed while it is encoded counts as changed
+    stats, paths = _stats(records), _paths(records)  # before reading: an image changed while encoded counts as changed
     contents = [file_digest(record.path) for record in records]  # the same: before the pixels are read
-    progress = json.loads(marker.read_text()) if marker.exists() and partial.exists() else None
+    ready = marker.exists() and partial.exists() and made_of.exists()
+    progress = json.loads(marker.read_text()) if ready else None
     if progress is not None and progress.get("fingerprint") != _fingerprint(ids):
         progress = None  # another list of images: start over
     out = np.lib.format.open_memmap(partial, mode="r+") if progress is not None else None
     done = progress["done"] if progress is not None else 0
+    if progress is not None:
+        # The rows done were encoded from the files as they were then: recorded so, an image changed
+        # since (while the run was stopped) differs from the cache's record, and refresh_changed, which
+        # load_or_compute runs on what this returns, encodes it again.
+        earlier = json.loads(made_of.read_text())
+        stats[:done], paths[:done], contents[:done] = (earlier[key][:done] for key in ("stats", "paths", "contents"))
     unreadable: list[int] = progress["unreadable"] if progress is not None else []
     grid: tuple[int, int] = tuple(progress["grid"]) if progress is not None else (0, 0)
     encoder = encoder.to(device).eval()
@@ -199,6 +207,10 @@ def _write_cache(directory: Path, split: str, records: list[ImageRecord], *, enc
             annotations, grid = encoder(batch.pixels.to(device, non_blocking=True))  # [b, L, D]
             annotations = annotations.to(torch.float16).cpu().numpy()
             if out is None:  # the first batch tells the shape [N, L, D]
+                # A marker left by a run killed as it finished would pair with this new partial file, and
+                # a later resume would take rows never encoded for done: it goes first.
+                marker.unlink(missing_ok=True)
+                _write_json(made_of, {"stats": stats, "paths": paths, "contents": contents})
                 out = np.lib.format.open_memmap(partial, mode="w+", dtype=np.float16,
                                                 shape=(len(records), *annotations.shape[1:]))
                 _reserve(partial)
@@ -213,13 +225,14 @@ def _write_cache(directory: Path, split: str, records: list[ImageRecord], *, enc
     out[unreadable] = 0
     out.flush()
     meta = {"image_ids": ids, "grid": list(grid), "unreadable": sorted(unreadable), "shape": list(out.shape),
-            "stats": stats, "paths": _paths(records), "contents": contents,
+            "stats": stats, "paths": paths, "contents": contents,
             "digests": [d for _, d in sorted(_digests(out).items())]}
     del out
     array_path = directory / f"{split}.npy"
+    marker.unlink()  # before the partial file goes: a marker never outlives the file it describes
     os.replace(partial, array_path)
     _write_json(directory / f"{split}.json", meta)
-    marker.unlink()
+    made_of.unlink()
     return Cached(np.load(array_path, mmap_mode="r"), grid, sorted(unreadable), contents)
 
 
@@ -375,5 +388,9 @@ def load_or_compute(directory: Path, split: str, records: list[ImageRecord], *, 
         cached = read_cache(directory, split, records)
         if cached is not None:
             return cached
-        return write_cache(directory, split, records, encoder=encoder_factory(), image_size=image_size,
-                           batch_size=batch_size, device=device, num_workers=num_workers, transform=transform)
+        encoder = encoder_factory()
+        written = write_cache(directory, split, records, encoder=encoder, image_size=image_size,
+                              batch_size=batch_size, device=device, num_workers=num_workers, transform=transform)
+        # Rows resumed from an interrupted run were encoded from the files as they were then.
+        return refresh_changed(directory, split, records, written, encoder_factory=lambda: encoder,
+                               image_size=image_size, batch_size=batch_size, device=device, transform=transform)

@@ -203,3 +203,68 @@ def test_a_damaged_cache_is_reported_and_rebuilt_never_read(shapes_root: Path, e
     warnings = [line for line in capsys.readouterr().err.splitlines() if "damaged" in line]
     assert len(warnings) == 1 and str(array_path) in warnings[0] and "rebuilding" in warnings[0]
     assert built == [1] and np.array_equal(np.array(rebuilt.annotations), good)
+
+
+def _interrupted(monkeypatch, encoder, *, after_batches: int) -> None:
+    """The encoder stops the run (as a kill would) at its next call after `after_batches` batches."""
+    calls, real = [], encoder.forward
+
+    def forward(images):
+        calls.append(images.shape[0])
+        if len(calls) == after_batches + 2:  # its first call sizes the cache on a blank image
+            raise KeyboardInterrupt("killed")
+        return real(images)
+
+    monkeypatch.setattr(encoder, "forward", forward)
+
+
+def test_an_image_changed_while_a_cache_was_interrupted_is_encoded_again(shapes_root: Path, encoder, tmp_path: Path,
+                                                                         monkeypatch) -> None:
+    """A resumed cache kept the rows done before the stop, and recorded every file as it was at the
+    resume: a row whose image changed in between kept the old image's annotations for good."""
+    import os
+
+    from captioning.data.features import write_cache
+
+    records = _copy_split(shapes_root, tmp_path)
+    _interrupted(monkeypatch, encoder, after_batches=2)
+    with pytest.raises(KeyboardInterrupt):
+        write_cache(tmp_path / "cut", "val", records, encoder=encoder, image_size=96, batch_size=2)
+    monkeypatch.undo()
+    changed = records[0].path  # encoded before the stop
+    changed.write_bytes(records[5].path.read_bytes())
+    os.utime(changed, ns=(os.stat(changed).st_atime_ns, os.stat(changed).st_mtime_ns + 10**9))
+    resumed = load_or_compute(tmp_path / "cut", "val", records, encoder_factory=lambda: encoder, image_size=96,
+                              batch_size=2)
+    whole = load_or_compute(tmp_path / "whole", "val", records, encoder_factory=lambda: encoder, image_size=96)
+    np.testing.assert_array_equal(np.asarray(resumed.annotations), np.asarray(whole.annotations))
+    again = load_or_compute(tmp_path / "cut", "val", records, encoder_factory=_never, image_size=96)
+    np.testing.assert_array_equal(np.asarray(again.annotations), np.asarray(whole.annotations))
+    assert sorted(p.name for p in (tmp_path / "cut").iterdir()) == [".val.lock", "val.json", "val.npy"]
+
+
+def test_a_marker_left_by_a_finished_cache_never_passes_a_new_partial_file_off_as_done(
+        shapes_root: Path, encoder, tmp_path: Path, monkeypatch) -> None:
+    """A kill between a cache's last steps left its progress marker (every row done). A rebuild of the
+    split stopped before its first marker write then resumed at the end, and an all-zero cache, its
+    checksums over the zeros, was read as complete."""
+    from captioning.data import features
+
+    records = _copy_split(shapes_root, tmp_path)
+    directory = tmp_path / "features"
+    monkeypatch.setattr(Path, "unlink", lambda self, missing_ok=False: None)  # killed before the marker went
+    whole = np.asarray(features.write_cache(directory, "val", records, encoder=encoder, image_size=96).annotations)
+    monkeypatch.undo()
+    assert (directory / ".val.progress.json").exists()
+    for name in ("val.npy", "val.json"):  # damaged, say, and removed to be rebuilt
+        (directory / name).unlink()
+
+    def killed_while_reserving(path: Path) -> None:
+        raise KeyboardInterrupt("killed")
+
+    monkeypatch.setattr(features, "_reserve", killed_while_reserving)
+    with pytest.raises(KeyboardInterrupt):
+        features.write_cache(directory, "val", records, encoder=encoder, image_size=96)
+    monkeypatch.undo()
+    rebuilt = features.write_cache(directory, "val", records, encoder=encoder, image_size=96)
+    np.testing.assert_array_equal(np.asarray(rebuilt.annotations), whole)
