@@ -9,13 +9,14 @@ false; with the words swapped it is a second, equally true training pair. It tea
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 import torch
 from PIL import Image, ImageOps
 from torch.utils.data import Dataset
 
-MIRRORED_WORDS = {"left": "right", "right": "left"}
+MIRRORED_WORDS = {"left": "right", "right": "left", "leftmost": "rightmost", "rightmost": "leftmost"}
 
 
 def mirror_image(image: Image.Image) -> Image.Image:
@@ -23,8 +24,11 @@ def mirror_image(image: Image.Image) -> Image.Image:
 
 
 def mirror_words(words: Sequence[str]) -> list[str]:
-    """The caption of the mirrored image: ["a", "circle", "to", "the", "left", ...] -> [..., "right", ...]."""
-    return [MIRRORED_WORDS.get(word, word) for word in words]
+    """The caption of the mirrored image: ["a", "circle", "to", "the", "left", ...] -> [..., "right", ...].
+    The Treebank tokenizer keeps a hyphenated word whole: its parts are swapped too ("left-hand",
+    "left/right"). Only whole words and parts: "leftover" and "bright" stay as they are."""
+    return [MIRRORED_WORDS.get(word) or re.sub(r"[^-/]+", lambda part: MIRRORED_WORDS.get(part[0], part[0]), word)
+            for word in words]
 
 
 def mirror_batches(batches: list[list[int]], *, pairs: int, seed: int, epoch: int) -> list[list[int]]:

@@ -26,6 +26,18 @@ def test_mirror_words_swaps_left_and_right_and_nothing_else() -> None:
     assert mirror_words(mirror_words(words)) == words
 
 
+def test_mirror_words_swaps_the_sides_inside_a_word_the_tokenizer_keeps_whole() -> None:
+    """COCO's captions say "left-hand" and "leftmost", which the Treebank keeps as one token: left as
+    they were, the mirrored caption was false. A word that merely starts or ends so is no side."""
+    words = tokenize("The leftmost man holds a left-hand glove on the right-side of a left/right sign")
+    assert "left-hand" in words and "right-side" in words  # one token each, as said
+    assert mirror_words(words) == tokenize("the rightmost man holds a right-hand glove on the left-side of a "
+                                           "right/left sign")
+    assert mirror_words(mirror_words(words)) == words
+    kept = tokenize("Leftover pizza in a bright kitchen, right-handed")
+    assert mirror_words(kept) == tokenize("leftover pizza in a bright kitchen, left-handed")
+
+
 def test_mirror_batches_is_a_pure_function_of_seed_and_epoch_and_keeps_the_cut() -> None:
     pairs = 1000
     batches = [list(range(start, min(start + 64, pairs))) for start in range(0, pairs, 64)]
