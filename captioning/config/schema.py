@@ -100,7 +100,8 @@ class DataConfig(Extensible):
     # left-right and "left" and "right" swapped in its caption (data/flips.py).
     mirror: bool = False
     # The first N images of each split whose files are on disk (None: all): a quick look at a
-    # partial download, and what `train.py --dry-run` uses.
+    # partial download, and what `train.py --dry-run` uses. Their feature cache is kept apart, in
+    # first<N>/ inside the whole splits' folder.
     max_images: int | None = None
     # The share of a split's images that may be unreadable (left out, and named) before the run stops.
     max_bad_images: float = 0.01

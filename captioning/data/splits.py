@@ -98,14 +98,17 @@ def cache_encoder(config: Config) -> Encoder:
 
 def features_dir(config: Config) -> Path:
     """The feature cache's folder; the frozen stages' cache is named after the last of them (block5,
-    layer3), where the encoder's is named after its layer (stride32)."""
+    layer3), where the encoder's is named after its layer (stride32). A run on the first
+    data.max_images images keeps its cache in a folder of its own inside: in the full one, it would
+    replace the whole split's cache, hours of COCO, with a few images'."""
     d, e = config.data, config.encoder
     layer = e.layer
     if reads_frozen_stages(config):
         stages = stage_names(e.name, e.layer)
         layer = stages[stages.index(e.fine_tune_from) - 1]
-    return cache_dir(d.cache_root or d.root, encoder=e.name, layer=layer, image_size=d.image_size,
-                     weights=weights_identity(e.name, e.weights_path), padding=e.padding)
+    folder = cache_dir(d.cache_root or d.root, encoder=e.name, layer=layer, image_size=d.image_size,
+                       weights=weights_identity(e.name, e.weights_path), padding=e.padding)
+    return folder if d.max_images is None else folder / f"first{d.max_images}"
 
 
 def missing_caches(config: Config, names: tuple[str, ...]) -> list[Path]:

@@ -268,3 +268,21 @@ def test_a_marker_left_by_a_finished_cache_never_passes_a_new_partial_file_off_a
     monkeypatch.undo()
     rebuilt = features.write_cache(directory, "val", records, encoder=encoder, image_size=96)
     np.testing.assert_array_equal(np.asarray(rebuilt.annotations), whole)
+
+
+def test_a_run_on_the_first_images_keeps_its_cache_beside_the_whole_splits(shapes_root: Path, tiny_config,
+                                                                           tmp_path: Path) -> None:
+    """data.max_images (a quick look at a partial download) wrote its few images' cache over the whole
+    split's: the next full run encoded every image again, hours of COCO."""
+    from captioning.data.splits import load_splits
+
+    whole = tiny_config(tmp_path / "run", f"data.cache_root={tmp_path}")
+    first = tiny_config(tmp_path / "run", f"data.cache_root={tmp_path}", "data.max_images=3")
+    full = np.asarray(load_splits(whole, ("val",))["val"].annotations)
+    kept = (features_dir(whole) / "val.npy").read_bytes()
+    few = np.asarray(load_splits(first, ("val",))["val"].annotations)
+    assert few.shape[0] == 3 and np.array_equal(few, full[:3])
+    assert features_dir(first) == features_dir(whole) / "first3"
+    assert (features_dir(whole) / "val.npy").read_bytes() == kept
+    again = load_splits(whole, ("val",))["val"]  # read, not computed: the whole split's cache is there
+    assert np.array_equal(np.asarray(again.annotations), full)
