@@ -155,7 +155,7 @@ def test_check_names_missing_unreadable_uncaptioned_and_unlisted_images_and_empt
     rows = [("a.jpg", "a dog", "train"), ("b.jpg", "   ", "train"), ("b.jpg", "", "train"),
             ("gone1.jpg", "x", "train"), ("gone2.jpg", "x", "val"), ("broken.jpg", "y", "test"),
             ("c.jpg", "a cat", "test")]
-    captions_file = _folder(tmp_path, rows, images=["a.jpg", "b.jpg", "c.jpg", "extra/z.png", "y.jpg"])
+    captions_file = _folder(tmp_path, rows, images=["a.jpg", "b.jpg", "c.jpg", "extra/z.ppm", "y.jpg"])
     (tmp_path / "images" / "broken.jpg").write_bytes(b"not an image")
     (tmp_path / "images" / "notes.txt").write_text("not a picture, and not counted as one")
     lines = check(_read(captions_file), max_bad_images=0.2)
@@ -164,7 +164,7 @@ def test_check_names_missing_unreadable_uncaptioned_and_unlisted_images_and_empt
         "training leaves them out, and stops if a split has more than data.max_bad_images=0.2",
         "1 image cannot be read as images (broken.jpg); training leaves them out, and stops if a split has more "
         "than data.max_bad_images=0.2",
-        f"2 images in {tmp_path / 'images'} with no caption in captions.csv, not used (extra/z.png, y.jpg)",
+        f"2 images in {tmp_path / 'images'} with no caption in captions.csv, not used (extra/z.ppm, y.jpg)",
         "2 empty captions dropped (captions.csv lines 3, 4)",
         "1 image with only empty captions, not used (b.jpg)",
     ]
