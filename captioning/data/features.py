@@ -188,8 +188,8 @@ def _write_cache(directory: Path, split: str, records: list[ImageRecord], *, enc
     done = progress["done"] if progress is not None else 0
     if progress is not None:
         # The rows done were encoded from the files as they were then: recorded so, an image changed
-        # since (while the run was stopped) differs from the cache's record, and refresh_changed, which
-        # load_or_compute runs on what this returns, encodes it again.
+        # since (while the run was stopped) differs from the cache's record, and refresh_changed, run
+        # on the finished cache below, encodes it again.
         earlier = json.loads(made_of.read_text())
         stats[:done], paths[:done], contents[:done] = (earlier[key][:done] for key in ("stats", "paths", "contents"))
     unreadable: list[int] = progress["unreadable"] if progress is not None else []
@@ -233,7 +233,11 @@ def _write_cache(directory: Path, split: str, records: list[ImageRecord], *, enc
     os.replace(partial, array_path)
     _write_json(directory / f"{split}.json", meta)
     made_of.unlink()
-    return Cached(np.load(array_path, mmap_mode="r"), grid, sorted(unreadable), contents)
+    cached = Cached(np.load(array_path, mmap_mode="r"), grid, sorted(unreadable), contents)
+    if progress is None:  # every row encoded now, from the files as they were recorded
+        return cached
+    return refresh_changed(directory, split, records, cached, encoder_factory=lambda: encoder, image_size=image_size,
+                           batch_size=batch_size, device=device, transform=transform)
 
 
 def read_cache(directory: Path, split: str, records: list[ImageRecord]) -> Cached | None:
@@ -388,9 +392,5 @@ def load_or_compute(directory: Path, split: str, records: list[ImageRecord], *, 
         cached = read_cache(directory, split, records)
         if cached is not None:
             return cached
-        encoder = encoder_factory()
-        written = write_cache(directory, split, records, encoder=encoder, image_size=image_size,
-                              batch_size=batch_size, device=device, num_workers=num_workers, transform=transform)
-        # Rows resumed from an interrupted run were encoded from the files as they were then.
-        return refresh_changed(directory, split, records, written, encoder_factory=lambda: encoder,
-                               image_size=image_size, batch_size=batch_size, device=device, transform=transform)
+        return write_cache(directory, split, records, encoder=encoder_factory(), image_size=image_size,
+                           batch_size=batch_size, device=device, num_workers=num_workers, transform=transform)
