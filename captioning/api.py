@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,7 @@ from captioning.data.images import (
     ImageFiles,
     ImageReadError,
     collate_pixels,
+    is_image_file,
     load_image,
     to_tensor,
     upright_rgb,
@@ -293,7 +294,7 @@ def find_images(inputs: Sequence[str | Path], *, recursive: bool = False) -> lis
         if path.is_dir():
             try:
                 walk = path.rglob("*") if recursive else path.iterdir()
-                found += sorted(str(p) for p in walk if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
+                found += sorted(str(p) for p in walk if is_image_file(p))
             except OSError:  # a folder that cannot be read gives no image: empty_folders says why
                 continue
         elif not path.exists() and glob.has_magic(given):
@@ -318,17 +319,13 @@ def empty_folders(inputs: Sequence[str | Path], *, recursive: bool = False) -> l
             empty.append(f"{given}: cannot read this folder ({error.strerror or type(error).__name__})")
             continue
         # Each walk stops at the first image: a folder of many, which find_images lists, is not walked again.
-        if not recursive and _holds_an_image(path.iterdir()):
+        if not recursive and any(map(is_image_file, path.iterdir())):
             continue
-        if not _holds_an_image(path.rglob("*")):
+        if not any(map(is_image_file, path.rglob("*"))):
             empty.append(f"{given}: no images in this folder (files named *{', *'.join(IMAGE_SUFFIXES)})")
         elif not recursive:
             empty.append(f"{given}: no images in this folder, only in its sub-folders (--recursive reads them)")
     return empty
-
-
-def _holds_an_image(paths: Iterable[Path]) -> bool:
-    return any(p.suffix.lower() in IMAGE_SUFFIXES and p.is_file() for p in paths)
 
 
 def _at_least_one(**counts: int | None) -> None:

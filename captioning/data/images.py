@@ -31,6 +31,11 @@ from captioning.data.records import DatasetError, ImageRecord
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".tif", ".tiff", ".webp", ".ppm", ".pgm")
 
 
+def is_image_file(path: Path) -> bool:
+    """A file a folder's images include: named with one of IMAGE_SUFFIXES, in any case."""
+    return path.suffix.lower() in IMAGE_SUFFIXES and path.is_file()
+
+
 class ImageReadError(ValueError):
     """An image file that is missing or cannot be decoded."""
 

@@ -21,7 +21,7 @@ from captioning.data.formats.folder import (
     image_count,
     read_folder,
 )
-from captioning.data.images import IMAGE_SUFFIXES
+from captioning.data.images import is_image_file
 from captioning.data.records import SPLITS, first_names
 
 
@@ -129,7 +129,7 @@ def _unlisted(collection: Collection) -> list[str]:
     listed = set(collection.images)
     keys = ImageKeys(collection.image_root, source=collection.captions_file, allow_outside=True)
     found = sorted(str(path.relative_to(collection.image_root)) for path in collection.image_root.rglob("*")
-                   if path.suffix.lower() in IMAGE_SUFFIXES and path.is_file())
+                   if is_image_file(path))
     return [name for name in found if keys.key(Row(line=0, image=name, caption="", split="")) not in listed]
 
 
