@@ -37,8 +37,7 @@ def described(cls: type) -> dict[str, str]:
         while row >= 1 and lines[row - 1].strip().startswith("#"):
             above.insert(0, comments[row])
             row -= 1
-        inline = [comments[node.end_lineno]] if node.end_lineno in comments and node.end_lineno not in (
-            r for r in range(row + 1, node.lineno)) else []
+        inline = [comments[node.end_lineno]] if node.end_lineno in comments else []
         said[node.target.id] = " ".join([*above, *inline])
     return said
 
