@@ -239,7 +239,10 @@ def test_round_trip_through_to_dict_and_from_dict():
     (["model.local.sigma=2.0"], "model.local applies only with model.score=local, not model.score=additive"),
     (["train.scst.samples=3"], "train.scst applies only with train.objective=scst, not train.objective=xe"),
     (["model.hard.coin=batch"], "model.hard applies only with model.attention=hard"),
-    (["train.reinforce.entropy_weight=0.1"], "train.reinforce applies only with model.attention=hard"),
+    (["train.reinforce.entropy_weight=0.1"], "train.reinforce applies only with model.attention=hard and "
+                                             "train.objective=xe, not model.attention=soft"),
+    (["model.attention=hard", "train.objective=scst", "train.reinforce.entropy_weight=0.1"],
+     "train.reinforce applies only with model.attention=hard and train.objective=xe, not train.objective=scst"),
     (["data.folder.split_seed=3"], "data.folder applies only with data.dataset=folder, not data.dataset=shapes"),
     (["data.coco_official.train_images=images"], "data.coco_official applies only with data.dataset=coco_official"),
     (["model.score=local", "model.local.sigma=0.0"], "model.local.sigma must be positive"),

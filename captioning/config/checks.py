@@ -232,19 +232,25 @@ def _sections_without_their_owner(config: Config) -> list[str]:
     """One rule for every section that one choice alone reads (a registered plugin's, or a fixed
     choice's: choices.OWNED_SECTIONS): set away from its defaults while its owner is not chosen, it
     would be taken and ignored."""
-    owned = [(section, reg.choosers, owners) for reg in registry.REGISTRIES
-             for section, owners in reg.sections().items()]
-    owned += [(section, (key,), (value,)) for section, (key, value) in choices.OWNED_SECTIONS.items()]
     problems = []
-    for section, choosers, owners in owned:
+    for reg in registry.REGISTRIES:
+        for section, owners in reg.sections().items():
+            value, choosers = _at(config, section), reg.choosers
+            if value == type(value)() or {_at(config, key) for key in choosers} & set(owners):
+                continue
+            wanted = " or ".join(f"{choosers[0]}={name}" for name in owners)
+            # the other keys that choose, unless they live in the section itself (model.local.base in model.local)
+            others = [key for key in choosers[1:] if not key.startswith(f"{section}.")]
+            also = "".join(f" (or {key}={owners[0]})" for key in others)
+            problems.append(f"{section} applies only with {wanted}{also}, not {choosers[0]}="
+                            f"{_at(config, choosers[0])}: remove it or choose its owner")
+    for section, owners in choices.OWNED_SECTIONS.items():
         value = _at(config, section)
-        if value == type(value)() or {_at(config, key) for key in choosers} & set(owners):
+        unmet = [key for key, wanted in owners if _at(config, key) != wanted]
+        if value == type(value)() or not unmet:
             continue
-        wanted = " or ".join(f"{choosers[0]}={name}" for name in owners)
-        # the other keys that choose, unless they live in the section itself (model.local.base in model.local)
-        others = [key for key in choosers[1:] if not key.startswith(f"{section}.")]
-        also = "".join(f" (or {key}={owners[0]})" for key in others)
-        problems.append(f"{section} applies only with {wanted}{also}, not {choosers[0]}={_at(config, choosers[0])}: "
+        wanted = " and ".join(f"{key}={name}" for key, name in owners)
+        problems.append(f"{section} applies only with {wanted}, not {unmet[0]}={_at(config, unmet[0])}: "
                         f"remove it or choose its owner")
     return problems
 

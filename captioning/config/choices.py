@@ -76,6 +76,9 @@ VALIDATION_TOKENIZERS = ("ptb", "own")
 SHAPES_METRICS = ("attention_correctness", "relation_accuracy", "relation_probe_accuracy", "relation_probe_axis",
                   "relation_probe_direction", "relation_probe_words")
 
-# Sections that only one value of a fixed choice reads (a pluggable one's sections are its registry's:
-# captioning.config.registry): a config that sets them otherwise is refused.
-OWNED_SECTIONS = {"model.hard": ("model.attention", "hard"), "train.reinforce": ("model.attention", "hard")}
+# Sections that only given values of fixed choices read, every one of them (a pluggable one's sections
+# are its registry's: captioning.config.registry): a config that sets them otherwise is refused.
+# train.reinforce is the cross-entropy objective's REINFORCE on hard attention's cells; self-critical
+# training weighs the cells it samples by its own reward and baseline (train.scst), so it reads none.
+OWNED_SECTIONS = {"model.hard": (("model.attention", "hard"),),
+                  "train.reinforce": (("model.attention", "hard"), ("train.objective", "xe"))}

@@ -136,7 +136,7 @@ class SelfCritical:
         caption contains: a sampled <pad> would leave the loss while its caption went on. <unk> may be
         drawn, unlike at test time (the greedy baseline blocks it, as decoding does): it matches no
         reference, so its low reward teaches the model what the block only hides. Hard
-        attention's coin is flipped once per image in `prepare` (at `draws.expectation_prob`), before its K
+        attention's coin is flipped once per image in `start` (at `draws.expectation_prob`), before its K
         rows are made, so they share it. A step whose distribution is not finite draws its words
         uniformly (paper.sample) and its loss is not finite: the step is skipped rather than the
         run stopped."""

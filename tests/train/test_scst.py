@@ -284,12 +284,16 @@ def test_the_scst_configs_start_from_their_cross_entropy_runs_best(name: str, st
 
 def test_a_self_critical_run_with_hard_attention_and_an_odd_batch_of_images(tiny_run, tiny_config,
                                                                             tmp_path: Path) -> None:
-    """train.reinforce.location_samples (2 here) belongs to the cross-entropy objective; a self-critical run's
-    coins are one per image whatever it says, so a batch of 3 images trains (it used to raise)."""
-    config = tiny_config(tmp_path, f"train.init_from={tiny_run.checkpoint}", "train.objective=scst",
-                         "train.max_steps=3", "train.scst.samples=2", "train.batch_size=3", "model.attention=hard",
-                         "train.reinforce.location_samples=2", "decode.hard_choice=argmax")
-    assert fit(config)["steps"] == 3
+    """A self-critical run's coins are one per image, so a batch of 3 images trains. train.reinforce
+    (location_samples, its baseline, its entropy term) belongs to the cross-entropy objective: a
+    self-critical run would take it and ignore it, so it is refused by name."""
+    overrides = [f"train.init_from={tiny_run.checkpoint}", "train.objective=scst", "train.max_steps=3",
+                 "train.scst.samples=2", "train.batch_size=3", "model.attention=hard", "decode.hard_choice=argmax"]
+    assert fit(tiny_config(tmp_path, *overrides))["steps"] == 3
+    for setting in ("train.reinforce.location_samples=2", "train.reinforce.entropy_weight=0.1"):
+        with pytest.raises(ConfigError, match="train.reinforce applies only with model.attention=hard and "
+                                              "train.objective=xe, not train.objective=scst"):
+            tiny_config(tmp_path, *overrides, setting)
 
 
 @pytest.mark.parametrize(("step", "low", "high"), [(0, 1.0, 1.0), (9, 0.35, 0.65)])

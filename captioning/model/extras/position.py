@@ -39,10 +39,11 @@ class GridCoordinates(nn.Module):
     """Two channels appended to every annotation: the centre (x, y) of its cell, in [-1, 1].
 
     Unlike a position *added* to the features, the coordinates stay separable from the content and
-    average as coordinates do: under soft attention the context's last two channels are exactly the
-    centre of mass of the map, sum_i alpha_ti (x_i, y_i), and under hard attention the chosen cell's
-    centre. They are scaled by each image's root-mean-square annotation channel (not learned, not a
-    batch statistic), so they are as loud as an average channel whatever the backbone.
+    average as coordinates do: under soft attention the context's last two channels are the centre of
+    mass of the map, sum_i alpha_ti (x_i, y_i), and under hard attention the chosen cell's centre,
+    both times the image's scale below (and the gate beta_t, in z_t). They are scaled by each image's
+    root-mean-square annotation channel (not learned, not a batch statistic), so they are as loud as an
+    average channel whatever the backbone.
     """
 
     channels = 2  # the annotations become D + 2 wide
