@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,8 +52,9 @@ from captioning.shipped import pretrained_path
 INFERENCE_KEYS = ("encoder.weights_path", "decode.beam_size", "decode.max_length", "decode.length_penalty",
                   "decode.no_repeat_ngram", "decode.allow_unk", "decode.hard_choice")
 
-# COCO file names: COCO_val2014_000000391895.jpg (2014) or 000000391895.jpg (2017).
-_COCO_NAME = re.compile(r"^(?:COCO_[a-z]+\d{4}_)?(\d{6,12})$")
+# COCO file names: COCO_val2014_000000391895.jpg (2014) or 000000391895.jpg (2017), the id always in
+# 12 digits; a shorter or longer number (Flickr30k's 1000092795.jpg, a camera's 20230101.jpg) is no COCO id.
+_COCO_NAME = re.compile(r"^(?:COCO_[a-z]+\d{4}_)?(\d{12})$")
 
 # Overlays of a 12-megapixel photo need not be 12 megapixels: they are drawn on a copy this long at most.
 OVERLAY_SIDE = 1024
@@ -218,7 +219,7 @@ class Captioner:
 
     # Many files ------------------------------------------------------------------------------------
 
-    def caption_files(self, paths: str | Path | Sequence[str | Path], *, batch_size: int = 16, num_workers: int = 0,
+    def caption_files(self, paths: str | Path | Iterable[str | Path], *, batch_size: int = 16, num_workers: int = 0,
                       beam_size: int | None = None, hard_choice: str | None = None,
                       max_length: int | None = None, progress: bool | None = False) -> Iterator[Captioned | Unreadable]:
         """A result per path, in input order: Captioned, or Unreadable for a file that cannot be read
@@ -226,7 +227,8 @@ class Captioner:
         model works on the batch before; `progress`: True draws a tqdm bar on stderr, None a bar on a
         terminal and plain lines in a log (captioning.progress), False nothing."""
         _at_least_one(beam_size=beam_size, max_length=max_length, batch_size=batch_size)
-        paths = [paths] if isinstance(paths, (str, Path)) else paths  # not its characters, one by one
+        # a path alone is not its characters, one by one; an iterator is read once, for the files and their names
+        paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
         # Checked here, not at the first result: a wrong choice is the caller's error, before any file is read.
         refuse_hard_choice(self.model.decoder, hard_choice or self.config.decode.hard_choice, self.name)
         photos = image_files(paths, size=self.config.data.image_size, mean=self.model.encoder.mean,
@@ -338,7 +340,7 @@ def _at_least_one(**counts: int | None) -> None:
 def read_list(path: str | Path) -> list[str]:
     """The paths in a list file: one per line; blank lines and lines starting with # are skipped."""
     try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
+        lines = Path(path).read_text(encoding="utf-8-sig").splitlines()  # a byte-order mark is not the first path's
     except (OSError, UnicodeDecodeError) as error:
         raise ImageReadError(f"{path}: cannot read the list of images ({error.__class__.__name__})") from error
     return [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]

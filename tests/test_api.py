@@ -243,6 +243,13 @@ def test_a_path_alone_is_one_file_to_caption_not_its_characters(captioner, photo
         assert results[0].tokens == captioner.caption(photos[0]).tokens
 
 
+def test_caption_files_takes_an_iterator_of_paths_as_it_takes_a_list(captioner, photos) -> None:
+    """A glob or a generator is read once: it used to be used up by the files, leaving no names."""
+    results = list(captioner.caption_files(path for path in photos[:2]))
+    assert [r.source for r in results] == [str(p) for p in photos[:2]]
+    assert [r.tokens for r in results] == [r.tokens for r in captioner.caption(photos[:2])]
+
+
 @pytest.mark.parametrize("count", ["beam_size", "max_length", "batch_size"])
 def test_a_count_below_one_is_refused_not_taken_as_the_configs(captioner, photos, count: str) -> None:
     """None takes the checkpoint's decode.*; 0 used to do the same, quietly."""
@@ -409,6 +416,9 @@ def test_coco_image_ids_from_file_names() -> None:
     assert coco_image_id("000000000139.jpg") == 139
     assert coco_image_id("test_00001.png") is None
     assert coco_image_id("holiday.jpg") is None
+    # COCO writes every id in 12 digits; Flickr30k's names and a camera's dates are numbers, not COCO ids
+    for name in ("1000092795.jpg", "20230101.jpg", "391895.jpg", "COCO_val2014_391895.jpg", "0000000001390.jpg"):
+        assert coco_image_id(name) is None, name
 
 
 # Overrides on inference ----------------------------------------------------------------------------
@@ -534,6 +544,8 @@ def test_read_list_skips_blank_lines_and_comments(tmp_path: Path) -> None:
     listing = tmp_path / "list.txt"
     listing.write_text("# photos\na.jpg\n\n  b/c.png  \n    # an indented comment\nété/d.jpg\n", encoding="utf-8")
     assert read_list(listing) == ["a.jpg", "b/c.png", "été/d.jpg"]
+    listing.write_text("a.jpg\nb.jpg\n", encoding="utf-8-sig")  # a byte-order mark, as Windows' Notepad writes
+    assert read_list(listing) == ["a.jpg", "b.jpg"]
     with pytest.raises(ImageReadError, match="missing.txt"):
         read_list(tmp_path / "missing.txt")
 

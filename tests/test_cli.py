@@ -240,6 +240,15 @@ def test_caption_coco_ids_json_and_results_file(tiny_run, images, tmp_path: Path
     again = results.with_name("again.json")  # into the folder the first run made
     assert main(["caption", str(coco), "--checkpoint", str(tiny_run.checkpoint), "--coco-results", str(again)]) == 0
     assert json.loads(again.read_text()) == json.loads(results.read_text())
+    # the same image under its 2017 name, and the file given twice: the evaluation takes one caption per id
+    same = tmp_path / "000000391895.jpg"
+    shutil.copy(images["jpeg"], same)
+    twice = results.with_name("twice.json")
+    assert main(["caption", str(coco), str(same), str(coco), "--checkpoint", str(tiny_run.checkpoint),
+                 "--coco-results", str(twice)]) == 0
+    assert json.loads(twice.read_text()) == json.loads(results.read_text())
+    assert (f"note: 2 images left out of {twice}: an earlier file carries the same COCO image id (e.g. {same}, "
+            f"id 391895, as {coco})") in capsys.readouterr().err.splitlines()
 
 
 def test_a_coco_results_file_that_cannot_be_written_is_one_line_and_the_captions_still_print(tiny_run, images,

@@ -236,9 +236,20 @@ def _write_page(overlays, progress: _Progress) -> bool:  # noqa: ANN001 - eval.h
 
 
 def _write_coco_results(results: list, path: str) -> bool:
-    """[{image_id, caption}], what the COCO evaluation server takes; images without an id in their
-    name are left out, and said so. False, after one line, where it cannot be written."""
-    records = [{"image_id": r.image_id, "caption": r.caption} for r in results if r.image_id is not None]
+    """[{image_id, caption}], what the COCO evaluation server takes: one caption per image id (the
+    evaluation refuses two), the first file's where several carry the same id (a file given twice, both
+    names of one image); images without an id in their name are left out. Both are said. False, after
+    one line, where it cannot be written."""
+    first: dict[int, str] = {}
+    records, repeated = [], []
+    for r in results:
+        if r.image_id is None:
+            continue
+        if r.image_id in first:
+            repeated.append(r)
+            continue
+        first[r.image_id] = r.source
+        records.append({"image_id": r.image_id, "caption": r.caption})
     left_out = [r.source for r in results if r.image_id is None]
     try:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -250,4 +261,9 @@ def _write_coco_results(results: list, path: str) -> bool:
     if left_out:
         print(f"note: {counted(len(left_out), 'image')} left out of {path}: their names carry no COCO image id "
               f"(e.g. {name_on_one_line(left_out[0])})", file=sys.stderr)
+    if repeated:
+        r = repeated[0]
+        print(f"note: {counted(len(repeated), 'image')} left out of {path}: an earlier file carries the same "
+              f"COCO image id (e.g. {name_on_one_line(r.source)}, id {r.image_id}, as "
+              f"{name_on_one_line(first[r.image_id])})", file=sys.stderr)
     return True

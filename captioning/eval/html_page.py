@@ -144,10 +144,12 @@ class OverlayFolder:
     def add(self, result) -> None:
         stem = folder_name(result.source)
         name, copy = stem, 1
-        while name in self.used:  # two photo.jpg from two folders: photo, photo_2
+        # two photo.jpg from two folders: photo, photo_2; Photo.jpg beside photo.png too, since macOS's and
+        # Windows' file systems take the two names for one folder
+        while name.casefold() in self.used:
             copy += 1
             name = f"{stem}_{copy}"
-        self.used.add(name)
+        self.used.add(name.casefold())
         result.save_overlays(self.out_dir / name, animation=self.animation)
         self.entries.append(PageEntry(folder=name, source=result.source, tokens=result.tokens,
                                       word_alphas=result.word_alphas))

@@ -146,11 +146,12 @@ def test_overlay_folders_stay_inside_the_folder_asked_for(tmp_path: Path) -> Non
 
     overlays = OverlayFolder(out)
     for source in ("photos/...png", "photos/..png", os.fsdecode(b"photos/bad\xffname.png"), "photos/new\nline.png",
-                   "photos/photo.png"):
+                   "photos/photo.png", "photos/Photo.jpg"):  # one folder on a file system blind to case
         overlays.add(result(source))
     assert overlays.finish() == out / "index.html"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["overlays"]
-    assert sorted(p.name for p in out.iterdir()) == ["bad_name", "image", "image_2", "index.html", "new_line", "photo"]
+    assert sorted(p.name for p in out.iterdir()) == ["Photo_2", "bad_name", "image", "image_2", "index.html",
+                                                     "new_line", "photo"]
 
 
 def test_a_page_that_cannot_be_written_whole_leaves_the_one_there_as_it_was(tmp_path: Path) -> None:
