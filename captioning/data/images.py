@@ -14,6 +14,7 @@ import hashlib
 import os
 import struct
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NamedTuple
@@ -54,9 +55,13 @@ def load_image(path: str | Path) -> Image.Image:
     try:
         if path.stat().st_size == 0:
             raise ImageReadError(f"{path}: empty file")
-        with Image.open(path) as image:
-            image.load()  # the first frame of an animated GIF, PNG or WebP
-            return upright_rgb(image)
+        # Pillow warns of a damaged header (Corrupt EXIF data...) in two lines that name no file; what
+        # matters of the file is said below, in one line that names it, or it is read after all.
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", category=UserWarning, module=r"PIL\.")
+            with Image.open(path) as image:
+                image.load()  # the first frame of an animated GIF, PNG or WebP
+                return upright_rgb(image)
     except ImageReadError:
         raise
     except FileNotFoundError as error:

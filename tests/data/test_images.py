@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import re
 import struct
+import warnings
 import zlib
 from pathlib import Path
 
@@ -175,6 +176,19 @@ def test_load_image_truncated_garbage_and_missing_files_name_the_path(tmp_path: 
             load_image(path)
         assert str(path) in str(error.value)
         assert "\n" not in str(error.value)
+
+
+def test_a_tiff_cut_after_its_header_is_one_line_that_names_it_not_pillows_warning_too(tmp_path: Path) -> None:
+    """Pillow warns "Corrupt EXIF data" in two lines of its own that name no file."""
+    buffer = io.BytesIO()
+    Image.new("RGB", (32, 24), (10, 200, 30)).save(buffer, "TIFF")
+    cut = tmp_path / "cut.tif"
+    cut.write_bytes(buffer.getvalue()[:16])
+    with warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always")
+        with pytest.raises(ImageReadError, match=f"^{re.escape(str(cut))}: cannot read image"):
+            load_image(cut)
+    assert [str(w.message) for w in warned] == []
 
 
 def test_crop_box_is_the_centre_square() -> None:

@@ -143,12 +143,14 @@ CATEGORY_OF: dict[str, str] = {name: category for category, others in SYNONYMS.i
                                for name in (category, *others)}
 
 # Plurals that no rule below spells: (singular, plural).
-_IRREGULAR = (("child", "children"), ("person", "people"), ("mouse", "mice"), ("goose", "geese"), ("ox", "oxen"),
-              ("knife", "knives"), ("calf", "calves"), ("buffalo", "buffaloes"), ("sheep", "sheep"))
+_IRREGULAR = (("person", "people"), ("mouse", "mice"), ("goose", "geese"), ("ox", "oxen"), ("calf", "calves"),
+              ("thief", "thieves"), ("buffalo", "buffaloes"), ("sheep", "sheep"))
 
 
 def _plurals(word: str) -> set[str]:
-    """The plural forms of one of the list's words (English's regular rules, and *man -> *men)."""
+    """The plural forms of one of the list's words (English's regular rules, and the endings the
+    authors' singularize also undoes: *man -> *men, *child -> *children, *knife -> *knives, *bus ->
+    *busses)."""
     forms = {word + "s"}
     if word.endswith(("s", "x", "z", "ch", "sh", "o")):
         forms.add(word + "es")
@@ -156,6 +158,12 @@ def _plurals(word: str) -> set[str]:
         forms.add(word[:-1] + "ies")
     if word.endswith("man"):
         forms.add(word[:-3] + "men")
+    if word.endswith("child"):
+        forms.add(word + "ren")
+    if word.endswith("knife"):
+        forms.add(word[:-2] + "ves")
+    if word.endswith("bus"):
+        forms.add(word + "ses")
     return forms
 
 

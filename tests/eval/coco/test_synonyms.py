@@ -62,6 +62,9 @@ def test_a_phrase_is_found_at_its_last_word() -> None:
     ("people", "people"), ("buses", "bus"), ("ladies", "lady"), ("puppies", "puppy"), ("knives", "knife"),
     ("mice", "mouse"), ("benches", "bench"), ("glasses", "glass"), ("skis", "skis"), ("sheep", "sheep"),
     ("grass", "grass"), ("is", "is"),
+    # spelled by no regular rule, but by the authors' singularize
+    ("thieves", "thief"), ("grandchildren", "grandchild"), ("busses", "bus"), ("minibusses", "minibus"),
+    ("pocketknives", "pocketknife"), ("calves", "calf"),
 ])
 def test_plurals_of_the_list_s_words_are_made_singular(plural: str, word: str) -> None:
     assert singular(plural) == word
