@@ -192,10 +192,16 @@ def agree_signal(context: Distributed, received: int | None) -> int | None:
 def sync_batch_norm(module: torch.nn.Module, context: Distributed, *, device: torch.device) -> torch.nn.Module:
     """Batch norm over the global batch (SyncBatchNorm) where fine-tuned stages train under DDP on GPUs;
     `module` unchanged otherwise (SyncBatchNorm has no CPU kernels, and frozen stages use running
-    statistics anyway). The parameters stay the same objects: an optimizer built before still holds them."""
+    statistics anyway). The parameters stay the same objects: an optimizer built before still holds them.
+
+    timm's conversion, not torch's: an EfficientNet's norms are timm's BatchNormAct2d, batch norm and
+    its activation in one module, which torch's would make a plain SyncBatchNorm that never calls the
+    activation (every ReLU6 gone); plain BatchNorm2d (VGG, ResNet) converts as torch's would."""
     if not (context.enabled and device.type == "cuda" and getattr(module, "trainable", True)):
         return module
-    return torch.nn.SyncBatchNorm.convert_sync_batchnorm(module)
+    from timm.layers import convert_sync_batchnorm
+
+    return convert_sync_batchnorm(module)
 
 
 def broadcast_float(context: Distributed, value: float) -> float:

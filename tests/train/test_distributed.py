@@ -82,6 +82,11 @@ def test_fine_tuned_batch_norm_is_synchronized_under_ddp_on_gpus_only() -> None:
     norms = [m for m in synced.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
     assert norms and all(isinstance(m, nn.SyncBatchNorm) for m in norms)
     assert {name: p for name, p in synced.named_parameters() if p.requires_grad} == trained  # the same objects
+    # the same function: timm's norms carry their activation (BatchNormAct2d), which a plain
+    # SyncBatchNorm would drop; in eval mode both use the running statistics, so CPU can compare
+    images = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        torch.testing.assert_close(synced.eval()(images), build_encoder(fine_tune_from="block4").eval()(images))
     synced.train()
     assert synced.body.block4.training and not synced.body.block3.training  # frozen stages keep their statistics
     frozen = build_encoder()
