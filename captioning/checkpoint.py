@@ -276,17 +276,19 @@ class Member:
 
 def member_decoders(payload: dict[str, Any], path: str | Path) -> list[Member]:
     """The decoders a file holds beside its own ("members"), each built from its own config's model
-    section over the file's vocabulary and grid, with its fine-tuned encoder's weights where it has them."""
+    section over the file's vocabulary and grid and its own annotations' width (the file's, where an
+    older file does not say), with its fine-tuned encoder's weights where it has them."""
     members = payload["members"]
     if not isinstance(members, list) or not all(isinstance(m, dict) and isinstance(m.get("config"), dict)
                                                 and isinstance(m.get("decoder"), dict)
-                                                and isinstance(m.get("encoder", {}), dict) for m in members):
+                                                and isinstance(m.get("encoder", {}), dict)
+                                                and isinstance(m.get("annotation_dim", 1), int) for m in members):
         raise CheckpointError(f"{path}: its members are not decoders with their configs")
     built = []
     for index, member in enumerate(members, start=2):
         config = from_dict(member["config"], where=f"{path}: member {index}'s config")
-        built.append(Member(config, decoder_from_checkpoint({**payload, "decoder": member["decoder"]}, config, path),
-                            member.get("encoder")))
+        own = {"decoder": member["decoder"], "annotation_dim": member.get("annotation_dim", payload["annotation_dim"])}
+        built.append(Member(config, decoder_from_checkpoint({**payload, **own}, config, path), member.get("encoder")))
     return built
 
 

@@ -56,7 +56,10 @@ def for_captioning(payload: dict[str, Any], *, release: dict[str, Any] | None = 
     slim = {**_cut(payload, precision),
             **{key: payload[key] for key in ("vocab", "grid", "annotation_dim") if key in payload}}
     if members:
-        slim["members"] = [_cut(member, precision) for member in members]
+        # each member's annotation width is its own: a member over another encoder reads other channels
+        slim["members"] = [{**_cut(member, precision),
+                            **({"annotation_dim": member["annotation_dim"]} if "annotation_dim" in member else {})}
+                           for member in members]
         if "record" in slim:  # every decoder's digest, in order (verify compares them)
             slim["record"]["weights"]["members"] = [weights_digest(m["decoder"]) for m in slim["members"]]
             if any("encoder" in m for m in slim["members"]):

@@ -233,3 +233,31 @@ def test_a_fine_tuned_member_cut_into_one_file_captions_as_it_does_given_beside_
     for mine, theirs in zip(one_file.caption(files), two_files.caption(files)):
         assert mine.caption == theirs.caption
         torch.testing.assert_close(mine.alphas, theirs.alphas)
+
+
+def test_a_member_over_an_encoder_of_another_width_cut_into_one_file_captions_as_two_files_do(tmp_path) -> None:
+    """EfficientNet-Lite0 and -Lite2 give one 14x14 grid at 224 pixels, but 112 and 120 channels at
+    stride 16: each member's decoder is built over its own width, not the file's first."""
+    from captioning.checkpoint import load_ensemble, load_trained
+    from captioning.config import load_config
+    from captioning.data.vocab import SPECIALS
+    from captioning.model.encoder_decoder import build_decoder
+
+    words = [*SPECIALS, "a", "red", "circle"]
+
+    def payload(encoder: str, width: int, seed: int) -> dict:
+        config = load_config(None, [f"encoder.name={encoder}", "encoder.layer=stride16"])
+        torch.manual_seed(seed)
+        decoder = build_decoder(config.model, vocab_size=len(words), annotation_dim=width, grid=(14, 14))
+        return {"config": config.to_dict(), "vocab": words, "grid": [14, 14], "annotation_dim": width,
+                "decoder": decoder.state_dict()}
+
+    lite0, lite2 = payload("efficientnet_lite0", 112, seed=0), payload("efficientnet_lite2", 120, seed=1)
+    save_checkpoint(tmp_path / "lite0.pt", for_captioning(lite0))
+    save_checkpoint(tmp_path / "lite2.pt", for_captioning(lite2))
+    save_checkpoint(tmp_path / "both.pt", for_captioning(lite0, members=[lite2]))
+    one_file = load_trained(tmp_path / "both.pt").model()
+    two_files = load_ensemble([tmp_path / "lite0.pt", tmp_path / "lite2.pt"]).model()
+    pixels = torch.randn(2, 3, 224, 224, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(one_file.caption(pixels, max_length=4), two_files.caption(pixels, max_length=4))
