@@ -83,7 +83,12 @@ def upright_rgb(image: Image.Image) -> Image.Image:
     image = ImageOps.exif_transpose(image)
     if image.mode in ("I;16", "I;16B", "I;16L", "I", "F"):  # 16/32-bit grayscale: scale, don't clip
         array = np.asarray(image, dtype=np.float64)
-        top = 65535.0 if array.max() > 255 else 255.0
+        if image.mode.startswith("I;16"):  # 16 bits say their scale: a dark photo stays dark
+            top = 65535.0
+        elif image.mode == "F" and array.max() <= 1.0:  # floats in [0, 1], as scientific images store them
+            top = 1.0
+        else:  # 32 bits that do not say their scale: 8 or 16 bits' by the brightest pixel
+            top = 65535.0 if array.max() > 255 else 255.0
         image = Image.fromarray((np.clip(array, 0, top) / top * 255).round().astype(np.uint8))
     if image.mode in ("RGBA", "LA", "PA", "La", "RGBa") or "transparency" in image.info:
         rgba = image.convert("RGBA")

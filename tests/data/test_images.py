@@ -94,6 +94,20 @@ def test_load_image_32_bit_float(tmp_path: Path) -> None:
     values = np.full((4, 4), 0.5, dtype=np.float32) * 255
     path = _save(Image.fromarray(values, mode="F"), tmp_path / "float.tiff")
     assert np.asarray(load_image(path))[0, 0].tolist() == [128, 128, 128]
+    unit = _save(Image.fromarray(np.full((4, 4), 0.5, dtype=np.float32), mode="F"), tmp_path / "unit.tiff")
+    assert np.asarray(load_image(unit))[0, 0].tolist() == [128, 128, 128]  # floats in [0, 1]: not black
+
+
+def test_a_dark_16_bit_photo_stays_dark_whatever_its_brightest_pixel(tmp_path: Path) -> None:
+    """16 bits scale by 65535; the scale once came from the brightest pixel, so a photo whose pixels
+    all stayed below 256 came out 257 times brighter than one that had a single pixel at 256."""
+    for top in (255, 256):
+        values = np.full((4, 4), 128, dtype=np.uint16)
+        values[0, 0] = top
+        path = _save(Image.fromarray(values), tmp_path / f"dark{top}.png")
+        assert Image.open(path).mode == "I;16"
+        pixels = np.asarray(load_image(path))
+        assert pixels[1, 1].tolist() == [0, 0, 0] and pixels[0, 0].tolist() == [1, 1, 1]  # 128 and 255 of 65535
 
 
 def _bomb(path: Path) -> Path:
