@@ -1,4 +1,5 @@
-# `make demo`: set up, then make the shapes data, train, evaluate and caption on the embedded default;
+# `make demo`: set up, then make the shapes data, train (anew: an earlier demo's run folder is removed),
+#   evaluate and caption on the embedded default;
 #   then caption scikit-image's real sample photos with the shipped Flickr8k model (runs/photos).
 # `make demo CONFIG=configs/shapes_hard.yaml`: the same with hard attention (runs/shapes_hard).
 # `make test`: set up, then run the test suite (what CI runs) in two workers, a file each at a time
@@ -42,6 +43,7 @@ $(VENV)/.installed: setup.cfg pyproject.toml
 demo: install
 	@start=$$(date +%s); \
 	$(PY) -m captioning.cli make-shapes --out $(DATA) && \
+	rm -rf $(RUN) && \
 	$(PY) train.py --config $(CONFIG) data.root=$(DATA) train.out_dir=$(RUN) && \
 	$(PY) eval.py --checkpoint $(RUN)/best.pt --split test --out $(RUN)/metrics_test.json && \
 	$(PY) -m captioning.cli caption $(DATA)/images/test/test_00000.png $(DATA)/images/test/test_00001.png \

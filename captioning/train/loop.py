@@ -319,7 +319,7 @@ def fit(config: Config, *, resume: bool = False, device: str | torch.device = "c
         # Read, and a resume of another model refused, before the run takes its folder: a refused
         # resume writes nothing there (train/resume.py).
         last = LastCheckpoint.read(config) if resume else None
-        with run_folder(config.train.out_dir, enabled=hardware.context.is_main):  # one run per folder
+        with run_folder(config.train.out_dir, resume=resume, enabled=hardware.context.is_main):  # one run per folder
             run = Run.start(config, resume=resume, hardware=hardware, last=last)
             try:
                 with StopSignals() as signals:

@@ -23,8 +23,11 @@ from captioning.train.objective import TrainingError
 
 
 @contextmanager
-def run_folder(out_dir: str | Path, *, enabled: bool = True) -> Iterator[None]:
-    """Hold OUT_DIR/.run.lock for the block (only where `enabled`: the process that writes)."""
+def run_folder(out_dir: str | Path, *, resume: bool, enabled: bool = True) -> Iterator[None]:
+    """Hold OUT_DIR/.run.lock for the block (only where `enabled`: the process that writes). A new run
+    (not `resume`) into a folder that holds another run's checkpoints is refused: its first
+    validation would replace best.pt whatever it measured (the first best is any number), and it
+    would empty log.jsonl, so a job started again without --resume lost the run it was to go on with."""
     if not enabled:
         yield
         return
@@ -37,6 +40,11 @@ def run_folder(out_dir: str | Path, *, enabled: bool = True) -> Iterator[None]:
         owner = (out / ".run.pid").read_text().strip() if (out / ".run.pid").exists() else "another process"
         raise TrainingError(f"{out}: another run is training into this folder (process {owner}); choose "
                             "another train.out_dir or wait for it to end") from None
+    held = [name for name in ("last.pt", "best.pt") if (out / name).exists()]
+    if held and not resume:
+        lock.release()
+        raise TrainingError(f"{out}: holds a run ({' and '.join(held)}) that a new run would replace: go on with it "
+                            "with --resume, or start again in another train.out_dir (or remove this one)")
     try:
         (out / ".run.pid").write_text(f"{os.getpid()}\n")
         yield

@@ -15,6 +15,7 @@ import captioning.train.loop
 import captioning.train.paper_objective as cross_entropy
 import captioning.train.paper_objective as training_objective
 from captioning.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from captioning.cli import train_main
 from captioning.config import ConfigError, HardConfig, ModelConfig, from_dict
 from captioning.data.dataset import Batch
 from captioning.data.formats.karpathy import read_split
@@ -24,6 +25,7 @@ from captioning.train.extras.word_weights import word_weight_vector
 from captioning.train.loop import fit
 from captioning.train.objective import TrainingError
 from captioning.train.paper_objective import train_step
+from tests.tiny import TINY
 
 
 @pytest.fixture(scope="module")
@@ -117,9 +119,16 @@ def test_resume_continues_exactly(tmp_path: Path, tiny_config, batches_per_epoch
 def test_a_new_run_in_a_used_folder_trains_on_its_own_vocabulary(tmp_path: Path, tiny_config, capsys) -> None:
     """vocab.json, there from an earlier run in the same train.out_dir, was taken as it was: a run with
     another data.min_word_count trained on the earlier vocabulary under a config that said otherwise.
-    The one `prepare` wrote for this config is the same words, kept without a word."""
+    The one `prepare` wrote for this config is the same words, kept without a word. (A folder that
+    holds checkpoints is refused to a new run; one killed before its first save holds vocab.json alone.)"""
     out = tmp_path / "run"
+
+    def killed_before_its_first_save() -> None:
+        for name in ("last.pt", "best.pt"):
+            (out / name).unlink()
+
     fit(tiny_config(out, "train.max_steps=1"))
+    killed_before_its_first_save()
     before = json.loads((out / "vocab.json").read_text())
     capsys.readouterr()
     fit(tiny_config(out, "train.max_steps=1", "data.min_word_count=1000"))
@@ -128,8 +137,30 @@ def test_a_new_run_in_a_used_folder_trains_on_its_own_vocabulary(tmp_path: Path,
     assert capsys.readouterr().err.splitlines()[-1] == (
         f"note: {out / 'vocab.json'} held another vocabulary ({len(before)} words) than this run's training "
         f"captions give with data.min_word_count=1000 ({len(after)} words): written anew")
+    killed_before_its_first_save()
     fit(tiny_config(out, "train.max_steps=1", "data.min_word_count=1000"))
     assert "vocabulary" not in capsys.readouterr().err
+
+
+def test_a_new_run_into_a_folder_that_holds_a_run_is_refused_and_leaves_it_as_it_was(tmp_path: Path, tiny_config,
+                                                                                  shapes_root: Path, capsys) -> None:
+    """A job started again without --resume replaced best.pt at its first validation (the first best
+    is any number) and emptied log.jsonl: the run it was to go on with, lost, and exit 0."""
+    out = tmp_path / "run"
+    fit(tiny_config(out, "train.max_steps=8"))
+    kept = {name: (out / name).read_bytes() for name in ("last.pt", "best.pt", "log.jsonl", "vocab.json")}
+    said = (f"{out}: holds a run (last.pt and best.pt) that a new run would replace: go on with it with --resume, "
+            "or start again in another train.out_dir (or remove this one)")
+    with pytest.raises(TrainingError, match=f"^{re.escape(said)}$"):
+        fit(tiny_config(out, "train.max_steps=2"))
+    capsys.readouterr()
+    assert train_main(["--device", "cpu", f"data.root={shapes_root}", *TINY, f"train.out_dir={out}"]) == 2
+    assert capsys.readouterr().err == f"error: {said}\n"
+    assert {name: (out / name).read_bytes() for name in kept} == kept
+    (out / "last.pt").unlink()  # best.pt alone is a run's too
+    with pytest.raises(TrainingError, match=re.escape(f"{out}: holds a run (best.pt)")):
+        fit(tiny_config(out, "train.max_steps=2"))
+    assert fit(tiny_config(tmp_path / "other", "train.max_steps=2"))["steps"] == 2
 
 
 def test_a_resumed_run_counts_the_seconds_trained_before_it(tmp_path: Path, tiny_config) -> None:
@@ -438,8 +469,8 @@ def test_soft_attention_refuses_the_reinforce_settings_it_would_ignore(tmp_path:
     """train.reinforce is hard attention's (REINFORCE trains the sampled cells, Sec. 4.1): with soft
     attention its settings would be taken and ignored, so the config refuses them by name before
     any work; without them the same run trains."""
-    with pytest.raises(ConfigError, match="train.reinforce applies only with model.attention=hard, not "
-                                          "model.attention=soft"):
+    with pytest.raises(ConfigError, match="train.reinforce applies only with model.attention=hard and "
+                                          "train.objective=xe, not model.attention=soft"):
         tiny_config(tmp_path / "three", "train.max_steps=2", "train.reinforce.location_samples=3",
                     "train.reinforce.baseline=leave_one_out")
     fit(tiny_config(tmp_path / "one", "train.max_steps=2"))
