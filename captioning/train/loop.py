@@ -55,7 +55,7 @@ from captioning.train.resume import LastCheckpoint, Progress, carry_over, restor
 from captioning.train.run_folder import RunLog, run_folder
 from captioning.train.step import Stepping
 from captioning.train.validation import report, validation_metrics
-from captioning.train.warm_start import warm_start, warm_vocabulary
+from captioning.train.warm_start import refuse_what_no_warm_start_takes, warm_start, warm_vocabulary
 
 
 class Run:
@@ -94,6 +94,8 @@ class Run:
         torch.manual_seed(t.seed)  # before any model is built
         random.seed(t.seed)
         encoder = build_encoder(config, device, hardware.context)
+        if source is not None:  # before any data is read or cached
+            refuse_what_no_warm_start_takes(source, t.init_from, fine_tunes=encoder is not None and encoder.trainable)
         data = load_run_data(config, vocab_words=vocab_words, encoder=encoder, context=hardware.context,
                              device=device)
         model = build_model(config, data, encoder, device)

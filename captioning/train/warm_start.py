@@ -19,6 +19,7 @@ from captioning.checkpoint import CheckpointError, config_of
 from captioning.config import Config
 from captioning.data.prepare import vocabulary_path
 from captioning.data.vocab import Vocabulary
+from captioning.runtime.files import float_weights
 
 
 def warm_vocabulary(config: Config, source: dict[str, Any], path: str | Path) -> list[str]:
@@ -60,6 +61,19 @@ def model_differences(config: Config, source: dict[str, Any], path: str | Path, 
             if compared(key) and key in before and before[key] != now[key]]
 
 
+def refuse_what_no_warm_start_takes(source: dict[str, Any], path: str | Path, *, fine_tunes: bool) -> None:
+    """What no run could start from, said before any data is read or cached (Run.start asks first):
+    a file of several decoders, and a fine-tuned encoder for a run that fine-tunes none (its
+    checkpoints keep no encoder, so its decoder would be captioned over the pretrained one, not the
+    one it trained over)."""
+    if source.get("members"):
+        raise CheckpointError(f"{path}: holds {len(source['members']) + 1} decoders that caption together; a warm "
+                              "start takes one model's weights: give one of the checkpoints it was cut from")
+    if "encoder" in source and not fine_tunes:
+        raise CheckpointError(f"{path}: its encoder was fine-tuned, but this run fine-tunes none (it reads the "
+                              "pretrained encoder's annotations); set encoder.fine_tune_from to go on fine-tuning it")
+
+
 def warm_start(model: Any, source: dict[str, Any], path: str | Path, *, config: Config | None = None,
                say: bool = False) -> None:
     """Load the checkpoint's weights into a run's freshly built model (captioning.train.build.RunModel);
@@ -68,16 +82,18 @@ def warm_start(model: Any, source: dict[str, Any], path: str | Path, *, config: 
     if differences and say:
         print(f"note: train.init_from={path}: this run's model settings differ from the checkpoint's "
               f"({'; '.join(differences)}); it trains with this run's", file=sys.stderr)
-    if "encoder" in source and model.encoder is None:
-        raise CheckpointError(f"{path}: its encoder was fine-tuned, but this run reads the pretrained encoder's "
-                              "cached annotations; set encoder.fine_tune_from to go on fine-tuning it")
+    refuse_what_no_warm_start_takes(source, path, fine_tunes=model.encoder is not None and model.encoder.trainable)
+    decoder = float_weights(source["decoder"])  # a file cut for shipping stores fp16, or int8 codes and scales
     try:
-        model.decoder.load_state_dict(source["decoder"])  # the validated weights (the average, under ema_decay)
+        model.decoder.load_state_dict(decoder)  # the validated weights (the average, under ema_decay)
         if "encoder" in source:
-            model.encoder.load_state_dict(source["encoder"])
+            # a file cut for shipping holds its fine-tuned stages alone: the frozen ones before them
+            # are the pretrained weights this run's encoder was built with
+            model.encoder.load_state_dict({**model.encoder.state_dict(), **float_weights(source["encoder"])})
     except RuntimeError as error:
-        first = str(error).strip().splitlines()[0]
-        raise CheckpointError(f"{path}: its weights do not fit this run's model ({first}); the model section "
-                              "and the encoder must be those the checkpoint was trained with") from error
+        lines = [line.strip() for line in str(error).strip().splitlines()]
+        first = next((line for line in lines[1:] if line), lines[0])  # torch's first line names no tensor
+        raise CheckpointError(f"{path}: its weights do not fit this run's model ({first.rstrip('.')}); the model "
+                              "section and the encoder must be those the checkpoint was trained with") from error
     if model.average is not None:
-        model.average.load_state_dict(source["decoder"])  # the average starts where the weights do
+        model.average.load_state_dict(decoder)  # the average starts where the weights do

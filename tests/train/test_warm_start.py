@@ -80,3 +80,62 @@ def test_the_second_stage_configs_start_from_the_first_stages_best(name: str) ->
     assert (second.model, second.data.image_size, second.encoder.layer) == (first.model, first.data.image_size,
                                                                             first.encoder.layer)
     assert second.train.lr < first.train.lr and second.train.out_dir != first.train.out_dir
+
+
+def test_a_warm_start_from_a_file_cut_for_shipping_takes_its_weights_as_captioning_reads_them(
+        tiny_run, tiny_config, tmp_path: Path) -> None:
+    """The shipped models are int8 codes with their scales, and a fine-tuned encoder's file holds its
+    tuned stages alone: a warm start from one said its weights did not fit (fine-tuning a shipped
+    model on one's own photos). It takes what load_trained computes with."""
+    from captioning.checkpoint import load_checkpoint, load_trained, save_checkpoint
+    from captioning.shipped import for_captioning
+    from tests.test_export import _fine_tuned_run
+
+    tuned = _fine_tuned_run(tiny_run)
+    last = tuned["config"]["encoder"]["fine_tune_from"]
+    save_checkpoint(tmp_path / "int8.pt", for_captioning(tuned, precision="int8"))
+    assert any(name.endswith(":scale") for name in load_checkpoint(tmp_path / "int8.pt")["decoder"])
+    run = _start(tiny_config(tmp_path / "run", f"train.init_from={tmp_path / 'int8.pt'}",
+                             f"encoder.fine_tune_from={last}"))
+    captioned = load_trained(tmp_path / "int8.pt")
+    for mine, theirs in ((run.model.decoder, captioned.decoder), (run.model.encoder, captioned.encoder())):
+        state, expected = mine.state_dict(), theirs.state_dict()
+        assert state.keys() == expected.keys() and all(torch.equal(state[k], expected[k]) for k in state)
+    frozen = [k for k in state if not k.startswith(f"body.{last}.")]
+    assert frozen and all(torch.equal(state[k], tuned["encoder"][k]) for k in frozen)  # the pretrained weights
+
+
+def test_a_warm_start_from_a_file_of_several_decoders_is_one_line(tiny_run, tiny_config, tmp_path: Path) -> None:
+    """It took the first decoder and said nothing of the others."""
+    from captioning.checkpoint import load_checkpoint, save_checkpoint
+    from captioning.shipped import for_captioning
+
+    payload = load_checkpoint(tiny_run.checkpoint)
+    save_checkpoint(tmp_path / "both.pt", for_captioning(payload, members=[payload]))
+    with pytest.raises(CheckpointError, match=f"^{tmp_path / 'both.pt'}: holds 2 decoders that caption together; "
+                                              "a warm start takes one model's weights"):
+        _start(tiny_config(tmp_path / "run", f"train.init_from={tmp_path / 'both.pt'}"))
+
+
+def test_weights_that_do_not_fit_name_the_first_tensor_that_does_not(tiny_run, tiny_config, tmp_path: Path) -> None:
+    """torch's first line ("Error(s) in loading state_dict for AttentionDecoder:") names none."""
+    with pytest.raises(CheckpointError, match=r"\(size mismatch for [\w.]+: copying a param with shape"):
+        _start(tiny_config(tmp_path, f"train.init_from={tiny_run.checkpoint}", "model.hidden_dim=48"))
+
+
+@pytest.mark.parametrize("reads", ["data.feature_cache=true", "data.feature_cache=false"])
+def test_a_fine_tuned_encoder_for_a_run_that_fine_tunes_none_is_one_line_before_any_data_work(
+        tiny_run, tiny_config, tmp_path: Path, reads: str) -> None:
+    """Refused only once the whole feature cache was built; and with the encoder run on the fly, its
+    fine-tuned weights were loaded into a frozen encoder that no checkpoint keeps, so the decoder was
+    captioned over the pretrained encoder, not the one it trained over."""
+    from captioning.checkpoint import save_checkpoint
+    from tests.test_export import _fine_tuned_run
+
+    save_checkpoint(tmp_path / "tuned.pt", _fine_tuned_run(tiny_run))
+    cache = tmp_path / "cache"
+    with pytest.raises(CheckpointError, match=f"^{tmp_path / 'tuned.pt'}: its encoder was fine-tuned, but this run "
+                                              "fine-tunes none"):
+        _start(tiny_config(tmp_path / "run", f"train.init_from={tmp_path / 'tuned.pt'}", reads,
+                           f"data.cache_root={cache}"))
+    assert not cache.exists() or not any(path.suffix == ".npy" for path in cache.rglob("*"))
