@@ -22,7 +22,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import hashlib
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +37,7 @@ from captioning.model.encoder import Encoder, normalization
 from captioning.model.encoder_decoder import EncoderDecoder, build_decoder
 from captioning.model.ensemble import Ensemble, JoinedEncoder
 from captioning.model.paper import AttentionDecoder
-from captioning.runtime.files import float_weights
+from captioning.runtime.files import float_weights, replace_on_disk
 
 FORMAT_VERSION = 2
 
@@ -57,12 +56,14 @@ class CheckpointError(ValueError):
 
 
 def save_checkpoint(path: str | Path, payload: dict[str, Any]) -> None:
-    """Write to a temporary file in the same folder, then rename: a kill or a full disk mid-save
-    never leaves a truncated checkpoint under the real name."""
+    """Write to a temporary file in the same folder, then rename (runtime.files.replace_on_disk): a
+    kill, a full disk or a power cut mid-save never leaves a truncated checkpoint under the real name."""
     path = Path(path)
     temporary = path.with_name(f".{path.name}.tmp")
     try:
-        torch.save({"format_version": FORMAT_VERSION, **payload}, temporary)
+        with open(temporary, "wb") as file:  # opened here: a folder refused says so as itself
+            torch.save({"format_version": FORMAT_VERSION, **payload}, file)
+            replace_on_disk(temporary, path, file)
     except BaseException as error:  # a second Ctrl-C too: no half-written file of a checkpoint's size is left
         temporary.unlink(missing_ok=True)
         if not isinstance(error, (OSError, RuntimeError)):
@@ -71,7 +72,6 @@ def save_checkpoint(path: str | Path, payload: dict[str, Any]) -> None:
         reason = (error.strerror if isinstance(error, OSError) and error.strerror
                   else f"no space left or a file-size limit? torch said: {str(error).splitlines()[0]}")
         raise CheckpointError(f"{path}: could not be written ({reason}); the previous {path.name} is intact") from error
-    os.replace(temporary, path)
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
@@ -84,6 +84,9 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     version = payload.get("format_version") if isinstance(payload, dict) else None
     if version == 1:
         return migrate_v1(payload)
+    if isinstance(version, int) and not isinstance(version, bool) and version > FORMAT_VERSION:
+        raise CheckpointError(f"{path}: written by a newer version of captioning (checkpoint format {version}; this "
+                              f"one reads 1 to {FORMAT_VERSION}): upgrade the package to read it")
     if version != FORMAT_VERSION:
         raise CheckpointError(f"{path}: not a captioning checkpoint (format version 1 or {FORMAT_VERSION})")
     return payload

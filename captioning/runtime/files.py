@@ -69,6 +69,22 @@ def temporary_beside(path: Path) -> Path:
     return path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
 
 
+def replace_on_disk(temporary: Path, path: Path, file: Any) -> None:
+    """Rename `temporary`, written through the open `file`, to `path`, durably: its bytes reach the
+    disk before the rename, and the rename before this returns. A rename alone may reach the disk
+    before the data it names, so a power cut or a machine crash soon after could leave an empty file
+    under the real name, where a kill leaves the old one or the new one whole."""
+    file.flush()
+    os.fsync(file.fileno())
+    os.replace(temporary, path)
+    with contextlib.suppress(OSError):  # a folder cannot be opened to sync on every system (Windows)
+        folder = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(folder)
+        finally:
+            os.close(folder)
+
+
 def replace_text(path: Path, text: str) -> None:
     """Write `text` to `path` whole, readable by whoever the umask lets read (a tempfile-module file
     would be its owner's alone: other users of a shared cache could not read it). An OSError
@@ -78,7 +94,7 @@ def replace_text(path: Path, text: str) -> None:
         descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         with open(descriptor, "w", newline="", encoding="utf-8") as file:
             file.write(text)
-        os.replace(temporary, path)
+            replace_on_disk(temporary, path, file)
     except BaseException:
         with contextlib.suppress(OSError):
             temporary.unlink(missing_ok=True)

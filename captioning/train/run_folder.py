@@ -19,6 +19,7 @@ from typing import Any
 from filelock import FileLock, Timeout
 from torch.utils.tensorboard import SummaryWriter
 
+from captioning.runtime.files import replace_text
 from captioning.train.objective import TrainingError
 
 
@@ -32,14 +33,17 @@ def run_folder(out_dir: str | Path, *, resume: bool, enabled: bool = True) -> It
         yield
         return
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     lock = FileLock(out / ".run.lock")
     try:
+        out.mkdir(parents=True, exist_ok=True)
         lock.acquire(timeout=0)
     except Timeout:
         owner = (out / ".run.pid").read_text().strip() if (out / ".run.pid").exists() else "another process"
         raise TrainingError(f"{out}: another run is training into this folder (process {owner}); choose "
                             "another train.out_dir or wait for it to end") from None
+    except OSError as error:  # no rights there, a read-only disk, a file where the folder would be
+        raise TrainingError(f"{out}: the run cannot write its folder ({error.strerror or type(error).__name__}); "
+                            "choose another train.out_dir") from error
     held = [name for name in ("last.pt", "best.pt") if (out / name).exists()]
     if held and not resume:
         lock.release()
@@ -75,7 +79,7 @@ class RunLog:
                                     purge_step=resumed_at + 1 if resumed_at is not None else None)
         lines = self.path.read_text().splitlines() if self.path.exists() and resumed_at else []
         kept = [line for line in lines if _step_of(line) <= (resumed_at or 0)]
-        self.path.write_text("".join(f"{line}\n" for line in kept))
+        replace_text(self.path, "".join(f"{line}\n" for line in kept))  # whole: a kill here keeps the old log
 
     def _line(self, entry: dict[str, Any]) -> None:  # one write per line, flushed at once
         with self.path.open("a") as file:

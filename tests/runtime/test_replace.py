@@ -52,3 +52,66 @@ def test_the_file_is_as_readable_as_the_umask_allows(tmp_path):
     finally:
         os.umask(previous)
     assert stat.S_IMODE((tmp_path / "meta.json").stat().st_mode) == 0o644
+
+
+@pytest.mark.parametrize("write", ["replace_text", "save_checkpoint"])
+def test_the_bytes_reach_the_disk_before_the_rename_and_the_rename_before_the_write_returns(tmp_path, monkeypatch,
+                                                                                          write):
+    """A rename alone may reach the disk before the data it names: after a power cut, an empty
+    last.pt under the real name, which no resume could read."""
+    import torch
+
+    from captioning.checkpoint import save_checkpoint
+
+    path, events = tmp_path / "last.pt", []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(descriptor):
+        target = os.readlink(f"/proc/self/fd/{descriptor}")
+        events.append(("fsync", os.path.basename(target), os.fstat(descriptor).st_size))
+        real_fsync(descriptor)
+
+    def replace(source, target):
+        events.append(("replace", os.path.basename(source), os.path.basename(target)))
+        real_replace(source, target)
+
+    monkeypatch.setattr(files.os, "fsync", fsync)
+    monkeypatch.setattr(files.os, "replace", replace)
+    if write == "replace_text":
+        replace_text(path, "x" * 1000)
+    else:
+        save_checkpoint(path, {"weights": torch.ones(1000)})
+    (synced, temporary, size), renamed, folder = events
+    assert synced == "fsync" and temporary.startswith(".last.pt") and size == path.stat().st_size
+    assert renamed == ("replace", temporary, "last.pt")
+    assert folder[:2] == ("fsync", tmp_path.name)
+
+
+def test_a_checkpoint_whose_rename_fails_is_one_line_and_leaves_no_temporary(tmp_path, monkeypatch):
+    import torch
+
+    from captioning.checkpoint import CheckpointError, save_checkpoint
+
+    def refused(source, target):
+        raise PermissionError(13, "Permission denied")
+
+    save_checkpoint(tmp_path / "last.pt", {"step": torch.tensor(1)})
+    monkeypatch.setattr(files.os, "replace", refused)
+    with pytest.raises(CheckpointError, match=r"last\.pt: could not be written \(Permission denied\); the previous "
+                                              r"last\.pt is intact$"):
+        save_checkpoint(tmp_path / "last.pt", {"step": torch.tensor(2)})
+    assert [p.name for p in tmp_path.iterdir()] == ["last.pt"]
+
+
+def test_a_checkpoint_of_a_newer_format_says_so_rather_than_not_ours(tmp_path):
+    import torch
+
+    from captioning.checkpoint import FORMAT_VERSION, CheckpointError, load_checkpoint
+
+    torch.save({"format_version": FORMAT_VERSION + 1}, tmp_path / "new.pt")
+    with pytest.raises(CheckpointError, match=f"new.pt: written by a newer version of captioning \\(checkpoint "
+                                              f"format {FORMAT_VERSION + 1}; this one reads 1 to {FORMAT_VERSION}\\)"):
+        load_checkpoint(tmp_path / "new.pt")
+    torch.save({"format_version": "2"}, tmp_path / "odd.pt")
+    with pytest.raises(CheckpointError, match="odd.pt: not a captioning checkpoint"):
+        load_checkpoint(tmp_path / "odd.pt")

@@ -81,3 +81,21 @@ def test_a_feature_cache_that_does_not_fit_on_disk_is_one_line(tiny_run, tmp_pat
     assert done.returncode == 2, done.stderr
     errors = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(errors) == 1 and "feature cache could not be written" in errors[0] and "File too large" in errors[0]
+
+
+@pytest.mark.parametrize("where", ["the folder", "the lock"])
+def test_a_folder_the_run_may_not_write_is_one_line(tiny_config, tmp_path: Path, monkeypatch, where: str) -> None:
+    """It was filelock's or mkdir's PermissionError, a traceback of 40 lines. (Root may write
+    anywhere: the refusal is planted.)"""
+    from filelock import FileLock
+
+    out = tmp_path / "run"
+
+    def refused(*args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(out / ".run.lock"))
+
+    monkeypatch.setattr(Path, "mkdir", refused) if where == "the folder" else monkeypatch.setattr(
+        FileLock, "acquire", refused)
+    with pytest.raises(TrainingError, match=f"^{out}: the run cannot write its folder \\(Permission denied\\); "
+                                            "choose another train.out_dir$"):
+        fit(tiny_config(out, "train.max_steps=2"))
