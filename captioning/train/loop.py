@@ -50,7 +50,7 @@ from captioning.runtime.hardware import Hardware
 from captioning.runtime.signals import StopSignalHandler
 from captioning.train.build import RunModel, build_encoder, build_model, build_optimizer
 from captioning.train.objective import Objective, TrainingError
-from captioning.train.provenance import run_record_of, run_weights
+from captioning.train.provenance import run_record_of, run_weights, versions
 from captioning.train.resume import LastCheckpoint, Progress, carry_over, restore_run, run_payload
 from captioning.train.run_folder import RunLog, run_folder
 from captioning.train.step import Stepping
@@ -85,6 +85,8 @@ class Run:
         """Build the run in order: checkpoint, data, model, optimizer; then restore and wrap. `last`:
         OUT_DIR/last.pt to resume from, as fit read it before taking the folder (read here otherwise)."""
         t, device = config.train, hardware.device
+        if hardware.context.is_main:  # the commit of the code this run loaded, not the one at its first save
+            versions()
         Path(t.out_dir).mkdir(parents=True, exist_ok=True)
         checkpoint = (last or LastCheckpoint.read(config)).latest(config) if resume else None
         source = load_checkpoint(t.init_from) if checkpoint is None and t.init_from else None  # a warm start

@@ -64,11 +64,19 @@ def versions() -> dict[str, str | None]:
     return found
 
 
-def project_commit() -> str | None:
+PACKAGE = Path(__file__).resolve().parents[1]  # captioning/, in a checkout or in site-packages
+
+
+def project_commit(package: Path = PACKAGE) -> str | None:
     """This project's commit where it runs from a git checkout, "-dirty" with uncommitted changes
-    (None where unknown): what a record keeps as versions()["captioning"], asked anew each call."""
-    return _command(["git", "-C", str(Path(__file__).resolve().parent), "describe", "--always", "--dirty",
-                     "--abbrev=40"])
+    (None where unknown): what a record keeps as versions()["captioning"], asked anew each call.
+    Only a repository whose root holds the package is this project's checkout: installed into a
+    virtual environment inside another repository, the package would name that one's commit."""
+    root = package.parent
+    top = _command(["git", "-C", str(root), "rev-parse", "--show-toplevel"])
+    if top is None or Path(top).resolve() != root.resolve():
+        return None
+    return _command(["git", "-C", str(root), "describe", "--always", "--dirty", "--abbrev=40"])
 
 
 def _command(argv: list[str]) -> str | None:

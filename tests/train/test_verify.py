@@ -15,6 +15,7 @@ from captioning.cli import main
 from captioning.config import load_config
 from captioning.data.records import read_records
 from captioning.inspection import describe
+from captioning.train.loop import fit
 from captioning.train.verify import report, verify
 
 
@@ -37,6 +38,53 @@ def test_a_checkpoint_records_its_data_preprocessing_validation_and_versions(tin
         ("openjdk", "java"))
     lines = describe(load_checkpoint(tiny_run.checkpoint), tiny_run.checkpoint)
     assert any(line.startswith("  record versions") and "torch" in line for line in lines)
+
+
+def test_the_record_names_the_commit_the_run_started_from_not_one_made_before_its_first_save(
+        tiny_config, tmp_path: Path, monkeypatch) -> None:
+    """git was asked at the first save, an epoch (on real data, hours) after the start: a commit made
+    in between was recorded as the code that trained."""
+    import captioning.train.loop as training
+    from captioning.train import provenance
+
+    head, real_metrics = ["started at"], training.validation_metrics
+
+    def committed_during_the_epoch(*args, **kwargs):
+        head[0] = "committed since"
+        return real_metrics(*args, **kwargs)
+
+    monkeypatch.setattr(provenance, "project_commit", lambda: head[0])
+    monkeypatch.setattr(training, "validation_metrics", committed_during_the_epoch)
+    provenance.versions.cache_clear()
+    try:
+        fit(tiny_config(tmp_path, "train.max_steps=8"))
+    finally:
+        provenance.versions.cache_clear()
+    assert head[0] == "committed since"
+    assert load_checkpoint(tmp_path / "last.pt")["record"]["versions"]["captioning"] == "started at"
+
+
+def test_only_a_repository_whose_root_holds_the_package_names_its_commit(tmp_path: Path) -> None:
+    """Installed into a virtual environment inside another repository, the package named that
+    repository's commit (and its edits, as -dirty)."""
+    import subprocess
+
+    from captioning.train.provenance import project_commit
+
+    def repository(root: Path, package: Path) -> str:
+        package.mkdir(parents=True)
+        (package / "__init__.py").write_text("")
+        git = ["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@t"]
+        subprocess.run(["git", "init", "-q", str(root)], check=True)
+        subprocess.run([*git, "add", "-A"], check=True)
+        subprocess.run([*git, "commit", "-qm", "one"], check=True)
+        return subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
+
+    checkout = repository(tmp_path / "checkout", tmp_path / "checkout" / "captioning")
+    assert project_commit(tmp_path / "checkout" / "captioning") == checkout
+    repository(tmp_path / "theirs", tmp_path / "theirs" / ".venv" / "site-packages" / "captioning")
+    assert project_commit(tmp_path / "theirs" / ".venv" / "site-packages" / "captioning") is None
+    assert project_commit() is not None  # this checkout
 
 
 def test_the_same_checkpoint_on_the_same_data_reproduces(tiny_run, capsys) -> None:
