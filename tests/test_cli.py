@@ -712,6 +712,10 @@ def test_a_count_at_its_bounds_is_read() -> None:
     (["make-shapes", "--out", "never", "--train"], "-3", "argument --train: at least 0, got -3"),
     (["make-shapes", "--out", "never", "--image-size"], "0", "argument --image-size: from 1 to 8192, got 0"),
     (["make-shapes", "--out", "never", "--folder"], "2", "argument --folder: at least 3, got 2"),
+    # a negative tolerance failed after the whole re-validation; NaN passed exact matches only, "within nan"
+    (["verify", "m.pt", "--tolerance"], "-1", "argument --tolerance: a finite number from 0 on, got -1"),
+    (["verify", "m.pt", "--tolerance"], "nan", "argument --tolerance: a finite number from 0 on, got nan"),
+    (["verify", "m.pt", "--tolerance"], "tiny", "argument --tolerance: a number, got 'tiny'"),
 ])
 def test_a_count_out_of_its_bounds_is_a_usage_error(command, value, says, capsys, tmp_path, monkeypatch) -> None:
     """Past the parser a bad count misleads rather than fails: a beam of 0 decoded with the checkpoint's

@@ -264,6 +264,9 @@ def test_round_trip_through_to_dict_and_from_dict():
     (["model.dropout=1.0"], "model.dropout must be in [0, 1)"),
     (["model.hard.expectation_prob=1.5"], "model.hard.expectation_prob must be in [0, 1]"),
     (["train.lr=-0.1"], "train.lr must be positive"),
+    (["train.lr=.inf"], "train.lr must be positive and finite, got inf"),
+    (["train.ds_lambda=.inf"], "train.ds_lambda must be at least 0 and finite, got inf"),
+    (["train.out_dir=runs/exp #2"], "a '#' after a space starts a comment in YAML"),
     (["train.reinforce.entropy_weight=-1"], "train.reinforce.entropy_weight must be at least 0"),
     (["train.optimizer=sgd"], "train.optimizer 'sgd' is not one of adam, rmsprop"),
 ])

@@ -9,6 +9,7 @@ had) end in one line on stderr naming the file and the problem, and a non-zero e
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import signal
 import sys
@@ -24,6 +25,7 @@ from captioning.cli.common import (
     expected_errors,
     guarded,
     pretrained_alone,
+    tolerance,
     whole_number,
 )
 from captioning.config.bounds import IMAGE_SIDE
@@ -84,7 +86,7 @@ def _train(args: argparse.Namespace) -> int:
     config = load_config(args.config, args.overrides)
     device = default_device(args.device)  # a device that is not here: said before any data is made
     if args.dry_run:  # in a temporary folder, shapes data of its own included
-        return _dry_run(config, device=device)
+        return _dry_run(config, device=device, resume=args.resume)
     if int(os.environ.get("WORLD_SIZE", "1")) == 1:  # under torchrun, prepare-features first (docs/coco.md)
         make_missing_data(config)  # the embedded default on a fresh clone: its data made here, said in one line
     summary = fit(config, resume=args.resume, device=device)
@@ -108,11 +110,11 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _dry_run(config, *, device) -> int:
+def _dry_run(config, *, device, resume: bool) -> int:
     from captioning.train.dry_run import dry_run
 
     try:
-        result = dry_run(config, device=device)
+        result = dry_run(config, device=device, resume=resume)
     except expected_errors():
         raise
     except Exception as error:  # noqa: BLE001 - a dry run reports any failure in one line, it is its job
@@ -120,8 +122,10 @@ def _dry_run(config, *, device) -> int:
         print(f"dry run failed: {error.__class__.__name__}: {first} (run without --dry-run for the traceback)",
               file=sys.stderr)
         return 1
-    print(f"dry run passed in {result.seconds:.0f} s: {result.steps} steps, validation {result.metric} "
-          f"{result.value:.4f}, checkpoint written and read back")
+    # a metric never measured (attention_correctness on data without boxes) is NaN, kept as no best (-inf)
+    value = f"{result.value:.4f}" if math.isfinite(result.value) else "not measured (NaN)"
+    print(f"dry run passed in {result.seconds:.0f} s: {result.steps} steps, validation {result.metric} {value}, "
+          "checkpoint written and read back")
     return 0
 
 
@@ -327,7 +331,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                 "its recorded numbers reproduce, and if not, what differs from its record")
     check.add_argument("checkpoint", metavar="FILE", help="best.pt (last.pt only where it was saved at a validation)")
     check.add_argument("overrides", nargs="*", metavar="key.sub=value", help="e.g. data.root=/data/coco")
-    check.add_argument("--tolerance", type=float, default=1e-4, help="largest difference that reproduces (1e-4)")
+    check.add_argument("--tolerance", type=tolerance, default=1e-4, help="largest difference that reproduces (1e-4)")
     check.add_argument("--device", help="cpu, cuda, cuda:1 ... (default: cuda if available)")
     add_quiet_argument(check)
     check.set_defaults(run=_verify)

@@ -4,6 +4,7 @@ exit code 2), and the arguments several commands take."""
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import warnings
 from collections.abc import Callable, Sequence
@@ -92,6 +93,18 @@ def whole_number(low: int, high: int | None = None) -> Callable[[str], int]:
         return value
 
     return number
+
+
+def tolerance(text: str) -> float:
+    """An argparse type: a finite number from 0 on (a difference allowed), else a usage error: -1
+    failed after a whole re-validation, NaN let only exact matches through and said "within nan"."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a number, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"a finite number from 0 on, got {text}")
+    return value
 
 
 def add_pretrained_argument(parser: argparse.ArgumentParser | argparse._MutuallyExclusiveGroup, *, use: str) -> None:

@@ -90,7 +90,9 @@ def _ranges(config: Config) -> dict[str, tuple[Any, str, bool]]:
     checks = {key: _within(value, low, at_most.get(key)) for key, (value, low) in at_least.items()}
     positive = {"encoder.lr": config.encoder.lr, "train.lr": t.lr, "train.grad_clip": t.grad_clip,
                 "train.dist_timeout": t.dist_timeout, "model.extras.temperature": m.extras.temperature}
-    checks.update({key: (value, "positive", value is None or value > 0) for key, value in positive.items()})
+    # finite too: train.lr=.inf trained NaN from the first step
+    checks.update({key: (value, "positive and finite", value is None or 0 < value < math.inf)
+                   for key, value in positive.items()})
     unit = {"model.dropout": (m.dropout, 0.0 <= m.dropout < 1.0, "in [0, 1)"),
             "model.hard.expectation_prob": (m.hard.expectation_prob, 0.0 <= m.hard.expectation_prob <= 1.0,
                                             "in [0, 1]"),
@@ -105,7 +107,7 @@ def _ranges(config: Config) -> dict[str, tuple[Any, str, bool]]:
     non_negative = {"train.ds_lambda": t.ds_lambda, "train.reinforce.weight": t.reinforce.weight,
                     "train.reinforce.entropy_weight": t.reinforce.entropy_weight,
                     "decode.length_penalty": d.length_penalty, "decode.no_repeat_ngram": d.no_repeat_ngram}
-    checks.update({key: (value, "at least 0", value >= 0) for key, value in non_negative.items()})
+    checks.update({key: (value, "at least 0 and finite", 0 <= value < math.inf) for key, value in non_negative.items()})
     return checks
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
 import warnings
 from pathlib import Path
 from typing import Any
@@ -230,6 +231,9 @@ def _parse_override(text: str) -> tuple[list[str], Any]:
         raise ConfigError(f"override '{text}': cannot read its value ({_yaml_error(error)})") from error
     if repeated is not None:
         raise ConfigError(f"override '{text}': '{repeated[0]}' is given twice; keep one")
+    if re.search(r"(^|\s)#", raw) and "#" not in str(value):  # YAML read the rest as a comment, and dropped it
+        raise ConfigError(f"override '{text}': a '#' after a space starts a comment in YAML, which would cut the value "
+                          "there; quote the value (key='a #2') or leave the space out")
     return keys, value
 
 

@@ -7,7 +7,9 @@ validation batch with its metrics, and the checkpoint written and read back as `
 `eval.py` read it. A warm start (train.init_from) loads its checkpoint as the real run would.
 Self-critical training reads cached annotations only: its dry run caches the few images it uses,
 in the temporary folder, through a folder of links to the data. Everything goes to a temporary
-folder; train.out_dir and data.root are not touched.
+folder; train.out_dir and data.root are not touched. What the real run would refuse of its folder
+(a resume of another model, a new run over another's checkpoints, a warm start's other vocabulary)
+is read there first.
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ from captioning.checkpoint import load_checkpoint, load_trained
 from captioning.config import Config, validate
 from captioning.data.records import format_extra, read_records
 from captioning.train.loop import fit
+from captioning.train.resume import LastCheckpoint
+from captioning.train.run_folder import refuse_to_replace_a_run
+from captioning.train.warm_start import warm_vocabulary
 
 # On a 2-core CPU the encoder on the fly is most of a dry run (a ResNet-101 forward at 448² takes about
 # 0.4 s an image in float32): a few captions a step and one overlay keep every COCO config's dry run
@@ -71,10 +76,19 @@ def _linked(root: Path, into: Path) -> Path:
     return into
 
 
-def dry_run(config: Config, *, device: str | torch.device = "cpu") -> DryRun:
-    """Run the miniature; any problem raises (the CLI turns it into one line)."""
-
+def dry_run(config: Config, *, device: str | torch.device = "cpu", resume: bool = False) -> DryRun:
+    """Run the miniature; any problem raises (the CLI turns it into one line). First, read only, what
+    the real run would refuse of its folder: a resume of another model or optimizer (`resume`: the
+    miniature itself starts afresh), a new run over one there, and a warm start's vocabulary against
+    the one prepared there."""
     start = time.perf_counter()
+    t = config.train
+    if resume:
+        LastCheckpoint.read(config)
+    else:
+        refuse_to_replace_a_run(t.out_dir)
+    if t.init_from and not resume:
+        warm_vocabulary(config, load_checkpoint(t.init_from), t.init_from)
     with tempfile.TemporaryDirectory(prefix="captioning-dry-run-") as folder:
         trial = miniature(config, Path(folder))
         for split in ("train", "val"):  # the cheap things first: the data's folder and files, then weights

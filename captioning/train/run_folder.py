@@ -44,16 +44,27 @@ def run_folder(out_dir: str | Path, *, resume: bool, enabled: bool = True) -> It
     except OSError as error:  # no rights there, a read-only disk, a file where the folder would be
         raise TrainingError(f"{out}: the run cannot write its folder ({error.strerror or type(error).__name__}); "
                             "choose another train.out_dir") from error
-    held = [name for name in ("last.pt", "best.pt") if (out / name).exists()]
-    if held and not resume:
-        lock.release()
-        raise TrainingError(f"{out}: holds a run ({' and '.join(held)}) that a new run would replace: go on with it "
-                            "with --resume, or start again in another train.out_dir (or remove this one)")
+    if not resume:
+        try:
+            refuse_to_replace_a_run(out)
+        except TrainingError:
+            lock.release()
+            raise
     try:
         (out / ".run.pid").write_text(f"{os.getpid()}\n")
         yield
     finally:
         lock.release()
+
+
+def refuse_to_replace_a_run(out_dir: str | Path) -> None:
+    """A new run's refusal of a folder that holds another run's checkpoints (run_folder; a dry run
+    asks too, writing nothing)."""
+    out = Path(out_dir)
+    held = [name for name in ("last.pt", "best.pt") if (out / name).exists()]
+    if held:
+        raise TrainingError(f"{out}: holds a run ({' and '.join(held)}) that a new run would replace: go on with it "
+                            "with --resume, or start again in another train.out_dir (or remove this one)")
 
 
 # what a run logs in its folder --------------------------------------------------------------------

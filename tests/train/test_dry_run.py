@@ -176,23 +176,57 @@ def test_dry_run_command_hands_on_the_device_and_reports_in_one_line(capsys, mon
 
     seen = []
 
-    def passes(config, *, device="cpu"):
-        seen.append(device)
+    def passes(config, *, device="cpu", resume=False):
+        seen.append((device, resume))
         return dry_run_module.DryRun(steps=2, metric="CIDEr", value=0.12345, seconds=3.4)
 
     monkeypatch.setattr(dry_run_module, "dry_run", passes)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a machine with 4 GPUs, for the device's check
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
     assert train_main(["--dry-run", "--device", "cuda:3"]) == 0
-    assert seen == [torch.device("cuda", 3)]
     assert capsys.readouterr().out == ("dry run passed in 3 s: 2 steps, validation CIDEr 0.1235, checkpoint "
                                        "written and read back\n")
+    assert train_main(["--dry-run", "--resume"]) == 0
+    assert seen == [(torch.device("cuda", 3), False), (torch.device("cuda"), True)]
     for error, said in ((KeyError(), "dry run failed: KeyError:  (run without --dry-run for the traceback)\n"),
                         (ValueError("first\nsecond"), "dry run failed: ValueError: first (run without --dry-run "
                                                        "for the traceback)\n")):
-        def fails(config, *, device="cpu", error=error):
+        def fails(config, *, device="cpu", resume=False, error=error):
             raise error
 
         monkeypatch.setattr(dry_run_module, "dry_run", fails)
         assert train_main(["--dry-run"]) == 1
         assert capsys.readouterr().err == said
+
+
+def test_a_dry_run_says_what_the_real_run_would_refuse_of_its_folder(tiny_run, tmp_path: Path, monkeypatch,
+                                                                     capsys) -> None:
+    """It passed runs that the real one refuses at once: a new run over a folder's checkpoints, a
+    resume of another model (--resume was ignored), and a warm start whose vocabulary is not the one
+    prepared in train.out_dir. Read only: nothing is written there."""
+    from captioning.checkpoint import load_checkpoint
+
+    monkeypatch.chdir(tmp_path)
+    base = ["--device", "cpu", *tiny_run.overrides, "--dry-run"]
+    before = sorted(p.name for p in tiny_run.run_dir.iterdir())
+    assert train_main([*base, f"train.out_dir={tiny_run.run_dir}"]) == 2
+    assert f"{tiny_run.run_dir}: holds a run (last.pt and best.pt)" in capsys.readouterr().err
+    assert train_main([*base, "--resume", f"train.out_dir={tiny_run.run_dir}", "model.hidden_dim=48"]) == 2
+    assert "--resume goes on with the model this run trained" in capsys.readouterr().err
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "vocab.json").write_text(json.dumps([*load_checkpoint(tiny_run.checkpoint)["vocab"], "zebra"]))
+    assert train_main([*base, f"train.out_dir={out}", f"train.init_from={tiny_run.checkpoint}"]) == 2
+    assert "its vocabulary" in capsys.readouterr().err
+    assert sorted(p.name for p in out.iterdir()) == ["vocab.json"]
+    assert sorted(p.name for p in tiny_run.run_dir.iterdir()) == before
+
+
+def test_a_dry_run_whose_metric_is_not_measured_says_so_not_minus_infinity(tiny_run, tmp_path: Path, monkeypatch,
+                                                                           capsys) -> None:
+    import captioning.train.loop as training
+
+    monkeypatch.setattr(training, "validation_metrics", lambda *args, **kwargs: {"CIDEr": float("nan")})
+    monkeypatch.chdir(tmp_path)
+    assert train_main(["--device", "cpu", *tiny_run.overrides, "--dry-run", f"train.out_dir={tmp_path / 'run'}"]) == 0
+    assert "validation CIDEr not measured (NaN), checkpoint written" in capsys.readouterr().out
