@@ -22,6 +22,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import hashlib
+import io
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,17 +62,22 @@ def save_checkpoint(path: str | Path, payload: dict[str, Any]) -> None:
     path = Path(path)
     temporary = path.with_name(f".{path.name}.tmp")
     try:
-        with open(temporary, "wb") as file:  # opened here: a folder refused says so as itself
-            torch.save({"format_version": FORMAT_VERSION, **payload}, file)
+        # Serialized in memory first, then written here: a full disk, a file-size limit or a folder that
+        # refuses the file is then the system's own error ("No space left on device"), where torch's
+        # writer reported each as an unexpected position in its zip.
+        buffer = io.BytesIO()
+        torch.save({"format_version": FORMAT_VERSION, **payload}, buffer)
+        with open(temporary, "wb") as file:
+            file.write(buffer.getbuffer())
             replace_on_disk(temporary, path, file)
     except BaseException as error:  # a second Ctrl-C too: no half-written file of a checkpoint's size is left
         temporary.unlink(missing_ok=True)
         if not isinstance(error, (OSError, RuntimeError)):
             raise
-        # a full disk, a file-size limit: torch reports either
         reason = (error.strerror if isinstance(error, OSError) and error.strerror
-                  else f"no space left or a file-size limit? torch said: {str(error).splitlines()[0]}")
-        raise CheckpointError(f"{path}: could not be written ({reason}); the previous {path.name} is intact") from error
+                  else f"{error.__class__.__name__}: {str(error).splitlines()[0] if str(error) else ''}")
+        kept = f"the previous {path.name} is intact" if path.exists() else f"no {path.name} was written"
+        raise CheckpointError(f"{path}: could not be written ({reason}); {kept}") from error
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:

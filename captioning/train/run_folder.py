@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+import sys
+import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -91,24 +93,54 @@ class RunLog:
         lines = self.path.read_text().splitlines() if self.path.exists() and resumed_at else []
         kept = [line for line in lines if _step_of(line) <= (resumed_at or 0)]
         replace_text(self.path, "".join(f"{line}\n" for line in kept))  # whole: a kill here keeps the old log
+        self.stopped = False
+        # TensorBoard's writer thread keeps an error it meets and raises it again at the next write (or
+        # the close), where `write` says it in one line; the thread's own traceback would come first.
+        self.hook = threading.excepthook
+        threading.excepthook = lambda args: None if (type(args.thread).__name__ == "_AsyncWriterThread"
+                                                     and isinstance(args.exc_value, OSError)) else self.hook(args)
+
+    def write(self, what: Callable[[SummaryWriter], Any]) -> None:
+        """One write to the logs, `what(writer)`. A disk that fills or refuses them stops the logging,
+        in one line, not the run: what must be kept is its checkpoints, whose save says whether they
+        fit (it was a traceback, before the validation's checkpoint was tried)."""
+        if self.stopped:
+            return
+        try:
+            what(self.writer)
+        except OSError as error:
+            self.stopped = True
+            print(f"note: {self.path.parent}: the run's logs (log.jsonl, tensorboard/) are written no more "
+                  f"({error.strerror or error.__class__.__name__}); training goes on", file=sys.stderr)
 
     def _line(self, entry: dict[str, Any]) -> None:  # one write per line, flushed at once
         with self.path.open("a") as file:
             file.write(json.dumps(entry) + "\n")
 
     def losses(self, *, step: int, epoch: int, losses: dict[str, float], lrs: list[float], skipped: int) -> None:
-        for name, number in losses.items():
-            self.writer.add_scalar(f"train/{name}", number, step)
-        self.writer.add_scalar("train/lr", lrs[0], step)
-        if len(lrs) > 1:
-            self.writer.add_scalar("train/lr_encoder", lrs[1], step)
-        self.writer.add_scalar("data/skipped_images", skipped, step)
-        self._line({"step": step, "epoch": epoch, **losses, "lr": lrs, "skipped_images": skipped})
+        def write(writer: SummaryWriter) -> None:
+            for name, number in losses.items():
+                writer.add_scalar(f"train/{name}", number, step)
+            writer.add_scalar("train/lr", lrs[0], step)
+            if len(lrs) > 1:
+                writer.add_scalar("train/lr_encoder", lrs[1], step)
+            writer.add_scalar("data/skipped_images", skipped, step)
+            self._line({"step": step, "epoch": epoch, **losses, "lr": lrs, "skipped_images": skipped})
+
+        self.write(write)
 
     def validation(self, *, step: int, epoch: int, metrics: dict[str, float]) -> None:
-        for name, number in metrics.items():
-            self.writer.add_scalar(f"val/{name}", number, step)
-        self._line({"step": step, "epoch": epoch, "validation": metrics})
+        def write(writer: SummaryWriter) -> None:
+            for name, number in metrics.items():
+                writer.add_scalar(f"val/{name}", number, step)
+            self._line({"step": step, "epoch": epoch, "validation": metrics})
+
+        self.write(write)
 
     def close(self) -> None:
-        self.writer.close()
+        try:
+            self.writer.close()
+        except OSError:  # what it could not write: said when the logging stopped, or now
+            self.write(lambda writer: writer.close())
+        finally:
+            threading.excepthook = self.hook

@@ -130,8 +130,9 @@ def report(log: RunLog, metrics: dict[str, float], *, improved: bool, step: int,
            decoder: AttentionDecoder, data: RunData, config: Config, device: str | torch.device) -> None:
     """A validation's metrics and overlays to the logs, and one line to the terminal."""
     log.validation(step=step, epoch=epoch, metrics=metrics)
-    log_overlays(log.writer, decoder, data.val, data.val_annotations, data.vocab, count=config.train.log_images,
-                 max_length=config.decode.max_length, step=step, device=device, hard_choice=hard_choice(config))
+    log.write(lambda writer: log_overlays(writer, decoder, data.val, data.val_annotations, data.vocab,
+                                          count=config.train.log_images, max_length=config.decode.max_length,
+                                          step=step, device=device, hard_choice=hard_choice(config)))
     shown = dict.fromkeys(("Bleu_4", "CIDEr", "attention_correctness", config.train.val_metric))  # and the one kept on
     summary = ", ".join(f"{k} {metrics[k]:.3f}" for k in shown if k in metrics)
     scored_on = f"beam {validation_beam(config)}, {validation_tokenizer(config)}"

@@ -99,3 +99,24 @@ def test_a_folder_the_run_may_not_write_is_one_line(tiny_config, tmp_path: Path,
     with pytest.raises(TrainingError, match=f"^{out}: the run cannot write its folder \\(Permission denied\\); "
                                             "choose another train.out_dir$"):
         fit(tiny_config(out, "train.max_steps=2"))
+
+
+def test_a_disk_that_fills_while_the_run_logs_stops_the_logs_in_one_line_not_the_run(tiny_run, tmp_path: Path) -> None:
+    """A 300 kB file-size limit: TensorBoard's overlays of the first validation outgrow it. It was two
+    tracebacks (one from TensorBoard's writer thread), 88 lines, before the validation's checkpoint was
+    tried; now one line for the logs, and the checkpoint's own save says whether it fits."""
+    import resource
+
+    def limited() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (300_000, 300_000))
+
+    out = tmp_path / "run"
+    done = subprocess.run([sys.executable, "train.py", "--device", "cpu", *tiny_run.overrides, f"train.out_dir={out}",
+                           "train.max_steps=8"], cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300,
+                          preexec_fn=limited)
+    assert done.returncode == 2, done.stderr
+    assert [line for line in done.stderr.splitlines() if line.strip()] == [
+        f"note: {out}: the run's logs (log.jsonl, tensorboard/) are written no more (File too large); training goes on",
+        f"error: {out / 'best.pt'}: could not be written (File too large); no best.pt was written"]
+    assert done.stdout.startswith("step 8 epoch 1: ")  # the validation, measured and said
