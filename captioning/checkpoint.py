@@ -23,6 +23,7 @@ import copy
 import dataclasses
 import hashlib
 import io
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,6 +90,8 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
         raise CheckpointError(f"{path}: not a readable checkpoint ({error.__class__.__name__})") from error
     version = payload.get("format_version") if isinstance(payload, dict) else None
     if version == 1:
+        if not isinstance(payload.get("config"), dict):  # migrated by its config: none, and it is not one of ours
+            raise CheckpointError(f"{path}: not a captioning checkpoint (it has no config)")
         return migrate_v1(payload)
     if isinstance(version, int) and not isinstance(version, bool) and version > FORMAT_VERSION:
         raise CheckpointError(f"{path}: written by a newer version of captioning (checkpoint format {version}; this "
@@ -233,6 +236,7 @@ def load_trained(path: str | Path, *, overrides: Sequence[str] = (), may_change:
     them already (not read twice)."""
     payload = payload if payload is not None else load_checkpoint(path)
     config = config_of(payload, path)
+    _warn_unless_as_recorded(payload, path)
     for text in overrides:
         changed = apply_overrides(copy.deepcopy(config), [text])  # an unknown key or a malformed override says so first
         key = text.split("=", 1)[0].strip()
@@ -258,6 +262,21 @@ def load_trained(path: str | Path, *, overrides: Sequence[str] = (), may_change:
         decoder = Ensemble([decoder, *(member.decoder for member in members)], views=index).eval()
     return Trained(path=str(path), config=config, vocab=Vocabulary(payload["vocab"]), decoder=decoder.to(device),
                    grid=tuple(payload["grid"]), device=device, views=views)
+
+
+def _warn_unless_as_recorded(payload: dict[str, Any], path: str | Path) -> None:
+    """One line where the weights are not those the checkpoint's record names: torch does not check
+    a file's checksums as it reads it, so one bit flipped on a disk or in a copy loads as a weight of
+    1e37 and captions nonsense without a word. (A warning, not a refusal: `verify` scores such a file.)"""
+    record = payload.get("record")
+    recorded = record.get("weights") if isinstance(record, dict) else None
+    if not isinstance(recorded, dict):  # a checkpoint from before records were kept
+        return
+    held = run_weights(payload)
+    changed = [name for name, value in held.items() if name in recorded and recorded[name] != value]
+    if changed:
+        warnings.warn(f"{path}: its {' and '.join(changed)} weights are not those its record names: changed or "
+                      f"damaged since it was written (captioning verify scores it again)", stacklevel=2)
 
 
 def _part_of_the_model(key: str) -> bool:
@@ -360,10 +379,22 @@ def captioner_from_checkpoint(path: str | Path, *,
 
 def config_of(payload: dict[str, Any], path: str | Path) -> Config:
     """The checkpoint's config, checked; one line naming the file if it is not one of ours."""
-    missing = [key for key in ("config", "vocab", "grid", "decoder") if key not in payload]
+    missing = [key for key in ("config", "vocab", "grid", "annotation_dim", "decoder") if key not in payload]
     if missing or not isinstance(payload["config"], dict):
         raise CheckpointError(f"{path}: not a captioning checkpoint (it has no {', '.join(missing) or 'config'})")
+    grid = payload["grid"]
+    odd = [key for key, fine in (  # a file edited by hand, or another project's: one line, not a traceback
+        ("vocab", isinstance(payload["vocab"], list) and all(isinstance(word, str) for word in payload["vocab"])),
+        ("grid", isinstance(grid, (list, tuple)) and len(grid) == 2 and all(_whole(n) and n > 0 for n in grid)),
+        ("annotation_dim", _whole(payload["annotation_dim"]) and payload["annotation_dim"] > 0),
+        ("decoder", isinstance(payload["decoder"], dict))) if not fine]
+    if odd:
+        raise CheckpointError(f"{path}: not a captioning checkpoint (not as captioning writes them: {', '.join(odd)})")
     return from_dict(payload["config"], where=f"{path}: config")
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def decoder_from_checkpoint(payload: dict[str, Any], config: Config,
@@ -384,3 +415,17 @@ def weights_digest(state: dict[str, Any]) -> str:
             hashed.update(name.encode())
             hashed.update(value.detach().cpu().reshape(-1).contiguous().view(torch.uint8).numpy().tobytes())
     return hashed.hexdigest()[:16]
+
+
+def run_weights(payload: dict[str, Any]) -> dict[str, str]:
+    """Digests of the weights a checkpoint holds: its decoder's (and its members', in a file that holds
+    an ensemble), and a fine-tuned encoder's (whose weights are the checkpoint's own, not its package's)."""
+    weights = {"decoder": weights_digest(payload["decoder"])}
+    if isinstance(payload.get("members"), list):  # the other decoders of a file that holds an ensemble
+        weights["members"] = [weights_digest(member["decoder"]) for member in payload["members"]]
+        if any(isinstance(member.get("encoder"), dict) for member in payload["members"]):  # fine-tuned members
+            weights["member_encoders"] = [weights_digest(member["encoder"]) if isinstance(member.get("encoder"), dict)
+                                          else None for member in payload["members"]]
+    if isinstance(payload.get("encoder"), dict):
+        weights["encoder"] = weights_digest(payload["encoder"])
+    return weights

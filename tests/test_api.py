@@ -163,6 +163,33 @@ def test_load_trained_names_the_file_whose_config_or_weights_are_wrong(tiny_run,
         load_trained(path)
 
 
+def test_weights_damaged_since_the_record_was_written_are_one_line_of_warning(tiny_run, tmp_path: Path,
+                                                                              photos, capsys) -> None:
+    """torch does not check a file's checksums as it reads it: one bit flipped in a copy loaded as a
+    weight of 1e37, and captioned nonsense without a word. The record's digest of the weights tells."""
+    import warnings
+
+    from captioning.cli import main
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the checkpoint as written: no warning
+        load_trained(tiny_run.checkpoint)
+    payload = torch.load(tiny_run.checkpoint, map_location="cpu", weights_only=True)
+    bits = payload["decoder"]["out.weight"].view(torch.int32)
+    bits[0, 0] ^= 1 << 30  # one bit of the exponent, as a disk or a copy flips it
+    path = tmp_path / "flipped.pt"
+    torch.save(payload, path)
+    said = (f"{path}: its decoder weights are not those its record names: changed or damaged since it was "
+            "written (captioning verify scores it again)")
+    with pytest.warns(UserWarning, match=f"^{re.escape(said)}$"):
+        load_trained(path)
+    capsys.readouterr()
+    again = path.with_name("again.pt")  # another message: Python shows a warning once per message and place
+    again.write_bytes(path.read_bytes())
+    assert main(["caption", str(photos[0]), "--checkpoint", str(again)]) == 0
+    assert capsys.readouterr().err == f"warning: {said.replace(str(path), str(again))}\n"
+
+
 @pytest.mark.parametrize("beam_size", [1, 3])
 def test_caption_one_path_is_the_models_caption(tiny_run, captioner, photos, beam_size: int) -> None:
     result = captioner.caption(photos[0], beam_size=beam_size)

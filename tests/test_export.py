@@ -174,8 +174,8 @@ def _other_run(tiny_run) -> dict:
 
 def test_several_checkpoints_cut_into_one_file_caption_as_they_do_given_together(tiny_run, tmp_path) -> None:
     """The reference: each cut alone into its own file, then decoded together (load_ensemble)."""
+    from captioning.checkpoint import weights_digest
     from captioning.model.ensemble import Ensemble
-    from captioning.train.provenance import weights_digest
 
     first, other = load_checkpoint(tiny_run.checkpoint), _other_run(tiny_run)
     save_checkpoint(tmp_path / "first.pt", for_captioning(first))
@@ -216,7 +216,7 @@ def test_a_fine_tuned_member_cut_into_one_file_captions_as_it_does_given_beside_
                                                                                           tmp_path) -> None:
     """A frozen run and a fine-tuned one in one file: the member keeps its encoder's own stages, and
     the file captions as the two cut alone and given together do."""
-    from captioning.train.provenance import run_weights
+    from captioning.checkpoint import run_weights
 
     first, tuned = load_checkpoint(tiny_run.checkpoint), _fine_tuned_run(tiny_run)
     save_checkpoint(tmp_path / "first.pt", for_captioning(first))

@@ -10,13 +10,12 @@ import pytest
 import torch
 
 from captioning.api import Captioner
-from captioning.checkpoint import load_checkpoint
+from captioning.checkpoint import load_checkpoint, weights_digest
 from captioning.cli import main
 from captioning.data.images import SAMPLE_PHOTOS, sample_photo
 from captioning.model.encoder import IMAGENET_MEAN, IMAGENET_STD, weights_identity
 from captioning.model.ensemble import Ensemble, JoinedEncoder
 from captioning.shipped import PRETRAINED, pretrained_path
-from captioning.train.provenance import weights_digest
 from tests.tiny import REPO
 
 pytestmark = pytest.mark.usefixtures("no_network")

@@ -21,6 +21,7 @@ from captioning.cli.common import (
     add_pretrained_argument,
     add_quiet_argument,
     expected_errors,
+    warnings_in_one_line,
     whole_number,
 )
 from captioning.config import ConfigError
@@ -146,7 +147,7 @@ def _caption(args: argparse.Namespace) -> int:
     if args.quiet:
         quiet()
     progress = _Progress()
-    with _StopSignals() as signals:
+    with _StopSignals() as signals, warnings_in_one_line():
         try:
             return _caption_all(args, progress, signals)
         except KeyboardInterrupt as stop:  # Ctrl-C, SIGINT or SIGTERM, wherever it came

@@ -4,10 +4,11 @@ exit code 2), and the arguments several commands take."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import sys
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from captioning.config.bounds import BEAM
@@ -41,14 +42,21 @@ def guarded(function: Callable[[argparse.Namespace], int]) -> Callable[[argparse
     def run(args: argparse.Namespace) -> int:
         if getattr(args, "quiet", False):
             quiet()
-        with warnings.catch_warnings():
-            warnings.showwarning = _one_line_if_ours(warnings.showwarning)
+        with warnings_in_one_line():
             try:
                 return function(args)
             except expected_errors() as error:
                 print(f"error: {error}", file=sys.stderr)
                 return 2
     return run
+
+
+@contextlib.contextmanager
+def warnings_in_one_line() -> Iterator[None]:
+    """The package's own warnings as one line each ("warning: ..."), others as Python shows them."""
+    with warnings.catch_warnings():
+        warnings.showwarning = _one_line_if_ours(warnings.showwarning)
+        yield
 
 
 def _one_line_if_ours(shown: Callable[..., None]) -> Callable[..., None]:

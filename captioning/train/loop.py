@@ -38,7 +38,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 from tqdm import tqdm
 
-from captioning.checkpoint import load_checkpoint, save_checkpoint
+from captioning.checkpoint import load_checkpoint, run_weights, save_checkpoint
 from captioning.config import Config
 from captioning.config.registry import OBJECTIVES
 from captioning.data.dataset import rank_batches
@@ -50,7 +50,7 @@ from captioning.runtime.hardware import Hardware
 from captioning.runtime.signals import StopSignalHandler
 from captioning.train.build import RunModel, build_encoder, build_model, build_optimizer
 from captioning.train.objective import Objective, TrainingError
-from captioning.train.provenance import run_record_of, run_weights, versions
+from captioning.train.provenance import run_record_of, versions
 from captioning.train.resume import LastCheckpoint, Progress, carry_over, restore_run, run_payload
 from captioning.train.run_folder import RunLog, run_folder
 from captioning.train.step import Stepping

@@ -21,7 +21,6 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from captioning.checkpoint import weights_digest
 from captioning.config import Config
 from captioning.config.schema import as_dict
 from captioning.data.images import contents_of, split_digest
@@ -33,20 +32,6 @@ from captioning.train.validation import validation_beam, validation_tokenizer
 def digest(value: Any) -> str:
     """16 hex digits of the SHA-256 of a value's JSON."""
     return hashlib.sha256(json.dumps(value).encode()).hexdigest()[:16]
-
-
-def run_weights(payload: dict[str, Any]) -> dict[str, str]:
-    """Digests of the weights a checkpoint holds: its decoder's (and its members', in a file that holds
-    an ensemble), and a fine-tuned encoder's (whose weights are the checkpoint's own, not its package's)."""
-    weights = {"decoder": weights_digest(payload["decoder"])}
-    if isinstance(payload.get("members"), list):  # the other decoders of a file that holds an ensemble
-        weights["members"] = [weights_digest(member["decoder"]) for member in payload["members"]]
-        if any(isinstance(member.get("encoder"), dict) for member in payload["members"]):  # fine-tuned members
-            weights["member_encoders"] = [weights_digest(member["encoder"]) if isinstance(member.get("encoder"), dict)
-                                          else None for member in payload["members"]]
-    if isinstance(payload.get("encoder"), dict):
-        weights["encoder"] = weights_digest(payload["encoder"])
-    return weights
 
 
 @functools.lru_cache(maxsize=1)

@@ -16,11 +16,11 @@ from typing import Any
 
 import torch
 
-from captioning.checkpoint import CheckpointError, load_checkpoint, load_trained
+from captioning.checkpoint import CheckpointError, load_checkpoint, load_trained, run_weights
 from captioning.config import Config
 from captioning.data.records import DatasetError, counted, first_names, name_on_one_line, read_records
 from captioning.eval.evaluate import evaluate_trained
-from captioning.train.provenance import run_record, run_weights, settings_as_written
+from captioning.train.provenance import run_record, settings_as_written
 from captioning.train.validation import validation_metrics
 
 TOLERANCE = 1e-4  # the same machine gives the same numbers; another CPU or a GPU moves the last digits

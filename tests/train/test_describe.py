@@ -15,7 +15,7 @@ def _payload(**extra) -> dict:
     config = load_config(None, ["model.embed_dim=96", "model.hidden_dim=160", "model.attention_dim=48",
                                 "data.image_size=192", "train.val_metric=Bleu_4"])
     return {"format_version": 2, "config": config.to_dict(), "vocab": ["<pad>", "<start>", "<end>", "a", "b"],
-            "grid": [12, 7], **extra,
+            "grid": [12, 7], "annotation_dim": 40, **extra,
             "decoder": {"embed.weight": torch.zeros(5, 96), "steps": torch.zeros((), dtype=torch.long)}}
 
 
@@ -79,6 +79,32 @@ def test_what_is_missing_is_named_and_a_config_that_is_not_a_mapping_too() -> No
         describe(payload, "x.pt")
     with pytest.raises(CheckpointError, match=r"^x\.pt: not a captioning checkpoint \(it has no config\)$"):
         describe(_payload(config="shapes_soft.yaml"), "x.pt")
+
+
+@pytest.mark.parametrize(("edit", "said"), [
+    ({"grid": 14}, "not as captioning writes them: grid"),
+    ({"grid": [14, 14, 3]}, "not as captioning writes them: grid"),
+    ({"annotation_dim": "512", "decoder": [1, 2]}, "not as captioning writes them: annotation_dim, decoder"),
+    ({"vocab": "a b c"}, "not as captioning writes them: vocab"),
+    ({"annotation_dim": None}, "not as captioning writes them: annotation_dim"),
+])
+def test_a_payload_edited_by_hand_is_one_line_not_a_traceback(edit: dict, said: str) -> None:
+    """A grid that was a number was a TypeError, a decoder that was a list an AttributeError, a
+    missing annotation_dim a KeyError when the decoder was built."""
+    with pytest.raises(CheckpointError, match=rf"^x\.pt: not a captioning checkpoint \({said}\)$"):
+        describe({**_payload(), **edit}, "x.pt")
+    missing = _payload()
+    del missing["annotation_dim"]
+    with pytest.raises(CheckpointError, match=r"^x\.pt: not a captioning checkpoint \(it has no annotation_dim\)$"):
+        describe(missing, "x.pt")
+
+
+def test_a_format_1_file_without_a_config_is_not_ours_in_one_line(tmp_path) -> None:
+    from captioning.checkpoint import load_checkpoint
+
+    torch.save({"format_version": 1, "decoder": {}}, tmp_path / "old.pt")
+    with pytest.raises(CheckpointError, match=r"old\.pt: not a captioning checkpoint \(it has no config\)$"):
+        load_checkpoint(tmp_path / "old.pt")
 
 
 @pytest.mark.parametrize(("error", "said"), [

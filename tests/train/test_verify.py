@@ -96,7 +96,7 @@ def test_the_same_checkpoint_on_the_same_data_reproduces(tiny_run, capsys) -> No
 
 
 def test_changed_weights_do_not_reproduce_and_are_named(tiny_run, tmp_path, capsys) -> None:
-    from captioning.train.provenance import weights_digest
+    from captioning.checkpoint import weights_digest
 
     def nudge(payload):
         payload["decoder"]["out.bias"] += 3 * torch.randn_like(payload["decoder"]["out.bias"])
