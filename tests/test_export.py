@@ -104,6 +104,23 @@ def test_int8_storage_moves_each_weight_by_at_most_half_its_groups_step_and_halv
     assert all(r.caption for r in Captioner.from_checkpoint(tmp_path / "int8.pt", device="cpu").caption(files))
 
 
+def test_int8_keeps_its_bound_where_a_groups_scale_is_below_fp16s_normal_range() -> None:
+    """Scales under 6.1e-5 (groups whose largest weight is under 1e-2) are fp16 subnormals, rounded by
+    up to a third: rounded down, the largest weight's code clipped at 127 and it moved by 24 times half
+    a step. An encoder's dead channels have such groups (the shipped model, 128 of them)."""
+    from captioning.runtime.files import SCALE, float_weights, int8_weights
+
+    torch.manual_seed(0)
+    largest = torch.logspace(-1, -5.5, 64)  # one group per row, 0.1 down to 3e-6
+    weights = (torch.rand(64, 32) * 2 - 1) * largest[:, None]
+    weights[:, 0] = largest
+    stored = int8_weights({"w": weights})
+    step = stored["w" + SCALE].float()  # [64, 1]: the scale as stored, what the codes multiply
+    moved = (float_weights(stored)["w"] - weights).abs()
+    assert (moved <= step * 0.5 * (1 + 1e-3)).all()
+    assert (step * 127 >= largest[:, None]).all()  # no code clipped
+
+
 def test_an_exported_checkpoint_names_no_place_on_the_machine_that_trained_it(tiny_run, tmp_path) -> None:
     """Its data.root as the configs name it and no cache root (eval.py with data.root=DIR alone would
     otherwise keep its caches under the trainer's cache root), the run's folder by its name; its

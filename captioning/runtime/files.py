@@ -32,7 +32,13 @@ def int8_weights(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         rows = value.detach().float().reshape(value.shape[0], -1)  # [R, C]
         group = INT8_GROUP if rows.shape[1] % INT8_GROUP == 0 else rows.shape[1]
         groups = rows.reshape(rows.shape[0], -1, group)  # [R, C / group, group]
-        scale = (groups.abs().amax(dim=2) / 127).clamp_min(1e-7).half()  # [R, C / group], as stored
+        largest = groups.abs().amax(dim=2)  # [R, C / group]
+        scale = (largest / 127).clamp_min(1e-7).half()  # as stored
+        # Below fp16's normal range (a group whose largest weight is under 1e-2) rounding may take the
+        # scale down by up to a third: the largest weight's code would clip at 127 and move it by more
+        # than half a step. The next fp16 up keeps every weight within half its group's scale.
+        short = scale.float() * 127 < largest
+        scale = torch.where(short, torch.nextafter(scale, torch.full_like(scale, torch.inf)), scale)
         codes = torch.round(groups / scale.float()[..., None]).clamp(-127, 127)  # [R, C / group, group]
         stored[name] = codes.to(torch.int8).reshape(value.shape)
         stored[name + SCALE] = scale
