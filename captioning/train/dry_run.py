@@ -7,7 +7,9 @@ validation batch with its metrics, and the checkpoint written and read back as `
 `eval.py` read it. A warm start (train.init_from) loads its checkpoint as the real run would.
 Self-critical training reads cached annotations only: its dry run caches the few images it uses,
 in the temporary folder, through a folder of links to the data. Everything goes to a temporary
-folder; train.out_dir and data.root are not touched. What the real run would refuse of its folder
+folder; train.out_dir is not touched, nor is data.root, but for what a reader of the data records
+there once, the same for any run (a folder of photos' kept splits: data/kept_splits.py; drawing
+them reads every photo once). What the real run would refuse of its folder
 (a resume of another model, a new run over another's checkpoints, a warm start's other vocabulary)
 is read there first.
 """
