@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import time
 from pathlib import Path
 
@@ -105,7 +106,8 @@ def run(name: str, overrides: tuple[str, ...], *, data: Path, out: Path, results
     if result_path.exists():
         return json.loads(result_path.read_text())
     config = load_config(REPO / BASE[0], [*BASE[1:], f"data.root={data}", f"train.out_dir={out / name}", *overrides])
-    started = time.time()
+    shutil.rmtree(out / name, ignore_errors=True)  # a run stopped before its result was kept: again, whole, so that
+    started = time.time()                          # its time is one run's (a new run refuses a folder that holds one)
     summary = fit(config)
     seconds = time.time() - started
     payload = load_checkpoint(out / name / "best.pt")

@@ -48,7 +48,7 @@ def run(variant: str, seed: int, *, data: Path, out: Path, results: Path) -> dic
     config = load_config(REPO / "configs" / "shapes_hard.yaml", [f"data.root={data}", f"train.out_dir={out / name}",
                                                                  *BASE, f"train.seed={seed}", *VARIANTS[variant]])
     if not (out / name / "best.pt").exists():
-        fit(config)
+        fit(config, resume=(out / name / "last.pt").exists())  # a run stopped before its first best goes on
     payload = load_checkpoint(out / name / "best.pt")
     test = load_splits(config, ("test",))["test"]
     vocab = Vocabulary(payload["vocab"])

@@ -241,7 +241,7 @@ def run(name: str, *, data: Path, out: Path, results: Path) -> dict:
             path.write_text(json.dumps(result, indent=2))
         return result
     if not (out / name / "best.pt").exists():
-        fit(config)
+        fit(config, resume=(out / name / "last.pt").exists())  # a run stopped before its first best goes on
     payload = load_checkpoint(out / name / "best.pt")
     history = payload["progress"]["history"]
     test = load_splits(config, ("test",))["test"]

@@ -57,8 +57,8 @@ def run(name: str, seed: int | None, *, start: Path, data: Path, out: Path, resu
     if seed is not None:
         overrides = [f"data.root={data}", f"train.init_from={start}", f"train.out_dir={out / name}",
                      f"train.seed={seed}"]
-        if not (out / name / "best.pt").exists():
-            fit(load_config(REPO / "configs" / "shapes_scst.yaml", overrides))
+        if not (out / name / "best.pt").exists():  # a run stopped before its first best goes on
+            fit(load_config(REPO / "configs" / "shapes_scst.yaml", overrides), resume=(out / name / "last.pt").exists())
         checkpoint = out / name / "best.pt"
     result = {"name": name, "seed": seed, **score(checkpoint, data=data)}
     results.mkdir(parents=True, exist_ok=True)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import math
 import platform
+import shutil
 import statistics
 import time
 from pathlib import Path
@@ -66,7 +67,8 @@ def run(variant: str, seed: int, *, data: Path, out: Path, results: Path) -> dic
     if path.exists():
         return json.loads(path.read_text())
     config = config_of(variant, seed, data=data, out=out)
-    started = time.time()
+    shutil.rmtree(out / name, ignore_errors=True)  # a run stopped before its result was kept: again, whole, so that
+    started = time.time()                          # its time is one run's (a new run refuses a folder that holds one)
     summary = fit(config)
     seconds = time.time() - started
     payload = load_checkpoint(out / name / "best.pt")
