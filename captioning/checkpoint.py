@@ -22,7 +22,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import hashlib
-import io
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -39,7 +38,7 @@ from captioning.model.encoder import Encoder, normalization
 from captioning.model.encoder_decoder import EncoderDecoder, build_decoder
 from captioning.model.ensemble import Ensemble, JoinedEncoder
 from captioning.model.paper import AttentionDecoder
-from captioning.runtime.files import float_weights, replace_on_disk
+from captioning.runtime.files import float_weights, replace_on_disk, sync
 
 FORMAT_VERSION = 2
 
@@ -63,14 +62,16 @@ def save_checkpoint(path: str | Path, payload: dict[str, Any]) -> None:
     path = Path(path)
     temporary = path.with_name(f".{path.name}.tmp")
     try:
-        # Serialized in memory first, then written here: a full disk, a file-size limit or a folder that
-        # refuses the file is then the system's own error ("No space left on device"), where torch's
-        # writer reported each as an unexpected position in its zip.
-        buffer = io.BytesIO()
-        torch.save({"format_version": FORMAT_VERSION, **payload}, buffer)
-        with open(temporary, "wb") as file:
-            file.write(buffer.getbuffer())
-            replace_on_disk(temporary, path, file)
+        with open(temporary, "wb") as file:  # made here: a folder that refuses it says so as itself
+            writes = _Writes(file)
+            try:
+                torch.save({"format_version": FORMAT_VERSION, **payload}, writes)
+            except RuntimeError:  # torch's writer reports a failed write as an unexpected position in its zip
+                if writes.error is not None:
+                    raise writes.error from None  # the system's own: "No space left on device"
+                raise
+            sync(file)
+        replace_on_disk(temporary, path)
     except BaseException as error:  # a second Ctrl-C too: no half-written file of a checkpoint's size is left
         temporary.unlink(missing_ok=True)
         if not isinstance(error, (OSError, RuntimeError)):
@@ -79,6 +80,23 @@ def save_checkpoint(path: str | Path, payload: dict[str, Any]) -> None:
                   else f"{error.__class__.__name__}: {str(error).splitlines()[0] if str(error) else ''}")
         kept = f"the previous {path.name} is intact" if path.exists() else f"no {path.name} was written"
         raise CheckpointError(f"{path}: could not be written ({reason}); {kept}") from error
+
+
+class _Writes:
+    """A file as torch.save writes to it, keeping the error a write met."""
+
+    def __init__(self, file: Any):
+        self.file, self.error = file, None
+
+    def write(self, data: Any) -> int:
+        try:
+            return self.file.write(data)
+        except OSError as error:
+            self.error = error
+            raise
+
+    def flush(self) -> None:
+        self.file.flush()
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:

@@ -75,13 +75,19 @@ def temporary_beside(path: Path) -> Path:
     return path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
 
 
-def replace_on_disk(temporary: Path, path: Path, file: Any) -> None:
-    """Rename `temporary`, written through the open `file`, to `path`, durably: its bytes reach the
-    disk before the rename, and the rename before this returns. A rename alone may reach the disk
-    before the data it names, so a power cut or a machine crash soon after could leave an empty file
-    under the real name, where a kill leaves the old one or the new one whole."""
+# A rename alone may reach the disk before the data it names: a power cut or a machine crash soon after
+# could leave an empty file under the real name, where a kill leaves the old one or the new one whole.
+# So a file written whole is synced (`sync`, before it is closed) and then renamed (`replace_on_disk`,
+# after: Windows renames no file that is open), its folder synced after the rename.
+
+def sync(file: Any) -> None:
+    """An open file's bytes on the disk."""
     file.flush()
     os.fsync(file.fileno())
+
+
+def replace_on_disk(temporary: Path, path: Path) -> None:
+    """Rename the synced, closed `temporary` to `path`, and the rename onto the disk before this returns."""
     os.replace(temporary, path)
     with contextlib.suppress(OSError):  # a folder cannot be opened to sync on every system (Windows)
         folder = os.open(path.parent, os.O_RDONLY)
@@ -100,7 +106,8 @@ def replace_text(path: Path, text: str) -> None:
         descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         with open(descriptor, "w", newline="", encoding="utf-8") as file:
             file.write(text)
-            replace_on_disk(temporary, path, file)
+            sync(file)
+        replace_on_disk(temporary, path)
     except BaseException:
         with contextlib.suppress(OSError):
             temporary.unlink(missing_ok=True)
