@@ -177,6 +177,7 @@ def test_weights_damaged_since_the_record_was_written_are_one_line_of_warning(ti
     payload = torch.load(tiny_run.checkpoint, map_location="cpu", weights_only=True)
     bits = payload["decoder"]["out.weight"].view(torch.int32)
     bits[0, 0] ^= 1 << 30  # one bit of the exponent, as a disk or a copy flips it
+    assert abs(float(payload["decoder"]["out.weight"][0, 0])) > 1e30
     path = tmp_path / "flipped.pt"
     torch.save(payload, path)
     said = (f"{path}: its decoder weights are not those its record names: changed or damaged since it was "

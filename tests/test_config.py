@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import copy
+import re
 
 import pytest
 
 from captioning.config import Config, ConfigError, apply_overrides, from_dict, load_config
+from tests.tiny import REPO
 
 
 def write(path, text):
@@ -500,7 +502,6 @@ def test_the_readme_says_which_old_names_are_aliases_and_which_are_refused():
     import warnings
 
     from captioning.config import MOVED, RENAMED
-    from tests.tiny import REPO
 
     text = " ".join((REPO / "README.md").read_text().split())
     paragraph = text[text.index("Settings renamed since checkpoint format 2"):text.index("as it was trained.")]
@@ -519,3 +520,17 @@ def test_the_readme_says_which_old_names_are_aliases_and_which_are_refused():
     for old in RENAMED:
         with pytest.raises(ConfigError, match="is now"):
             load_config(None, [f"{old}=1"])
+
+
+def test_a_section_from_a_base_config_that_its_owner_would_not_read_says_what_to_set() -> None:
+    """A base config's values cannot be removed, only given again: "remove it" left a run from
+    shapes_hard.yaml under SCST with no way out the message named."""
+    hard = REPO / "configs" / "shapes_hard.yaml"
+    said = (f"{hard}: train.reinforce applies only with model.attention=hard and train.objective=xe, "
+            "not train.objective=scst: set train.reinforce.weight_warmup=0 or choose its owner")
+    with pytest.raises(ConfigError, match=f"^{re.escape(said)}$"):
+        load_config(hard, ["train.objective=scst"])
+    assert load_config(hard, ["train.objective=scst", "train.reinforce.weight_warmup=0"])
+    with pytest.raises(ConfigError, match=re.escape("not model.score=additive: set model.local.sigma=null or choose")):
+        load_config(None, ["model.local.sigma=2.0"])
+    load_config(None, ["model.local.sigma=2.0", "model.local.sigma=null"])

@@ -70,9 +70,9 @@ def _add_train_arguments(parser: argparse.ArgumentParser) -> None:
     add_quiet_argument(parser)
     parser.add_argument("--config", help="YAML config (default: the embedded default, configs/shapes_soft.yaml)")
     parser.add_argument("--resume", action="store_true", help="continue from OUT_DIR/last.pt")
-    parser.add_argument("--dry-run", action="store_true", help="check the config in seconds: a few images on "
-                        "disk, two steps, one validation batch, a checkpoint written and read, in a temporary "
-                        "folder; exit 0 or one line saying what is wrong")
+    parser.add_argument("--dry-run", action="store_true", help="check the config in seconds: what the run would "
+                        "refuse of OUT_DIR (read only), then a few images on disk, two steps, one validation batch, a "
+                        "checkpoint written and read, in a temporary folder; exit 0 or one line saying what is wrong")
     parser.add_argument("--device", help="cpu, cuda, cuda:1 ... (default: cuda if available)")
     parser.add_argument("overrides", nargs="*", metavar="key.sub=value", help="config overrides")
 

@@ -4,6 +4,7 @@ its range, a choice among those that exist, and combinations no run can use."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import re
 import types
@@ -245,7 +246,7 @@ def _sections_without_their_owner(config: Config) -> list[str]:
             others = [key for key in choosers[1:] if not key.startswith(f"{section}.")]
             also = "".join(f" (or {key}={owners[0]})" for key in others)
             problems.append(f"{section} applies only with {wanted}{also}, not {choosers[0]}="
-                            f"{_at(config, choosers[0])}: remove it or choose its owner")
+                            f"{_at(config, choosers[0])}: {_back_to_defaults(section, value)} or choose its owner")
     for section, owners in choices.OWNED_SECTIONS.items():
         value = _at(config, section)
         unmet = [key for key, wanted in owners if _at(config, key) != wanted]
@@ -253,8 +254,20 @@ def _sections_without_their_owner(config: Config) -> list[str]:
             continue
         wanted = " and ".join(f"{key}={name}" for key, name in owners)
         problems.append(f"{section} applies only with {wanted}, not {unmet[0]}={_at(config, unmet[0])}: "
-                        f"remove it or choose its owner")
+                        f"{_back_to_defaults(section, value)} or choose its owner")
     return problems
+
+
+def _back_to_defaults(section: str, value: Any) -> str:
+    """What to give to set a section back to its defaults, setting by setting: a base config's values
+    cannot be removed, only given again (shapes_hard.yaml's train.reinforce.weight_warmup under SCST)."""
+    default = type(value)()
+    def as_given(setting: Any) -> str:  # as an override writes it
+        return json.dumps(setting) if setting is None or isinstance(setting, (bool, dict, list)) else str(setting)
+
+    given = [f"{section}.{field.name}={as_given(getattr(default, field.name))}" for field in dataclasses.fields(value)
+             if getattr(value, field.name) != getattr(default, field.name)]
+    return f"set {' '.join(given)}" if given else "remove it"
 
 
 def hard_choice_problem(choice: str, attention: str) -> str | None:

@@ -64,9 +64,11 @@ def refuse_to_replace_a_run(out_dir: str | Path) -> None:
     asks too, writing nothing)."""
     out = Path(out_dir)
     held = [name for name in ("last.pt", "best.pt") if (out / name).exists()]
+    # best.pt alone: a run stopped between its first two saves (best.pt is written first), nothing to resume
+    go_on = "go on with it with --resume, or " if "last.pt" in held else "it has no last.pt to resume from: "
     if held:
-        raise TrainingError(f"{out}: holds a run ({' and '.join(held)}) that a new run would replace: go on with it "
-                            "with --resume, or start again in another train.out_dir (or remove this one)")
+        raise TrainingError(f"{out}: holds a run ({' and '.join(held)}) that a new run would replace: {go_on}start "
+                            "again in another train.out_dir (or remove this one)")
 
 
 # what a run logs in its folder --------------------------------------------------------------------

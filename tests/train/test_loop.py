@@ -158,7 +158,8 @@ def test_a_new_run_into_a_folder_that_holds_a_run_is_refused_and_leaves_it_as_it
     assert capsys.readouterr().err == f"error: {said}\n"
     assert {name: (out / name).read_bytes() for name in kept} == kept
     (out / "last.pt").unlink()  # best.pt alone is a run's too
-    with pytest.raises(TrainingError, match=re.escape(f"{out}: holds a run (best.pt)")):
+    with pytest.raises(TrainingError, match=re.escape(f"{out}: holds a run (best.pt) that a new run would replace: it "
+                                                      "has no last.pt to resume from: start again in another")):
         fit(tiny_config(out, "train.max_steps=2"))
     assert fit(tiny_config(tmp_path / "other", "train.max_steps=2"))["steps"] == 2
 
