@@ -22,6 +22,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import hashlib
+import os
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -63,13 +64,10 @@ def save_checkpoint(path: str | Path, payload: dict[str, Any]) -> None:
     temporary = path.with_name(f".{path.name}.tmp")
     try:
         with open(temporary, "wb") as file:  # made here: a folder that refuses it says so as itself
-            writes = _Writes(file)
             try:
-                torch.save({"format_version": FORMAT_VERSION, **payload}, writes)
-            except RuntimeError:  # torch's writer reports a failed write as an unexpected position in its zip
-                if writes.error is not None:
-                    raise writes.error from None  # the system's own: "No space left on device"
-                raise
+                torch.save({"format_version": FORMAT_VERSION, **payload}, file)
+            except RuntimeError as error:  # torch's writer reports a failed write as a position in its zip
+                raise _write_error(file) or error from None
             sync(file)
         replace_on_disk(temporary, path)
     except BaseException as error:  # a second Ctrl-C too: no half-written file of a checkpoint's size is left
@@ -82,21 +80,16 @@ def save_checkpoint(path: str | Path, payload: dict[str, Any]) -> None:
         raise CheckpointError(f"{path}: could not be written ({reason}); {kept}") from error
 
 
-class _Writes:
-    """A file as torch.save writes to it, keeping the error a write met."""
-
-    def __init__(self, file: Any):
-        self.file, self.error = file, None
-
-    def write(self, data: Any) -> int:
-        try:
-            return self.file.write(data)
-        except OSError as error:
-            self.error = error
-            raise
-
-    def flush(self) -> None:
-        self.file.flush()
+def _write_error(file: Any) -> OSError | None:
+    """The system's own error ("No space left on device", "File too large") for a write that torch's
+    writer reported only as a position in its zip: one more byte at the end meets it too."""
+    try:
+        file.seek(0, os.SEEK_END)
+        file.write(b"\0")
+        file.flush()
+    except OSError as error:
+        return error
+    return None
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:

@@ -426,8 +426,8 @@ def test_a_save_that_dies_midway_leaves_the_old_checkpoint(tmp_path: Path, monke
     save_checkpoint(path, {"progress": {"step": 1}})
     real_save = torch.save
 
-    def dying_save(obj, target, *args, **kwargs):
-        Path(target).write_bytes(b"PK\x03\x04 half a zip")
+    def dying_save(obj, target, *args, **kwargs):  # target: the temporary file, open
+        target.write(b"PK\x03\x04 half a zip")
         raise stop
 
     monkeypatch.setattr(checkpoint_module.torch, "save", dying_save)
