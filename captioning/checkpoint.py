@@ -277,8 +277,9 @@ def load_trained(path: str | Path, *, overrides: Sequence[str] = (), may_change:
 
 def _warn_unless_as_recorded(payload: dict[str, Any], path: str | Path) -> None:
     """One line where the weights are not those the checkpoint's record names: torch does not check
-    a file's checksums as it reads it, so one bit flipped on a disk or in a copy loads as a weight of
-    1e37 and captions nonsense without a word. (A warning, not a refusal: `verify` scores such a file.)"""
+    a file's checksums as it reads it, so one bit of an exponent flipped on a disk or in a copy loads
+    as a weight above 1e30 and captions nonsense without a word. (A warning, not a refusal: `verify`
+    scores such a file.) Attributed to this line, which is the package's wherever it is called from."""
     record = payload.get("record")
     recorded = record.get("weights") if isinstance(record, dict) else None
     if not isinstance(recorded, dict):  # a checkpoint from before records were kept
@@ -287,7 +288,7 @@ def _warn_unless_as_recorded(payload: dict[str, Any], path: str | Path) -> None:
     changed = [name for name, value in held.items() if name in recorded and recorded[name] != value]
     if changed:
         warnings.warn(f"{path}: its {' and '.join(changed)} weights are not those its record names: changed or "
-                      f"damaged since it was written (captioning verify scores it again)", stacklevel=2)
+                      f"damaged since it was written (captioning verify scores it again)", stacklevel=1)
 
 
 def _part_of_the_model(key: str) -> bool:
