@@ -247,7 +247,6 @@ def load_trained(path: str | Path, *, overrides: Sequence[str] = (), may_change:
     them already (not read twice)."""
     payload = payload if payload is not None else load_checkpoint(path)
     config = config_of(payload, path)
-    _warn_unless_as_recorded(payload, path)
     for text in overrides:
         changed = apply_overrides(copy.deepcopy(config), [text])  # an unknown key or a malformed override says so first
         key = text.split("=", 1)[0].strip()
@@ -271,6 +270,7 @@ def load_trained(path: str | Path, *, overrides: Sequence[str] = (), may_change:
         views, index = shared_views([*views, *(View(member.config.encoder, member.encoder, str(path))
                                               for member in members)])
         decoder = Ensemble([decoder, *(member.decoder for member in members)], views=index).eval()
+    _warn_unless_as_recorded(payload, path)  # once the file is known to hold what a record digests
     return Trained(path=str(path), config=config, vocab=Vocabulary(payload["vocab"]), decoder=decoder.to(device),
                    grid=tuple(payload["grid"]), device=device, views=views)
 

@@ -278,3 +278,42 @@ def test_a_member_over_an_encoder_of_another_width_cut_into_one_file_captions_as
     pixels = torch.randn(2, 3, 224, 224, generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         torch.testing.assert_close(one_file.caption(pixels, max_length=4), two_files.caption(pixels, max_length=4))
+
+
+def test_run_weights_names_each_decoder_and_fine_tuned_encoder_a_file_holds() -> None:
+    """The record's digests, which verify and loading compare: one per decoder in order, a member's
+    encoder only where one fine-tuned, and no key for what the file does not hold."""
+    from captioning.checkpoint import run_weights, weights_digest
+
+    parts = {name: {"w": torch.full((2,), float(i))} for i, name in enumerate("ABCDE")}
+    digest = {name: weights_digest(state) for name, state in parts.items()}
+    assert len(set(digest.values())) == 5
+    assert run_weights({"decoder": parts["A"]}) == {"decoder": digest["A"]}
+    assert run_weights({"decoder": parts["A"], "encoder": parts["E"]}) == {"decoder": digest["A"],
+                                                                           "encoder": digest["E"]}
+    assert run_weights({"decoder": parts["A"], "members": [{"decoder": parts["B"]}, {"decoder": parts["D"]}]}) == {
+        "decoder": digest["A"], "members": [digest["B"], digest["D"]]}
+    both = {"decoder": parts["A"], "encoder": parts["E"],
+            "members": [{"decoder": parts["B"], "encoder": parts["C"]}, {"decoder": parts["D"]}]}
+    assert run_weights(both) == {"decoder": digest["A"], "members": [digest["B"], digest["D"]],
+                                 "member_encoders": [digest["C"], None], "encoder": digest["E"]}
+    assert run_weights({"decoder": parts["A"], "encoder": None}) == {"decoder": digest["A"]}  # not fine-tuned
+
+
+def test_a_file_whose_members_are_not_decoders_with_their_configs_is_one_line(tiny_run, tmp_path) -> None:
+    from captioning.checkpoint import load_trained
+    from captioning.config import ConfigError
+
+    payload = load_checkpoint(tiny_run.checkpoint)
+    member = {"config": payload["config"], "decoder": payload["decoder"]}
+    for members in ([member, "a decoder"], [{**member, "config": "shapes_soft.yaml"}], [{"config": payload["config"]}],
+                    [{**member, "decoder": [1, 2]}], [{**member, "encoder": "tuned.pt"}],
+                    [{**member, "annotation_dim": "112"}], {"member": member}):
+        save_checkpoint(tmp_path / "odd.pt", {**payload, "members": members})
+        with pytest.raises(CheckpointError, match=f"^{tmp_path / 'odd.pt'}: its members are not decoders with their "
+                                                  "configs$"):
+            load_trained(tmp_path / "odd.pt")
+    wrong = {**member, "config": {**payload["config"], "model": {**payload["config"]["model"], "hidden_dim": -1}}}
+    save_checkpoint(tmp_path / "odd.pt", {**payload, "members": [member, wrong]})
+    with pytest.raises(ConfigError, match=f"^{tmp_path / 'odd.pt'}: member 3's config"):
+        load_trained(tmp_path / "odd.pt")

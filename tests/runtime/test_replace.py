@@ -115,3 +115,28 @@ def test_a_checkpoint_of_a_newer_format_says_so_rather_than_not_ours(tmp_path):
     torch.save({"format_version": "2"}, tmp_path / "odd.pt")
     with pytest.raises(CheckpointError, match="odd.pt: not a captioning checkpoint"):
         load_checkpoint(tmp_path / "odd.pt")
+
+
+def test_a_checkpoint_that_outgrows_the_disk_names_the_systems_error_not_torchs_zip_position(tmp_path):
+    """torch's writer reports a failed write as "unexpected pos 242240 vs 242132"; one byte more meets
+    the system's own error. A 20 kB file-size limit stands in for a full disk, in this process: the
+    limit and SIGXFSZ are put back after."""
+    import resource
+    import signal
+
+    import torch
+
+    from captioning.checkpoint import CheckpointError, save_checkpoint
+
+    save_checkpoint(tmp_path / "last.pt", {"step": torch.tensor(1)})
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails instead of killing
+    resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, hard))
+    try:
+        with pytest.raises(CheckpointError, match=r"last\.pt: could not be written \(File too large\); the previous "
+                                                  r"last\.pt is intact$"):
+            save_checkpoint(tmp_path / "last.pt", {"weights": torch.randn(50_000)})
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, previous)
+    assert [p.name for p in tmp_path.iterdir()] == ["last.pt"]
