@@ -111,6 +111,10 @@ class RunLog:
         try:
             what(self.writer)
         except OSError as error:
+            self._stop(error)
+
+    def _stop(self, error: OSError) -> None:
+        if not self.stopped:
             self.stopped = True
             print(f"note: {self.path.parent}: the run's logs (log.jsonl, tensorboard/) are written no more "
                   f"({error.strerror or error.__class__.__name__}); training goes on", file=sys.stderr)
@@ -142,7 +146,7 @@ class RunLog:
     def close(self) -> None:
         try:
             self.writer.close()
-        except OSError:  # what it could not write: said when the logging stopped, or now
-            self.write(lambda writer: writer.close())
+        except OSError as error:  # what it could not write: said when the logging stopped, or now
+            self._stop(error)
         finally:
             threading.excepthook = self.hook

@@ -76,13 +76,13 @@ def refuse_what_no_warm_start_takes(source: dict[str, Any], path: str | Path, *,
 
 def warm_start(model: Any, source: dict[str, Any], path: str | Path, *, config: Config | None = None,
                say: bool = False) -> None:
-    """Load the checkpoint's weights into a run's freshly built model (captioning.train.build.RunModel);
+    """Load the checkpoint's weights into a run's freshly built model (captioning.train.build.RunModel),
+    once refuse_what_no_warm_start_takes let it through (Run.start asks before the data);
     with `say`, one line naming the model settings of `config` that differ from the checkpoint's."""
     differences = model_differences(config, source, path) if config is not None else []
     if differences and say:
         print(f"note: train.init_from={path}: this run's model settings differ from the checkpoint's "
               f"({'; '.join(differences)}); it trains with this run's", file=sys.stderr)
-    refuse_what_no_warm_start_takes(source, path, fine_tunes=model.encoder is not None and model.encoder.trainable)
     decoder = float_weights(source["decoder"])  # a file cut for shipping stores fp16, or int8 codes and scales
     try:
         model.decoder.load_state_dict(decoder)  # the validated weights (the average, under ema_decay)
